@@ -1,0 +1,26 @@
+"""kernelkit: write the body of a GPU kernel in CUDA C++, call it on the arrays you have.
+
+>>> import kernelkit
+>>> k = kernelkit.kernel("exp", ["x"], ["y"],
+...     "uint i = blockIdx.x * blockDim.x + threadIdx.x; if (i < x_shape[0]) y[i] = expf(x[i]);")
+
+Nothing here touches a GPU or loads a compiler at import.
+"""
+
+from ._api import Kernel, cuda_kernel, kernel
+from ._cache import cache_stats
+from ._errors import BackendError, CompileError, KernelFault, KernelkitError, LaunchError
+from ._version import __version__
+
+__all__ = [
+    "BackendError",
+    "CompileError",
+    "Kernel",
+    "KernelFault",
+    "KernelkitError",
+    "LaunchError",
+    "__version__",
+    "cache_stats",
+    "cuda_kernel",
+    "kernel",
+]

@@ -1,0 +1,185 @@
+"""``kernelkit.kernel``: define once (validates, compiles nothing), call many times.
+
+The hot path of a repeated call is one key built from the arguments' types and dtypes, one
+dictionary lookup, then ``LaunchPlan.run`` (pack pointers, launch). Everything else runs once per
+specialization in ``_plan``.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+from . import _plan
+from ._arrays import _BY_TYPE, adapter_for
+from ._codegen import check_identifier, scan_body
+from ._records import KernelSpec
+
+__all__ = ["Kernel", "cuda_kernel", "kernel"]
+
+_SCALAR_TYPES = (bool, int, float)
+
+
+def _akey(x: Any) -> Any:
+    """A small hashable key for one argument: its type plus what decides the specialization."""
+    adapter = _BY_TYPE.get(type(x))
+    if adapter is not None:
+        return adapter.key(x)
+    if type(x) in _SCALAR_TYPES:
+        return type(x)
+    if hasattr(x, "dtype") and getattr(x, "shape", None) == ():  # numpy scalar
+        return (type(x), x.dtype)
+    return (type(x), adapter_for(x, "array").key(x))
+
+
+class Kernel:
+    """A kernel defined by its body; call it to compile (once per specialization) and launch."""
+
+    def __init__(self, spec: KernelSpec) -> None:
+        self.spec = spec
+        self._plans: dict[Any, _plan.LaunchPlan] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    def __repr__(self) -> str:
+        return (f"Kernel({self.spec.name!r}, inputs={list(self.spec.input_names)}, "
+                f"outputs={list(self.spec.output_names)}, specializations={len(self._plans)})")
+
+    def __call__(
+        self,
+        inputs: Sequence[Any],
+        output_shapes: Sequence[Sequence[int]] | None = None,
+        output_dtypes: Sequence[Any] | None = None,
+        grid: Sequence[int] = (1, 1, 1),
+        threadgroup: Sequence[int] = (1, 1, 1),
+        template: Sequence[tuple[str, Any]] | None = None,
+        init_value: float | int | None = None,
+        verbose: bool = False,
+        stream: Any = None,
+        out: Sequence[Any] | None = None,
+        backend: str | None = None,
+        check: bool | None = None,
+    ) -> list[Any]:
+        """Run the kernel; returns the outputs as a list (arrays of the first input's framework).
+
+        ``grid`` counts threads per dimension (as in MLX); ``threadgroup`` is the block shape.
+        ``out=`` writes into given arrays; ``init_value`` fills outputs first; ``stream=``
+        overrides the framework's current stream; ``backend=`` forces a backend by name;
+        ``check=True`` bounds-checks every access (backends with a checked mode, e.g. cpu).
+        """
+        try:
+            if type(inputs) is not list and type(inputs) is not tuple:
+                raise TypeError
+            key = (
+                tuple([_akey(x) for x in inputs]),
+                tuple([_akey(o) for o in out]) if out is not None else None,
+                tuple(output_dtypes) if output_dtypes is not None else None,
+                tuple(template) if template else None,
+                tuple(grid),
+                tuple(threadgroup),
+                backend,
+                check,
+            )
+            plan = self._plans[key]
+        except (KeyError, TypeError, AttributeError):
+            plan, key = self._specialize(inputs, output_dtypes, grid, threadgroup, template,
+                                         out, backend, check, verbose)
+        else:
+            if verbose:
+                print(plan.request.source)
+        return plan.run(inputs, output_shapes, out, init_value, stream)
+
+    def _specialize(self, inputs: Any, output_dtypes: Any, grid: Any, threadgroup: Any,
+                    template: Any, out: Any, backend: Any, check: Any, verbose: bool) -> Any:
+        """The slow path: validate everything, then build (or find) the plan for this call."""
+        if template is not None and not isinstance(template, list | tuple):
+            raise TypeError(f"[{self.name}] template must be a list of (name, value) pairs")
+        if backend is not None and not isinstance(backend, str):
+            raise TypeError(f"[{self.name}] backend must be a backend name (str)")
+        bound = _plan.bind(self.spec, inputs, output_dtypes, out, backend)
+        try:
+            key: Any = (
+                tuple([_akey(x) for x in inputs]),
+                tuple([_akey(o) for o in out]) if out is not None else None,
+                tuple(output_dtypes) if output_dtypes is not None else None,
+                tuple(template) if template else None,
+                tuple(grid), tuple(threadgroup), backend, check,
+            )
+            hash(key)
+        except TypeError:
+            key = None  # unhashable arguments (e.g. a list template value): plan is not kept
+        with self._lock:
+            plan = self._plans.get(key) if key is not None else None
+            if plan is None:
+                plan = _plan.build(self.spec, bound, template, grid, threadgroup, check, verbose)
+                if key is not None:
+                    self._plans[key] = plan
+        return plan, key
+
+
+def kernel(
+    name: str,
+    input_names: Sequence[str],
+    output_names: Sequence[str],
+    source: str,
+    header: str = "",
+    ensure_row_contiguous: bool = True,
+    shared_memory: int = 0,
+    backend: str | None = None,
+    arch_specific: bool = False,
+) -> Kernel:
+    """Define a kernel from the body of its function; nothing is compiled until it is called.
+
+    The signature is generated: each input ``x`` becomes ``const T* x`` (T from its dtype), each
+    output ``T* y``; ``x_shape``, ``x_strides`` (in elements) and ``x_ndim`` are passed when the
+    body mentions them. ``shared_memory`` is dynamic shared memory in bytes. ``arch_specific``
+    compiles for ``sm_XYa`` (needed for wgmma and friends).
+
+    Example::
+
+        >>> import numpy as np, kernelkit
+        >>> k = kernelkit.kernel("twice", ["x"], ["y"],
+        ...     "uint i = blockIdx.x * blockDim.x + threadIdx.x; if (i < x_shape[0]) y[i] = 2 * x[i];")
+        >>> x = np.arange(5, dtype=np.float32)
+        >>> k([x], output_shapes=[x.shape], output_dtypes=[x.dtype], grid=(5, 1, 1),
+        ...   threadgroup=(32, 1, 1))[0]
+        array([0., 2., 4., 6., 8.], dtype=float32)
+    """
+    check_identifier(name, "kernel name")
+    ins = tuple(check_identifier(n, f"input name at input_names[{i}]")
+                for i, n in enumerate(_names(input_names, "input_names", name)))
+    outs = tuple(check_identifier(n, f"output name at output_names[{i}]")
+                 for i, n in enumerate(_names(output_names, "output_names", name)))
+    if not outs:
+        raise ValueError(f"[{name}] a kernel needs at least one output in output_names")
+    dup = sorted({n for n in ins + outs if (ins + outs).count(n) > 1})
+    if dup:
+        raise ValueError(f"[{name}] name {dup[0]!r} is used more than once in inputs/outputs")
+    if not isinstance(source, str) or not isinstance(header, str):
+        raise TypeError(f"[{name}] source and header must be str")
+    if isinstance(shared_memory, bool) or not isinstance(shared_memory, int) or shared_memory < 0:
+        raise ValueError(f"[{name}] shared_memory must be a non-negative int (bytes), "
+                         f"got {shared_memory!r}")
+    if backend is not None and not isinstance(backend, str):
+        raise TypeError(f"[{name}] backend must be a backend name (str) or None")
+    refs, attrs = scan_body(source, ins + outs)
+    spec = KernelSpec(
+        name=name, input_names=ins, output_names=outs, source=source, header=header,
+        ensure_row_contiguous=bool(ensure_row_contiguous), shared_memory_bytes=shared_memory,
+        backend=backend, arch_specific=bool(arch_specific), metadata_refs=refs,
+        attribute_refs=attrs,
+    )
+    return Kernel(spec)
+
+
+def _names(value: Any, what: str, kernel_name: str) -> tuple[str, ...]:
+    if isinstance(value, str) or not isinstance(value, list | tuple):
+        raise TypeError(f"[{kernel_name}] {what} must be a list of names, got {value!r}")
+    return tuple(value)
+
+
+cuda_kernel = kernel  # MLX's name for the same factory

@@ -1,0 +1,116 @@
+"""Array adapters: one per framework, found by the array's type with one dictionary lookup.
+
+An adapter answers, for arrays of its framework: a small hashable key for the specialization
+(dtype, device, 0-d), full facts (shape, strides in elements, device) on the slow path, the data
+pointer on the hot path, allocation of outputs, and the framework's current stream.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from .._dtypes import DType
+
+__all__ = ["Adapter", "ArrayInfo", "adapter_for", "DLPACK_CPU", "DLPACK_CUDA"]
+
+DLPACK_CPU = 1
+DLPACK_CUDA = 2
+
+
+@dataclass(frozen=True)
+class ArrayInfo:
+    """Facts about one array, gathered once per specialization (slow path)."""
+
+    dtype: DType
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]  # in elements
+    device_type: int  # DLPack device type
+    device_index: int
+    contiguous: bool
+
+
+class Adapter:
+    """Base adapter; subclasses implement one framework. Methods take the array first."""
+
+    framework: str = "?"
+    synchronous: bool = False  # the framework cannot share a stream: sync after launch
+
+    def key(self, x: Any) -> Any:
+        raise NotImplementedError
+
+    def info(self, x: Any, what: str) -> ArrayInfo:
+        raise NotImplementedError
+
+    def pointer(self, x: Any) -> int:
+        raise NotImplementedError
+
+    def is_contiguous(self, x: Any) -> bool:
+        raise NotImplementedError
+
+    def contiguous(self, x: Any) -> Any:
+        raise NotImplementedError
+
+    def allocator(self, dtype: DType, device_type: int, device_index: int) -> Callable[[Any], Any]:
+        """A callable ``shape -> new uninitialized array`` (prepared once per specialization)."""
+        raise NotImplementedError
+
+    def fill(self, x: Any, value: Any) -> None:
+        raise NotImplementedError
+
+    def stream(self, device_index: int) -> int:
+        return 0
+
+    def prepare(self, x: Any) -> Any:
+        """Make the array safe to read from another stream (e.g. wait for JAX); default: as is."""
+        return x
+
+    def wrap(self, x: Any) -> Any:
+        """Turn an array this adapter allocated into what the user gets back."""
+        return x
+
+
+_BY_TYPE: dict[type, Adapter] = {}
+
+
+def adapter_for(x: Any, what: str) -> Adapter:
+    """The adapter for ``x``'s type (cached per type); TypeError naming ``what`` if none fits."""
+    adapter = _BY_TYPE.get(type(x))
+    if adapter is None:
+        adapter = _resolve(type(x), x, what)
+        _BY_TYPE[type(x)] = adapter
+    return adapter
+
+
+def _resolve(tp: type, x: Any, what: str) -> Adapter:
+    module = tp.__module__.split(".")[0]
+    if module == "torch":
+        from ._torch import TorchAdapter
+
+        return TorchAdapter()
+    if module == "cupy":
+        from ._cupy import CupyAdapter
+
+        return CupyAdapter()
+    if module in ("jax", "jaxlib"):
+        from ._jax import JaxAdapter
+
+        return JaxAdapter()
+    import numpy as np
+
+    if issubclass(tp, np.ndarray):
+        from ._numpy import NumpyAdapter
+
+        return NumpyAdapter()
+    if hasattr(x, "__cuda_array_interface__") or hasattr(x, "__dlpack__") or hasattr(
+        x, "__array_interface__"
+    ):
+        from ._generic import GenericAdapter
+
+        return GenericAdapter()
+    raise TypeError(
+        f"[kernel] {what} has type {tp.__module__}.{tp.__qualname__}, which is not an array "
+        "kernelkit understands (torch, CuPy, JAX, NumPy, or anything with __dlpack__, "
+        "__cuda_array_interface__ or __array_interface__)"
+    )

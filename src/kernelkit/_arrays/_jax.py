@@ -1,0 +1,91 @@
+"""JAX arrays. JAX does not share its stream: inputs are waited for, outputs are allocated by
+torch or CuPy (whichever is installed), written on that framework's stream, synchronized, and
+handed to JAX through DLPack without a copy. JAX arrays are immutable, so ``out=`` is refused."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import jax
+
+from .._dtypes import DType, normalize_dtype
+from . import DLPACK_CPU, DLPACK_CUDA, Adapter, ArrayInfo
+
+
+def _allocator(device_type: int) -> Adapter:
+    try:
+        from ._torch import TorchAdapter
+
+        return TorchAdapter()
+    except ImportError:
+        pass
+    if device_type == DLPACK_CUDA:
+        try:
+            from ._cupy import CupyAdapter
+
+            return CupyAdapter()
+        except ImportError:
+            raise TypeError("[kernel] outputs for JAX CUDA arrays need torch or cupy installed") from None
+    from ._numpy import NumpyAdapter
+
+    return NumpyAdapter()
+
+
+def _device(x: Any) -> tuple[int, int]:
+    devices = x.devices()
+    if len(devices) != 1:
+        raise ValueError("[kernel] a JAX array sharded over several devices is not supported")
+    d = next(iter(devices))
+    kind = DLPACK_CPU if d.platform == "cpu" else DLPACK_CUDA
+    return kind, getattr(d, "local_hardware_id", None) or 0
+
+
+class JaxAdapter(Adapter):
+    framework = "jax"
+    synchronous = True
+
+    def __init__(self) -> None:
+        self._alloc: Adapter | None = None
+
+    def key(self, x: Any) -> Any:
+        return (x.dtype, _device(x), x.ndim == 0)
+
+    def info(self, x: Any, what: str) -> ArrayInfo:
+        kind, index = _device(x)
+        shape = tuple(x.shape)
+        strides, acc = [], 1
+        for n in reversed(shape):
+            strides.append(acc)
+            acc *= n
+        return ArrayInfo(normalize_dtype(x.dtype, what), shape, tuple(reversed(strides)), kind,
+                         index, True)
+
+    def prepare(self, x: Any) -> Any:
+        return x.block_until_ready()
+
+    def pointer(self, x: Any) -> int:
+        return x.unsafe_buffer_pointer()
+
+    def is_contiguous(self, x: Any) -> bool:
+        return True
+
+    def contiguous(self, x: Any) -> Any:
+        return x
+
+    def _allocator(self, device_type: int) -> Adapter:
+        if self._alloc is None:
+            self._alloc = _allocator(device_type)
+        return self._alloc
+
+    def allocator(self, dtype: DType, device_type: int, device_index: int) -> Callable[[Any], Any]:
+        return self._allocator(device_type).allocator(dtype, device_type, device_index)
+
+    def fill(self, x: Any, value: Any) -> None:
+        self._allocator(DLPACK_CUDA).fill(x, value)
+
+    def stream(self, device_index: int) -> int:
+        return self._allocator(DLPACK_CUDA).stream(device_index)
+
+    def wrap(self, x: Any) -> Any:
+        return jax.dlpack.from_dlpack(x)

@@ -1,0 +1,58 @@
+"""NumPy arrays (host memory)."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from .._dtypes import DType, normalize_dtype
+from . import DLPACK_CPU, Adapter, ArrayInfo
+
+
+def numpy_dtype(dtype: DType) -> Any:
+    """The numpy dtype for a kernelkit dtype (bfloat16 through ml_dtypes when installed)."""
+    if dtype.name == "bfloat16":
+        try:
+            import ml_dtypes
+        except ImportError:
+            raise TypeError("[kernel] a NumPy bfloat16 array needs the ml_dtypes package") from None
+        return np.dtype(ml_dtypes.bfloat16)
+    return np.dtype(dtype.name)
+
+
+class NumpyAdapter(Adapter):
+    framework = "numpy"
+
+    def key(self, x: np.ndarray) -> Any:
+        return (x.dtype, -1, x.ndim == 0)
+
+    def info(self, x: np.ndarray, what: str) -> ArrayInfo:
+        item = x.itemsize
+        if any(s % item for s in x.strides):
+            raise ValueError(f"[kernel] {what} has strides {x.strides} not a multiple of its itemsize")
+        return ArrayInfo(
+            dtype=normalize_dtype(x.dtype, what),
+            shape=tuple(x.shape),
+            strides=tuple(s // item for s in x.strides),
+            device_type=DLPACK_CPU,
+            device_index=0,
+            contiguous=bool(x.flags.c_contiguous),
+        )
+
+    def pointer(self, x: np.ndarray) -> int:
+        return x.__array_interface__["data"][0]
+
+    def is_contiguous(self, x: np.ndarray) -> bool:
+        return x.flags.c_contiguous
+
+    def contiguous(self, x: np.ndarray) -> np.ndarray:
+        return np.ascontiguousarray(x)
+
+    def allocator(self, dtype: DType, device_type: int, device_index: int) -> Callable[[Any], Any]:
+        return functools.partial(np.empty, dtype=numpy_dtype(dtype))
+
+    def fill(self, x: np.ndarray, value: Any) -> None:
+        x.fill(value)

@@ -1,0 +1,68 @@
+"""PyTorch tensors (CUDA and CPU)."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from .._dtypes import DType, normalize_dtype
+from . import DLPACK_CPU, DLPACK_CUDA, Adapter, ArrayInfo
+
+_TORCH_DTYPES = {
+    "bool": torch.bool, "int8": torch.int8, "int16": torch.int16, "int32": torch.int32,
+    "int64": torch.int64, "uint8": torch.uint8, "float16": torch.float16,
+    "bfloat16": torch.bfloat16, "float32": torch.float32, "float64": torch.float64,
+}
+for _name in ("uint16", "uint32", "uint64"):
+    if hasattr(torch, _name):
+        _TORCH_DTYPES[_name] = getattr(torch, _name)
+
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+
+
+class TorchAdapter(Adapter):
+    framework = "torch"
+
+    def key(self, x: torch.Tensor) -> Any:
+        return (x.dtype, x.get_device(), x.dim() == 0)
+
+    def info(self, x: torch.Tensor, what: str) -> ArrayInfo:
+        dev = x.device
+        if dev.type == "cuda":
+            dtype_ = DLPACK_CUDA
+        elif dev.type == "cpu":
+            dtype_ = DLPACK_CPU
+        else:
+            raise TypeError(f"[kernel] {what} is a torch tensor on {dev}, which no backend runs on")
+        return ArrayInfo(
+            dtype=normalize_dtype(x.dtype, what),
+            shape=tuple(x.shape),
+            strides=tuple(x.stride()),
+            device_type=dtype_,
+            device_index=dev.index or 0,
+            contiguous=x.is_contiguous(),
+        )
+
+    pointer = staticmethod(torch.Tensor.data_ptr)  # type: ignore[assignment]
+    is_contiguous = staticmethod(torch.Tensor.is_contiguous)  # type: ignore[assignment]
+    contiguous = staticmethod(torch.Tensor.contiguous)  # type: ignore[assignment]
+
+    def allocator(self, dtype: DType, device_type: int, device_index: int) -> Callable[[Any], Any]:
+        tdt = _TORCH_DTYPES.get(dtype.name)
+        if tdt is None:
+            raise TypeError(f"[kernel] torch has no dtype {dtype.name} for an output")
+        device = torch.device("cuda", device_index) if device_type == DLPACK_CUDA else None
+        return functools.partial(torch.empty, dtype=tdt, device=device)
+
+    def fill(self, x: torch.Tensor, value: Any) -> None:
+        x.fill_(value)
+
+    def stream(self, device_index: int) -> int:
+        if device_index < 0:
+            return 0
+        if _raw_stream is not None:
+            return _raw_stream(device_index)
+        return torch.cuda.current_stream(device_index).cuda_stream

@@ -1,0 +1,1 @@
+"""Built-in backends (each registered through the ``kernelkit.backends`` entry point)."""

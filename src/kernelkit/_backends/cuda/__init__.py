@@ -1,0 +1,164 @@
+"""The CUDA backend: NVRTC compiles for the exact device, the driver API loads and launches."""
+
+from __future__ import annotations
+
+import functools
+from importlib.resources import files
+from typing import Any, ClassVar
+
+from ..._codegen import signature
+from ..._records import Artifact, CompileRequest, KernelSource, Target
+from ...backend import Backend, Launcher
+from . import driver, nvrtc
+
+__all__ = ["CUDABackend"]
+
+
+@functools.cache
+def _text(name: str) -> str:
+    return (files(__package__) / "include" / name).read_text()
+
+
+class CUDABackend(Backend):
+    """NVIDIA GPUs through NVRTC (compile) and the CUDA driver API (load, launch)."""
+
+    name: ClassVar[str] = "cuda"
+    version: ClassVar[str] = "1"
+    dlpack_devices: ClassVar[frozenset[int]] = frozenset({2, 3, 13})  # CUDA, host-pinned, managed
+
+    def __init__(self) -> None:
+        self._targets: list[Target] | None = None
+
+    # probe ---------------------------------------------------------------------------------
+    def targets(self) -> list[Target]:
+        if self._targets is None:
+            self._targets = [self._probe(i) for i in range(driver.init())]
+        return self._targets
+
+    def _probe(self, device: int) -> Target:
+        a = functools.partial(driver.attribute, device)
+        major, minor = a("COMPUTE_CAPABILITY_MAJOR"), a("COMPUTE_CAPABILITY_MINOR")
+        arch = self.arch_for(major * 10 + minor)
+        return Target(
+            backend=self.name,
+            device=device,
+            arch=arch,
+            name=driver.device_name(device),
+            max_threads_per_block=a("MAX_THREADS_PER_BLOCK"),
+            max_block_dims=(a("MAX_BLOCK_DIM_X"), a("MAX_BLOCK_DIM_Y"), a("MAX_BLOCK_DIM_Z")),
+            max_grid_dims=(a("MAX_GRID_DIM_X"), a("MAX_GRID_DIM_Y"), a("MAX_GRID_DIM_Z")),
+            max_shared_memory_bytes=a("MAX_SHARED_MEMORY_PER_BLOCK"),
+            max_shared_memory_optin_bytes=a("MAX_SHARED_MEMORY_PER_BLOCK_OPTIN"),
+            warp_size=a("WARP_SIZE"),
+            features=self._features(major * 10 + minor),
+        )
+
+    @staticmethod
+    def arch_for(cc: int) -> str:
+        """``sm_XY`` when this NVRTC knows the device, else PTX for the newest arch it knows."""
+        known = nvrtc.supported_archs()
+        if cc in known:
+            return f"sm_{cc}"
+        older = [a for a in known if a <= cc]
+        if not older:
+            raise ValueError(f"[backend cuda] NVRTC {nvrtc.version()} cannot target sm_{cc}")
+        return f"compute_{max(older)}"
+
+    @staticmethod
+    def _features(cc: int) -> frozenset[str]:
+        feats = {"fp16"}
+        if cc >= 80:
+            feats |= {"bf16", "cp_async"}
+        if cc >= 90:
+            feats |= {"tma", "clusters", "arch_specific"}
+        return frozenset(feats)
+
+    def compile_targets(self) -> list[str]:
+        return [f"sm_{a}" for a in nvrtc.supported_archs()]
+
+    def target_for_arch(self, arch: str) -> Target:
+        cc = int(arch.removeprefix("sm_").removeprefix("compute_").rstrip("af"))
+        return Target(self.name, -1, arch.rstrip("af"), f"(no device, {arch})", 1024,
+                      (1024, 1024, 64), (2**31 - 1, 65535, 65535), 48 * 1024, 227 * 1024, 32,
+                      self._features(cc))
+
+    def compiler_identity(self) -> str:
+        return "nvrtc-%d.%d" % nvrtc.version()
+
+    # render + compile ----------------------------------------------------------------------
+    def render(self, source: KernelSource, target: Target, check: bool = False) -> CompileRequest:
+        arch = target.arch
+        if source.arch_specific and arch.startswith("sm_") and int(arch[3:]) >= 90:
+            arch += "a"
+        parts = [nvrtc.includes_for(source.needs), _text("kernelkit_prelude.cuh")]
+        if "metal" in source.needs:
+            parts.append(_text("kernelkit_metal.cuh"))
+        if "cg" in source.needs:
+            parts.append("namespace cg = cooperative_groups;")
+        if source.header:
+            parts += [f'#line 1 "{source.kernel}.header"', source.header]
+        parts += [
+            f'extern "C" __global__ void {source.entry}({signature(source.params)}) {{',
+            source.preamble,
+            f'#line 1 "{source.kernel}"',
+            source.body,
+            "}",
+        ]
+        options = [f"--gpu-architecture={arch}", "--std=c++17", "-default-device"]
+        if source.needs & {"fp16", "bf16", "cg"}:
+            options.append("-pch")  # NVRTC reuses parsed CUDA headers within the process
+        return CompileRequest(
+            backend=self.name,
+            kernel=source.kernel,
+            entry=source.entry,
+            arch=arch,
+            source="\n".join(parts) + "\n",
+            options=tuple(options),
+            headers=nvrtc.header_digests(source.needs),
+            param_kinds=tuple(p.kind for p in source.params),
+        )
+
+    def compile(self, request: CompileRequest) -> Artifact:
+        return nvrtc.compile_request(request)
+
+    # load + launch -------------------------------------------------------------------------
+    def load(self, artifact: Artifact, target: Target) -> Any:
+        hint = ""
+        if artifact.kind == "ptx":
+            drv_v, rtc_v = driver.driver_version(), nvrtc.version()
+            if rtc_v > drv_v:
+                hint = (
+                    f"This PTX comes from NVRTC {rtc_v[0]}.{rtc_v[1]}, newer than the driver "
+                    f"(CUDA {drv_v[0]}.{drv_v[1]}) accepts: install an NVRTC no newer than the "
+                    f"driver (pip install 'nvidia-cuda-nvrtc=={drv_v[0]}.{drv_v[1]}.*') or "
+                    "update the NVIDIA driver."
+                )
+        return driver.load(artifact.binary, artifact.entry, target.device, hint)
+
+    def launcher(self, program: Any, target: Target, shared_memory_bytes: int) -> Launcher:
+        if shared_memory_bytes > 48 * 1024:
+            driver.allow_dynamic_shared(program, shared_memory_bytes)
+        return driver.make_launcher(program, program.entry)
+
+    def synchronize(self, stream: int) -> None:
+        driver.check(driver.drv().cuStreamSynchronize(stream), "cuStreamSynchronize")
+
+    def kernel_limits(self, program: Any) -> dict[str, int]:
+        return {
+            "max_threads_per_block": program.max_threads_per_block,
+            "static_shared_bytes": program.static_shared_bytes,
+            "registers": program.registers,
+            "local_bytes": program.local_bytes,
+        }
+
+    def info(self) -> dict[str, Any]:
+        try:
+            v = "%d.%d" % nvrtc.version()
+        except Exception as e:  # noqa: BLE001 - info must never fail
+            v = f"unavailable ({e})"
+        return {
+            "compiler": f"NVRTC {v}",
+            "nvrtc_library": nvrtc.library_path(),
+            "include_dirs": list(nvrtc.include_dirs()),
+            "compile_targets": self.compile_targets(),
+        }

@@ -1,0 +1,145 @@
+"""The CUDA driver through cuda-bindings: devices, primary contexts, module load, launch."""
+
+from __future__ import annotations
+
+import functools
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from ..._errors import BackendError, LaunchError
+
+_lock = threading.Lock()
+
+
+@functools.cache
+def drv():  # noqa: ANN201 - the cuda.bindings.driver module
+    try:
+        from cuda.bindings import driver as mod
+    except ImportError as e:
+        raise BackendError(f"[backend cuda] cuda-bindings is not installed: {e}") from None
+    return mod
+
+
+def check(result: Any, what: str) -> Any:
+    """Unpack a cuda-bindings result; BackendError naming the call on failure."""
+    if isinstance(result, tuple):
+        err, rest = result[0], result[1:]
+    else:
+        err, rest = result, ()
+    if int(err) != 0:
+        name = drv().cuGetErrorName(err)[1]
+        raise BackendError(f"[backend cuda] {what} failed: {name.decode() if name else err!r}")
+    return rest[0] if len(rest) == 1 else rest
+
+
+@functools.cache
+def init() -> int:
+    """cuInit once; returns the number of devices (0 when there is no driver or GPU)."""
+    try:
+        mod = drv()
+        if int(mod.cuInit(0)[0]) != 0:
+            return 0
+        return int(check(mod.cuDeviceGetCount(), "cuDeviceGetCount"))
+    except (BackendError, RuntimeError, OSError):
+        return 0
+
+
+def driver_version() -> tuple[int, int]:
+    v = int(check(drv().cuDriverGetVersion(), "cuDriverGetVersion"))
+    return v // 1000, (v % 1000) // 10
+
+
+def attribute(device: int, name: str) -> int:
+    mod = drv()
+    attr = getattr(mod.CUdevice_attribute, f"CU_DEVICE_ATTRIBUTE_{name}")
+    return int(check(mod.cuDeviceGetAttribute(attr, device), f"cuDeviceGetAttribute({name})"))
+
+
+def device_name(device: int) -> str:
+    raw = check(drv().cuDeviceGetName(256, device), "cuDeviceGetName")
+    return raw.split(b"\x00")[0].decode()
+
+
+@functools.cache
+def primary_context(device: int) -> Any:
+    """The device's primary context (the one torch, CuPy and JAX use)."""
+    return check(drv().cuDevicePrimaryCtxRetain(device), "cuDevicePrimaryCtxRetain")
+
+
+def make_current(device: int) -> None:
+    check(drv().cuCtxSetCurrent(primary_context(device)), "cuCtxSetCurrent")
+
+
+@dataclass
+class Program:
+    """A loaded module and its kernel function on one device, with the kernel's own limits."""
+
+    module: Any
+    function: Any
+    device: int
+    entry: str
+    registers: int
+    static_shared_bytes: int
+    max_threads_per_block: int
+    local_bytes: int
+
+
+def _func_attr(fn: Any, name: str) -> int:
+    mod = drv()
+    attr = getattr(mod.CUfunction_attribute, f"CU_FUNC_ATTRIBUTE_{name}")
+    return int(check(mod.cuFuncGetAttribute(attr, fn), f"cuFuncGetAttribute({name})"))
+
+
+def load(binary: bytes, entry: str, device: int, ptx_hint: str = "") -> Program:
+    mod = drv()
+    with _lock:
+        make_current(device)
+        err, module = mod.cuModuleLoadData(binary)
+        if int(err) != 0:
+            name = mod.cuGetErrorName(err)[1].decode()
+            raise BackendError(f"[backend cuda] loading the kernel failed: {name}. {ptx_hint}".strip())
+        fn = check(mod.cuModuleGetFunction(module, entry.encode()), "cuModuleGetFunction")
+    return Program(
+        module=module,
+        function=fn,
+        device=device,
+        entry=entry,
+        registers=_func_attr(fn, "NUM_REGS"),
+        static_shared_bytes=_func_attr(fn, "SHARED_SIZE_BYTES"),
+        max_threads_per_block=_func_attr(fn, "MAX_THREADS_PER_BLOCK"),
+        local_bytes=_func_attr(fn, "LOCAL_SIZE_BYTES"),
+    )
+
+
+def allow_dynamic_shared(program: Program, nbytes: int) -> None:
+    """Raise the kernel's dynamic shared-memory limit (needed above 48 KB)."""
+    mod = drv()
+    attr = mod.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+    with _lock:
+        make_current(program.device)
+        check(mod.cuFuncSetAttribute(program.function, attr, nbytes), "cuFuncSetAttribute")
+
+
+def make_launcher(program: Program, kernel: str):  # noqa: ANN201 - a backend.Launcher
+    """The hot-path launch: one cuLaunchKernel on prepacked arguments; a wrong or missing
+    current context (a fresh thread, another device) is fixed once and retried."""
+    launch = drv().cuLaunchKernel
+    fn = program.function
+    device = program.device
+
+    def launcher(params: int, grid: tuple, block: tuple, shared: int, stream: int) -> None:
+        (err,) = launch(fn, grid[0], grid[1], grid[2], block[0], block[1], block[2],
+                        shared, stream, params, 0)
+        if err:
+            make_current(device)
+            (err,) = launch(fn, grid[0], grid[1], grid[2], block[0], block[1], block[2],
+                            shared, stream, params, 0)
+            if err:
+                name = drv().cuGetErrorName(err)[1].decode()
+                raise LaunchError(
+                    f"[{kernel}] launch failed: {name} (grid {grid}, block {block}, "
+                    f"shared {shared} bytes)"
+                )
+
+    return launcher

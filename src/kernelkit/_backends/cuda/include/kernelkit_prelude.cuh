@@ -1,0 +1,76 @@
+// kernelkit CUDA prelude: compiled with every kernel, so it stays small. Heavy headers
+// (cuda_fp16.h, cuda_bf16.h, cooperative_groups.h) are included above this text only when
+// the kernel uses them. Arch branches stay here, for NVRTC to settle for the device at hand.
+#define KERNELKIT_CUDA 1
+#ifndef WARP_SIZE
+#define WARP_SIZE 32
+#endif
+
+// Feature macros a body can test (settled by NVRTC for the arch it compiles for).
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+#define KK_HAS_NATIVE_BF16 1
+#define KK_HAS_CP_ASYNC 1
+#else
+#define KK_HAS_NATIVE_BF16 0
+#define KK_HAS_CP_ASYNC 0
+#endif
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define KK_HAS_TMA 1
+#define KK_HAS_CLUSTERS 1
+#else
+#define KK_HAS_TMA 0
+#define KK_HAS_CLUSTERS 0
+#endif
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define KK_HAS_WGMMA 1
+#else
+#define KK_HAS_WGMMA 0
+#endif
+
+typedef signed char int8_t;
+typedef short int16_t;
+typedef int int32_t;
+typedef long long int64_t;
+typedef unsigned char uint8_t;
+typedef unsigned short uint16_t;
+typedef unsigned int uint32_t;
+typedef unsigned long long uint64_t;
+typedef unsigned int uint;
+
+// x_shape / x_strides: 8 int64 by value; x_shape[i], x_shape.data(), or pass to elem_to_loc.
+struct kk_dims {
+  long long v[8];
+  __device__ __forceinline__ operator const long long*() const { return v; }
+  __device__ __forceinline__ const long long* data() const { return v; }
+};
+
+// A scalar input: readable as `d` and as `d[0]`.
+template <typename T>
+struct kk_scalar {
+  T v;
+  __device__ __forceinline__ operator T() const { return v; }
+  __device__ __forceinline__ T operator[](int) const { return v; }
+};
+
+// A 0-d array input, read on the device (no host sync): readable as `d` and `d[0]`.
+template <typename T>
+struct kk_scalar_ref {
+  const T* p;
+  __device__ __forceinline__ operator T() const { return *p; }
+  __device__ __forceinline__ T operator[](int) const { return *p; }
+};
+
+__device__ __forceinline__ unsigned kk_linear_tid() {
+  return threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+}
+
+// Offset (in elements) of row-major element `elem` of an array with these shape and strides.
+__device__ __forceinline__ long long elem_to_loc(long long elem, const long long* shape,
+                                                 const long long* strides, int ndim) {
+  long long loc = 0;
+  for (int i = ndim - 1; i >= 0 && elem > 0; --i) {
+    loc += (elem % shape[i]) * strides[i];
+    elem /= shape[i];
+  }
+  return loc;
+}

@@ -1,0 +1,149 @@
+"""NVRTC: compile a CompileRequest to a cubin (or PTX for a device newer than this NVRTC)."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+from pathlib import Path
+
+from ..._errors import BackendError, CompileError
+from ..._records import Artifact, CompileRequest
+
+_HEADERS = {  # need -> (headers to include, in order)
+    "fp16": ("cuda_fp16.h",),
+    "bf16": ("cuda_bf16.h",),
+    "cg": ("cooperative_groups.h", "cooperative_groups/reduce.h"),
+}
+
+
+@functools.cache
+def nvrtc():  # noqa: ANN201 - the cuda.bindings.nvrtc module
+    try:
+        from cuda.bindings import nvrtc as mod
+    except ImportError as e:
+        raise BackendError(f"[backend cuda] cuda-bindings is not installed: {e}") from None
+    return mod
+
+
+def check(result: tuple, what: str) -> tuple:
+    err = result[0]
+    if int(err) != 0:
+        raise BackendError(f"[backend cuda] {what} failed: {err!r}")
+    return result[1:]
+
+
+@functools.cache
+def version() -> tuple[int, int]:
+    """NVRTC's (major, minor)."""
+    major, minor = check(nvrtc().nvrtcVersion(), "nvrtcVersion")
+    return int(major), int(minor)
+
+
+@functools.cache
+def supported_archs() -> tuple[int, ...]:
+    (archs,) = check(nvrtc().nvrtcGetSupportedArchs(), "nvrtcGetSupportedArchs")
+    return tuple(int(a) for a in archs)
+
+
+@functools.cache
+def include_dirs() -> tuple[str, ...]:
+    """CUDA header directories (cudart for cuda_fp16.h etc., CCCL for cooperative groups)."""
+    from cuda import pathfinder
+
+    dirs = []
+    for name in ("cudart", "cccl"):
+        try:
+            found = pathfinder.find_nvidia_header_directory(name)
+        except Exception:  # noqa: BLE001 - pathfinder raises several kinds; missing is enough
+            found = None
+        if found:
+            dirs.append(str(found))
+    return tuple(dirs)
+
+
+@functools.cache
+def library_path() -> str:
+    from cuda import pathfinder
+
+    try:
+        return pathfinder.load_nvidia_dynamic_lib("nvrtc").abs_path or "?"
+    except Exception as e:  # noqa: BLE001
+        return f"not found ({e})"
+
+
+def _find_header(name: str) -> Path | None:
+    for d in include_dirs():
+        p = Path(d) / name
+        if p.is_file():
+            return p
+    return None
+
+
+@functools.cache
+def header_digests(needs: frozenset[str]) -> tuple[tuple[str, str], ...]:
+    """(header, sha256) for the top-level headers a kernel includes: a new CUDA header set misses."""
+    out = []
+    for need in sorted(needs):
+        for name in _HEADERS.get(need, ()):
+            p = _find_header(name)
+            if p is None:
+                raise BackendError(
+                    f"[backend cuda] header {name} not found in {list(include_dirs())}; "
+                    "install nvidia-cuda-runtime and nvidia-cuda-cccl"
+                )
+            digest = hashlib.sha256(p.read_bytes())
+            hpp = p.with_suffix(".hpp")  # cuda_fp16.h keeps its code in cuda_fp16.hpp
+            if hpp.is_file():
+                digest.update(hpp.read_bytes())
+            out.append((name, digest.hexdigest()))
+    return tuple(out)
+
+
+def includes_for(needs: frozenset[str]) -> str:
+    lines = []
+    for need in ("fp16", "bf16", "cg"):
+        if need in needs:
+            lines += [f"#include <{h}>" for h in _HEADERS[need]]
+    return "\n".join(lines)
+
+
+def _log(prog) -> str:  # noqa: ANN001
+    (size,) = check(nvrtc().nvrtcGetProgramLogSize(prog), "nvrtcGetProgramLogSize")
+    buf = b" " * size
+    check(nvrtc().nvrtcGetProgramLog(prog, buf), "nvrtcGetProgramLog")
+    return buf.rstrip(b"\x00").decode(errors="replace")
+
+
+def compile_request(request: CompileRequest) -> Artifact:
+    """Run NVRTC; CompileError with the log (user line numbers via #line) on failure."""
+    mod = nvrtc()
+    (prog,) = check(
+        mod.nvrtcCreateProgram(request.source.encode(), f"{request.kernel}.cu".encode(), 0, [], []),
+        "nvrtcCreateProgram",
+    )
+    try:
+        options = [o.encode() for o in request.options]
+        options += [f"-I{d}".encode() for d in include_dirs()]
+        (result,) = (mod.nvrtcCompileProgram(prog, len(options), options)[0],)
+        log = _log(prog)
+        if int(result) != 0:
+            raise CompileError(request.kernel, log, request.source, request.options)
+        sass = request.arch.startswith("sm_")
+        if sass:
+            (size,) = check(mod.nvrtcGetCUBINSize(prog), "nvrtcGetCUBINSize")
+            binary = b" " * size
+            check(mod.nvrtcGetCUBIN(prog, binary), "nvrtcGetCUBIN")
+        else:
+            (size,) = check(mod.nvrtcGetPTXSize(prog), "nvrtcGetPTXSize")
+            binary = b" " * size
+            check(mod.nvrtcGetPTX(prog, binary), "nvrtcGetPTX")
+        return Artifact(
+            kind="cubin" if sass else "ptx",
+            binary=bytes(binary),
+            entry=request.entry,  # extern "C": the lowered name is the name
+            arch=request.arch,
+            metadata={"nvrtc": "%d.%d" % version()},
+            log=log,
+        )
+    finally:
+        mod.nvrtcDestroyProgram(prog)

@@ -1,0 +1,171 @@
+"""Body -> backend-neutral kernel pieces: parameters, template constants, attribute locals.
+
+Nothing user-supplied reaches generated text unchecked: names must be C identifiers that are not
+keywords, template values are bools, ints or known dtypes. The body and header are the user's code.
+"""
+
+from __future__ import annotations
+
+import numbers
+import re
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from ._dtypes import DTYPES, normalize_dtype
+from ._records import KernelSource, KernelSpec, Param
+
+__all__ = [
+    "METAL_ATTRIBUTES", "check_identifier", "make_source", "scan_body", "signature", "template_lines",
+]
+
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+_CXX_KEYWORDS = frozenset(
+    """alignas alignof and and_eq asm auto bitand bitor bool break case catch char char8_t char16_t
+    char32_t class compl concept const consteval constexpr constinit const_cast continue co_await
+    co_return co_yield decltype default delete do double dynamic_cast else enum explicit export
+    extern false float for friend goto if inline int long mutable namespace new noexcept not not_eq
+    nullptr operator or or_eq private protected public register reinterpret_cast requires return
+    short signed sizeof static static_assert static_cast struct switch template this thread_local
+    throw true try typedef typeid typename union unsigned using virtual void volatile wchar_t while
+    xor xor_eq threadIdx blockIdx blockDim gridDim warpSize main""".split()
+)
+
+# Metal thread attribute -> C++ definition (CUDA builtins, which every backend's prelude provides).
+METAL_ATTRIBUTES: dict[str, str] = {
+    "thread_position_in_grid": "const uint3 thread_position_in_grid = make_uint3("
+    "blockIdx.x * blockDim.x + threadIdx.x, blockIdx.y * blockDim.y + threadIdx.y, "
+    "blockIdx.z * blockDim.z + threadIdx.z);",
+    "threads_per_threadgroup": "const uint3 threads_per_threadgroup = "
+    "make_uint3(blockDim.x, blockDim.y, blockDim.z);",
+    "thread_position_in_threadgroup": "const uint3 thread_position_in_threadgroup = "
+    "make_uint3(threadIdx.x, threadIdx.y, threadIdx.z);",
+    "threadgroup_position_in_grid": "const uint3 threadgroup_position_in_grid = "
+    "make_uint3(blockIdx.x, blockIdx.y, blockIdx.z);",
+    "threads_per_grid": "const uint3 threads_per_grid = make_uint3(gridDim.x * blockDim.x, "
+    "gridDim.y * blockDim.y, gridDim.z * blockDim.z);",
+    "threadgroups_per_grid": "const uint3 threadgroups_per_grid = "
+    "make_uint3(gridDim.x, gridDim.y, gridDim.z);",
+    "thread_index_in_threadgroup": "const unsigned thread_index_in_threadgroup = kk_linear_tid();",
+    "thread_index_in_simdgroup": "const unsigned thread_index_in_simdgroup = "
+    "kk_linear_tid() % WARP_SIZE;",
+    "simdgroup_index_in_threadgroup": "const unsigned simdgroup_index_in_threadgroup = "
+    "kk_linear_tid() / WARP_SIZE;",
+    "threads_per_simdgroup": "const unsigned threads_per_simdgroup = WARP_SIZE;",
+}
+_ATTR_RE = re.compile(r"\b(" + "|".join(METAL_ATTRIBUTES) + r")\b")
+
+_NEEDS = {
+    "fp16": re.compile(
+        r"\b(__half2?|half2?|__float2half\w*|__half2float|__h[a-z]\w*|h2[a-z]\w*|"
+        r"hexp|hlog|hsqrt|hrsqrt|hrcp|hsin|hcos|hfma|hmax|hmin|hneg|habs)\b"
+    ),
+    "bf16": re.compile(r"\b(__nv_bfloat162?|nv_bfloat162?|bfloat16|__float2bfloat16\w*|"
+                       r"__bfloat162float|\w*bf16\w*)\b"),
+    "cg": re.compile(r"\b(cg|cooperative_groups)\s*::"),
+    "metal": re.compile(r"\bmetal\s*::"),
+}
+_DTYPE_NEEDS = {"float16": "fp16", "bfloat16": "bf16"}
+
+
+def check_identifier(name: Any, what: str) -> str:
+    """``name`` if it is a usable C identifier; else ValueError naming ``what``."""
+    if not isinstance(name, str):
+        raise TypeError(f"[kernel] {what} must be a str, got {type(name).__name__}")
+    if not _IDENT.match(name) or name in _CXX_KEYWORDS:
+        raise ValueError(f"[kernel] {what} {name!r} is not a valid C identifier")
+    if name.startswith(("kk_", "__")):
+        raise ValueError(f"[kernel] {what} {name!r} uses a reserved prefix ('kk_' or '__')")
+    return name
+
+
+def scan_body(source: str, names: Iterable[str]) -> tuple[frozenset[str], frozenset[str]]:
+    """(referenced ``x_shape``/``x_strides``/``x_ndim`` names, referenced Metal attributes)."""
+    refs = set()
+    for name in names:
+        for suffix in ("shape", "strides", "ndim"):
+            if re.search(rf"\b{name}_{suffix}\b", source):
+                refs.add(f"{name}_{suffix}")
+    return frozenset(refs), frozenset(_ATTR_RE.findall(source))
+
+
+def template_lines(template: Sequence[tuple[str, Any]]) -> tuple[str, tuple[str, ...]]:
+    """C++ lines for template arguments, and the dtypes they name. Validates every entry."""
+    lines, dtypes, seen = [], [], set()
+    for i, item in enumerate(template):
+        if not (isinstance(item, tuple | list) and len(item) == 2):
+            raise TypeError(f"[kernel] template[{i}] must be a (name, value) pair, got {item!r}")
+        name, value = item
+        check_identifier(name, f"template name at template[{i}]")
+        if name in seen:
+            raise ValueError(f"[kernel] template name {name!r} is given twice")
+        seen.add(name)
+        if isinstance(value, bool):
+            lines.append(f"constexpr bool {name} = {'true' if value else 'false'};")
+        elif isinstance(value, numbers.Integral):
+            v = int(value)
+            if not -(2**63) <= v < 2**63:
+                raise ValueError(f"[kernel] template {name!r} = {v} does not fit in 64 bits")
+            ctype = "int" if -(2**31) <= v < 2**31 else "long long"
+            lines.append(f"constexpr {ctype} {name} = {v}{'LL' if ctype != 'int' else ''};")
+        else:
+            try:
+                dt = normalize_dtype(value, f"template {name!r}")
+            except TypeError:
+                raise TypeError(
+                    f"[kernel] template {name!r} must be a bool, an int or a dtype, "
+                    f"got {type(value).__name__} {value!r}"
+                ) from None
+            lines.append(f"using {name} = {dt.ctype};")
+            dtypes.append(dt.name)
+    return "\n".join(lines), tuple(dtypes)
+
+
+def make_source(
+    spec: KernelSpec, params: tuple[Param, ...], template: Sequence[tuple[str, Any]]
+) -> KernelSource:
+    """The neutral pieces of one specialization (params already bound to dtypes)."""
+    tlines, tdtypes = template_lines(template)
+    clash = {n for n, _ in template} & {p.name for p in params}
+    if clash:
+        raise ValueError(f"[{spec.name}] template name {sorted(clash)[0]!r} clashes with a parameter")
+    attrs = [METAL_ATTRIBUTES[a] for a in METAL_ATTRIBUTES if a in spec.attribute_refs]
+    preamble = "\n".join(x for x in (tlines, *attrs) if x)
+    needs = {_DTYPE_NEEDS[d] for d in (*tdtypes, *(p.dtype for p in params)) if d in _DTYPE_NEEDS}
+    text = spec.header + "\n" + spec.source
+    needs.update(k for k, rx in _NEEDS.items() if rx.search(text))
+    if "bf16" in needs:
+        needs.add("fp16")
+    return KernelSource(
+        kernel=spec.name,
+        entry=spec.name,
+        params=params,
+        header=spec.header,
+        preamble=preamble,
+        body=spec.source,
+        needs=frozenset(needs),
+        arch_specific=spec.arch_specific,
+    )
+
+
+def signature(params: tuple[Param, ...]) -> str:
+    """The C parameter list shared by every backend that uses the standard prelude types."""
+    parts = []
+    for p in params:
+        if p.kind == "array":
+            # no __restrict__: an output may alias an input (in place through out=)
+            ctype = _ctype(p)
+            parts.append(f"{ctype}* {p.name}" if p.is_output else f"const {ctype}* {p.name}")
+        elif p.kind == "scalar":
+            parts.append(f"const kk_scalar<{_ctype(p)}> {p.name}")
+        elif p.kind == "scalar_array":
+            parts.append(f"const kk_scalar_ref<{_ctype(p)}> {p.name}")
+        elif p.kind == "dims":
+            parts.append(f"const kk_dims {p.name}")
+        else:
+            parts.append(f"const int {p.name}")
+    return ", ".join(parts)
+
+
+def _ctype(p: Param) -> str:
+    return DTYPES[p.dtype].ctype  # type: ignore[index]

@@ -1,0 +1,46 @@
+"""kernelkit's exceptions: one root, each carrying the evidence a user needs."""
+
+from __future__ import annotations
+
+__all__ = [
+    "BackendError",
+    "CompileError",
+    "KernelFault",
+    "KernelkitError",
+    "LaunchError",
+]
+
+
+class KernelkitError(Exception):
+    """Root of every error kernelkit raises on purpose."""
+
+
+class CompileError(KernelkitError):
+    """The device compiler rejected a kernel.
+
+    ``log`` is the compiler's log (line numbers refer to the user's own source and header),
+    ``source`` the full generated source, ``options`` the compiler options.
+    """
+
+    def __init__(self, kernel: str, log: str, source: str, options: tuple[str, ...] = ()) -> None:
+        self.kernel = kernel
+        self.log = log
+        self.source = source
+        self.options = tuple(options)
+        super().__init__(f"[{kernel}] compilation failed:\n{log.strip()}")
+
+    def numbered_source(self) -> str:
+        """The generated source with line numbers, for reading next to the log."""
+        return "\n".join(f"{i:5d}  {line}" for i, line in enumerate(self.source.splitlines(), 1))
+
+
+class KernelFault(KernelkitError):
+    """A kernel did something illegal at run time (checked mode, or a device fault)."""
+
+
+class LaunchError(KernelkitError):
+    """The backend failed to launch a kernel or reported an error from it."""
+
+
+class BackendError(KernelkitError):
+    """A backend is unknown, unavailable or failed; the message names it."""

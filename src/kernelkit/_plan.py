@@ -1,0 +1,422 @@
+"""The slow path, run once per specialization: bind the call, render, compile (cached), load,
+and build a ``LaunchPlan`` whose ``run`` is the hot path: pack pointers, launch."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import _config
+from ._arrays import Adapter, ArrayInfo, adapter_for
+from ._cache import compile_cached
+from ._codegen import make_source
+from ._dtypes import DType, normalize_dtype
+from ._pack import ArgPack, scalar_bits
+from ._records import MAX_NDIM, CompileRequest, KernelSpec, Param, Target
+from ._registry import backend_for_device_type, get_backend
+from .backend import Backend, Launcher
+
+_PY_SCALARS: dict[type, str] = {bool: "bool", int: "int32", float: "float32"}
+
+
+@dataclass
+class Bound:
+    """One call's arguments, understood: what each input is and where everything lives."""
+
+    inputs: list[tuple[str, Adapter | None, Any]]  # (kind, adapter, ArrayInfo | DType)
+    outputs: list[tuple[Adapter, DType, ArrayInfo | None]]
+    out_adapter: Adapter
+    backend: Backend
+    target: Target
+
+
+def _is_scalar(x: Any) -> bool:
+    if type(x) in _PY_SCALARS:
+        return True
+    import numpy as np
+
+    return isinstance(x, np.generic)
+
+
+def bind(spec: KernelSpec, inputs: Any, output_dtypes: Any, out: Any, backend_name: str | None) -> Bound:
+    """Validate the call's arrays and pick backend and target. Errors name the argument."""
+    name = spec.name
+    if not isinstance(inputs, list | tuple):
+        raise TypeError(f"[{name}] inputs must be a list, got {type(inputs).__name__}")
+    if len(inputs) != len(spec.input_names):
+        raise ValueError(f"[{name}] expected {len(spec.input_names)} inputs "
+                         f"{list(spec.input_names)}, got {len(inputs)}")
+    bound_in: list[tuple[str, Adapter | None, Any]] = []
+    arrays: list[tuple[str, ArrayInfo]] = []
+    first_adapter: Adapter | None = None
+    for iname, x in zip(spec.input_names, inputs):
+        what = f"input {iname!r}"
+        if _is_scalar(x):
+            dt = normalize_dtype(_PY_SCALARS.get(type(x)) or x.dtype, what)
+            if type(x) is int and not -(2**31) <= x < 2**31:
+                raise ValueError(f"[{name}] {what} = {x} does not fit in int32; "
+                                 "pass numpy.int64(...) for a 64-bit scalar")
+            bound_in.append(("scalar", None, dt))
+            continue
+        adapter = adapter_for(x, f"[{name}] {what}")
+        x = adapter.prepare(x)
+        info = adapter.info(x, f"[{name}] {what}")
+        kind = "scalar_array" if len(info.shape) == 0 else "array"
+        bound_in.append((kind, adapter, info))
+        arrays.append((what, info))
+        if first_adapter is None:
+            first_adapter = adapter_for(x, what)
+    bound_out = _bind_outputs(spec, output_dtypes, out, arrays)
+    if first_adapter is None:
+        if out is None:
+            raise ValueError(f"[{name}] at least one input or out= array must be an array, so "
+                             "kernelkit knows where to run and what to return")
+        first_adapter = bound_out[0][0]
+    first_what, first = arrays[0]
+    for what, info in arrays:
+        if (info.device_type, info.device_index) != (first.device_type, first.device_index):
+            raise ValueError(f"[{name}] arrays live on different devices: {first_what} on "
+                             f"{_where(first)}, {what} on {_where(info)}")
+    where = arrays[0][1]
+    backend = _pick_backend(spec, backend_name, where, arrays[0][0])
+    for what, info in arrays:
+        if info.device_type not in backend.dlpack_devices:
+            raise ValueError(f"[{name}] {what} lives in {_where(info)} memory, which backend "
+                             f"{backend.name!r} cannot use")
+    target = _target(backend, where.device_index, name)
+    return Bound(bound_in, bound_out, first_adapter, backend, target)
+
+
+def _where(info: ArrayInfo) -> str:
+    names = {1: "host", 2: "cuda", 3: "cuda-host", 13: "cuda-managed", 10: "rocm"}
+    kind = names.get(info.device_type, f"device type {info.device_type}")
+    return kind if info.device_type == 1 else f"{kind}:{info.device_index}"
+
+
+def _bind_outputs(spec: KernelSpec, output_dtypes: Any, out: Any,
+                  arrays: list[tuple[str, ArrayInfo]]) -> list[tuple[Adapter, DType, ArrayInfo | None]]:
+    name, n = spec.name, len(spec.output_names)
+    if out is not None:
+        if not isinstance(out, list | tuple) or len(out) != n:
+            raise ValueError(f"[{name}] out= must be a list of {n} arrays {list(spec.output_names)}")
+        bound = []
+        for i, (oname, o) in enumerate(zip(spec.output_names, out)):
+            what = f"out[{i}] ({oname!r})"
+            adapter = adapter_for(o, f"[{name}] {what}")
+            if adapter.synchronous:
+                raise TypeError(f"[{name}] {what} is immutable ({adapter.framework}); "
+                                "let kernelkit allocate outputs instead")
+            info = adapter.info(o, f"[{name}] {what}")
+            if output_dtypes is not None and len(output_dtypes) == n:
+                want = normalize_dtype(output_dtypes[i], f"output_dtypes[{i}]")
+                if want != info.dtype:
+                    raise ValueError(f"[{name}] {what} has dtype {info.dtype.name}, but "
+                                     f"output_dtypes[{i}] is {want.name}")
+            arrays.append((what, info))
+            bound.append((adapter, info.dtype, info))
+        return bound
+    if output_dtypes is None or not isinstance(output_dtypes, list | tuple):
+        raise ValueError(f"[{name}] output_dtypes must be a list of {n} dtypes (or pass out=)")
+    if len(output_dtypes) != n:
+        raise ValueError(f"[{name}] expected {n} output_dtypes for {list(spec.output_names)}, "
+                         f"got {len(output_dtypes)}")
+    return [(None, normalize_dtype(d, f"output_dtypes[{i}]"), None)  # type: ignore[misc]
+            for i, d in enumerate(output_dtypes)]
+
+
+def _pick_backend(spec: KernelSpec, backend_name: str | None, where: ArrayInfo, what: str) -> Backend:
+    chosen = backend_name or spec.backend
+    if chosen is not None:
+        return get_backend(chosen)
+    return backend_for_device_type(where.device_type, f"[{spec.name}] {what}")
+
+
+def _target(backend: Backend, device: int, name: str) -> Target:
+    for t in backend.targets():
+        if t.device == device:
+            return t
+    raise ValueError(f"[{name}] backend {backend.name!r} has no device {device} "
+                     f"(it sees {len(backend.targets())})")
+
+
+def make_params(spec: KernelSpec, bound: Bound, checked: bool) -> tuple[Param, ...]:
+    """Signature order: each input then its referenced shape/strides/ndim, then outputs."""
+    params: list[Param] = []
+    names = [(n, k, d) for n, (k, _, d) in zip(spec.input_names, bound.inputs)]
+    names += [(n, "array", dt) for n, (_, dt, _) in zip(spec.output_names, bound.outputs)]
+    n_in = len(spec.input_names)
+    for i, (pname, kind, d) in enumerate(names):
+        dtype = d if isinstance(d, DType) else d.dtype
+        params.append(Param(pname, kind, dtype.name, is_output=i >= n_in))
+        if kind == "array" and checked:
+            params.append(Param(f"kk_extent_{pname}", "extent"))
+        for suffix, pkind in (("shape", "dims"), ("strides", "dims"), ("ndim", "ndim")):
+            if f"{pname}_{suffix}" in spec.metadata_refs:
+                params.append(Param(f"{pname}_{suffix}", pkind))  # type: ignore[arg-type]
+    taken = {p.name for p in params}
+    if len(taken) != len(params):
+        seen: set[str] = set()
+        dup = next(p.name for p in params if p.name in seen or seen.add(p.name))  # type: ignore[func-returns-value]
+        raise ValueError(f"[{spec.name}] parameter name {dup!r} is used twice")
+    return tuple(params)
+
+
+def geometry(name: str, grid: Any, threadgroup: Any, target: Target,
+             kernel_limits: dict[str, int]) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
+    """(blocks, threads per block) from MLX's thread-count grid; checked against the limits."""
+    g, t = _dims3(name, "grid", grid), _dims3(name, "threadgroup", threadgroup)
+    block = tuple(min(a, b) for a, b in zip(t, g))
+    blocks = tuple(-(-a // b) for a, b in zip(g, block))
+    max_threads = min(target.max_threads_per_block,
+                      kernel_limits.get("max_threads_per_block", target.max_threads_per_block))
+    total = block[0] * block[1] * block[2]
+    if total > max_threads:
+        raise ValueError(f"[{name}] threadgroup {t} has {total} threads per block; this kernel "
+                         f"allows at most {max_threads} on {target.name}")
+    for axis, (b, lim) in enumerate(zip(block, target.max_block_dims)):
+        if b > lim:
+            raise ValueError(f"[{name}] threadgroup[{axis}] = {b} exceeds the device limit {lim}")
+    for axis, (b, lim) in enumerate(zip(blocks, target.max_grid_dims)):
+        if b > lim:
+            raise ValueError(f"[{name}] grid[{axis}] = {g[axis]} needs {b} blocks; "
+                             f"the device allows {lim}")
+    return blocks, block  # type: ignore[return-value]
+
+
+def _dims3(name: str, what: str, value: Any) -> tuple[int, int, int]:
+    if not isinstance(value, list | tuple) or not 1 <= len(value) <= 3:
+        raise ValueError(f"[{name}] {what} must be a tuple of 1 to 3 positive ints, got {value!r}")
+    out = []
+    for v in value:
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ValueError(f"[{name}] {what} must hold positive ints, got {value!r}")
+        out.append(v)
+    return tuple(out + [1] * (3 - len(out)))  # type: ignore[return-value]
+
+
+@dataclass
+class LaunchPlan:
+    """A compiled, loaded specialization and everything its calls need, prepared."""
+
+    kernel: str
+    request: CompileRequest
+    params: tuple[Param, ...]
+    launch: Launcher
+    blocks: tuple[int, int, int]
+    block: tuple[int, int, int]
+    shared_bytes: int
+    in_binders: list[Callable[[Any, list], Any]]
+    out_binders: list[Callable[[Any, list], Any]]
+    allocators: list[Callable[[Any], Any]]
+    out_adapter: Adapter
+    backend: Backend
+    device: int
+    output_names: tuple[str, ...]
+    _local: threading.local = field(default_factory=threading.local)
+
+    def run(self, inputs: Sequence[Any], output_shapes: Any, out: Any, init_value: Any,
+            stream: Any) -> list[Any]:
+        """The hot path: bind pointers into this thread's pack, allocate outputs, launch."""
+        try:
+            pack = self._local.pack
+        except AttributeError:
+            pack = self._local.pack = ArgPack(self.params)
+        slots = pack.slots
+        keep = [bind(x, slots) for bind, x in zip(self.in_binders, inputs)]
+        adapter = self.out_adapter
+        if out is None:
+            outs = self._allocate(output_shapes)
+            if init_value is not None:
+                for o in outs:
+                    adapter.fill(o, init_value)
+        else:
+            outs = out
+            if output_shapes is not None:
+                self._check_out_shapes(out, output_shapes)
+            if init_value is not None:
+                for o in outs:
+                    adapter_for(o, "out").fill(o, init_value)
+        for bind, o in zip(self.out_binders, outs):
+            bind(o, slots)
+        if stream is None:
+            stream = adapter.stream(self.device)
+        elif not isinstance(stream, int):
+            stream = _stream_handle(stream)
+        self.launch(pack.address, self.blocks, self.block, self.shared_bytes, stream)
+        del keep
+        if adapter.synchronous:
+            self.backend.synchronize(stream)
+            return [adapter.wrap(o) for o in outs]
+        return list(outs)
+
+    def _allocate(self, output_shapes: Any) -> list[Any]:
+        if output_shapes is None or len(output_shapes) != len(self.allocators):
+            raise ValueError(f"[{self.kernel}] output_shapes must be a list of "
+                             f"{len(self.allocators)} shapes for {list(self.output_names)}")
+        outs = []
+        for i, (alloc, shape) in enumerate(zip(self.allocators, output_shapes)):
+            try:
+                if any(int(s) < 0 for s in shape):
+                    raise ValueError("negative size")
+                outs.append(alloc(tuple(shape)))
+            except (TypeError, ValueError, RuntimeError) as e:
+                raise ValueError(f"[{self.kernel}] output_shapes[{i}] = {shape!r} is not a "
+                                 f"valid shape: {e}") from None
+        return outs
+
+    def _check_out_shapes(self, out: Any, output_shapes: Any) -> None:
+        for i, (o, shape) in enumerate(zip(out, output_shapes)):
+            if tuple(o.shape) != tuple(shape):
+                raise ValueError(f"[{self.kernel}] out[{i}] has shape {tuple(o.shape)}, but "
+                                 f"output_shapes[{i}] is {tuple(shape)}")
+
+
+def _lazy_allocator(adapter: Adapter, dtype: DType, info: ArrayInfo) -> Callable[[Any], Any]:
+    """Prepared on first use: a kernel always called with out= never needs an allocator."""
+    made: list[Callable[[Any], Any]] = []
+
+    def alloc(shape: Any) -> Any:
+        if not made:
+            made.append(adapter.allocator(dtype, info.device_type, info.device_index))
+        return made[0](shape)
+
+    return alloc
+
+
+def _stream_handle(stream: Any) -> int:
+    for attr in ("cuda_stream", "ptr", "handle"):
+        v = getattr(stream, attr, None)
+        if isinstance(v, int):
+            return v
+    if hasattr(stream, "__cuda_stream__"):
+        return int(stream.__cuda_stream__()[1])
+    raise TypeError(f"stream= must be an int handle or a torch/CuPy stream, got {type(stream).__name__}")
+
+
+def input_binder(kind: str, adapter: Adapter | None, dtype: DType, index: int,
+                 meta: dict[str, int], ensure_contiguous: bool, what: str) -> Callable[[Any, list], Any]:
+    """The per-call work for one input or output: write its pointer (and metadata) into slots."""
+    if kind == "scalar":
+        return _scalar_binder(index, dtype, what)
+    assert adapter is not None
+    pointer, is_contig, contig = adapter.pointer, adapter.is_contiguous, adapter.contiguous
+    prepare = adapter.prepare if adapter.synchronous else None
+    if not meta and ensure_contiguous:
+        def bind(x: Any, slots: list) -> Any:
+            if prepare is not None:
+                x = prepare(x)
+            if not is_contig(x):
+                x = contig(x)
+            slots[index].value = pointer(x)
+            return x
+        return bind
+
+    def bind_meta(x: Any, slots: list) -> Any:
+        if prepare is not None:
+            x = prepare(x)
+        if ensure_contiguous and not is_contig(x):
+            x = contig(x)
+        slots[index].value = pointer(x)
+        if meta:
+            info = adapter.info(x, what)
+            _write_meta(slots, meta, info, what)
+        return x
+
+    return bind_meta
+
+
+def output_binder(adapter: Adapter | None, index: int, meta: dict[str, int],
+                  what: str) -> Callable[[Any, list], Any]:
+    """Outputs must be row-contiguous unless the body reads their strides."""
+    strides_used = "strides" in meta
+
+    def bind(o: Any, slots: list) -> Any:
+        a = adapter or adapter_for(o, what)
+        if not strides_used and not a.is_contiguous(o):
+            raise ValueError(f"{what} must be row-contiguous (or read {what.split()[-1]}_strides "
+                             "in the body)")
+        slots[index].value = a.pointer(o)
+        if meta:
+            _write_meta(slots, meta, a.info(o, what), what)
+        return o
+
+    return bind
+
+
+def _write_meta(slots: list, meta: dict[str, int], info: ArrayInfo, what: str) -> None:
+    if "extent" in meta:
+        reach = 1 + sum((n - 1) * abs(s) for n, s in zip(info.shape, info.strides)) if all(
+            info.shape) else 0
+        slots[meta["extent"]].value = reach
+    if len(info.shape) > MAX_NDIM and ({"shape", "strides"} & meta.keys()):
+        raise ValueError(f"{what} has {len(info.shape)} dimensions; shape/strides support "
+                         f"at most {MAX_NDIM}")
+    if "shape" in meta:
+        slots[meta["shape"]][: len(info.shape)] = info.shape
+    if "strides" in meta:
+        slots[meta["strides"]][: len(info.strides)] = info.strides
+    if "ndim" in meta:
+        slots[meta["ndim"]].value = len(info.shape)
+
+
+def _scalar_binder(index: int, dtype: DType, what: str) -> Callable[[Any, list], Any]:
+    def bind(x: Any, slots: list) -> Any:
+        try:
+            slots[index].value = scalar_bits(x, dtype.name)
+        except (TypeError, ValueError, OverflowError) as e:
+            raise TypeError(f"{what} = {x!r} cannot be passed as {dtype.name}: {e}") from None
+        return x
+
+    return bind
+
+
+def build(spec: KernelSpec, bound: Bound, template: Any, grid: Any, threadgroup: Any,
+          check: bool | None, verbose: bool) -> LaunchPlan:
+    """Render, compile through the caches, load, and prepare the hot path for one specialization."""
+    backend, target = bound.backend, bound.target
+    checked = backend.resolve_check(check)
+    params = make_params(spec, bound, checked)
+    source = make_source(spec, params, template or ())
+    backend.check_params(params)
+    request = backend.render(source, target, checked)
+    if verbose or _config.config.verbose:
+        print(request.source)
+    artifact = compile_cached(backend, request)
+    program = backend.load(artifact, target)
+    limits = backend.kernel_limits(program)
+    blocks, block = geometry(spec.name, grid, threadgroup, target, limits)
+    shared = spec.shared_memory_bytes
+    static = limits.get("static_shared_bytes", 0)
+    if shared + static > target.max_shared_memory_optin_bytes:
+        raise ValueError(f"[{spec.name}] shared_memory = {shared} bytes (+{static} static) "
+                         f"exceeds the {target.max_shared_memory_optin_bytes} bytes "
+                         f"{target.name} allows per block")
+    launch = backend.launcher(program, target, shared)
+    index = {p.name: i for i, p in enumerate(params)}
+
+    def meta_of(pname: str) -> dict[str, int]:
+        m = {s: index[f"{pname}_{s}"] for s in ("shape", "strides", "ndim") if f"{pname}_{s}" in index}
+        if f"kk_extent_{pname}" in index:
+            m["extent"] = index[f"kk_extent_{pname}"]
+        return m
+
+    in_binders = []
+    for pname, (kind, adapter, d) in zip(spec.input_names, bound.inputs):
+        dtype = d if isinstance(d, DType) else d.dtype
+        in_binders.append(input_binder(kind, adapter, dtype, index[pname], meta_of(pname),
+                                       spec.ensure_row_contiguous, f"[{spec.name}] input {pname!r}"))
+    out_binders, allocators = [], []
+    dev = bound.inputs and next((d for k, _, d in bound.inputs if k != "scalar"), None)
+    info0 = dev if isinstance(dev, ArrayInfo) else next(i for _, _, i in bound.outputs if i)
+    for i, (oname, (adapter, dtype, _)) in enumerate(zip(spec.output_names, bound.outputs)):
+        out_binders.append(output_binder(adapter, index[oname], meta_of(oname),
+                                         f"[{spec.name}] output {oname!r}"))
+        allocators.append(_lazy_allocator(bound.out_adapter, dtype, info0))
+    return LaunchPlan(
+        kernel=spec.name, request=request, params=params, launch=launch, blocks=blocks,
+        block=block, shared_bytes=shared, in_binders=in_binders, out_binders=out_binders,
+        allocators=allocators, out_adapter=bound.out_adapter, backend=backend, device=target.device,
+        output_names=spec.output_names,
+    )

@@ -1,0 +1,123 @@
+"""The plain records that join kernelkit's stages. Frozen, validated at construction, no side effects."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+__all__ = [
+    "MAX_NDIM",
+    "Artifact",
+    "CompileRequest",
+    "KernelSource",
+    "KernelSpec",
+    "Param",
+    "Target",
+]
+
+MAX_NDIM = 8  # shape/strides travel by value as a fixed array of int64 (kk_dims)
+
+ParamKind = Literal["array", "scalar", "scalar_array", "dims", "ndim", "extent"]
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    """What ``kernelkit.kernel(...)`` was given, validated, plus what the body refers to."""
+
+    name: str
+    input_names: tuple[str, ...]
+    output_names: tuple[str, ...]
+    source: str
+    header: str = ""
+    ensure_row_contiguous: bool = True
+    shared_memory_bytes: int = 0
+    backend: str | None = None
+    arch_specific: bool = False
+    metadata_refs: frozenset[str] = frozenset()  # e.g. {"x_shape", "y_strides", "x_ndim"}
+    attribute_refs: frozenset[str] = frozenset()  # Metal thread attribute names used in the body
+
+
+@dataclass(frozen=True)
+class Param:
+    """One kernel parameter in signature order.
+
+    ``array``: pointer to elements (``const T*`` for inputs, ``T*`` for outputs);
+    ``scalar``: a Python scalar passed by value as ``kk_scalar<T>``;
+    ``scalar_array``: a 0-d array, passed as a pointer wrapped in ``kk_scalar_ref<T>``;
+    ``dims``: ``kk_dims`` (MAX_NDIM int64 by value) for ``x_shape``/``x_strides``;
+    ``ndim``: ``int`` for ``x_ndim``;
+    ``extent``: ``long long`` element count reachable through array ``dtype``-less param
+    ``kk_extent_<array>`` (only in checked mode, for backends that bounds-check).
+    """
+
+    name: str
+    kind: ParamKind
+    dtype: str | None = None
+    is_output: bool = False
+
+    def __post_init__(self) -> None:
+        if self.kind in ("array", "scalar", "scalar_array") and self.dtype is None:
+            raise ValueError(f"param {self.name!r} of kind {self.kind} needs a dtype")
+
+
+@dataclass(frozen=True)
+class KernelSource:
+    """Backend-neutral pieces of one specialization; a backend's ``render`` assembles them."""
+
+    kernel: str  # the user's kernel name (used in messages and #line file names)
+    entry: str  # the C symbol of the kernel function
+    params: tuple[Param, ...]
+    header: str
+    preamble: str  # template constants and attribute locals, placed before the body
+    body: str
+    needs: frozenset[str] = frozenset()  # prelude parts: "fp16", "bf16", "cg", "metal"
+    arch_specific: bool = False  # needs arch-specific instructions (sm_90a: wgmma, setmaxnreg)
+
+
+@dataclass(frozen=True)
+class Target:
+    """One device a backend can run on, and its limits. Built by a backend's probe."""
+
+    backend: str
+    device: int
+    arch: str  # what the compiler targets, e.g. "sm_90" or "x86_64"
+    name: str
+    max_threads_per_block: int
+    max_block_dims: tuple[int, int, int]
+    max_grid_dims: tuple[int, int, int]
+    max_shared_memory_bytes: int  # without opting in
+    max_shared_memory_optin_bytes: int  # the most a kernel may ask for after raising its limit
+    warp_size: int = 32
+    features: frozenset[str] = frozenset()
+
+    def to_json(self) -> str:
+        d = asdict(self)
+        d["features"] = sorted(self.features)
+        return json.dumps(d, sort_keys=True)
+
+
+@dataclass(frozen=True)
+class CompileRequest:
+    """Everything that decides a binary. Its fields (plus the compiler identity) form the cache key."""
+
+    backend: str
+    kernel: str
+    entry: str
+    arch: str
+    source: str
+    options: tuple[str, ...]
+    headers: tuple[tuple[str, str], ...] = ()  # (include name, sha256 of its bytes) it may include
+    param_kinds: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Artifact:
+    """A compiled kernel: the bytes the cache keeps, and the facts needed to load and launch it."""
+
+    kind: str  # "cubin", "ptx", "so", ...
+    binary: bytes = field(repr=False)
+    entry: str  # lowered (symbol) name to look up after loading
+    arch: str
+    metadata: dict[str, Any] = field(default_factory=dict, compare=False)
+    log: str = field(default="", compare=False)

@@ -1,0 +1,108 @@
+"""The backend plugin contract: what a device backend implements, and how kernelkit finds it.
+
+A backend is a class registered in the entry-point group ``kernelkit.backends``. kernelkit's core
+owns the API, validation, specialization keys, caches and selection; a backend only probes its
+devices, renders its prelude and signature, compiles, loads and launches. ``cuda`` and ``cpu`` are
+registered the same way as any third-party backend.
+
+Example (a third-party package's ``pyproject.toml``)::
+
+    [project.entry-points."kernelkit.backends"]
+    mydev = "mypkg.backend:MyBackend"
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+from ._records import Artifact, CompileRequest, KernelSource, Param, Target
+
+__all__ = [
+    "BACKEND_API_VERSION",
+    "Artifact",
+    "Backend",
+    "CompileRequest",
+    "KernelSource",
+    "Launcher",
+    "Param",
+    "Target",
+]
+
+BACKEND_API_VERSION = 1
+
+# launcher(params_address, grid_blocks, block_threads, shared_memory_bytes, stream) -> None
+# params_address: a void** to one pointer per parameter, each pointing at the value (CUDA's layout).
+Launcher = Callable[[int, tuple[int, int, int], tuple[int, int, int], int, int], None]
+
+
+class Backend(ABC):
+    """A device backend. Subclasses set the class attributes and implement the abstract methods.
+
+    ``dlpack_devices`` lists the DLPack device types (1 CPU, 2 CUDA, 3 CUDA host, 13 CUDA managed,
+    ...) whose arrays this backend runs on; kernelkit picks a backend for arrays from this.
+    """
+
+    name: ClassVar[str]
+    api_version: ClassVar[int] = BACKEND_API_VERSION
+    version: ClassVar[str] = "0"
+    dlpack_devices: ClassVar[frozenset[int]] = frozenset()
+
+    @abstractmethod
+    def targets(self) -> list[Target]:
+        """Probe the devices this backend can run on now (may be empty). Called once, lazily."""
+
+    @abstractmethod
+    def compiler_identity(self) -> str:
+        """Compiler name and version; part of every cache key (a new compiler never hits old binaries)."""
+
+    @abstractmethod
+    def render(self, source: KernelSource, target: Target, check: bool = False) -> CompileRequest:
+        """Assemble prelude, header, signature and body into a complete compile request."""
+
+    @abstractmethod
+    def compile(self, request: CompileRequest) -> Artifact:
+        """Compile a request; raise ``kernelkit.CompileError`` with the log on failure."""
+
+    @abstractmethod
+    def load(self, artifact: Artifact, target: Target) -> Any:
+        """Load an artifact on a target; returns an opaque program handle."""
+
+    @abstractmethod
+    def launcher(self, program: Any, target: Target, shared_memory_bytes: int) -> Launcher:
+        """A callable that launches ``program``; it is on the hot path, so it prepares what it can."""
+
+    def synchronize(self, stream: int) -> None:  # noqa: B027 - optional hook
+        """Wait for work on ``stream`` (for frameworks that cannot share a stream, e.g. JAX).
+        Backends whose launches are synchronous keep this no-op."""
+
+    def resolve_check(self, requested: bool | None) -> bool:
+        """Whether a launch runs in checked mode (bounds-checked arrays, ``kk_extent_*`` params).
+
+        ``requested`` is the call's ``check=`` (None when not given). Backends without a checked
+        mode keep this default, which refuses an explicit request.
+        """
+        if requested:
+            raise NotImplementedError(f"backend {self.name!r} has no checked mode")
+        return False
+
+    def compile_targets(self) -> list[str]:
+        """Arch names this backend can compile for without a device (for precompiling)."""
+        return []
+
+    def target_for_arch(self, arch: str) -> Target:
+        """A device-less target for compiling ahead of time for ``arch``."""
+        raise NotImplementedError(f"backend {self.name!r} cannot compile ahead of time")
+
+    def kernel_limits(self, program: Any) -> dict[str, int]:
+        """Per-kernel limits known after loading; ``max_threads_per_block`` and
+        ``static_shared_bytes`` are checked against each launch (default: none beyond the target)."""
+        return {}
+
+    def info(self) -> dict[str, Any]:
+        """Facts for ``kernelkit info`` (compiler, paths, ...)."""
+        return {}
+
+    def check_params(self, params: tuple[Param, ...]) -> None:  # noqa: B027 - optional hook
+        """Reject parameter kinds/dtypes this backend cannot pass (default: accept all)."""
