@@ -93,6 +93,22 @@ class Kernel:
                 print(plan.request.source)
         return plan.run(inputs, output_shapes, out, init_value, stream)
 
+    def precompile(self, inputs: Sequence[Any], output_dtypes: Sequence[Any],
+                   template: Sequence[tuple[str, Any]] | None = None) -> Any:
+        """Declare a specialization for ``kernelkit precompile`` (compiles nothing now).
+
+        ``inputs`` lists a dtype per array input, or ``float``/``int``/``bool`` for scalars.
+
+        Example::
+
+            >>> k = kernelkit.kernel("twice", ["x"], ["y"], "y[threadIdx.x] = 2 * x[threadIdx.x];")
+            >>> k.precompile(["float32"], ["float32"])  # doctest: +ELLIPSIS
+            Declaration(...)
+        """
+        from ._declare import declare
+
+        return declare(self, inputs, output_dtypes, template)
+
     def _specialize(self, inputs: Any, output_dtypes: Any, grid: Any, threadgroup: Any,
                     template: Any, out: Any, backend: Any, check: Any, verbose: bool) -> Any:
         """The slow path: validate everything, then build (or find) the plan for this call."""

@@ -141,26 +141,41 @@ def _target(backend: Backend, device: int, name: str) -> Target:
                      f"(it sees {len(backend.targets())})")
 
 
-def make_params(spec: KernelSpec, bound: Bound, checked: bool) -> tuple[Param, ...]:
-    """Signature order: each input then its referenced shape/strides/ndim, then outputs."""
+def make_params(spec: KernelSpec, inputs: Sequence[tuple[str, DType]],
+                outputs: Sequence[DType], checked: bool) -> tuple[Param, ...]:
+    """Signature order: each input then its referenced shape/strides/ndim, then outputs.
+    ``inputs`` holds (kind, dtype) per input: "array", "scalar" or "scalar_array"."""
     params: list[Param] = []
-    names = [(n, k, d) for n, (k, _, d) in zip(spec.input_names, bound.inputs)]
-    names += [(n, "array", dt) for n, (_, dt, _) in zip(spec.output_names, bound.outputs)]
+    rows = [(n, k, d) for n, (k, d) in zip(spec.input_names, inputs)]
+    rows += [(n, "array", d) for n, d in zip(spec.output_names, outputs)]
     n_in = len(spec.input_names)
-    for i, (pname, kind, d) in enumerate(names):
-        dtype = d if isinstance(d, DType) else d.dtype
-        params.append(Param(pname, kind, dtype.name, is_output=i >= n_in))
+    for i, (pname, kind, dtype) in enumerate(rows):
+        params.append(Param(pname, kind, dtype.name, is_output=i >= n_in))  # type: ignore[arg-type]
         if kind == "array" and checked:
             params.append(Param(f"kk_extent_{pname}", "extent"))
         for suffix, pkind in (("shape", "dims"), ("strides", "dims"), ("ndim", "ndim")):
             if f"{pname}_{suffix}" in spec.metadata_refs:
                 params.append(Param(f"{pname}_{suffix}", pkind))  # type: ignore[arg-type]
-    taken = {p.name for p in params}
-    if len(taken) != len(params):
-        seen: set[str] = set()
-        dup = next(p.name for p in params if p.name in seen or seen.add(p.name))  # type: ignore[func-returns-value]
-        raise ValueError(f"[{spec.name}] parameter name {dup!r} is used twice")
+    seen: set[str] = set()
+    for p in params:
+        if p.name in seen:
+            raise ValueError(f"[{spec.name}] parameter name {p.name!r} is used twice")
+        seen.add(p.name)
     return tuple(params)
+
+
+def render_request(spec: KernelSpec, backend: Backend, target: Target,
+                   inputs: Sequence[tuple[str, DType]], outputs: Sequence[DType], template: Any,
+                   checked: bool) -> tuple[tuple[Param, ...], CompileRequest]:
+    """Params and the compile request of one specialization (also used ahead of time)."""
+    params = make_params(spec, inputs, outputs, checked)
+    source = make_source(spec, params, template or ())
+    backend.check_params(params)
+    return params, backend.render(source, target, checked)
+
+
+def _kinds(bound: Bound) -> list[tuple[str, DType]]:
+    return [(k, d if isinstance(d, DType) else d.dtype) for k, _, d in bound.inputs]
 
 
 def geometry(name: str, grid: Any, threadgroup: Any, target: Target,
@@ -377,10 +392,8 @@ def build(spec: KernelSpec, bound: Bound, template: Any, grid: Any, threadgroup:
     """Render, compile through the caches, load, and prepare the hot path for one specialization."""
     backend, target = bound.backend, bound.target
     checked = backend.resolve_check(check)
-    params = make_params(spec, bound, checked)
-    source = make_source(spec, params, template or ())
-    backend.check_params(params)
-    request = backend.render(source, target, checked)
+    params, request = render_request(spec, backend, target, _kinds(bound),
+                                     [dt for _, dt, _ in bound.outputs], template, checked)
     if verbose or _config.config.verbose:
         print(request.source)
     artifact = compile_cached(backend, request)

@@ -17,7 +17,9 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import Any, ClassVar
 
-from ._records import Artifact, CompileRequest, KernelSource, Param, Target
+from ._codegen import signature as _signature
+from ._dtypes import DTYPES
+from ._records import MAX_NDIM, Artifact, CompileRequest, KernelSource, Param, Target
 
 __all__ = [
     "BACKEND_API_VERSION",
@@ -26,9 +28,23 @@ __all__ = [
     "CompileRequest",
     "KernelSource",
     "Launcher",
+    "MAX_NDIM",
     "Param",
     "Target",
+    "c_type",
+    "render_signature",
 ]
+
+
+def render_signature(params: tuple[Param, ...]) -> str:
+    """The standard C parameter list for ``params``, using the prelude types every backend
+    defines (``kk_scalar<T>``, ``kk_scalar_ref<T>``, ``kk_dims``, the C spellings of dtypes)."""
+    return _signature(params)
+
+
+def c_type(dtype: str) -> str:
+    """The C spelling of a kernelkit dtype name (``"bfloat16"`` -> ``"__nv_bfloat16"``)."""
+    return DTYPES[dtype].ctype
 
 BACKEND_API_VERSION = 1
 

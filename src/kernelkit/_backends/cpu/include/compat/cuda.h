@@ -1,0 +1,2 @@
+// kernelkit CPU: cuda.h is provided by the prelude (kk_cpu.h).
+#pragma once

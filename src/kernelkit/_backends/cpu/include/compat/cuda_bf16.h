@@ -1,0 +1,2 @@
+// kernelkit CPU: cuda_bf16.h is provided by the prelude (kk_cpu.h).
+#pragma once

@@ -1,0 +1,157 @@
+// __half and __nv_bfloat16 as 2-byte storage types; arithmetic goes through float (exact for one
+// +,-,*,/ since float has more than 2p+2 bits of half's and bfloat16's precision).
+#pragma once
+
+static inline unsigned kk_f32_bits(float f) { unsigned u; memcpy(&u, &f, 4); return u; }
+static inline float kk_bits_f32(unsigned u) { float f; memcpy(&f, &u, 4); return f; }
+
+static inline unsigned short kk_f32_to_f16(float f) {  // round to nearest even
+  unsigned u = kk_f32_bits(f), sign = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;
+  if (a >= 0x7f800000u) return (unsigned short)(sign | (a > 0x7f800000u ? 0x7e00u : 0x7c00u));
+  if (a >= 0x477ff000u) return (unsigned short)(sign | 0x7c00u);  // rounds to inf
+  if (a < 0x38800000u) {  // subnormal half (or zero): add 0.5 to shift mantissa bits into place
+    float r = kk_bits_f32(a) + 0.5f;
+    return (unsigned short)(sign | (kk_f32_bits(r) - 0x3f000000u));
+  }
+  unsigned odd = (a >> 13) & 1u;
+  a += 0xc8000fffu + odd;  // rebias exponent (-112 << 23) and round
+  return (unsigned short)(sign | (a >> 13));
+}
+
+static inline float kk_f16_to_f32(unsigned short h) {
+  unsigned sign = (unsigned)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+  if (e == 0x1f) return kk_bits_f32(sign | 0x7f800000u | (m << 13));
+  if (e == 0) return (sign ? -1.0f : 1.0f) * (float)m * 5.9604644775390625e-8f;  // m * 2^-24
+  return kk_bits_f32(sign | ((e + 112u) << 23) | (m << 13));
+}
+
+static inline unsigned short kk_f32_to_bf16(float f) {  // round to nearest even, NaN stays NaN
+  unsigned u = kk_f32_bits(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40u);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return (unsigned short)(u >> 16);
+}
+static inline float kk_bf16_to_f32(unsigned short b) { return kk_bits_f32((unsigned)b << 16); }
+
+#define KK_HALF_TYPE(H, TO, FROM)                                                             \
+  struct H {                                                                                  \
+    unsigned short __x;                                                                       \
+    H() = default;                                                                            \
+    H(float f) : __x(TO(f)) {}                                                                \
+    H(double f) : __x(TO((float)f)) {}                                                        \
+    H(int i) : __x(TO((float)i)) {}                                                           \
+    H(unsigned i) : __x(TO((float)i)) {}                                                      \
+    H(long long i) : __x(TO((float)i)) {}                                                     \
+    H(unsigned long long i) : __x(TO((float)i)) {}                                            \
+    operator float() const { return FROM(__x); }                                              \
+    H& operator+=(H o) { return *this = H(float(*this) + float(o)); }                         \
+    H& operator-=(H o) { return *this = H(float(*this) - float(o)); }                         \
+    H& operator*=(H o) { return *this = H(float(*this) * float(o)); }                         \
+    H& operator/=(H o) { return *this = H(float(*this) / float(o)); }                         \
+    H& operator++() { return *this += H(1.0f); }                                              \
+    H& operator--() { return *this -= H(1.0f); }                                              \
+    H operator-() const { H r; r.__x = (unsigned short)(__x ^ 0x8000u); return r; }           \
+    H operator+() const { return *this; }                                                     \
+  };                                                                                          \
+  static inline H operator+(H a, H b) { return H(float(a) + float(b)); }                      \
+  static inline H operator-(H a, H b) { return H(float(a) - float(b)); }                      \
+  static inline H operator*(H a, H b) { return H(float(a) * float(b)); }                      \
+  static inline H operator/(H a, H b) { return H(float(a) / float(b)); }                      \
+  static inline bool operator==(H a, H b) { return float(a) == float(b); }                    \
+  static inline bool operator!=(H a, H b) { return float(a) != float(b); }                    \
+  static inline bool operator<(H a, H b) { return float(a) < float(b); }                      \
+  static inline bool operator>(H a, H b) { return float(a) > float(b); }                      \
+  static inline bool operator<=(H a, H b) { return float(a) <= float(b); }                    \
+  static inline bool operator>=(H a, H b) { return float(a) >= float(b); }                    \
+  KK_HALF_MIXED(H, +) KK_HALF_MIXED(H, -) KK_HALF_MIXED(H, *) KK_HALF_MIXED(H, /)              \
+  KK_HALF_MIXED(H, ==) KK_HALF_MIXED(H, !=) KK_HALF_MIXED(H, <) KK_HALF_MIXED(H, >)            \
+  KK_HALF_MIXED(H, <=) KK_HALF_MIXED(H, >=)
+
+// half op number: computed in float (or double), like CUDA's implicit conversions.
+#define KK_HALF_MIXED(H, OP)                                                                  \
+  template <class U, class = std::enable_if_t<std::is_arithmetic<U>::value>>                  \
+  static inline auto operator OP(H a, U b) { return float(a) OP b; }                          \
+  template <class U, class = std::enable_if_t<std::is_arithmetic<U>::value>>                  \
+  static inline auto operator OP(U a, H b) { return a OP float(b); }
+
+KK_HALF_TYPE(__half, kk_f32_to_f16, kk_f16_to_f32)
+KK_HALF_TYPE(__nv_bfloat16, kk_f32_to_bf16, kk_bf16_to_f32)
+typedef __half half;
+typedef __nv_bfloat16 nv_bfloat16;
+typedef __nv_bfloat16 bfloat16_t;
+
+struct alignas(4) __half2 { __half x, y; };
+struct alignas(4) __nv_bfloat162 { __nv_bfloat16 x, y; };
+typedef __half2 half2;
+typedef __nv_bfloat162 nv_bfloat162;
+
+#define KK_HALF_FUNCS(H, P, S)                                                                \
+  static inline H __float2##S(float f) { return H(f); }                                       \
+  static inline H __float2##S##_rn(float f) { return H(f); }                                  \
+  static inline H __double2##S(double f) { return H(f); }                                     \
+  static inline H __int2##S##_rn(int i) { return H(i); }                                      \
+  static inline float __##S##2float(H h) { return float(h); }                                 \
+  static inline int __##S##2int_rn(H h) { return (int)nearbyintf(float(h)); }                 \
+  static inline int __##S##2int_rz(H h) { return (int)float(h); }                             \
+  static inline unsigned short __##S##_as_ushort(H h) { return h.__x; }                       \
+  static inline H __ushort_as_##S(unsigned short u) { H h; h.__x = u; return h; }             \
+  static inline H P##add(H a, H b) { return a + b; }                                          \
+  static inline H P##sub(H a, H b) { return a - b; }                                          \
+  static inline H P##mul(H a, H b) { return a * b; }                                          \
+  static inline H P##div(H a, H b) { return a / b; }                                          \
+  static inline H P##fma(H a, H b, H c) { return H(fmaf(float(a), float(b), float(c))); }     \
+  static inline H P##neg(H a) { return -a; }                                                  \
+  static inline H P##abs(H a) { H r; r.__x = (unsigned short)(a.__x & 0x7fffu); return r; }   \
+  static inline H P##max(H a, H b) { return float(a) >= float(b) ? a : b; }                   \
+  static inline H P##min(H a, H b) { return float(a) <= float(b) ? a : b; }                   \
+  static inline bool P##eq(H a, H b) { return a == b; }                                       \
+  static inline bool P##ne(H a, H b) { return a != b; }                                       \
+  static inline bool P##lt(H a, H b) { return a < b; }                                        \
+  static inline bool P##le(H a, H b) { return a <= b; }                                       \
+  static inline bool P##gt(H a, H b) { return a > b; }                                        \
+  static inline bool P##ge(H a, H b) { return a >= b; }                                       \
+  static inline bool P##isnan(H a) { return std::isnan(float(a)); }                          \
+  static inline bool P##isinf(H a) { return std::isinf(float(a)); }
+
+KK_HALF_FUNCS(__half, __h, half)
+KK_HALF_FUNCS(__nv_bfloat16, __h_bf16_, bfloat16)
+// CUDA spells the bf16 forms with the same names as half's (overloads): re-export them.
+#define KK_BF16_ALIAS(n) \
+  static inline auto __h##n(__nv_bfloat16 a, __nv_bfloat16 b) { return __h_bf16_##n(a, b); }
+KK_BF16_ALIAS(add) KK_BF16_ALIAS(sub) KK_BF16_ALIAS(mul) KK_BF16_ALIAS(div) KK_BF16_ALIAS(max)
+KK_BF16_ALIAS(min) KK_BF16_ALIAS(eq) KK_BF16_ALIAS(ne) KK_BF16_ALIAS(lt) KK_BF16_ALIAS(le)
+KK_BF16_ALIAS(gt) KK_BF16_ALIAS(ge)
+#undef KK_BF16_ALIAS
+static inline __nv_bfloat16 __hfma(__nv_bfloat16 a, __nv_bfloat16 b, __nv_bfloat16 c) {
+  return __h_bf16_fma(a, b, c);
+}
+static inline __nv_bfloat16 __hneg(__nv_bfloat16 a) { return -a; }
+static inline __nv_bfloat16 __habs(__nv_bfloat16 a) { return __h_bf16_abs(a); }
+static inline bool __hisnan(__nv_bfloat16 a) { return std::isnan(float(a)); }
+
+#define KK_HMATH(name, fn)                                                                    \
+  static inline __half name(__half a) { return __half(fn(float(a))); }                        \
+  static inline __nv_bfloat16 name(__nv_bfloat16 a) { return __nv_bfloat16(fn(float(a))); }
+KK_HMATH(hexp, expf) KK_HMATH(hlog, logf) KK_HMATH(hsqrt, sqrtf) KK_HMATH(hsin, sinf)
+KK_HMATH(hcos, cosf) KK_HMATH(hexp2, exp2f) KK_HMATH(hlog2, log2f) KK_HMATH(htrunc, truncf)
+KK_HMATH(hfloor, floorf) KK_HMATH(hceil, ceilf) KK_HMATH(hrint, rintf) KK_HMATH(hrcp, 1.0f /)
+static inline __half hrsqrt(__half a) { return __half(1.0f / sqrtf(float(a))); }
+static inline __nv_bfloat16 hrsqrt(__nv_bfloat16 a) { return __nv_bfloat16(1.0f / sqrtf(float(a))); }
+#undef KK_HMATH
+
+static inline __half2 __floats2half2_rn(float a, float b) { return __half2{__half(a), __half(b)}; }
+static inline __half2 __float2half2_rn(float a) { return __half2{__half(a), __half(a)}; }
+static inline __half2 __halves2half2(__half a, __half b) { return __half2{a, b}; }
+static inline float2 __half22float2(__half2 h) { return float2{float(h.x), float(h.y)}; }
+static inline float __low2float(__half2 h) { return float(h.x); }
+static inline float __high2float(__half2 h) { return float(h.y); }
+static inline __half2 __hadd2(__half2 a, __half2 b) { return __half2{a.x + b.x, a.y + b.y}; }
+static inline __half2 __hmul2(__half2 a, __half2 b) { return __half2{a.x * b.x, a.y * b.y}; }
+static inline __half2 __hsub2(__half2 a, __half2 b) { return __half2{a.x - b.x, a.y - b.y}; }
+static inline __half2 __hfma2(__half2 a, __half2 b, __half2 c) {
+  return __half2{__hfma(a.x, b.x, c.x), __hfma(a.y, b.y, c.y)};
+}
+static inline __nv_bfloat162 __floats2bfloat162_rn(float a, float b) {
+  return __nv_bfloat162{__nv_bfloat16(a), __nv_bfloat16(b)};
+}
+static inline float2 __bfloat1622float2(__nv_bfloat162 h) { return float2{float(h.x), float(h.y)}; }

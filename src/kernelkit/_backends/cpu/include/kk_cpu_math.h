@@ -1,0 +1,153 @@
+// CUDA math and integer intrinsics, min/max, and the metal:: spellings, on the host libm.
+#pragma once
+
+// min/max on any mix of arithmetic types (and kernelkit's scalar wrappers), as CUDA's overloads.
+#define KK_MINMAX(name, cmp)                                                                 \
+  template <class A, class B,                                                                 \
+            class = std::enable_if_t<std::is_arithmetic<kk_value_t<A>>::value &&              \
+                                     std::is_arithmetic<kk_value_t<B>>::value>>               \
+  static inline std::common_type_t<kk_value_t<A>, kk_value_t<B>> name(const A& a, const B& b) { \
+    using C = std::common_type_t<kk_value_t<A>, kk_value_t<B>>;                               \
+    C x = (C)(kk_value_t<A>)a, y = (C)(kk_value_t<B>)b;                                       \
+    return (y cmp x) ? y : x;                                                                 \
+  }
+KK_MINMAX(min, <)
+KK_MINMAX(max, >)
+#undef KK_MINMAX
+static inline __half min(__half a, __half b) { return __hmin(a, b); }
+static inline __half max(__half a, __half b) { return __hmax(a, b); }
+static inline __nv_bfloat16 min(__nv_bfloat16 a, __nv_bfloat16 b) { return __hmin(a, b); }
+static inline __nv_bfloat16 max(__nv_bfloat16 a, __nv_bfloat16 b) { return __hmax(a, b); }
+static inline unsigned umin(unsigned a, unsigned b) { return a < b ? a : b; }
+static inline unsigned umax(unsigned a, unsigned b) { return a > b ? a : b; }
+static inline long long llmin(long long a, long long b) { return a < b ? a : b; }
+static inline long long llmax(long long a, long long b) { return a > b ? a : b; }
+
+static inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
+static inline double rsqrt(double x) { return 1.0 / sqrt(x); }
+static inline float rcbrtf(float x) { return 1.0f / cbrtf(x); }
+static inline float __saturatef(float x) { return x > 0.0f ? (x < 1.0f ? x : 1.0f) : 0.0f; }
+static inline float __fdividef(float a, float b) { return a / b; }
+static inline float fdividef(float a, float b) { return a / b; }
+static inline float __expf(float x) { return expf(x); }
+static inline float __exp10f(float x) { return exp10f(x); }
+static inline float __logf(float x) { return logf(x); }
+static inline float __log2f(float x) { return log2f(x); }
+static inline float __log10f(float x) { return log10f(x); }
+static inline float __sinf(float x) { return sinf(x); }
+static inline float __cosf(float x) { return cosf(x); }
+static inline float __tanf(float x) { return tanf(x); }
+static inline void __sincosf(float x, float* s, float* c) { sincosf(x, s, c); }
+static inline float __powf(float a, float b) { return powf(a, b); }
+static inline float __frcp_rn(float x) { return 1.0f / x; }
+static inline float __fsqrt_rn(float x) { return sqrtf(x); }
+static inline float __frsqrt_rn(float x) { return 1.0f / sqrtf(x); }
+static inline float __fadd_rn(float a, float b) { return a + b; }
+static inline float __fsub_rn(float a, float b) { return a - b; }
+static inline float __fmul_rn(float a, float b) { return a * b; }
+static inline float __fdiv_rn(float a, float b) { return a / b; }
+static inline float __fmaf_rn(float a, float b, float c) { return fmaf(a, b, c); }
+static inline double __dadd_rn(double a, double b) { return a + b; }
+static inline double __dmul_rn(double a, double b) { return a * b; }
+static inline double __fma_rn(double a, double b, double c) { return fma(a, b, c); }
+static inline float normcdff(float x) { return 0.5f * erfcf(-x * 0.70710678118654752f); }
+static inline double normcdf(double x) { return 0.5 * erfc(-x * 0.70710678118654752); }
+
+static inline int __float2int_rn(float x) { return (int)nearbyintf(x); }
+static inline int __float2int_rz(float x) { return (int)x; }
+static inline int __float2int_rd(float x) { return (int)floorf(x); }
+static inline int __float2int_ru(float x) { return (int)ceilf(x); }
+static inline unsigned __float2uint_rn(float x) { return (unsigned)nearbyintf(x); }
+static inline unsigned __float2uint_rz(float x) { return (unsigned)x; }
+static inline long long __float2ll_rn(float x) { return (long long)nearbyintf(x); }
+static inline long long __float2ll_rz(float x) { return (long long)x; }
+static inline float __int2float_rn(int x) { return (float)x; }
+static inline float __uint2float_rn(unsigned x) { return (float)x; }
+static inline float __ll2float_rn(long long x) { return (float)x; }
+static inline float __double2float_rn(double x) { return (float)x; }
+static inline int __double2int_rn(double x) { return (int)nearbyint(x); }
+static inline int __double2int_rz(double x) { return (int)x; }
+
+template <class To, class From>
+static inline To kk_bitcast(From f) {
+  static_assert(sizeof(To) == sizeof(From), "bit cast needs equal sizes");
+  To t;
+  memcpy(&t, &f, sizeof(t));
+  return t;
+}
+static inline int __float_as_int(float x) { return kk_bitcast<int>(x); }
+static inline unsigned __float_as_uint(float x) { return kk_bitcast<unsigned>(x); }
+static inline float __int_as_float(int x) { return kk_bitcast<float>(x); }
+static inline float __uint_as_float(unsigned x) { return kk_bitcast<float>(x); }
+static inline long long __double_as_longlong(double x) { return kk_bitcast<long long>(x); }
+static inline double __longlong_as_double(long long x) { return kk_bitcast<double>(x); }
+
+static inline int __popc(unsigned x) { return __builtin_popcount(x); }
+static inline int __popcll(unsigned long long x) { return __builtin_popcountll(x); }
+static inline int __clz(int x) { return x ? __builtin_clz((unsigned)x) : 32; }
+static inline int __clzll(long long x) { return x ? __builtin_clzll((unsigned long long)x) : 64; }
+static inline int __ffs(int x) { return __builtin_ffs(x); }
+static inline int __ffsll(long long x) { return __builtin_ffsll(x); }
+static inline unsigned __brev(unsigned x) {
+  x = ((x >> 1) & 0x55555555u) | ((x & 0x55555555u) << 1);
+  x = ((x >> 2) & 0x33333333u) | ((x & 0x33333333u) << 2);
+  x = ((x >> 4) & 0x0f0f0f0fu) | ((x & 0x0f0f0f0fu) << 4);
+  return __builtin_bswap32(x);
+}
+static inline unsigned long long __brevll(unsigned long long x) {
+  return ((unsigned long long)__brev((unsigned)x) << 32) | __brev((unsigned)(x >> 32));
+}
+static inline unsigned __byte_perm(unsigned x, unsigned y, unsigned s) {
+  unsigned long long v = ((unsigned long long)y << 32) | x;
+  unsigned r = 0;
+  for (int i = 0; i < 4; ++i) r |= (unsigned)((v >> (8 * ((s >> (4 * i)) & 7))) & 0xffu) << (8 * i);
+  return r;
+}
+static inline int __mul24(int a, int b) { return (a << 8 >> 8) * (b << 8 >> 8); }
+static inline unsigned __umul24(unsigned a, unsigned b) { return (a & 0xffffffu) * (b & 0xffffffu); }
+static inline int __mulhi(int a, int b) { return (int)(((long long)a * b) >> 32); }
+static inline unsigned __umulhi(unsigned a, unsigned b) {
+  return (unsigned)(((unsigned long long)a * b) >> 32);
+}
+static inline long long __mul64hi(long long a, long long b) {
+  return (long long)(((__int128)a * b) >> 64);
+}
+static inline unsigned long long __umul64hi(unsigned long long a, unsigned long long b) {
+  return (unsigned long long)(((unsigned __int128)a * b) >> 64);
+}
+static inline unsigned __sad(int a, int b, unsigned c) { return c + (unsigned)(a > b ? a - b : b - a); }
+template <class T>
+static inline T __ldg(const T* p) { return *p; }
+static inline long long clock64() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+// metal:: spellings used by Metal-style bodies; fast:: and precise:: are the same functions here.
+namespace metal {
+#define KK_M1(name, fn) \
+  template <class T> static inline T name(T x) { return (T)fn((kk_value_t<T>)x); }
+KK_M1(exp, std::exp) KK_M1(exp2, std::exp2) KK_M1(log, std::log) KK_M1(log2, std::log2)
+KK_M1(log10, std::log10) KK_M1(sqrt, std::sqrt) KK_M1(abs, std::abs) KK_M1(fabs, std::fabs)
+KK_M1(sin, std::sin) KK_M1(cos, std::cos) KK_M1(tan, std::tan) KK_M1(tanh, std::tanh)
+KK_M1(sinh, std::sinh) KK_M1(cosh, std::cosh) KK_M1(asin, std::asin) KK_M1(acos, std::acos)
+KK_M1(atan, std::atan) KK_M1(floor, std::floor) KK_M1(ceil, std::ceil) KK_M1(round, std::round)
+KK_M1(trunc, std::trunc) KK_M1(rint, std::rint) KK_M1(erf, std::erf)
+#undef KK_M1
+template <class T> static inline T rsqrt(T x) { return (T)(1.0f / std::sqrt((float)x)); }
+template <class T> static inline T fma(T a, T b, T c) { return (T)std::fma((float)a, (float)b, (float)c); }
+template <class T> static inline T pow(T a, T b) { return (T)std::pow((float)a, (float)b); }
+template <class T> static inline T max(T a, T b) { return a > b ? a : b; }
+template <class T> static inline T min(T a, T b) { return a < b ? a : b; }
+template <class T> static inline T fmax(T a, T b) { return (T)std::fmax((float)a, (float)b); }
+template <class T> static inline T fmin(T a, T b) { return (T)std::fmin((float)a, (float)b); }
+template <class T> static inline T clamp(T x, T lo, T hi) { return x < lo ? lo : (x > hi ? hi : x); }
+template <class T> static inline T select(T a, T b, bool c) { return c ? b : a; }
+template <class T> static inline T precise_divide(T a, T b) { return a / b; }
+static inline double exp(double x) { return std::exp(x); }
+static inline double log(double x) { return std::log(x); }
+static inline double sqrt(double x) { return std::sqrt(x); }
+namespace fast { using namespace ::metal; }
+namespace precise { using namespace ::metal; }
+}  // namespace metal

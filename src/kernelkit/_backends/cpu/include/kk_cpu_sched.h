@@ -1,0 +1,466 @@
+// The CPU execution model (see DESIGN.md beside this file):
+//  * A launch splits the grid's blocks over worker OS threads: the calling thread plus helpers
+//    from a per-library pool (helpers exit after KK_CPU_IDLE_SECONDS idle).
+//  * A block runs on one worker from start to end. A kernel that uses no barrier or warp
+//    operation runs its threads as a plain loop ("loop mode"). Otherwise every CUDA thread is a
+//    fiber with its own stack ("fiber mode"), switched by a hand-written context switch that saves
+//    only callee-saved registers (no signal-mask syscall).
+//  * __syncthreads: an arriving fiber yields to the block's scheduler; the last to arrive releases
+//    the others. Cost: two context switches per thread per barrier (fiber -> scheduler -> next).
+//  * Warp operations: each lane deposits a value and a source lane; the last lane to arrive
+//    computes every lane's result, the others read theirs when resumed.
+#pragma once
+#include <stdarg.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
+#ifndef KK_CPU_FIBER_STACK_BYTES
+#define KK_CPU_FIBER_STACK_BYTES (128 * 1024)
+#endif
+#ifndef KK_CPU_IDLE_SECONDS
+#define KK_CPU_IDLE_SECONDS 2
+#endif
+
+struct kk_fault {};  // thrown once the fault message is recorded; unwinds to the block's worker
+
+struct kk_launch;
+typedef void (*kk_block_fn)(const kk_launch&, uint3 block);
+typedef void (*kk_thread_fn)(const void* args, uint3 tid);
+
+struct kk_launch {
+  const void* args;
+  kk_block_fn run_block;
+  kk_thread_fn run_thread;  // fiber mode: one CUDA thread
+  dim3 grid, block;
+  unsigned long long nblocks, chunk;
+  size_t shmem_bytes;
+  std::atomic<unsigned long long> next{0};
+  std::atomic<int> faulted{0};
+  char message[1024];
+};
+
+static thread_local kk_launch* kk_cur_launch;
+static thread_local unsigned char* kk_dsmem;
+static thread_local char kk_last_fault[1024];
+
+// Records the launch's first fault (later ones are dropped); the caller throws kk_fault.
+__attribute__((format(printf, 1, 2), cold)) static void kk_fault_record(const char* fmt, ...) {
+  kk_launch* L = kk_cur_launch;
+  int expected = 0;
+  if (!L || !L->faulted.compare_exchange_strong(expected, 1)) return;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(L->message, sizeof(L->message), fmt, ap);
+  va_end(ap);
+}
+
+static inline void* kk_dynamic_smem() { return kk_dsmem; }
+
+// --- fiber contexts ---------------------------------------------------------------------------
+#if defined(__x86_64__) && !defined(KK_CPU_UCONTEXT)
+asm(".text\n.p2align 4\n.globl kk_ctx_switch\n.hidden kk_ctx_switch\n"
+    ".type kk_ctx_switch,@function\nkk_ctx_switch:\n"
+    "pushq %rbp\npushq %rbx\npushq %r12\npushq %r13\npushq %r14\npushq %r15\n"
+    "movq %rsp, (%rdi)\nmovq %rsi, %rsp\n"
+    "popq %r15\npopq %r14\npopq %r13\npopq %r12\npopq %rbx\npopq %rbp\nret\n"
+    ".size kk_ctx_switch, .-kk_ctx_switch\n");
+#define KK_CTX_ASM 1
+#define KK_CTX_FRAME_WORDS 8  // 6 saved registers, the entry address, a fake return address
+#elif defined(__aarch64__) && !defined(KK_CPU_UCONTEXT)
+asm(".text\n.p2align 4\n.globl kk_ctx_switch\n.hidden kk_ctx_switch\n"
+    ".type kk_ctx_switch,%function\nkk_ctx_switch:\n"
+    "sub sp, sp, #160\n"
+    "stp x19, x20, [sp, #0]\nstp x21, x22, [sp, #16]\nstp x23, x24, [sp, #32]\n"
+    "stp x25, x26, [sp, #48]\nstp x27, x28, [sp, #64]\nstp x29, x30, [sp, #80]\n"
+    "stp d8, d9, [sp, #96]\nstp d10, d11, [sp, #112]\nstp d12, d13, [sp, #128]\n"
+    "stp d14, d15, [sp, #144]\n"
+    "mov x2, sp\nstr x2, [x0]\nmov sp, x1\n"
+    "ldp x19, x20, [sp, #0]\nldp x21, x22, [sp, #16]\nldp x23, x24, [sp, #32]\n"
+    "ldp x25, x26, [sp, #48]\nldp x27, x28, [sp, #64]\nldp x29, x30, [sp, #80]\n"
+    "ldp d8, d9, [sp, #96]\nldp d10, d11, [sp, #112]\nldp d12, d13, [sp, #128]\n"
+    "ldp d14, d15, [sp, #144]\n"
+    "add sp, sp, #160\nret\n"
+    ".size kk_ctx_switch, .-kk_ctx_switch\n");
+#define KK_CTX_ASM 1
+#define KK_CTX_FRAME_WORDS 20  // 160 bytes; x30 (the entry address) is word 11
+#endif
+
+#ifdef KK_CTX_ASM
+extern "C" void kk_ctx_switch(void** save_sp, void* load_sp);
+struct kk_ctx {
+  void* sp;
+};
+static inline void kk_ctx_swap(kk_ctx* from, kk_ctx* to) { kk_ctx_switch(&from->sp, to->sp); }
+static inline void kk_ctx_make(kk_ctx* c, char* stack, size_t size, void (*entry)()) {
+  void** top = (void**)(((uintptr_t)(stack + size)) & ~(uintptr_t)15);
+  void** sp = top - KK_CTX_FRAME_WORDS;
+  memset(sp, 0, KK_CTX_FRAME_WORDS * sizeof(void*));
+#if defined(__x86_64__)
+  sp[6] = (void*)entry;  // popped by `ret`; the entry then sees rsp = top - 8, as after a call
+#else
+  sp[11] = (void*)entry;  // x30
+#endif
+  c->sp = sp;
+}
+#else
+#include <ucontext.h>
+struct kk_ctx {
+  ucontext_t uc;
+};
+static inline void kk_ctx_swap(kk_ctx* from, kk_ctx* to) { swapcontext(&from->uc, &to->uc); }
+static inline void kk_ctx_make(kk_ctx* c, char* stack, size_t size, void (*entry)()) {
+  getcontext(&c->uc);
+  c->uc.uc_stack.ss_sp = stack;
+  c->uc.uc_stack.ss_size = size;
+  c->uc.uc_link = nullptr;
+  makecontext(&c->uc, entry, 0);
+}
+#endif
+
+// --- one block as fibers ----------------------------------------------------------------------
+enum : int { KK_RUN = 0, KK_BAR = 1, KK_WARP = 2, KK_DONE = 3 };
+
+struct kk_fiber {
+  kk_ctx ctx;
+  int state;
+};
+
+struct kk_warp_slot {  // one warp's rendezvous
+  unsigned arrived, expected, pred, exited, valid;
+  unsigned char src[32];
+  unsigned long long val[32], res[32];
+  unsigned res_ballot[32], res_group[32];
+};
+
+struct kk_block {
+  kk_fiber* fibers;
+  kk_warp_slot* warps;
+  int n, done, arrived, cur;
+  bool faulted;
+  const char* bar_file;
+  int bar_line;
+  const kk_launch* L;
+  kk_ctx sched;
+};
+
+static thread_local kk_block* kk_cur_block;  // non-null while a block runs as fibers
+
+struct kk_worker {  // per OS thread, reused across blocks and launches
+  char* stacks = nullptr;
+  size_t map_bytes = 0, stride = 0;
+  int cap = 0;
+  kk_fiber* fibers = nullptr;
+  kk_warp_slot* warps = nullptr;
+  unsigned char* dsmem = nullptr;
+  size_t dsmem_cap = 0;
+
+  ~kk_worker() {
+    if (stacks) munmap(stacks, map_bytes);
+    delete[] fibers;
+    delete[] warps;
+    free(dsmem);
+  }
+  void reserve_fibers(int n) {  // one mapping; a guard page below every stack
+    if (n <= cap) return;
+    if (stacks) munmap(stacks, map_bytes);
+    delete[] fibers;
+    delete[] warps;
+    const size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    stride = KK_CPU_FIBER_STACK_BYTES + page;
+    map_bytes = stride * (size_t)n;
+    void* m = mmap(nullptr, map_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                   -1, 0);
+    if (m == MAP_FAILED) throw std::bad_alloc();
+    stacks = (char*)m;
+    for (int i = 0; i < n; ++i) mprotect(stacks + stride * (size_t)i, page, PROT_NONE);
+    fibers = new kk_fiber[n];
+    warps = new kk_warp_slot[(n + 31) / 32];
+    cap = n;
+  }
+  char* stack(int i) const { return stacks + stride * (size_t)i + (stride - KK_CPU_FIBER_STACK_BYTES); }
+  void reserve_dsmem(size_t bytes) {
+    if (bytes <= dsmem_cap) return;
+    free(dsmem);
+    dsmem = (unsigned char*)aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+    if (!dsmem) throw std::bad_alloc();
+    dsmem_cap = bytes;
+  }
+};
+
+static kk_worker& kk_this_worker() {
+  static thread_local kk_worker w;
+  return w;
+}
+
+static inline uint3 kk_tid_of(dim3 b, int t) {
+  return uint3{(unsigned)t % b.x, ((unsigned)t / b.x) % b.y, (unsigned)t / (b.x * b.y)};
+}
+
+static void kk_warp_resolve(kk_block* b, kk_warp_slot& W, int base, int self) {
+  const unsigned got = W.arrived, ballot = W.pred & got;
+  for (unsigned m = got; m; m &= m - 1) {
+    const int l = __builtin_ctz(m), s = W.src[l];
+    W.res[l] = ((got >> s) & 1u) ? W.val[s] : W.val[l];
+    W.res_ballot[l] = ballot;
+    W.res_group[l] = got;
+    if (base + l != self) b->fibers[base + l].state = KK_RUN;
+  }
+  W.arrived = W.expected = W.pred = 0;
+}
+
+static inline bool kk_warp_ready(const kk_warp_slot& W) {
+  const unsigned need = W.expected & ~W.exited;
+  return W.arrived != 0 && (W.arrived & need) == need;
+}
+
+static void kk_fiber_main() {
+  kk_block* b = kk_cur_block;
+  const int me = b->cur;
+  try {
+    b->L->run_thread(b->L->args, kk_tid_of(b->L->block, me));
+  } catch (kk_fault&) {
+    b->faulted = true;
+  } catch (...) {
+    kk_fault_record("a C++ exception escaped the kernel in block (%u,%u,%u)", blockIdx.x,
+                    blockIdx.y, blockIdx.z);
+    b->faulted = true;
+  }
+  b->fibers[me].state = KK_DONE;
+  ++b->done;
+  kk_warp_slot& W = b->warps[me >> 5];
+  W.exited |= 1u << (me & 31);  // exited lanes no longer take part in warp operations
+  if (kk_warp_ready(W)) kk_warp_resolve(b, W, me & ~31, -1);
+  kk_ctx_swap(&b->fibers[me].ctx, &b->sched);
+  __builtin_unreachable();
+}
+
+[[noreturn]] __attribute__((cold)) static void kk_deadlock(const kk_block& b) {
+  int bar = 0, warp = 0;
+  for (int t = 0; t < b.n; ++t) {
+    bar += b.fibers[t].state == KK_BAR;
+    warp += b.fibers[t].state == KK_WARP;
+  }
+  if (bar)
+    kk_fault_record(
+        "divergent __syncthreads() at %s:%d in block (%u,%u,%u): %d of %d threads arrived, "
+        "%d returned without reaching it, %d wait at a warp operation",
+        b.bar_file, b.bar_line, blockIdx.x, blockIdx.y, blockIdx.z, bar, b.n, b.done, warp);
+  else
+    kk_fault_record(
+        "warp operation deadlock in block (%u,%u,%u): %d of %d threads wait at a warp operation "
+        "whose other lanes never arrive (%d returned)",
+        blockIdx.x, blockIdx.y, blockIdx.z, warp, b.n, b.done);
+  throw kk_fault{};
+}
+
+static void kk_run_fibers(const kk_launch& L) {
+  kk_worker& w = kk_this_worker();
+  const int n = (int)(L.block.x * L.block.y * L.block.z), nw = (n + 31) / 32;
+  w.reserve_fibers(n);
+  kk_block b;
+  b.fibers = w.fibers;
+  b.warps = w.warps;
+  b.n = n;
+  b.done = b.arrived = b.cur = 0;
+  b.faulted = false;
+  b.bar_file = "?";
+  b.bar_line = 0;
+  b.L = &L;
+  for (int i = 0; i < nw; ++i) {
+    memset(&w.warps[i], 0, offsetof(kk_warp_slot, src));
+    w.warps[i].valid = (i == nw - 1 && (n & 31)) ? (1u << (n & 31)) - 1u : ~0u;
+  }
+  for (int t = 0; t < n; ++t) {
+    kk_ctx_make(&b.fibers[t].ctx, w.stack(t), KK_CPU_FIBER_STACK_BYTES, kk_fiber_main);
+    b.fibers[t].state = KK_RUN;
+  }
+  kk_cur_block = &b;
+  for (;;) {
+    bool ran = false;
+    for (int t = 0; t < n; ++t) {
+      if (b.fibers[t].state != KK_RUN) continue;
+      ran = true;
+      b.cur = t;
+      threadIdx = kk_tid_of(L.block, t);
+      kk_ctx_swap(&b.sched, &b.fibers[t].ctx);
+      if (b.faulted) {
+        kk_cur_block = nullptr;
+        throw kk_fault{};
+      }
+    }
+    if (b.done == n) break;
+    if (!ran) {
+      kk_cur_block = nullptr;
+      kk_deadlock(b);
+    }
+  }
+  kk_cur_block = nullptr;
+}
+
+[[noreturn]] __attribute__((cold)) static void kk_no_fibers(const char* what) {
+  kk_fault_record("%s called in a kernel compiled without fibers (kernelkit did not see it in "
+                  "the source; call it directly from the body or header)", what);
+  throw kk_fault{};
+}
+
+static inline kk_block* kk_fiber_block(const char* what) {
+  kk_block* b = kk_cur_block;
+  if (__builtin_expect(!b, 0)) kk_no_fibers(what);
+  return b;
+}
+
+static inline void kk_syncthreads_at(const char* file, int line) {
+  kk_block* b = kk_fiber_block("__syncthreads");
+  if (++b->arrived == b->n) {  // last to arrive: release the others and keep running
+    b->arrived = 0;
+    for (int t = 0; t < b->n; ++t)
+      if (b->fibers[t].state == KK_BAR) b->fibers[t].state = KK_RUN;
+    return;
+  }
+  b->bar_file = file;
+  b->bar_line = line;
+  const int me = b->cur;
+  b->fibers[me].state = KK_BAR;
+  kk_ctx_swap(&b->fibers[me].ctx, &b->sched);
+}
+
+struct kk_xchg {
+  unsigned long long value;
+  unsigned ballot, group;
+};
+
+// Warp rendezvous: deposit (value, source lane, predicate); returns the source lane's value, the
+// ballot of predicates and the set of lanes that took part.
+static kk_xchg kk_warp_exchange(unsigned mask, unsigned long long v, int src, bool pred) {
+  kk_block* b = kk_fiber_block("a warp operation");
+  const int me = b->cur, lane = me & 31;
+  kk_warp_slot& W = b->warps[me >> 5];
+  const unsigned bit = 1u << lane;
+  W.val[lane] = v;
+  W.src[lane] = (unsigned char)(src & 31);
+  if (pred) W.pred |= bit;
+  W.arrived |= bit;
+  W.expected |= (mask | bit) & W.valid;
+  if (kk_warp_ready(W)) {
+    kk_warp_resolve(b, W, me & ~31, me);
+  } else {
+    b->fibers[me].state = KK_WARP;
+    kk_ctx_swap(&b->fibers[me].ctx, &b->sched);
+  }
+  return kk_xchg{W.res[lane], W.res_ballot[lane], W.res_group[lane]};
+}
+
+// --- the worker pool and the launch -----------------------------------------------------------
+struct kk_pool {
+  std::mutex mu, launch_mu;
+  std::condition_variable work_cv, idle_cv;
+  kk_launch* job = nullptr;
+  int want = 0, joined = 0, running = 0, live = 0;
+};
+
+static kk_pool& kk_the_pool() {
+  static kk_pool* p = new kk_pool();  // never destroyed: helpers may outlive static destructors
+  return *p;
+}
+
+static inline uint3 kk_block_of(const kk_launch& L, unsigned long long b) {
+  return uint3{(unsigned)(b % L.grid.x), (unsigned)((b / L.grid.x) % L.grid.y),
+               (unsigned)(b / ((unsigned long long)L.grid.x * L.grid.y))};
+}
+
+static void kk_work(kk_launch& L) {
+  kk_cur_launch = &L;
+  try {
+    kk_worker& w = kk_this_worker();
+    w.reserve_dsmem(L.shmem_bytes ? L.shmem_bytes : 1);
+    kk_dsmem = w.dsmem;
+    blockDim = L.block;
+    gridDim = L.grid;
+    while (!L.faulted.load(std::memory_order_relaxed)) {
+      const unsigned long long b0 = L.next.fetch_add(L.chunk, std::memory_order_relaxed);
+      if (b0 >= L.nblocks) break;
+      const unsigned long long b1 = b0 + L.chunk < L.nblocks ? b0 + L.chunk : L.nblocks;
+      for (unsigned long long b = b0; b < b1; ++b) {
+        blockIdx = kk_block_of(L, b);
+        L.run_block(L, blockIdx);
+      }
+    }
+  } catch (kk_fault&) {
+  } catch (std::exception& e) {
+    kk_fault_record("C++ exception in the CPU runtime: %s", e.what());
+  } catch (...) {
+    kk_fault_record("unknown C++ exception in the CPU runtime");
+  }
+  kk_cur_launch = nullptr;
+}
+
+static void kk_helper_main(kk_pool* p) {
+  std::unique_lock<std::mutex> lk(p->mu);
+  for (;;) {
+    if (p->job && p->joined < p->want) {
+      kk_launch* job = p->job;
+      ++p->joined;
+      ++p->running;
+      lk.unlock();
+      kk_work(*job);
+      lk.lock();
+      if (--p->running == 0) p->idle_cv.notify_all();
+      continue;
+    }
+    if (!p->work_cv.wait_for(lk, std::chrono::seconds(KK_CPU_IDLE_SECONDS),
+                             [p] { return p->job && p->joined < p->want; })) {
+      --p->live;
+      return;
+    }
+  }
+}
+
+// Runs a whole grid; returns 0, or 1 with the fault message in kk_last_fault (this thread's).
+static int kk_launch_grid(const void* args, kk_block_fn rb, kk_thread_fn rt, long long gx,
+                          long long gy, long long gz, long long bx, long long by, long long bz,
+                          long long shmem, int nthreads) {
+  kk_launch L;
+  L.args = args;
+  L.run_block = rb;
+  L.run_thread = rt;
+  L.grid = dim3((unsigned)gx, (unsigned)gy, (unsigned)gz);
+  L.block = dim3((unsigned)bx, (unsigned)by, (unsigned)bz);
+  L.nblocks = (unsigned long long)gx * gy * gz;
+  L.shmem_bytes = (size_t)shmem;
+  L.message[0] = 0;
+  if (nthreads < 1) nthreads = 1;
+  const unsigned long long per = L.nblocks / ((unsigned long long)nthreads * 16);
+  L.chunk = per ? per : 1;
+  kk_pool& p = kk_the_pool();
+  std::lock_guard<std::mutex> serial(p.launch_mu);
+  const int helpers = (int)(L.nblocks - 1 < (unsigned long long)(nthreads - 1) ? L.nblocks - 1
+                                                                               : nthreads - 1);
+  if (helpers > 0) {
+    std::lock_guard<std::mutex> lk(p.mu);
+    try {
+      while (p.live < helpers) {
+        std::thread(kk_helper_main, &p).detach();
+        ++p.live;
+      }
+    } catch (...) {  // could not start a thread: run with the helpers we have
+    }
+    p.job = &L;
+    p.joined = 0;
+    p.want = helpers;
+    p.work_cv.notify_all();
+  }
+  kk_work(L);
+  if (helpers > 0) {
+    std::unique_lock<std::mutex> lk(p.mu);
+    p.job = nullptr;
+    p.idle_cv.wait(lk, [&p] { return p.running == 0; });
+  }
+  fflush(stdout);
+  if (!L.faulted.load()) return 0;
+  memcpy(kk_last_fault, L.message, sizeof(kk_last_fault));
+  return 1;
+}
