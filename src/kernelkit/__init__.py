@@ -8,18 +8,27 @@ Nothing here touches a GPU or loads a compiler at import.
 """
 
 from ._api import Kernel, cuda_kernel, kernel
-from ._cache import cache_stats
-from ._errors import BackendError, CompileError, KernelFault, KernelkitError, LaunchError
+from ._cache import add_bundle, cache_stats
+from ._errors import (
+    BackendError,
+    BundleError,
+    CompileError,
+    KernelFault,
+    KernelkitError,
+    LaunchError,
+)
 from ._version import __version__
 
 __all__ = [
     "BackendError",
+    "BundleError",
     "CompileError",
     "Kernel",
     "KernelFault",
     "KernelkitError",
     "LaunchError",
     "__version__",
+    "add_bundle",
     "cache_stats",
     "cuda_kernel",
     "kernel",

@@ -12,25 +12,28 @@ from collections.abc import Sequence
 from typing import Any
 
 from . import _plan
-from ._arrays import _BY_TYPE, adapter_for
+from ._arrays import _KEY_FN, adapter_for
 from ._codegen import check_identifier, scan_body
 from ._records import KernelSpec
 
 __all__ = ["Kernel", "cuda_kernel", "kernel"]
 
-_SCALAR_TYPES = (bool, int, float)
-
-
-def _akey(x: Any) -> Any:
-    """A small hashable key for one argument: its type plus what decides the specialization."""
-    adapter = _BY_TYPE.get(type(x))
-    if adapter is not None:
-        return adapter.key(x)
-    if type(x) in _SCALAR_TYPES:
-        return type(x)
-    if hasattr(x, "dtype") and getattr(x, "shape", None) == ():  # numpy scalar
-        return (type(x), x.dtype)
-    return (type(x), adapter_for(x, "array").key(x))
+def _call_key(inputs: Any, out: Any, output_dtypes: Any, template: Any, grid: Any,
+              threadgroup: Any, backend: Any, check: Any) -> tuple:
+    """What decides the specialization: argument types and dtypes (never shapes or values).
+    ``Kernel.__call__`` builds the same tuple inline (it is the hot path)."""
+    key = _KEY_FN
+    return (
+        type(inputs),
+        tuple([key[type(x)](x) for x in inputs]),
+        None if out is None else tuple([key[type(o)](o) for o in out]),
+        None if output_dtypes is None else tuple(output_dtypes),
+        None if template is None else tuple(template),
+        tuple(grid),
+        tuple(threadgroup),
+        backend,
+        check,
+    )
 
 
 class Kernel:
@@ -71,23 +74,22 @@ class Kernel:
         overrides the framework's current stream; ``backend=`` forces a backend by name;
         ``check=True`` bounds-checks every access (backends with a checked mode, e.g. cpu).
         """
-        try:
-            if type(inputs) is not list and type(inputs) is not tuple:
-                raise TypeError
-            key = (
-                tuple([_akey(x) for x in inputs]),
-                tuple([_akey(o) for o in out]) if out is not None else None,
-                tuple(output_dtypes) if output_dtypes is not None else None,
-                tuple(template) if template else None,
-                tuple(grid),
-                tuple(threadgroup),
+        key = _KEY_FN
+        try:  # grid/threadgroup as given: tuples hash as themselves, lists go the slow way
+            plan = self._plans[(
+                type(inputs),
+                tuple([key[type(x)](x) for x in inputs]),
+                None if out is None else tuple([key[type(o)](o) for o in out]),
+                None if output_dtypes is None else tuple(output_dtypes),
+                None if template is None else tuple(template),
+                grid,
+                threadgroup,
                 backend,
                 check,
-            )
-            plan = self._plans[key]
-        except (KeyError, TypeError, AttributeError):
-            plan, key = self._specialize(inputs, output_dtypes, grid, threadgroup, template,
-                                         out, backend, check, verbose)
+            )]
+        except Exception:  # noqa: BLE001 - anything unusual takes the validating slow path
+            plan = self._specialize(inputs, output_dtypes, grid, threadgroup, template, out,
+                                    backend, check, verbose)
         else:
             if verbose:
                 print(plan.request.source)
@@ -112,19 +114,21 @@ class Kernel:
     def _specialize(self, inputs: Any, output_dtypes: Any, grid: Any, threadgroup: Any,
                     template: Any, out: Any, backend: Any, check: Any, verbose: bool) -> Any:
         """The slow path: validate everything, then build (or find) the plan for this call."""
+        try:  # a known specialization called with lists for grid/threadgroup
+            return self._plans[_call_key(inputs, out, output_dtypes, template, grid,
+                                         threadgroup, backend, check)]
+        except Exception:  # noqa: BLE001 - validate below
+            pass
         if template is not None and not isinstance(template, list | tuple):
             raise TypeError(f"[{self.name}] template must be a list of (name, value) pairs")
         if backend is not None and not isinstance(backend, str):
             raise TypeError(f"[{self.name}] backend must be a backend name (str)")
         bound = _plan.bind(self.spec, inputs, output_dtypes, out, backend)
+        for x in (*inputs, *(out or ())):  # bind registered every argument's adapter
+            adapter_for(x, "argument")
         try:
-            key: Any = (
-                tuple([_akey(x) for x in inputs]),
-                tuple([_akey(o) for o in out]) if out is not None else None,
-                tuple(output_dtypes) if output_dtypes is not None else None,
-                tuple(template) if template else None,
-                tuple(grid), tuple(threadgroup), backend, check,
-            )
+            key: Any = _call_key(inputs, out, output_dtypes, template, grid, threadgroup,
+                                 backend, check)
             hash(key)
         except TypeError:
             key = None  # unhashable arguments (e.g. a list template value): plan is not kept
@@ -134,7 +138,7 @@ class Kernel:
                 plan = _plan.build(self.spec, bound, template, grid, threadgroup, check, verbose)
                 if key is not None:
                     self._plans[key] = plan
-        return plan, key
+        return plan
 
 
 def kernel(

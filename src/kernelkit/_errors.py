@@ -4,6 +4,7 @@ from __future__ import annotations
 
 __all__ = [
     "BackendError",
+    "BundleError",
     "CompileError",
     "KernelFault",
     "KernelkitError",
@@ -44,3 +45,8 @@ class LaunchError(KernelkitError):
 
 class BackendError(KernelkitError):
     """A backend is unknown, unavailable or failed; the message names it."""
+
+
+class BundleError(KernelkitError):
+    """A precompiled bundle cannot be used as a whole (not a bundle, or built for another
+    kernelkit version or key schema); the message names the file and both versions."""

@@ -3,9 +3,8 @@ and build a ``LaunchPlan`` whose ``run`` is the hot path: pack pointers, launch.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from . import _config
@@ -13,10 +12,10 @@ from ._arrays import Adapter, ArrayInfo, adapter_for
 from ._cache import compile_cached
 from ._codegen import make_source
 from ._dtypes import DType, normalize_dtype
-from ._pack import ArgPack, scalar_bits
-from ._records import MAX_NDIM, CompileRequest, KernelSpec, Param, Target
+from ._hotpath import ArgRoute, generate_run
+from ._records import CompileRequest, KernelSpec, Param, Target
 from ._registry import backend_for_device_type, get_backend
-from .backend import Backend, Launcher
+from .backend import Backend
 
 _PY_SCALARS: dict[type, str] = {bool: "bool", int: "int32", float: "float32"}
 
@@ -213,79 +212,16 @@ def _dims3(name: str, what: str, value: Any) -> tuple[int, int, int]:
 
 @dataclass
 class LaunchPlan:
-    """A compiled, loaded specialization and everything its calls need, prepared."""
+    """A compiled, loaded specialization; ``run`` is its generated hot path."""
 
     kernel: str
     request: CompileRequest
     params: tuple[Param, ...]
-    launch: Launcher
     blocks: tuple[int, int, int]
     block: tuple[int, int, int]
     shared_bytes: int
-    in_binders: list[Callable[[Any, list], Any]]
-    out_binders: list[Callable[[Any, list], Any]]
-    allocators: list[Callable[[Any], Any]]
-    out_adapter: Adapter
-    backend: Backend
-    device: int
-    output_names: tuple[str, ...]
-    _local: threading.local = field(default_factory=threading.local)
-
-    def run(self, inputs: Sequence[Any], output_shapes: Any, out: Any, init_value: Any,
-            stream: Any) -> list[Any]:
-        """The hot path: bind pointers into this thread's pack, allocate outputs, launch."""
-        try:
-            pack = self._local.pack
-        except AttributeError:
-            pack = self._local.pack = ArgPack(self.params)
-        slots = pack.slots
-        keep = [bind(x, slots) for bind, x in zip(self.in_binders, inputs)]
-        adapter = self.out_adapter
-        if out is None:
-            outs = self._allocate(output_shapes)
-            if init_value is not None:
-                for o in outs:
-                    adapter.fill(o, init_value)
-        else:
-            outs = out
-            if output_shapes is not None:
-                self._check_out_shapes(out, output_shapes)
-            if init_value is not None:
-                for o in outs:
-                    adapter_for(o, "out").fill(o, init_value)
-        for bind, o in zip(self.out_binders, outs):
-            bind(o, slots)
-        if stream is None:
-            stream = adapter.stream(self.device)
-        elif not isinstance(stream, int):
-            stream = _stream_handle(stream)
-        self.launch(pack.address, self.blocks, self.block, self.shared_bytes, stream)
-        del keep
-        if adapter.synchronous:
-            self.backend.synchronize(stream)
-            return [adapter.wrap(o) for o in outs]
-        return list(outs)
-
-    def _allocate(self, output_shapes: Any) -> list[Any]:
-        if output_shapes is None or len(output_shapes) != len(self.allocators):
-            raise ValueError(f"[{self.kernel}] output_shapes must be a list of "
-                             f"{len(self.allocators)} shapes for {list(self.output_names)}")
-        outs = []
-        for i, (alloc, shape) in enumerate(zip(self.allocators, output_shapes)):
-            try:
-                if any(int(s) < 0 for s in shape):
-                    raise ValueError("negative size")
-                outs.append(alloc(tuple(shape)))
-            except (TypeError, ValueError, RuntimeError) as e:
-                raise ValueError(f"[{self.kernel}] output_shapes[{i}] = {shape!r} is not a "
-                                 f"valid shape: {e}") from None
-        return outs
-
-    def _check_out_shapes(self, out: Any, output_shapes: Any) -> None:
-        for i, (o, shape) in enumerate(zip(out, output_shapes)):
-            if tuple(o.shape) != tuple(shape):
-                raise ValueError(f"[{self.kernel}] out[{i}] has shape {tuple(o.shape)}, but "
-                                 f"output_shapes[{i}] is {tuple(shape)}")
+    run: Callable[[Sequence[Any], Any, Any, Any, Any], list[Any]]
+    run_source: str
 
 
 def _lazy_allocator(adapter: Adapter, dtype: DType, info: ArrayInfo) -> Callable[[Any], Any]:
@@ -298,93 +234,6 @@ def _lazy_allocator(adapter: Adapter, dtype: DType, info: ArrayInfo) -> Callable
         return made[0](shape)
 
     return alloc
-
-
-def _stream_handle(stream: Any) -> int:
-    for attr in ("cuda_stream", "ptr", "handle"):
-        v = getattr(stream, attr, None)
-        if isinstance(v, int):
-            return v
-    if hasattr(stream, "__cuda_stream__"):
-        return int(stream.__cuda_stream__()[1])
-    raise TypeError(f"stream= must be an int handle or a torch/CuPy stream, got {type(stream).__name__}")
-
-
-def input_binder(kind: str, adapter: Adapter | None, dtype: DType, index: int,
-                 meta: dict[str, int], ensure_contiguous: bool, what: str) -> Callable[[Any, list], Any]:
-    """The per-call work for one input or output: write its pointer (and metadata) into slots."""
-    if kind == "scalar":
-        return _scalar_binder(index, dtype, what)
-    assert adapter is not None
-    pointer, is_contig, contig = adapter.pointer, adapter.is_contiguous, adapter.contiguous
-    prepare = adapter.prepare if adapter.synchronous else None
-    if not meta and ensure_contiguous:
-        def bind(x: Any, slots: list) -> Any:
-            if prepare is not None:
-                x = prepare(x)
-            if not is_contig(x):
-                x = contig(x)
-            slots[index].value = pointer(x)
-            return x
-        return bind
-
-    def bind_meta(x: Any, slots: list) -> Any:
-        if prepare is not None:
-            x = prepare(x)
-        if ensure_contiguous and not is_contig(x):
-            x = contig(x)
-        slots[index].value = pointer(x)
-        if meta:
-            info = adapter.info(x, what)
-            _write_meta(slots, meta, info, what)
-        return x
-
-    return bind_meta
-
-
-def output_binder(adapter: Adapter | None, index: int, meta: dict[str, int],
-                  what: str) -> Callable[[Any, list], Any]:
-    """Outputs must be row-contiguous unless the body reads their strides."""
-    strides_used = "strides" in meta
-
-    def bind(o: Any, slots: list) -> Any:
-        a = adapter or adapter_for(o, what)
-        if not strides_used and not a.is_contiguous(o):
-            raise ValueError(f"{what} must be row-contiguous (or read {what.split()[-1]}_strides "
-                             "in the body)")
-        slots[index].value = a.pointer(o)
-        if meta:
-            _write_meta(slots, meta, a.info(o, what), what)
-        return o
-
-    return bind
-
-
-def _write_meta(slots: list, meta: dict[str, int], info: ArrayInfo, what: str) -> None:
-    if "extent" in meta:
-        reach = 1 + sum((n - 1) * abs(s) for n, s in zip(info.shape, info.strides)) if all(
-            info.shape) else 0
-        slots[meta["extent"]].value = reach
-    if len(info.shape) > MAX_NDIM and ({"shape", "strides"} & meta.keys()):
-        raise ValueError(f"{what} has {len(info.shape)} dimensions; shape/strides support "
-                         f"at most {MAX_NDIM}")
-    if "shape" in meta:
-        slots[meta["shape"]][: len(info.shape)] = info.shape
-    if "strides" in meta:
-        slots[meta["strides"]][: len(info.strides)] = info.strides
-    if "ndim" in meta:
-        slots[meta["ndim"]].value = len(info.shape)
-
-
-def _scalar_binder(index: int, dtype: DType, what: str) -> Callable[[Any, list], Any]:
-    def bind(x: Any, slots: list) -> Any:
-        try:
-            slots[index].value = scalar_bits(x, dtype.name)
-        except (TypeError, ValueError, OverflowError) as e:
-            raise TypeError(f"{what} = {x!r} cannot be passed as {dtype.name}: {e}") from None
-        return x
-
-    return bind
 
 
 def build(spec: KernelSpec, bound: Bound, template: Any, grid: Any, threadgroup: Any,
@@ -407,29 +256,40 @@ def build(spec: KernelSpec, bound: Bound, template: Any, grid: Any, threadgroup:
                          f"exceeds the {target.max_shared_memory_optin_bytes} bytes "
                          f"{target.name} allows per block")
     launch = backend.launcher(program, target, shared)
+    ins, outs = _routes(spec, bound, params)
+    info0 = next((d for k, _, d in bound.inputs if k != "scalar"), None) or next(
+        i for _, _, i in bound.outputs if i)
+    allocators = [_lazy_allocator(bound.out_adapter, dt, info0) for _, dt, _ in bound.outputs]
+    run, run_source = generate_run(
+        spec.name, params, ins, outs, bound.outputs[0][2] is not None, allocators,
+        bound.out_adapter, launch, (blocks, block, shared), target.device, backend.synchronize)
+    return LaunchPlan(kernel=spec.name, request=request, params=params, blocks=blocks,
+                      block=block, shared_bytes=shared, run=run, run_source=run_source)
+
+
+def _routes(spec: KernelSpec, bound: Bound, params: tuple[Param, ...]) -> tuple[list, list]:
+    """Where each input and output goes in the argument pack, and what it needs per call."""
     index = {p.name: i for i, p in enumerate(params)}
 
     def meta_of(pname: str) -> dict[str, int]:
-        m = {s: index[f"{pname}_{s}"] for s in ("shape", "strides", "ndim") if f"{pname}_{s}" in index}
+        m = {s: index[f"{pname}_{s}"] for s in ("shape", "strides", "ndim")
+             if f"{pname}_{s}" in index}
         if f"kk_extent_{pname}" in index:
             m["extent"] = index[f"kk_extent_{pname}"]
         return m
 
-    in_binders = []
+    ins = []
     for pname, (kind, adapter, d) in zip(spec.input_names, bound.inputs):
-        dtype = d if isinstance(d, DType) else d.dtype
-        in_binders.append(input_binder(kind, adapter, dtype, index[pname], meta_of(pname),
-                                       spec.ensure_row_contiguous, f"[{spec.name}] input {pname!r}"))
-    out_binders, allocators = [], []
-    dev = bound.inputs and next((d for k, _, d in bound.inputs if k != "scalar"), None)
-    info0 = dev if isinstance(dev, ArrayInfo) else next(i for _, _, i in bound.outputs if i)
-    for i, (oname, (adapter, dtype, _)) in enumerate(zip(spec.output_names, bound.outputs)):
-        out_binders.append(output_binder(adapter, index[oname], meta_of(oname),
-                                         f"[{spec.name}] output {oname!r}"))
-        allocators.append(_lazy_allocator(bound.out_adapter, dtype, info0))
-    return LaunchPlan(
-        kernel=spec.name, request=request, params=params, launch=launch, blocks=blocks,
-        block=block, shared_bytes=shared, in_binders=in_binders, out_binders=out_binders,
-        allocators=allocators, out_adapter=bound.out_adapter, backend=backend, device=target.device,
-        output_names=spec.output_names,
-    )
+        ins.append(ArgRoute(f"[{spec.name}] input {pname!r}", index[pname], kind, adapter,
+                            (d if isinstance(d, DType) else d.dtype).name,
+                            spec.ensure_row_contiguous, meta_of(pname)))
+    outs = []
+    for oname, (adapter, dtype, info) in zip(spec.output_names, bound.outputs):
+        if info is None:  # allocated by kernelkit: the first input's framework, contiguous
+            out_adapter = None if bound.out_adapter.synchronous else bound.out_adapter
+            adapter, contiguous = out_adapter, False
+        else:
+            contiguous = f"{oname}_strides" not in spec.metadata_refs
+        outs.append(ArgRoute(f"[{spec.name}] output {oname!r}", index[oname], "array", adapter,
+                             dtype.name, contiguous, meta_of(oname)))
+    return ins, outs

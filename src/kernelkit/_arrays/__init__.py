@@ -7,13 +7,13 @@ pointer on the hot path, allocation of outputs, and the framework's current stre
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from .._dtypes import DType
 
-__all__ = ["Adapter", "ArrayInfo", "adapter_for", "DLPACK_CPU", "DLPACK_CUDA"]
+__all__ = ["Adapter", "ArrayInfo", "DLPACK_CPU", "DLPACK_CUDA", "adapter_for"]
 
 DLPACK_CPU = 1
 DLPACK_CUDA = 2
@@ -36,6 +36,7 @@ class Adapter:
 
     framework: str = "?"
     synchronous: bool = False  # the framework cannot share a stream: sync after launch
+    shape_attribute: bool = True  # arrays have a ``.shape`` tuple (cheaper than ``layout``)
 
     def key(self, x: Any) -> Any:
         raise NotImplementedError
@@ -45,6 +46,11 @@ class Adapter:
 
     def pointer(self, x: Any) -> int:
         raise NotImplementedError
+
+    def layout(self, x: Any) -> tuple[Sequence[int], Sequence[int]]:
+        """(shape, strides in elements), cheaply: used per call when the body reads them."""
+        info = self.info(x, "array")
+        return info.shape, info.strides
 
     def is_contiguous(self, x: Any) -> bool:
         raise NotImplementedError
@@ -71,7 +77,20 @@ class Adapter:
         return x
 
 
-_BY_TYPE: dict[type, Adapter] = {}
+class ScalarAdapter(Adapter):
+    """Python and NumPy scalars: passed by value; only their type (or dtype) is in the key."""
+
+    framework = "scalar"
+
+    def key(self, x: Any) -> Any:
+        return getattr(x, "dtype", type(x))
+
+
+_BY_TYPE: dict[type, Adapter] = {bool: ScalarAdapter(), int: ScalarAdapter(), float: ScalarAdapter()}
+
+
+# type -> adapter.key, for the hot path's one-call-per-argument key (no bound-method creation)
+_KEY_FN: dict[type, Callable[[Any], Any]] = {t: a.key for t, a in _BY_TYPE.items()}
 
 
 def adapter_for(x: Any, what: str) -> Adapter:
@@ -80,11 +99,20 @@ def adapter_for(x: Any, what: str) -> Adapter:
     if adapter is None:
         adapter = _resolve(type(x), x, what)
         _BY_TYPE[type(x)] = adapter
+        _KEY_FN[type(x)] = adapter.key
     return adapter
+
+
+def _is_numpy_scalar(x: Any) -> bool:
+    import numpy as np
+
+    return isinstance(x, np.generic)
 
 
 def _resolve(tp: type, x: Any, what: str) -> Adapter:
     module = tp.__module__.split(".")[0]
+    if _is_numpy_scalar(x):
+        return ScalarAdapter()
     if module == "torch":
         from ._torch import TorchAdapter
 

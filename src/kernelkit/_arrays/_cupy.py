@@ -34,6 +34,9 @@ class CupyAdapter(Adapter):
     def pointer(self, x: cupy.ndarray) -> int:
         return x.data.ptr
 
+    def layout(self, x: Any) -> tuple[Any, Any]:
+        return x.shape, [s // x.itemsize for s in x.strides]
+
     def is_contiguous(self, x: cupy.ndarray) -> bool:
         return x.flags.c_contiguous
 

@@ -41,6 +41,11 @@ def view(x: Any) -> Any:
 
 class GenericAdapter(Adapter):
     framework = "generic"
+    shape_attribute = False
+
+    def layout(self, x: Any) -> Any:
+        a, v = self._inner(x)
+        return a.layout(v)
 
     def _inner(self, x: Any) -> tuple[Adapter, Any]:
         v = view(x)

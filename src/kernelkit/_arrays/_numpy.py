@@ -45,6 +45,9 @@ class NumpyAdapter(Adapter):
     def pointer(self, x: np.ndarray) -> int:
         return x.__array_interface__["data"][0]
 
+    def layout(self, x: Any) -> tuple[Any, Any]:
+        return x.shape, [s // x.itemsize for s in x.strides]
+
     def is_contiguous(self, x: np.ndarray) -> bool:
         return x.flags.c_contiguous
 

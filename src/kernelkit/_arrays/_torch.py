@@ -46,6 +46,9 @@ class TorchAdapter(Adapter):
             contiguous=x.is_contiguous(),
         )
 
+    def layout(self, x: torch.Tensor) -> tuple[Any, Any]:
+        return x.shape, x.stride()
+
     pointer = staticmethod(torch.Tensor.data_ptr)  # type: ignore[assignment]
     is_contiguous = staticmethod(torch.Tensor.is_contiguous)  # type: ignore[assignment]
     contiguous = staticmethod(torch.Tensor.contiguous)  # type: ignore[assignment]

@@ -1,7 +1,10 @@
-"""Compiled-kernel caches: memory, then disk, then read-only bundles, keyed by ``keys.cache_key``."""
+"""Compiled-kernel caches: memory, then disk, then read-only bundles (keys in ``keys.py``)."""
 
 from __future__ import annotations
 
-from .memory import cache_stats, clear_memory, compile_cached
+from .bundles import add_bundle
+from .lookup import compile_cached
+from .memory import clear_memory
+from .stats import cache_stats
 
-__all__ = ["cache_stats", "clear_memory", "compile_cached"]
+__all__ = ["add_bundle", "cache_stats", "clear_memory", "compile_cached"]

@@ -1,45 +1,40 @@
-"""In-process cache with single flight per key: concurrent askers of one kernel compile it once."""
+"""In-process layer with single flight per key: concurrent askers of one kernel compile it once."""
 
 from __future__ import annotations
 
 import threading
-from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 
-from .._records import Artifact, CompileRequest
-from ..backend import Backend
-from .keys import cache_key
+from .._records import Artifact
+
+__all__ = ["clear_memory", "flight", "get", "put"]
 
 _artifacts: dict[str, Artifact] = {}
 _inflight: dict[str, threading.Lock] = {}
 _lock = threading.Lock()
-_stats: Counter[str] = Counter()
 
 
-def compile_cached(backend: Backend, request: CompileRequest) -> Artifact:
-    """The artifact for ``request``: from memory, else compiled (once per key per process)."""
-    key = cache_key(request, backend.compiler_identity()).digest
-    found = _artifacts.get(key)
-    if found is not None:
-        _stats["memory_hits"] += 1
-        return found
+def get(digest: str) -> Artifact | None:
+    """The artifact held for ``digest`` (a plain dict lookup, safe without the lock)."""
+    return _artifacts.get(digest)
+
+
+def put(digest: str, artifact: Artifact) -> None:
+    """Keep an artifact for the rest of the process (or until ``clear_memory``)."""
+    _artifacts[digest] = artifact
+
+
+@contextmanager
+def flight(digest: str) -> Iterator[None]:
+    """Hold the per-key lock: the first thread in compiles, the others then find its result."""
     with _lock:
-        flight = _inflight.setdefault(key, threading.Lock())
-    with flight:
-        found = _artifacts.get(key)
-        if found is not None:
-            _stats["memory_hits"] += 1
-            return found
-        _stats["compiles"] += 1
-        artifact = backend.compile(request)
-        _artifacts[key] = artifact
+        held = _inflight.setdefault(digest, threading.Lock())
+    with held:
+        yield
     with _lock:
-        _inflight.pop(key, None)
-    return artifact
-
-
-def cache_stats() -> dict[str, int]:
-    """Counts of memory hits and compiles in this process."""
-    return {"memory_hits": _stats["memory_hits"], "compiles": _stats["compiles"]}
+        if _inflight.get(digest) is held:
+            del _inflight[digest]
 
 
 def clear_memory() -> None:

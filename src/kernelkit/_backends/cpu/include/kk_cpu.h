@@ -7,9 +7,21 @@
 #include <string.h>
 #include <time.h>
 
+#include <stdarg.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <unistd.h>
+#if !defined(__x86_64__) && !defined(__aarch64__) || defined(KK_CPU_UCONTEXT)
+#include <ucontext.h>
+#endif
+
 #include <atomic>
 #include <cmath>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
 #include <type_traits>
+// (every system header comes first: the CUDA keyword macros below would break them)
 
 #define KERNELKIT_CPU 1
 #define __device__

@@ -29,16 +29,26 @@ static inline float rcbrtf(float x) { return 1.0f / cbrtf(x); }
 static inline float __saturatef(float x) { return x > 0.0f ? (x < 1.0f ? x : 1.0f) : 0.0f; }
 static inline float __fdividef(float a, float b) { return a / b; }
 static inline float fdividef(float a, float b) { return a / b; }
-static inline float __expf(float x) { return expf(x); }
-static inline float __exp10f(float x) { return exp10f(x); }
-static inline float __logf(float x) { return logf(x); }
-static inline float __log2f(float x) { return log2f(x); }
-static inline float __log10f(float x) { return log10f(x); }
-static inline float __sinf(float x) { return sinf(x); }
-static inline float __cosf(float x) { return cosf(x); }
-static inline float __tanf(float x) { return tanf(x); }
-static inline void __sincosf(float x, float* s, float* c) { sincosf(x, s, c); }
-static inline float __powf(float a, float b) { return powf(a, b); }
+#define __expf kk_expf
+static inline float kk_expf(float x) { return expf(x); }
+#define __exp10f kk_exp10f
+static inline float kk_exp10f(float x) { return exp10f(x); }
+#define __logf kk_logf
+static inline float kk_logf(float x) { return logf(x); }
+#define __log2f kk_log2f
+static inline float kk_log2f(float x) { return log2f(x); }
+#define __log10f kk_log10f
+static inline float kk_log10f(float x) { return log10f(x); }
+#define __sinf kk_sinf
+static inline float kk_sinf(float x) { return sinf(x); }
+#define __cosf kk_cosf
+static inline float kk_cosf(float x) { return cosf(x); }
+#define __tanf kk_tanf
+static inline float kk_tanf(float x) { return tanf(x); }
+#define __sincosf kk_sincosf
+static inline void kk_sincosf(float x, float* s, float* c) { sincosf(x, s, c); }
+#define __powf kk_powf
+static inline float kk_powf(float a, float b) { return powf(a, b); }
 static inline float __frcp_rn(float x) { return 1.0f / x; }
 static inline float __fsqrt_rn(float x) { return sqrtf(x); }
 static inline float __frsqrt_rn(float x) { return 1.0f / sqrtf(x); }

@@ -1,22 +1,17 @@
-// The CPU execution model (see DESIGN.md beside this file):
+// The CPU execution model (see ../DESIGN.md):
 //  * A launch splits the grid's blocks over worker OS threads: the calling thread plus helpers
 //    from a per-library pool (helpers exit after KK_CPU_IDLE_SECONDS idle).
 //  * A block runs on one worker from start to end. A kernel that uses no barrier or warp
 //    operation runs its threads as a plain loop ("loop mode"). Otherwise every CUDA thread is a
 //    fiber with its own stack ("fiber mode"), switched by a hand-written context switch that saves
 //    only callee-saved registers (no signal-mask syscall).
-//  * __syncthreads: an arriving fiber yields to the block's scheduler; the last to arrive releases
-//    the others. Cost: two context switches per thread per barrier (fiber -> scheduler -> next).
+//  * __syncthreads: an arriving fiber switches straight to the next runnable fiber of the block;
+//    the last to arrive releases the others and carries on; the end of a pass returns to the
+//    block's scheduler, which starts the next one. Cost: about one context switch per thread per
+//    barrier (measured by benchmarks/cpu_backend.py).
 //  * Warp operations: each lane deposits a value and a source lane; the last lane to arrive
 //    computes every lane's result, the others read theirs when resumed.
 #pragma once
-#include <stdarg.h>
-#include <sys/mman.h>
-#include <unistd.h>
-
-#include <condition_variable>
-#include <mutex>
-#include <thread>
 
 #ifndef KK_CPU_FIBER_STACK_BYTES
 #define KK_CPU_FIBER_STACK_BYTES (128 * 1024)
@@ -107,7 +102,6 @@ static inline void kk_ctx_make(kk_ctx* c, char* stack, size_t size, void (*entry
   c->sp = sp;
 }
 #else
-#include <ucontext.h>
 struct kk_ctx {
   ucontext_t uc;
 };
@@ -127,6 +121,7 @@ enum : int { KK_RUN = 0, KK_BAR = 1, KK_WARP = 2, KK_DONE = 3 };
 struct kk_fiber {
   kk_ctx ctx;
   int state;
+  uint3 tid;
 };
 
 struct kk_warp_slot {  // one warp's rendezvous
@@ -144,6 +139,7 @@ struct kk_block {
   const char* bar_file;
   int bar_line;
   const kk_launch* L;
+  uint3* tid_slot;  // &threadIdx of this OS thread (saves a TLS lookup per switch)
   kk_ctx sched;
 };
 
@@ -170,7 +166,7 @@ struct kk_worker {  // per OS thread, reused across blocks and launches
     delete[] fibers;
     delete[] warps;
     const size_t page = (size_t)sysconf(_SC_PAGESIZE);
-    stride = KK_CPU_FIBER_STACK_BYTES + page;
+    stride = KK_CPU_FIBER_STACK_BYTES + 2 * page;
     map_bytes = stride * (size_t)n;
     void* m = mmap(nullptr, map_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
                    -1, 0);
@@ -181,7 +177,11 @@ struct kk_worker {  // per OS thread, reused across blocks and launches
     warps = new kk_warp_slot[(n + 31) / 32];
     cap = n;
   }
-  char* stack(int i) const { return stacks + stride * (size_t)i + (stride - KK_CPU_FIBER_STACK_BYTES); }
+  // Stack tops are staggered by 64 * (i % 61) bytes: equal strides would put every fiber's
+  // hot frames in the same cache sets.
+  char* stack(int i) const {
+    return stacks + stride * (size_t)i + (stride - KK_CPU_FIBER_STACK_BYTES) - 64 * (i % 61);
+  }
   void reserve_dsmem(size_t bytes) {
     if (bytes <= dsmem_cap) return;
     free(dsmem);
@@ -217,11 +217,25 @@ static inline bool kk_warp_ready(const kk_warp_slot& W) {
   return W.arrived != 0 && (W.arrived & need) == need;
 }
 
+// Leaves fiber `me` (already marked waiting or done): switches straight to the next runnable
+// fiber after it, or back to the scheduler at the end of a pass.
+static inline void kk_yield(kk_block* b, int me) {
+  int j = me + 1;
+  while (j < b->n && b->fibers[j].state != KK_RUN) ++j;
+  if (j < b->n && !b->faulted) {
+    b->cur = j;
+    *b->tid_slot = b->fibers[j].tid;
+    kk_ctx_swap(&b->fibers[me].ctx, &b->fibers[j].ctx);
+  } else {
+    kk_ctx_swap(&b->fibers[me].ctx, &b->sched);
+  }
+}
+
 static void kk_fiber_main() {
   kk_block* b = kk_cur_block;
   const int me = b->cur;
   try {
-    b->L->run_thread(b->L->args, kk_tid_of(b->L->block, me));
+    b->L->run_thread(b->L->args, b->fibers[me].tid);
   } catch (kk_fault&) {
     b->faulted = true;
   } catch (...) {
@@ -234,7 +248,7 @@ static void kk_fiber_main() {
   kk_warp_slot& W = b->warps[me >> 5];
   W.exited |= 1u << (me & 31);  // exited lanes no longer take part in warp operations
   if (kk_warp_ready(W)) kk_warp_resolve(b, W, me & ~31, -1);
-  kk_ctx_swap(&b->fibers[me].ctx, &b->sched);
+  kk_yield(b, me);
   __builtin_unreachable();
 }
 
@@ -270,6 +284,7 @@ static void kk_run_fibers(const kk_launch& L) {
   b.bar_file = "?";
   b.bar_line = 0;
   b.L = &L;
+  b.tid_slot = &threadIdx;
   for (int i = 0; i < nw; ++i) {
     memset(&w.warps[i], 0, offsetof(kk_warp_slot, src));
     w.warps[i].valid = (i == nw - 1 && (n & 31)) ? (1u << (n & 31)) - 1u : ~0u;
@@ -277,28 +292,25 @@ static void kk_run_fibers(const kk_launch& L) {
   for (int t = 0; t < n; ++t) {
     kk_ctx_make(&b.fibers[t].ctx, w.stack(t), KK_CPU_FIBER_STACK_BYTES, kk_fiber_main);
     b.fibers[t].state = KK_RUN;
+    b.fibers[t].tid = kk_tid_of(L.block, t);
   }
   kk_cur_block = &b;
-  for (;;) {
-    bool ran = false;
-    for (int t = 0; t < n; ++t) {
-      if (b.fibers[t].state != KK_RUN) continue;
-      ran = true;
-      b.cur = t;
-      threadIdx = kk_tid_of(L.block, t);
-      kk_ctx_swap(&b.sched, &b.fibers[t].ctx);
-      if (b.faulted) {
-        kk_cur_block = nullptr;
-        throw kk_fault{};
-      }
-    }
-    if (b.done == n) break;
-    if (!ran) {
+  for (;;) {  // one pass: fibers hand over to each other in order, the last one comes back here
+    int t = 0;
+    while (t < n && b.fibers[t].state != KK_RUN) ++t;
+    if (t == n) {
       kk_cur_block = nullptr;
+      if (b.done == n) return;
       kk_deadlock(b);
     }
+    b.cur = t;
+    threadIdx = b.fibers[t].tid;
+    kk_ctx_swap(&b.sched, &b.fibers[t].ctx);
+    if (b.faulted) {
+      kk_cur_block = nullptr;
+      throw kk_fault{};
+    }
   }
-  kk_cur_block = nullptr;
 }
 
 [[noreturn]] __attribute__((cold)) static void kk_no_fibers(const char* what) {
@@ -325,7 +337,7 @@ static inline void kk_syncthreads_at(const char* file, int line) {
   b->bar_line = line;
   const int me = b->cur;
   b->fibers[me].state = KK_BAR;
-  kk_ctx_swap(&b->fibers[me].ctx, &b->sched);
+  kk_yield(b, me);
 }
 
 struct kk_xchg {
@@ -349,7 +361,7 @@ static kk_xchg kk_warp_exchange(unsigned mask, unsigned long long v, int src, bo
     kk_warp_resolve(b, W, me & ~31, me);
   } else {
     b->fibers[me].state = KK_WARP;
-    kk_ctx_swap(&b->fibers[me].ctx, &b->sched);
+    kk_yield(b, me);
   }
   return kk_xchg{W.res[lane], W.res_ballot[lane], W.res_group[lane]};
 }
@@ -432,6 +444,13 @@ static int kk_launch_grid(const void* args, kk_block_fn rb, kk_thread_fn rt, lon
   L.nblocks = (unsigned long long)gx * gy * gz;
   L.shmem_bytes = (size_t)shmem;
   L.message[0] = 0;
+  const long long threads = bx * by * bz;
+  if (gx < 1 || gy < 1 || gz < 1 || threads < 1 || threads > 1024 || shmem < 0) {
+    snprintf(kk_last_fault, sizeof(kk_last_fault),
+             "cpu: invalid launch: grid (%lld,%lld,%lld), block (%lld,%lld,%lld) (at most 1024 "
+             "threads), %lld bytes of dynamic shared memory", gx, gy, gz, bx, by, bz, shmem);
+    return 2;
+  }
   if (nthreads < 1) nthreads = 1;
   const unsigned long long per = L.nblocks / ((unsigned long long)nthreads * 16);
   L.chunk = per ? per : 1;

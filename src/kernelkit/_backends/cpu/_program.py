@@ -1,0 +1,106 @@
+"""Load a compiled CPU kernel (a shared object) and launch it through ctypes."""
+
+from __future__ import annotations
+
+import atexit
+import ctypes
+import os
+import shutil
+import tempfile
+import threading
+import weakref
+from dataclasses import dataclass
+
+from ... import _config
+from ..._errors import KernelFault, LaunchError
+
+__all__ = ["CPUProgram", "load_program", "make_launcher", "worker_count"]
+
+_dir_lock = threading.Lock()
+_private_dir: str | None = None
+
+_LAUNCH_ARGTYPES = [ctypes.c_void_p] + [ctypes.c_longlong] * 7 + [ctypes.c_int]
+
+
+@dataclass(frozen=True)
+class CPUProgram:
+    """A loaded kernel library: its entry point and the name used in fault messages."""
+
+    kernel: str
+    path: str
+    library: ctypes.CDLL
+    entry: ctypes._CFuncPtr  # type: ignore[name-defined]
+    fault_text: ctypes._CFuncPtr  # type: ignore[name-defined]
+
+
+def _library_dir() -> str:
+    """A private (0700) directory for this process's loaded libraries, removed at exit."""
+    global _private_dir
+    with _dir_lock:
+        if _private_dir is None:
+            _private_dir = tempfile.mkdtemp(prefix="kernelkit-cpu-so-")
+            atexit.register(shutil.rmtree, _private_dir, True)
+        return _private_dir
+
+
+def load_program(binary: bytes, symbol: str) -> CPUProgram:
+    """Write the bytes to a private file and dlopen it (RTLD_LOCAL: kernels never share symbols)."""
+    fd, path = tempfile.mkstemp(suffix=".so", dir=_library_dir())
+    with os.fdopen(fd, "wb") as f:
+        f.write(binary)
+    try:
+        lib = ctypes.CDLL(path, mode=os.RTLD_NOW | os.RTLD_LOCAL)
+        entry = getattr(lib, symbol)
+        fault_text = lib.kk_fault_text
+        lib.kk_kernel_info.restype = ctypes.c_char_p
+        kernel = lib.kk_kernel_info().decode().split("\t")[0]
+    except (OSError, AttributeError) as e:
+        os.unlink(path)
+        raise LaunchError(f"[cpu] cannot load kernel library ({symbol}): {e}") from None
+    entry.argtypes = _LAUNCH_ARGTYPES
+    entry.restype = ctypes.c_int
+    fault_text.argtypes = []
+    fault_text.restype = ctypes.c_char_p
+    program = CPUProgram(kernel, path, lib, entry, fault_text)
+    weakref.finalize(program, _unlink, path)  # the mapping stays valid once the file is gone
+    return program
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def worker_count() -> int:
+    """KERNELKIT_CPU_THREADS, or the cores this process may run on."""
+    n = _config.config.cpu_threads
+    if n > 0:
+        return n
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def make_launcher(program: CPUProgram, nthreads: int):  # noqa: ANN201 - a Launcher
+    """The hot-path callable: one ctypes call (which releases the GIL) per launch."""
+    entry, fault_text, kernel = program.entry, program.fault_text, program.kernel
+
+    def launch(
+        params_address: int,
+        grid_blocks: tuple[int, int, int],
+        block_threads: tuple[int, int, int],
+        shared_memory_bytes: int,
+        stream: int,
+    ) -> None:
+        gx, gy, gz = grid_blocks
+        bx, by, bz = block_threads
+        status = entry(params_address, gx, gy, gz, bx, by, bz, shared_memory_bytes, nthreads)
+        if status:
+            text = fault_text().decode(errors="replace")
+            raise (KernelFault if status == 1 else LaunchError)(f"[{kernel}] {text}")
+
+    launch.program = program  # type: ignore[attr-defined]  # keeps the library alive
+    return launch

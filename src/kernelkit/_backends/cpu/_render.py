@@ -1,0 +1,217 @@
+"""Render: assemble the C++ translation unit of one CPU kernel.
+
+Layout: the prelude include (precompiled), the user header, the kernel as a per-thread function
+whose parameters ``threadIdx``/``blockIdx``/``blockDim``/``gridDim`` shadow the prelude's
+thread-locals, one block runner (a plain loop, or fibers when the code synchronizes), and an
+``extern "C"`` launch entry that unpacks CUDA's ``void*[]`` kernel parameters.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from ..._codegen import signature
+from ..._dtypes import DTYPES
+from ..._errors import BackendError
+from ..._records import KernelSource, Param
+
+__all__ = ["RenderedKernel", "launch_symbol", "needs_fibers", "render_source"]
+
+PRELUDE = "kk_cpu.h"
+
+# Anything that must rendezvous with other threads of the block makes the kernel run as fibers.
+_FIBER_RE = re.compile(
+    r"__sync|__shfl|__ballot|__any_sync|__all_sync|__activemask|__reduce_\w+_sync|"
+    r"\bsync\s*\(|\bshfl\w*\s*\(|\breduce\s*\(|_scan\s*\(|\bballot\s*\(|\bany\s*\(|\ball\s*\("
+)
+# Helpers that read the thread index through the prelude's thread-locals (not the kernel's
+# parameters), so the loop runner must keep them current.
+_TLS_RE = re.compile(r"\bthreadIdx\b|kk_linear_tid|\bcg\b|cooperative_groups|__activemask")
+_EXTERN_SHARED_RE = re.compile(
+    r"\bextern\s+__shared__\s+([^;\[\]{}()]*(?:\([^)]*\)[^;\[\]{}()]*)*?)\b([A-Za-z_]\w*)\s*\[\s*\]\s*;"
+)
+_ALIGN_RE = re.compile(r"(__align__|alignas)\s*\([^)]*\)")
+# Comments and literals (kept as they are), or an identifier.
+_TOKEN_RE = re.compile(
+    r"//[^\n]*|/\*.*?\*/|\"(?:\\.|[^\"\\\n])*\"|'(?:\\.|[^'\\\n])*'|(?<![\w.])(?<!->)(?<!::)([A-Za-z_]\w*)",
+    re.S,
+)
+
+
+@dataclass(frozen=True)
+class RenderedKernel:
+    """The generated translation unit and the facts the loader needs."""
+
+    text: str
+    symbol: str
+    fibers: bool
+
+
+def launch_symbol(source: KernelSource) -> str:
+    """The exported C symbol of a kernel's launch entry."""
+    return f"kk_launch_{source.entry}"
+
+
+def needs_fibers(source: KernelSource) -> bool:
+    """Whether the kernel's code may wait for other threads (barrier, warp operation)."""
+    return bool(_FIBER_RE.search("\n".join((source.header, source.preamble, source.body))))
+
+
+def render_source(source: KernelSource, check: bool) -> RenderedKernel:
+    """The complete C++ source of one kernel specialization."""
+    fibers = needs_fibers(source)
+    tls = check or fibers or bool(_TLS_RE.search(source.header)) or "cg" in source.needs
+    arrays = [p for p in source.params if p.kind == "array"]
+    extents = _extent_params(source, arrays) if check else {}
+    members = [
+        (p, _member_type(p, check)) for p in source.params if not (check and p.kind == "extent")
+    ]
+    header = _rewrite_extern_shared(source.header)
+    body = _rewrite_extern_shared(source.body)
+    if check:
+        body = _rewrite_array_uses(body, {p.name for p in arrays})
+    name = source.kernel
+    kernel_params = ", ".join(f"{t} {p.name}" for p, t in members)
+    call_args = ", ".join(f"a.{p.name}" for p, _ in members)
+    inline = "inline __attribute__((always_inline))" if not fibers else "__attribute__((noinline))"
+    head = [f'#include "{PRELUDE}"', f'#line 1 "{name}.header"', header]
+    lines = [
+        '#line {LINE} "{FILE}"',
+        "namespace {",
+        "struct kk_args {",
+        *(f"  {t} {p.name};" for p, t in members),
+        "};",
+        f"static {inline} void kk_thread(const uint3 threadIdx, const uint3 blockIdx,",
+        f"    const dim3 blockDim, const dim3 gridDim{_lead(kernel_params)}) {{",
+        source.preamble,
+        f'#line 1 "{name}"',
+        body,
+        "\n}",
+        '#line {LINE} "{FILE}"',
+        *(_fiber_runner(call_args) if fibers else _loop_runner(call_args, tls)),
+        "}  // namespace",
+        *_entry(source, members, extents, fibers),
+    ]
+    text = _number_lines("\n".join(head) + "\n" + "\n".join(lines) + "\n", f"{name}.kk.cpp")
+    return RenderedKernel(text=text, symbol=launch_symbol(source), fibers=fibers)
+
+
+def _member_type(p: Param, check: bool) -> str:
+    if p.kind == "array":
+        ctype = DTYPES[p.dtype].ctype  # type: ignore[index]
+        ctype = ctype if p.is_output else f"const {ctype}"
+        return f"kk_checked_ptr<{ctype}>" if check else f"{ctype}*"
+    if p.kind == "extent":
+        return "long long"
+    # the standard spelling, minus its leading "const " and the name
+    return signature((p,)).removeprefix("const ").rsplit(" ", 1)[0]
+
+
+def _extent_params(source: KernelSource, arrays: list[Param]) -> dict[str, int]:
+    index = {p.name: i for i, p in enumerate(source.params) if p.kind == "extent"}
+    found = {}
+    for p in arrays:
+        i = index.get(f"kk_extent_{p.name}")
+        if i is None:
+            raise BackendError(
+                f"[{source.kernel}] cpu: checked mode needs an extent param 'kk_extent_{p.name}' "
+                f"for array {p.name!r}; got params {[q.name for q in source.params]}"
+            )
+        found[p.name] = i
+    return found
+
+
+def _loop_runner(call_args: str, tls: bool) -> list[str]:
+    set_tls = "threadIdx = tid; " if tls else ""
+    return [
+        "void kk_run_block(const kk_launch& L, const uint3 bid) {",
+        "  const kk_args& a = *static_cast<const kk_args*>(L.args);",
+        "  const dim3 bd = L.block, gd = L.grid;",
+        "  for (unsigned z = 0; z < bd.z; ++z)",
+        "    for (unsigned y = 0; y < bd.y; ++y)",
+        "      for (unsigned x = 0; x < bd.x; ++x) {",
+        "        const uint3 tid = make_uint3(x, y, z);",
+        f"        {set_tls}kk_thread(tid, bid, bd, gd{_lead(call_args)});",
+        "      }",
+        "}",
+        "void kk_run_thread(const void*, uint3) {}",
+    ]
+
+
+def _fiber_runner(call_args: str) -> list[str]:
+    return [
+        "void kk_run_block(const kk_launch& L, const uint3) { kk_run_fibers(L); }",
+        "void kk_run_thread(const void* p, const uint3 tid) {",
+        "  const kk_args& a = *static_cast<const kk_args*>(p);",
+        f"  kk_thread(tid, blockIdx, blockDim, gridDim{_lead(call_args)});",
+        "}",
+    ]
+
+
+def _lead(args: str) -> str:
+    return f", {args}" if args else ""
+
+
+def _entry(
+    source: KernelSource, members: list[tuple[Param, str]], extents: dict[str, int], fibers: bool
+) -> list[str]:
+    index = {p.name: i for i, p in enumerate(source.params)}
+    unpack = []
+    for p, ctype in members:
+        i = index[p.name]
+        if ctype.startswith("kk_checked_ptr<"):
+            inner = ctype[len("kk_checked_ptr<") : -1]
+            unpack.append(
+                f"  {{ {inner}* raw; long long ext; memcpy(&raw, params[{i}], sizeof raw); "
+                f"memcpy(&ext, params[{extents[p.name]}], sizeof ext); "
+                f'a.{p.name} = {ctype}{{raw, 0, ext, "{p.name}", "?", 0}}; }}'
+            )
+        else:
+            unpack.append(f"  memcpy(&a.{p.name}, params[{i}], sizeof(a.{p.name}));")
+    mode = "fibers" if fibers else "loop"
+    export = 'extern "C" __attribute__((visibility("default")))'
+    return [
+        f"{export} int {launch_symbol(source)}(void** params, long long gx, long long gy,",
+        "    long long gz, long long bx, long long by, long long bz, long long shmem,",
+        "    int nthreads) {",
+        "  kk_args a;",
+        *unpack,
+        "  return kk_launch_grid(&a, kk_run_block, kk_run_thread, gx, gy, gz, bx, by, bz, shmem,",
+        "                        nthreads);",
+        "}",
+        f"{export} const char* kk_fault_text() {{ return kk_last_fault; }}",
+        f'{export} const char* kk_kernel_info() {{ return "{source.kernel}\\t{mode}"; }}',
+    ]
+
+
+def _number_lines(text: str, file: str) -> str:
+    """Fill each ``#line {LINE} "{FILE}"`` with its own position (after the user's text)."""
+    out = []
+    for n, line in enumerate(text.split("\n"), 1):
+        if line == '#line {LINE} "{FILE}"':
+            line = f'#line {n + 1} "{file}"'
+        out.append(line)
+    return "\n".join(out)
+
+
+def _rewrite_extern_shared(code: str) -> str:
+    """``extern __shared__ T name[];`` -> a pointer to this block's dynamic shared memory."""
+
+    def repl(m: re.Match[str]) -> str:
+        ctype = " ".join(_ALIGN_RE.sub(" ", m.group(1)).split())
+        newlines = "\n" * m.group(0).count("\n")  # keep the user's line numbers
+        return f"{ctype}* const {m.group(2)} = static_cast<{ctype}*>(kk_dynamic_smem());{newlines}"
+
+    return _EXTERN_SHARED_RE.sub(repl, code)
+
+
+def _rewrite_array_uses(body: str, names: set[str]) -> str:
+    """Tag every use of an array parameter with its source line (checked mode)."""
+
+    def repl(m: re.Match[str]) -> str:
+        if m.group(1) is None or m.group(1) not in names:
+            return m.group(0)
+        return f"kk_at({m.group(1)}, __FILE__, __LINE__)"
+
+    return _TOKEN_RE.sub(repl, body)

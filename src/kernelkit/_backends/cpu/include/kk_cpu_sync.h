@@ -1,0 +1,287 @@
+// Barriers, fences, atomics (real ones: blocks run concurrently), warp intrinsics, cooperative
+// groups.
+#pragma once
+
+static inline void __syncthreads(const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
+  kk_syncthreads_at(file, line);
+}
+static inline int __syncthreads_count(int pred, const char* file = __builtin_FILE(),
+                                      int line = __builtin_LINE());
+static inline void __threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+static inline void __threadfence_block() { __atomic_signal_fence(__ATOMIC_SEQ_CST); }
+static inline void __threadfence_system() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+
+// --- atomics ----------------------------------------------------------------------------------
+#define KK_RLX __ATOMIC_RELAXED
+template <class T, class F>
+static inline T kk_atomic_update(T* p, F f) {  // CAS loop: returns the old value
+  T old = __atomic_load_n(p, KK_RLX);
+  while (!__atomic_compare_exchange_n(p, &old, f(old), true, KK_RLX, KK_RLX)) {
+  }
+  return old;
+}
+template <class T, class F>
+static inline T kk_atomic_update_bits(T* p, F f) {  // the same through the integer bits
+  using U = std::conditional_t<sizeof(T) == 8, unsigned long long,
+                               std::conditional_t<sizeof(T) == 4, unsigned, unsigned short>>;
+  U* q = reinterpret_cast<U*>(p);
+  U old = __atomic_load_n(q, KK_RLX);
+  for (;;) {
+    const U nv = kk_bitcast<U>(f(kk_bitcast<T>(old)));
+    if (__atomic_compare_exchange_n(q, &old, nv, true, KK_RLX, KK_RLX)) return kk_bitcast<T>(old);
+  }
+}
+
+#define KK_ATOMIC_INT(T)                                                                        \
+  static inline T atomicAdd(T* p, T v) { return __atomic_fetch_add(p, v, KK_RLX); }           \
+  static inline T atomicSub(T* p, T v) { return __atomic_fetch_sub(p, v, KK_RLX); }           \
+  static inline T atomicAnd(T* p, T v) { return __atomic_fetch_and(p, v, KK_RLX); }           \
+  static inline T atomicOr(T* p, T v) { return __atomic_fetch_or(p, v, KK_RLX); }             \
+  static inline T atomicXor(T* p, T v) { return __atomic_fetch_xor(p, v, KK_RLX); }           \
+  static inline T atomicExch(T* p, T v) { return __atomic_exchange_n(p, v, KK_RLX); }         \
+  static inline T atomicMax(T* p, T v) {                                                      \
+    return kk_atomic_update(p, [v](T o) { return o > v ? o : v; });                           \
+  }                                                                                           \
+  static inline T atomicMin(T* p, T v) {                                                      \
+    return kk_atomic_update(p, [v](T o) { return o < v ? o : v; });                           \
+  }                                                                                           \
+  static inline T atomicCAS(T* p, T cmp, T v) {                                               \
+    __atomic_compare_exchange_n(p, &cmp, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);       \
+    return cmp;                                                                               \
+  }
+KK_ATOMIC_INT(int)
+KK_ATOMIC_INT(unsigned)
+KK_ATOMIC_INT(unsigned long long)
+KK_ATOMIC_INT(long long)
+KK_ATOMIC_INT(long)  // int64_t and uint64_t are long on LP64 hosts
+KK_ATOMIC_INT(unsigned long)
+#undef KK_ATOMIC_INT
+static inline unsigned atomicInc(unsigned* p, unsigned lim) {
+  return kk_atomic_update(p, [lim](unsigned o) { return o >= lim ? 0u : o + 1u; });
+}
+static inline unsigned atomicDec(unsigned* p, unsigned lim) {
+  return kk_atomic_update(p, [lim](unsigned o) { return (o == 0 || o > lim) ? lim : o - 1u; });
+}
+
+#define KK_ATOMIC_FLOAT(T)                                                                      \
+  static inline T atomicAdd(T* p, T v) {                                                      \
+    return kk_atomic_update_bits(p, [v](T o) { return T(o + v); });                           \
+  }                                                                                           \
+  static inline T atomicSub(T* p, T v) {                                                      \
+    return kk_atomic_update_bits(p, [v](T o) { return T(o - v); });                           \
+  }                                                                                           \
+  static inline T atomicMax(T* p, T v) {                                                      \
+    return kk_atomic_update_bits(p, [v](T o) { return o > v ? o : v; });                      \
+  }                                                                                           \
+  static inline T atomicMin(T* p, T v) {                                                      \
+    return kk_atomic_update_bits(p, [v](T o) { return o < v ? o : v; });                      \
+  }                                                                                           \
+  static inline T atomicExch(T* p, T v) {                                                     \
+    return kk_atomic_update_bits(p, [v](T) { return v; });                                    \
+  }
+KK_ATOMIC_FLOAT(float)
+KK_ATOMIC_FLOAT(double)
+KK_ATOMIC_FLOAT(__half)
+KK_ATOMIC_FLOAT(__nv_bfloat16)
+#undef KK_ATOMIC_FLOAT
+static inline unsigned short atomicCAS(unsigned short* p, unsigned short cmp, unsigned short v) {
+  __atomic_compare_exchange_n(p, &cmp, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+  return cmp;
+}
+// Scoped variants: every scope is the whole machine here.
+#define atomicAdd_block atomicAdd
+#define atomicAdd_system atomicAdd
+#define atomicMax_block atomicMax
+#define atomicMin_block atomicMin
+#define atomicExch_block atomicExch
+#define atomicCAS_block atomicCAS
+
+// --- warp intrinsics (fiber mode only; kernelkit compiles kernels that use them with fibers) ---
+#define KK_FULL_MASK 0xffffffffu
+static inline unsigned kk_lane() { return kk_linear_tid() & 31u; }
+
+template <class T>
+static inline T kk_shfl_from(unsigned mask, T v, int src) {
+  static_assert(sizeof(T) <= 8, "warp shuffles move values of at most 8 bytes");
+  unsigned long long bits = 0;
+  memcpy(&bits, &v, sizeof(T));
+  bits = kk_warp_exchange(mask, bits, src, false).value;
+  T r;
+  memcpy(&r, &bits, sizeof(T));
+  return r;
+}
+template <class T>
+static inline T __shfl_sync(unsigned mask, T v, int src, int width = 32) {
+  const int lane = (int)kk_lane(), seg = lane & ~(width - 1);
+  return kk_shfl_from(mask, v, seg + (src & (width - 1)));
+}
+template <class T>
+static inline T __shfl_up_sync(unsigned mask, T v, unsigned d, int width = 32) {
+  const int lane = (int)kk_lane(), seg = lane & ~(width - 1), s = lane - (int)d;
+  return kk_shfl_from(mask, v, s >= seg ? s : lane);
+}
+template <class T>
+static inline T __shfl_down_sync(unsigned mask, T v, unsigned d, int width = 32) {
+  const int lane = (int)kk_lane(), seg = lane & ~(width - 1), s = lane + (int)d;
+  return kk_shfl_from(mask, v, s < seg + width ? s : lane);
+}
+template <class T>
+static inline T __shfl_xor_sync(unsigned mask, T v, int lane_mask, int width = 32) {
+  const int lane = (int)kk_lane(), seg = lane & ~(width - 1), s = lane ^ lane_mask;
+  return kk_shfl_from(mask, v, s < seg + width ? s : lane);
+}
+static inline unsigned __ballot_sync(unsigned mask, int pred) {
+  return kk_warp_exchange(mask, 0, (int)kk_lane(), pred != 0).ballot;
+}
+static inline int __any_sync(unsigned mask, int pred) { return __ballot_sync(mask, pred) != 0; }
+static inline int __all_sync(unsigned mask, int pred) {
+  const kk_xchg x = kk_warp_exchange(mask, 0, (int)kk_lane(), pred != 0);
+  return x.ballot == x.group;
+}
+static inline void __syncwarp(unsigned mask = KK_FULL_MASK) {
+  kk_warp_exchange(mask, 0, (int)kk_lane(), false);
+}
+static inline unsigned __activemask() {
+  kk_block* b = kk_cur_block;
+  if (!b) return KK_FULL_MASK;
+  const kk_warp_slot& W = b->warps[b->cur >> 5];
+  return W.valid & ~W.exited;
+}
+template <class T, class F>
+static inline T kk_warp_reduce(unsigned mask, T v, F f) {
+  for (int o = 16; o > 0; o >>= 1) v = f(v, __shfl_xor_sync(mask, v, o));
+  return v;
+}
+static inline int __reduce_add_sync(unsigned m, int v) {
+  return kk_warp_reduce(m, v, [](int a, int b) { return a + b; });
+}
+static inline unsigned __reduce_add_sync(unsigned m, unsigned v) {
+  return kk_warp_reduce(m, v, [](unsigned a, unsigned b) { return a + b; });
+}
+static inline int __reduce_max_sync(unsigned m, int v) {
+  return kk_warp_reduce(m, v, [](int a, int b) { return a > b ? a : b; });
+}
+static inline int __reduce_min_sync(unsigned m, int v) {
+  return kk_warp_reduce(m, v, [](int a, int b) { return a < b ? a : b; });
+}
+static inline int __syncthreads_count(int pred, const char* file, int line) {
+  // one shared counter per block: count, barrier, read, barrier (so it can be reused)
+  static thread_local int count;
+  if (kk_linear_tid() == 0) count = 0;
+  kk_syncthreads_at(file, line);
+  if (pred) ++count;  // fibers of a block never run at the same time: no atomics needed
+  kk_syncthreads_at(file, line);
+  const int r = count;
+  kk_syncthreads_at(file, line);
+  return r;
+}
+static inline int __syncthreads_or(int pred) { return __syncthreads_count(pred) != 0; }
+static inline int __syncthreads_and(int pred) {
+  return __syncthreads_count(pred) == (int)(blockDim.x * blockDim.y * blockDim.z);
+}
+
+// --- cooperative groups -----------------------------------------------------------------------
+namespace cooperative_groups {
+struct thread_block {
+  void sync(const char* file = __builtin_FILE(), int line = __builtin_LINE()) const {
+    kk_syncthreads_at(file, line);
+  }
+  unsigned thread_rank() const { return kk_linear_tid(); }
+  unsigned size() const { return blockDim.x * blockDim.y * blockDim.z; }
+  unsigned num_threads() const { return size(); }
+  uint3 group_index() const { return blockIdx; }
+  uint3 thread_index() const { return threadIdx; }
+  dim3 group_dim() const { return blockDim; }
+  dim3 dim_threads() const { return blockDim; }
+};
+static inline thread_block this_thread_block() { return thread_block{}; }
+
+struct grid_group {
+  unsigned long long thread_rank() const {
+    const unsigned long long b =
+        blockIdx.x + (unsigned long long)gridDim.x * (blockIdx.y + (unsigned long long)gridDim.y * blockIdx.z);
+    return b * (blockDim.x * blockDim.y * blockDim.z) + kk_linear_tid();
+  }
+  unsigned long long size() const {
+    return (unsigned long long)gridDim.x * gridDim.y * gridDim.z * blockDim.x * blockDim.y *
+           blockDim.z;
+  }
+  unsigned long long num_threads() const { return size(); }
+  bool is_valid() const { return true; }
+  void sync() const {
+    kk_fault_record("cooperative_groups::grid_group::sync() is not supported by the CPU backend");
+    throw kk_fault{};
+  }
+};
+static inline grid_group this_grid() { return grid_group{}; }
+
+template <unsigned N>
+struct thread_block_tile {
+  static_assert(N >= 1 && N <= 32 && (N & (N - 1)) == 0, "tile size must be a power of 2 <= 32");
+  unsigned mask() const {
+    const unsigned base = kk_lane() & ~(N - 1);
+    return N == 32 ? KK_FULL_MASK : (((1u << N) - 1u) << base);
+  }
+  unsigned thread_rank() const { return kk_lane() & (N - 1); }
+  static constexpr unsigned size() { return N; }
+  static constexpr unsigned num_threads() { return N; }
+  unsigned meta_group_rank() const { return kk_linear_tid() / N; }
+  unsigned meta_group_size() const {
+    return (blockDim.x * blockDim.y * blockDim.z + N - 1) / N;
+  }
+  void sync() const { __syncwarp(mask()); }
+  template <class T>
+  T shfl(T v, int src) const { return __shfl_sync(mask(), v, src, N); }
+  template <class T>
+  T shfl_down(T v, unsigned d) const { return __shfl_down_sync(mask(), v, d, N); }
+  template <class T>
+  T shfl_up(T v, unsigned d) const { return __shfl_up_sync(mask(), v, d, N); }
+  template <class T>
+  T shfl_xor(T v, int m) const { return __shfl_xor_sync(mask(), v, m, N); }
+  unsigned ballot(int pred) const { return __ballot_sync(mask(), pred) >> (kk_lane() & ~(N - 1)); }
+  bool any(int pred) const { return __any_sync(mask(), pred); }
+  bool all(int pred) const { return __all_sync(mask(), pred); }
+};
+template <unsigned N, class Parent>
+static inline thread_block_tile<N> tiled_partition(const Parent&) { return {}; }
+template <unsigned N>
+using thread_block_tile_t = thread_block_tile<N>;
+
+template <class T> struct plus { T operator()(T a, T b) const { return a + b; } };
+template <class T> struct less { T operator()(T a, T b) const { return b < a ? b : a; } };
+template <class T> struct greater { T operator()(T a, T b) const { return a < b ? b : a; } };
+template <class T> struct bit_and { T operator()(T a, T b) const { return a & b; } };
+template <class T> struct bit_or { T operator()(T a, T b) const { return a | b; } };
+template <class T> struct bit_xor { T operator()(T a, T b) const { return a ^ b; } };
+
+template <unsigned N, class T, class Op>
+static inline T reduce(const thread_block_tile<N>& g, T v, Op op) {
+  for (unsigned o = N / 2; o > 0; o >>= 1) v = op(v, g.shfl_xor(v, (int)o));
+  return v;
+}
+template <unsigned N, class T, class Op>
+static inline T inclusive_scan(const thread_block_tile<N>& g, T v, Op op) {
+  for (unsigned o = 1; o < N; o <<= 1) {
+    const T u = g.shfl_up(v, o);
+    if (g.thread_rank() >= o) v = op(u, v);
+  }
+  return v;
+}
+template <unsigned N, class T>
+static inline T inclusive_scan(const thread_block_tile<N>& g, T v) {
+  return inclusive_scan(g, v, plus<T>());
+}
+template <unsigned N, class T, class Op>
+static inline T exclusive_scan(const thread_block_tile<N>& g, T v, Op op) {
+  const T inc = inclusive_scan(g, v, op), prev = g.shfl_up(inc, 1);
+  return g.thread_rank() == 0 ? T() : prev;
+}
+template <unsigned N, class T>
+static inline T exclusive_scan(const thread_block_tile<N>& g, T v) {
+  return exclusive_scan(g, v, plus<T>());
+}
+static inline void sync(const thread_block& b) { b.sync(); }
+template <unsigned N>
+static inline void sync(const thread_block_tile<N>& t) { t.sync(); }
+}  // namespace cooperative_groups
+namespace cg = cooperative_groups;

@@ -1,0 +1,318 @@
+"""The disk cache: one checksummed file per key, published by an atomic rename.
+
+Layout under the cache directory: ``entries/<digest>.kke`` (format in ``entry.py``),
+``entries/.<digest>.<pid>.<token>.tmp`` while a writer works, ``locks/<digest>.lock`` (one
+``filelock`` per key so processes compile a kernel once) and ``stats.json`` (lifetime counts).
+A failed write (read-only directory, full disk) turns writes off for this process with one warning;
+reads go on, and kernels are kept in memory.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import secrets
+import threading
+import time
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from .. import _config
+from .._records import Artifact
+from . import stats
+from .entry import FIXED_BYTES, BadEntry, EntryHeader, decode, encode, header_bytes, read_header
+from .keys import CacheKey
+
+__all__ = ["SUFFIX", "DiskCache", "EntryFile", "cache_dir", "current"]
+
+SUFFIX = ".kke"
+LOCK_TIMEOUT_S = 120.0  # after this, a waiter compiles anyway (a hung holder must not hang it)
+STALE_TMP_S = 3600.0  # a temp file this old is a dead writer's, even if its pid looks alive
+_LOW_WATER = 0.9  # eviction frees down to this fraction of the cap, so it does not run every write
+
+
+@dataclass(frozen=True)
+class EntryFile:
+    """One published entry on disk."""
+
+    path: Path
+    digest: str
+    size_bytes: int
+    mtime: float
+
+
+def cache_dir() -> Path:
+    """``KERNELKIT_CACHE_DIR``, else the user cache directory (platformdirs)."""
+    configured = _config.config.cache_dir
+    if configured:
+        return Path(configured).expanduser()
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir("kernelkit"))
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    """Write every byte (a separate function so tests can slow it down and kill the writer)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _unlink(path: Path) -> bool:
+    try:
+        path.unlink()
+        return True
+    except OSError:
+        return False
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):
+        return True
+    return True
+
+
+class DiskCache:
+    """The entries under one directory, with a size cap (least recently used go first)."""
+
+    def __init__(self, root: Path, max_bytes: int) -> None:
+        self.root = Path(root)
+        self.entries = self.root / "entries"
+        self.locks = self.root / "locks"
+        self.max_bytes = max_bytes
+        self.write_error: str | None = None  # set once a write failed: writes are off
+        self._label = str(self.root)
+        self._warn_lock = threading.Lock()
+
+    def path(self, digest: str) -> Path:
+        """Where the entry of ``digest`` lives."""
+        return self.entries / f"{digest}{SUFFIX}"
+
+    # read ---------------------------------------------------------------------------------
+    def read(self, digest: str, report: bool = True) -> Artifact | None:
+        """The stored artifact, or None (missing, or unusable: one warning, counted as corrupt)."""
+        path = self.path(digest)
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+        except OSError:
+            return None
+        try:
+            artifact, _ = decode(data, digest)
+        except BadEntry as e:
+            if report:
+                stats.record("corrupt", self._label)
+                warnings.warn(f"kernelkit: cache entry {path} is unusable ({e}); it is compiled "
+                              "again and replaced", RuntimeWarning, stacklevel=2)
+            return None
+        try:
+            os.utime(path)  # least recently used eviction goes by mtime
+        except OSError:
+            pass
+        stats.record("disk_hits", self._label)
+        return artifact
+
+    # write --------------------------------------------------------------------------------
+    def write(self, key: CacheKey, kernel: str, backend: str, artifact: Artifact) -> bool:
+        """Publish an entry atomically (temp file + rename); False when writes are off."""
+        if self.write_error is not None:
+            return False
+        try:
+            data = encode(key, kernel, backend, artifact)
+        except (TypeError, ValueError) as e:
+            warnings.warn(f"kernelkit: [{kernel}] not cached on disk: its artifact metadata is "
+                          f"not plain JSON ({e})", RuntimeWarning, stacklevel=2)
+            return False
+        if not self.write_raw(key.digest, data):
+            return False
+        self.evict(keep=key.digest)
+        return True
+
+    def write_raw(self, digest: str, data: bytes) -> bool:
+        """Publish already-encoded entry bytes under ``digest`` (temp file, then rename)."""
+        if self.write_error is not None or len(data) > self.max_bytes:
+            return False
+        tmp = self.entries / f".{digest}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+        try:
+            self.entries.mkdir(parents=True, exist_ok=True)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            try:
+                _write_all(fd, data)
+            finally:
+                os.close(fd)
+            os.replace(tmp, self.path(digest))
+        except OSError as e:
+            _unlink(tmp)
+            self.disable(e)
+            return False
+        stats.record("writes", self._label)
+        return True
+
+    def disable(self, error: OSError) -> None:
+        """Turn writes off for this process, with one warning naming the cause."""
+        with self._warn_lock:
+            if self.write_error is not None:
+                return
+            name = errno.errorcode.get(error.errno or 0, "error")
+            self.write_error = f"{name}: {error.strerror or error}"
+        stats.record("write_errors")
+        warnings.warn(f"kernelkit: cannot write the kernel cache in {self.root} "
+                      f"({self.write_error}); compiled kernels are kept in memory only for the "
+                      "rest of this process", RuntimeWarning, stacklevel=3)
+
+    # cross-process single flight ------------------------------------------------------------
+    @contextmanager
+    def lock(self, digest: str) -> Iterator[None]:
+        """Hold this key's file lock; on timeout or when the lock cannot be made, go on unlocked."""
+        held = self._acquire(digest)
+        try:
+            yield
+        finally:
+            if held is not None:
+                held.release()
+
+    def _acquire(self, digest: str):  # noqa: ANN202 - a filelock.FileLock or None
+        if self.write_error is not None:
+            return None
+        from filelock import FileLock, Timeout
+
+        try:
+            self.locks.mkdir(parents=True, exist_ok=True)
+            held = FileLock(str(self.locks / f"{digest}.lock"), timeout=LOCK_TIMEOUT_S)
+            held.acquire()
+        except Timeout:
+            stats.record("lock_timeouts", self._label)
+            warnings.warn(f"kernelkit: waited {LOCK_TIMEOUT_S:.0f} s for another process to "
+                          f"compile {digest[:16]}... (lock {self.locks}); compiling it here",
+                          RuntimeWarning, stacklevel=4)
+            return None
+        except OSError as e:
+            self.disable(e)
+            return None
+        return held
+
+    # scan, evict, verify, clear -----------------------------------------------------------
+    def scan(self) -> list[EntryFile]:
+        """Every published entry (not temp files), in no particular order."""
+        found = []
+        try:
+            with os.scandir(self.entries) as it:
+                for d in it:
+                    if d.name.startswith(".") or not d.name.endswith(SUFFIX):
+                        continue
+                    try:
+                        st = d.stat()
+                    except OSError:
+                        continue
+                    found.append(EntryFile(Path(d.path), d.name[: -len(SUFFIX)], st.st_size,
+                                           st.st_mtime))
+        except OSError:
+            pass
+        return found
+
+    def stale_temps(self) -> list[Path]:
+        """Temp files whose writer is gone (dead pid here, or older than STALE_TMP_S)."""
+        stale = []
+        now = time.time()
+        try:
+            with os.scandir(self.entries) as it:
+                for d in it:
+                    if not (d.name.startswith(".") and d.name.endswith(".tmp")):
+                        continue
+                    parts = d.name.split(".")
+                    pid = int(parts[2]) if len(parts) > 3 and parts[2].isdigit() else -1
+                    try:
+                        age = now - d.stat().st_mtime
+                    except OSError:
+                        continue
+                    if age > STALE_TMP_S or not _pid_alive(pid):
+                        stale.append(Path(d.path))
+        except OSError:
+            pass
+        return stale
+
+    def evict(self, keep: str | None = None) -> int:
+        """Remove least recently used entries while the total is over the cap."""
+        files = self.scan()
+        total = sum(f.size_bytes for f in files)
+        if total <= self.max_bytes:
+            return 0
+        goal = int(self.max_bytes * _LOW_WATER)
+        removed = 0
+        for f in sorted(files, key=lambda f: f.mtime):
+            if total <= goal:
+                break
+            if f.digest == keep:
+                continue
+            total -= f.size_bytes
+            if _unlink(f.path):
+                removed += 1
+                _unlink(self.locks / f"{f.digest}.lock")
+        for tmp in self.stale_temps():
+            _unlink(tmp)
+        if removed:
+            stats.record("evictions", self._label, removed)
+        return removed
+
+    def header(self, entry: EntryFile) -> EntryHeader | None:
+        """An entry's checked JSON header, or None if it does not parse."""
+        try:
+            with open(entry.path, "rb") as f:
+                fixed = f.read(FIXED_BYTES)
+                rest = f.read(header_bytes(fixed) - FIXED_BYTES)
+            return read_header(fixed + rest)
+        except (OSError, BadEntry):
+            return None
+
+    def verify(self, remove: bool = True) -> tuple[int, list[tuple[Path, str]]]:
+        """(number of good entries, [(path, why)] of bad entries and stale temp files)."""
+        good, bad = 0, []
+        for f in self.scan():
+            try:
+                decode(f.path.read_bytes(), f.digest)
+                good += 1
+            except (OSError, BadEntry) as e:
+                bad.append((f.path, str(e)))
+        bad += [(t, "temp file of a writer that died") for t in self.stale_temps()]
+        if remove:
+            for path, _ in bad:
+                _unlink(path)
+        return good, bad
+
+    def clear(self) -> int:
+        """Remove every entry, temp file, lock and the lifetime counts; returns entries removed."""
+        removed = sum(_unlink(f.path) for f in self.scan())
+        for folder in (self.entries, self.locks):
+            try:
+                with os.scandir(folder) as it:
+                    for d in it:
+                        _unlink(Path(d.path))
+            except OSError:
+                pass
+        _unlink(self.root / stats.STATS_FILE)
+        return removed
+
+
+_current: tuple[object, DiskCache | None] | None = None
+_current_lock = threading.Lock()
+
+
+def current() -> DiskCache | None:
+    """The disk cache the configuration names (None with ``KERNELKIT_CACHE=0``)."""
+    global _current
+    config = _config.config
+    state = _current
+    if state is not None and state[0] is config:
+        return state[1]
+    with _current_lock:
+        if _current is None or _current[0] is not _config.config:
+            disk = DiskCache(cache_dir(), config.cache_max_bytes) if config.cache else None
+            _current = (config, disk)
+        return _current[1]

@@ -1,0 +1,229 @@
+"""The hot path of one specialization, generated as straight-line Python.
+
+A repeated call must cost little more than the launch itself, so each ``LaunchPlan`` gets a
+``run`` function written out for its exact arguments: no loops over binders, no isinstance
+cascades, no keyword plumbing. The text is built only from kernelkit's own fragments (slot
+indices and helper names, never user text) and kept on the plan as ``run_source`` for reading.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ._arrays import Adapter, adapter_for
+from ._pack import ArgPack, scalar_bits
+from ._records import MAX_NDIM, Param
+
+
+@dataclass
+class ArgRoute:
+    """Where one input or output goes: its slot, adapter and the per-call work it needs."""
+
+    what: str  # e.g. "[k] input 'x'" for messages
+    slot: int
+    kind: str  # "array", "scalar_array" or "scalar"
+    adapter: Adapter | None = None
+    dtype: str = ""
+    contiguous: bool = True  # make/require row-contiguous
+    meta: dict[str, int] = field(default_factory=dict)  # "shape"/"strides"/"ndim"/"extent" -> slot
+
+
+def meta_lines(var: str, meta: dict[str, int], adapter: Adapter, ns: dict[str, Any],
+               what: str) -> list[str]:
+    """Lines writing shape, strides (elements), ndim and extent of ``var`` into their slots."""
+    tag = f"{var}_"
+    ns[f"_layout_{var}"] = adapter.layout
+    ns[f"_ndim_error_{var}"] = _ndim_error(what)
+    need_layout = "strides" in meta or "extent" in meta or not adapter.shape_attribute
+    lines = [f"    {tag}sh, {tag}st = _layout_{var}({var})" if need_layout
+             else f"    {tag}sh = {var}.shape"]
+    if "shape" in meta or "strides" in meta:
+        lines += [f"    if len({tag}sh) > {MAX_NDIM}:", f"        _ndim_error_{var}(len({tag}sh))"]
+    if "shape" in meta:
+        lines.append(f"    s[{meta['shape']}][:len({tag}sh)] = {tag}sh")
+    if "strides" in meta:
+        lines.append(f"    s[{meta['strides']}][:len({tag}st)] = {tag}st")
+    if "ndim" in meta:
+        lines.append(f"    s[{meta['ndim']}].value = len({tag}sh)")
+    if "extent" in meta:
+        ns["_extent"] = extent
+        lines.append(f"    s[{meta['extent']}].value = _extent({tag}sh, {tag}st)")
+    return lines
+
+
+def extent(shape: Any, strides: Any) -> int:
+    """Elements reachable from an array's pointer (for checked mode's bounds)."""
+    if not all(shape):
+        return 0
+    return 1 + sum((n - 1) * abs(s) for n, s in zip(shape, strides))
+
+
+def _ndim_error(what: str) -> Callable[[int], None]:
+    def fail(ndim: int) -> None:
+        raise ValueError(f"{what} has {ndim} dimensions; shape/strides support at most {MAX_NDIM}")
+
+    return fail
+
+
+def _scalar_setter(route: ArgRoute) -> Callable[[Any], Any]:
+    dtype, what = route.dtype, route.what
+    lo, hi = {"int32": (-(2**31), 2**31), "int64": (-(2**63), 2**63)}.get(dtype, (None, None))
+
+    def convert(x: Any) -> Any:
+        if lo is not None and not lo <= x < hi:
+            raise ValueError(f"{what} = {x} does not fit in {dtype}")
+        try:
+            return scalar_bits(x, dtype)
+        except (TypeError, ValueError, OverflowError) as e:
+            raise TypeError(f"{what} = {x!r} cannot be passed as {dtype}: {e}") from None
+
+    return convert
+
+
+def stream_handle(stream: Any) -> int:
+    """An int handle from a torch/CuPy stream object, or anything with ``__cuda_stream__``."""
+    for attr in ("cuda_stream", "ptr", "handle"):
+        v = getattr(stream, attr, None)
+        if isinstance(v, int):
+            return v
+    if hasattr(stream, "__cuda_stream__"):
+        return int(stream.__cuda_stream__()[1])
+    raise TypeError(f"stream= must be an int handle or a torch/CuPy stream, got "
+                    f"{type(stream).__name__}")
+
+
+def generate_run(kernel: str, params: tuple[Param, ...], ins: list[ArgRoute],
+                 outs: list[ArgRoute], has_out: bool, allocators: list[Callable[[Any], Any]],
+                 out_adapter: Adapter, launch: Callable, geometry: tuple, device: int,
+                 synchronize: Callable[[int], None]) -> tuple[Callable, str]:
+    """Write and compile ``run(inputs, output_shapes, out, init_value, stream) -> outputs``."""
+    local = threading.local()
+    ns: dict[str, Any] = {
+        "_local": local, "_new_pack": lambda: ArgPack(params), "_launch": launch,
+        "_blocks": geometry[0], "_block": geometry[1], "_shared": geometry[2],
+        "_device": device, "_stream": out_adapter.stream, "_stream_handle": stream_handle,
+        "_synchronize": synchronize, "_wrap": out_adapter.wrap,
+        "_fill": _fill, "_bad_shapes": _shape_error(kernel, len(outs)),
+        "_check_shapes": _shape_check(kernel), "_not_contiguous": _contiguity_error(outs),
+    }
+    code = ["def run(inputs, output_shapes, out, init_value, stream):",
+            "    try:", "        pack = _local.pack", "    except AttributeError:",
+            "        pack = _local.pack = _new_pack()", "    s = pack.slots"]
+    for i, r in enumerate(ins):
+        code += _input_lines(i, r, ns)
+    code += _output_lines(outs, has_out, allocators, ns)
+    code += ["    if stream is None:", "        stream = _stream(_device)",
+             "    elif stream.__class__ is not int:", "        stream = _stream_handle(stream)",
+             "    _launch(pack.address, _blocks, _block, _shared, stream)"]
+    names = ", ".join(f"o{j}" for j in range(len(outs)))
+    if out_adapter.synchronous:
+        code += ["    _synchronize(stream)", f"    return [_wrap(o) for o in ({names},)]"]
+    else:
+        code.append(f"    return [{names}]")
+    source = "\n".join(code) + "\n"
+    exec(compile(source, f"<kernelkit run {kernel}>", "exec"), ns)  # noqa: S102 - own text only
+    return ns["run"], source
+
+
+def _input_lines(i: int, r: ArgRoute, ns: dict[str, Any]) -> list[str]:
+    if r.kind == "scalar":
+        ns[f"_scalar{i}"] = _scalar_setter(r)
+        return [f"    s[{r.slot}].value = _scalar{i}(inputs[{i}])"]
+    a = r.adapter
+    assert a is not None
+    ns.update({f"_ptr{i}": a.pointer, f"_isc{i}": a.is_contiguous, f"_contig{i}": a.contiguous,
+               f"_prep{i}": a.prepare, f"_ad{i}": a, f"_m{i}": r.meta, f"_what{i}": r.what})
+    lines = [f"    a{i} = inputs[{i}]"]
+    if a.synchronous:
+        lines.append(f"    a{i} = _prep{i}(a{i})")
+    if r.contiguous:
+        lines += [f"    if not _isc{i}(a{i}):", f"        a{i} = _contig{i}(a{i})"]
+    lines.append(f"    s[{r.slot}].value = _ptr{i}(a{i})")
+    if r.meta:
+        lines += meta_lines(f"a{i}", r.meta, a, ns, r.what)
+    return lines
+
+
+def _output_lines(outs: list[ArgRoute], has_out: bool, allocators: list[Callable[[Any], Any]],
+                  ns: dict[str, Any]) -> list[str]:
+    n = len(outs)
+    if has_out:
+        lines = ["    if output_shapes is not None:", "        _check_shapes(out, output_shapes)"]
+        lines += [f"    o{j} = out[{j}]" for j in range(n)]
+    else:
+        lines = [f"    if output_shapes is None or len(output_shapes) != {n}:",
+                 "        _bad_shapes(output_shapes, None)", "    try:"]
+        for j in range(n):
+            ns[f"_alloc{j}"] = allocators[j]
+            lines.append(f"        o{j} = _alloc{j}(output_shapes[{j}])")
+        lines += ["    except (TypeError, ValueError, RuntimeError, OverflowError) as e:",
+                  "        _bad_shapes(output_shapes, e)"]
+    outs_tuple = ", ".join(f"o{j}" for j in range(n))
+    lines += ["    if init_value is not None:", f"        _fill(({outs_tuple},), init_value)"]
+    for j, r in enumerate(outs):
+        a = r.adapter
+        if a is None:  # allocated through another framework (JAX): look its adapter up
+            lines.append(f"    s[{r.slot}].value = _optr{j}(o{j})")
+            ns[f"_optr{j}"] = _pointer_any
+            if r.meta:
+                lines += meta_lines(f"o{j}", r.meta, _LookupAdapter(), ns, r.what)
+            continue
+        ns.update({f"_optr{j}": a.pointer, f"_oisc{j}": a.is_contiguous, f"_oad{j}": a,
+                   f"_om{j}": r.meta, f"_owhat{j}": r.what})
+        if r.contiguous:
+            lines += [f"    if not _oisc{j}(o{j}):", f"        _not_contiguous({j})"]
+        lines.append(f"    s[{r.slot}].value = _optr{j}(o{j})")
+        if r.meta:
+            lines += meta_lines(f"o{j}", r.meta, a, ns, r.what)
+    return lines
+
+
+def _pointer_any(x: Any) -> int:
+    return adapter_for(x, "output").pointer(x)
+
+
+class _LookupAdapter(Adapter):
+    """Layout of an array whose framework is only known per call."""
+
+    shape_attribute = False
+
+    def layout(self, x: Any) -> Any:
+        return adapter_for(x, "output").layout(x)
+
+
+def _fill(arrays: tuple, value: Any) -> None:
+    for a in arrays:
+        adapter_for(a, "output").fill(a, value)
+
+
+def _shape_error(kernel: str, n: int) -> Callable[[Any, Exception | None], None]:
+    def fail(shapes: Any, error: Exception | None) -> None:
+        detail = f": {error}" if error else ""
+        raise ValueError(f"[{kernel}] output_shapes must be a list of {n} valid shapes, "
+                         f"got {shapes!r}{detail}")
+
+    return fail
+
+
+def _shape_check(kernel: str) -> Callable[[Any, Any], None]:
+    def check(out: Any, shapes: Any) -> None:
+        if len(shapes) != len(out):
+            raise ValueError(f"[{kernel}] output_shapes has {len(shapes)} shapes for "
+                             f"{len(out)} outputs")
+        for i, (o, shape) in enumerate(zip(out, shapes)):
+            if tuple(o.shape) != tuple(shape):
+                raise ValueError(f"[{kernel}] out[{i}] has shape {tuple(o.shape)}, but "
+                                 f"output_shapes[{i}] is {tuple(shape)}")
+
+    return check
+
+
+def _contiguity_error(outs: list[ArgRoute]) -> Callable[[int], None]:
+    def fail(j: int) -> None:
+        name = outs[j].what
+        raise ValueError(f"{name} must be row-contiguous (or the body must read its strides)")
+
+    return fail

@@ -1,0 +1,121 @@
+"""Shared fixtures: the backends under test, array helpers for them, and state resets."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+
+from kernelkit import _config, _registry
+
+
+def _loads(name: str) -> bool:
+    """Whether backend ``name`` imports (quietly: a missing backend is not a test failure)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            backend = _registry.get_backend(name)
+        except Exception:  # noqa: BLE001 - any failure means "not available here"
+            return False
+        if name == "cpu":
+            return True
+        try:
+            return bool(backend.targets())
+        except Exception:  # noqa: BLE001
+            return False
+
+
+def _backend_params() -> list[Any]:
+    params = []
+    if _loads("cpu"):
+        params.append(pytest.param("cpu", id="cpu"))
+    if _loads("cuda"):
+        params.append(pytest.param("cuda", id="cuda", marks=pytest.mark.gpu))
+    if not params:
+        params.append(pytest.param(None, id="no-backend", marks=pytest.mark.skip(
+            reason="no kernelkit backend loads here (cpu failed to import, no CUDA device)")))
+    # Probing may have recorded failures (e.g. cpu not importable yet): start tests clean.
+    _registry.reset()
+    return params
+
+
+BACKEND_PARAMS = _backend_params()
+CUDA_AVAILABLE = any(p.values[0] == "cuda" for p in BACKEND_PARAMS)
+CPU_AVAILABLE = any(p.values[0] == "cpu" for p in BACKEND_PARAMS)
+
+
+class Arrays:
+    """Makes arrays for one backend from NumPy arrays and brings results back to NumPy.
+
+    cpu (and any host backend): NumPy arrays; cuda: torch CUDA tensors.
+    """
+
+    def __init__(self, backend: str) -> None:
+        self.backend = backend
+        self.on_gpu = backend == "cuda"
+        if self.on_gpu:
+            self.torch = pytest.importorskip("torch")
+
+    def put(self, a: np.ndarray) -> Any:
+        """A device array holding ``a`` (same shape, dtype, and strides when ``a`` is a view)."""
+        if not self.on_gpu:
+            return a
+        a = np.asarray(a)
+        if a.flags.c_contiguous:
+            return self.torch.from_numpy(np.array(a)).cuda()
+        # keep a non-contiguous view non-contiguous on the device: copy its base, re-view it
+        base = a
+        while isinstance(base.base, np.ndarray):
+            base = base.base
+        if not base.flags.c_contiguous:
+            raise ValueError("put() needs a view of a contiguous NumPy array")
+        offset = a.__array_interface__["data"][0] - base.__array_interface__["data"][0]
+        t = self.torch.from_numpy(base.reshape(-1).copy()).cuda()
+        return t.as_strided(a.shape, [s // a.itemsize for s in a.strides], offset // a.itemsize)
+
+    def get(self, x: Any) -> np.ndarray:
+        """A NumPy copy of a result."""
+        if hasattr(x, "detach"):
+            return x.detach().cpu().numpy()
+        return np.array(x)
+
+    def full(self, shape: Any, value: Any, dtype: Any) -> Any:
+        """A device array filled with ``value`` (a poison to catch unwritten elements)."""
+        return self.put(np.full(shape, value, dtype=dtype))
+
+    def synchronize(self) -> None:
+        if self.on_gpu:
+            self.torch.cuda.synchronize()
+
+
+@pytest.fixture(params=BACKEND_PARAMS)
+def backend(request: pytest.FixtureRequest) -> str:
+    """The name of each backend that runs kernels here: "cpu" always, "cuda" with a GPU."""
+    return request.param
+
+
+@pytest.fixture
+def arrays(backend: str) -> Arrays:
+    """Array helpers for ``backend``."""
+    return Arrays(backend)
+
+
+@pytest.fixture
+def clean_state(monkeypatch: pytest.MonkeyPatch) -> Iterator[pytest.MonkeyPatch]:
+    """A monkeypatch for tests that change KERNELKIT_* variables or the registry; afterwards the
+    environment, configuration and registry are as before."""
+    for var in _config.VARS:
+        monkeypatch.delenv(var.name, raising=False)
+    _config.reload()
+    _registry.reset()
+    yield monkeypatch
+    monkeypatch.undo()
+    _config.reload()
+    _registry.reset()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "gpu: needs an NVIDIA GPU (skipped without one)")

@@ -1,0 +1,76 @@
+"""The public surface, declared in one place, and an import that touches no heavy framework."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import kernelkit
+import kernelkit.backend
+
+
+def test_kernelkit_all_snapshot():
+    assert sorted(kernelkit.__all__) == [
+        "BackendError",
+        "BundleError",
+        "CompileError",
+        "Kernel",
+        "KernelFault",
+        "KernelkitError",
+        "LaunchError",
+        "__version__",
+        "add_bundle",
+        "cache_stats",
+        "cuda_kernel",
+        "kernel",
+    ]
+    for name in kernelkit.__all__:
+        assert hasattr(kernelkit, name)
+
+
+def test_backend_all_snapshot():
+    assert sorted(kernelkit.backend.__all__) == [
+        "Artifact",
+        "BACKEND_API_VERSION",
+        "Backend",
+        "CompileRequest",
+        "KernelSource",
+        "Launcher",
+        "MAX_NDIM",
+        "Param",
+        "Target",
+        "c_type",
+        "render_signature",
+    ]
+    for name in kernelkit.backend.__all__:
+        assert hasattr(kernelkit.backend, name)
+    assert kernelkit.backend.BACKEND_API_VERSION == 1
+
+
+def test_errors_share_one_root():
+    for name in ("BackendError", "BundleError", "CompileError", "KernelFault", "LaunchError"):
+        assert issubclass(getattr(kernelkit, name), kernelkit.KernelkitError)
+    assert kernelkit.cuda_kernel is kernelkit.kernel
+
+
+def test_compile_error_carries_evidence():
+    e = kernelkit.CompileError("k", "k(2): error: oops\n", "line one\nline two", ["-O3"])
+    assert str(e) == "[k] compilation failed:\nk(2): error: oops"
+    assert e.options == ("-O3",) and e.source == "line one\nline two"
+    assert e.numbered_source().splitlines() == ["    1  line one", "    2  line two"]
+
+
+HEAVY = ["torch", "cupy", "jax", "jaxlib", "cuda.bindings.driver", "cuda.bindings.nvrtc",
+         "cuda.bindings", "ml_dtypes"]
+
+
+def test_import_is_light():
+    code = (
+        "import json, sys, kernelkit, kernelkit.backend\n"
+        "k = kernelkit.kernel('k', ['x'], ['y'], 'y[0] = x[0];')\n"
+        f"print(json.dumps([m for m in {HEAVY!r} if m in sys.modules]))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, timeout=120)
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == []
