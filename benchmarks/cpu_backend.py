@@ -27,12 +27,15 @@ def build(name, params, body):
     outs = tuple(p.name for p in params if p.is_output)
     spec = KernelSpec(name=name, input_names=ins, output_names=outs, source=body)
     prog = BE.load(BE.compile(BE.render(make_source(spec, params, []), TARGET)), TARGET)
-    launch = BE.launcher(prog, TARGET, 0)
+    launchers = {}  # a launcher is made per (grid, block, shared bytes), as the hot path does
 
     def run(grid, block, shared_bytes, *values):
+        key = (grid, block, shared_bytes)
+        if key not in launchers:
+            launchers[key] = BE.launcher(prog, TARGET, (grid, 1, 1), (block, 1, 1), shared_bytes)
         keep = [ctypes.c_void_p(v.ctypes.data) if isinstance(v, np.ndarray) else v for v in values]
         ptrs = (ctypes.c_void_p * len(keep))(*[ctypes.addressof(k) for k in keep])
-        launch(ctypes.addressof(ptrs), (grid, 1, 1), (block, 1, 1), shared_bytes, 0)
+        launchers[key](ctypes.addressof(ptrs), 0)
 
     return run
 
@@ -50,7 +53,7 @@ def median_s(fn, repeat=7):
 
 def report(label, kernel_s, numpy_s):
     print(
-        f"{label:<34} kernelkit {kernel_s * 1e3:8.2f} ms   numpy {numpy_s * 1e3:8.2f} ms   "
+        f"{label:<42} kernelkit {kernel_s * 1e3:8.2f} ms   numpy {numpy_s * 1e3:8.2f} ms   "
         f"ratio {kernel_s / numpy_s:5.2f}x"
     )
 
@@ -96,29 +99,48 @@ for (uint w = blockDim.x / 2; w > 0; w /= 2) {
 if (t == 0) atomicAdd(total, s[0]);
 """
 
+# The common form: one element per thread, as many blocks as it takes.
+BLOCK_SUM_ONE = """
+__shared__ float s[256];
+uint t = threadIdx.x, i = blockIdx.x * blockDim.x + t;
+s[t] = i < n ? x[i] : 0.0f;
+__syncthreads();
+for (uint w = blockDim.x / 2; w > 0; w /= 2) {
+  if (t < w) s[t] += s[t + w];
+  __syncthreads();
+}
+if (t == 0) atomicAdd(total, s[0]);
+"""
+
+SUM_PARAMS = (
+    Param("x", "array", "float32"),
+    Param("n", "scalar", "int32"),
+    Param("total", "array", "float32", is_output=True),
+)
+
 
 def bench_block_sum(n=4 * 2**20):
-    """Tree reduction per block (9 barriers) + atomicAdd; grid-stride, so the grid size is free."""
-    run = build(
-        "block_sum",
-        (
-            Param("x", "array", "float32"),
-            Param("n", "scalar", "int32"),
-            Param("total", "array", "float32", is_output=True),
-        ),
-        BLOCK_SUM,
-    )
+    """Tree reduction per block (9 barriers) + atomicAdd: grid-stride with 64 and 4096 blocks of
+    256 threads, and one element per thread (n / 256 blocks)."""
+    stride = build("block_sum", SUM_PARAMS, BLOCK_SUM)
+    one = build("block_sum_one", SUM_PARAMS, BLOCK_SUM_ONE)
     x = np.random.default_rng(1).standard_normal(n, dtype=np.float32)
     total = np.zeros(1, np.float32)
     n32 = ctypes.c_int32(n)
     numpy_s = median_s(lambda: x.sum())
-    for blocks in (64, n // 1024):
+    cases = (
+        ("grid-stride", stride, 64),
+        ("grid-stride", stride, n // 1024),
+        ("1 elem/thread", one, n // 256),
+    )
+    for form, run, blocks in cases:
 
-        def kernel(blocks=blocks):
+        def kernel(run=run, blocks=blocks):
             total[0] = 0
             run(blocks, 256, 0, x, n32, total)
 
-        report(f"block sum ({n >> 20}M f32, {blocks} blocks)", median_s(kernel), numpy_s)
+        label = f"block sum {n >> 20}M, {form}, {blocks}x256"
+        report(label, median_s(kernel), numpy_s)
         assert abs(total[0] - x.sum(dtype=np.float64)) < 1e-2 * np.sqrt(n)
 
 

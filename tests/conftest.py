@@ -106,15 +106,31 @@ def arrays(backend: str) -> Arrays:
 @pytest.fixture
 def clean_state(monkeypatch: pytest.MonkeyPatch) -> Iterator[pytest.MonkeyPatch]:
     """A monkeypatch for tests that change KERNELKIT_* variables or the registry; afterwards the
-    environment, configuration and registry are as before."""
-    for var in _config.VARS:
-        monkeypatch.delenv(var.name, raising=False)
+    environment, configuration and registry are as before. Backend selection starts unset;
+    other variables (e.g. KERNELKIT_CACHE_DIR) stay as the run was given them."""
+    for name in ("KERNELKIT_BACKENDS", "KERNELKIT_BACKENDS_STRICT"):
+        monkeypatch.delenv(name, raising=False)
     _config.reload()
     _registry.reset()
     yield monkeypatch
     monkeypatch.undo()
     _config.reload()
     _registry.reset()
+
+
+@pytest.fixture
+def patch_entry_points(clean_state: pytest.MonkeyPatch) -> Any:
+    """A function ``patch(fake)`` making the registry see ``fake`` as
+    ``importlib.metadata.entry_points`` (wherever the registry looks it up: its own namespace or
+    importlib.metadata at call time); undone, with registry and config reset, after the test."""
+    import importlib.metadata
+
+    def patch(fake: Any) -> None:
+        clean_state.setattr(importlib.metadata, "entry_points", fake)
+        clean_state.setattr(_registry, "entry_points", fake, raising=False)
+        _registry.reset()
+
+    return patch
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -97,13 +97,12 @@ def stream_handle(stream: Any) -> int:
 
 def generate_run(kernel: str, params: tuple[Param, ...], ins: list[ArgRoute],
                  outs: list[ArgRoute], has_out: bool, allocators: list[Callable[[Any], Any]],
-                 out_adapter: Adapter, launch: Callable, geometry: tuple, device: int,
+                 out_adapter: Adapter, launch: Callable[[int, int], None], device: int,
                  synchronize: Callable[[int], None]) -> tuple[Callable, str]:
     """Write and compile ``run(inputs, output_shapes, out, init_value, stream) -> outputs``."""
     local = threading.local()
     ns: dict[str, Any] = {
         "_local": local, "_new_pack": lambda: ArgPack(params), "_launch": launch,
-        "_blocks": geometry[0], "_block": geometry[1], "_shared": geometry[2],
         "_device": device, "_stream": out_adapter.stream, "_stream_handle": stream_handle,
         "_synchronize": synchronize, "_wrap": out_adapter.wrap,
         "_fill": _fill, "_bad_shapes": _shape_error(kernel, len(outs)),
@@ -117,7 +116,7 @@ def generate_run(kernel: str, params: tuple[Param, ...], ins: list[ArgRoute],
     code += _output_lines(outs, has_out, allocators, ns)
     code += ["    if stream is None:", "        stream = _stream(_device)",
              "    elif stream.__class__ is not int:", "        stream = _stream_handle(stream)",
-             "    _launch(pack.address, _blocks, _block, _shared, stream)"]
+             "    _launch(pack.address, stream)"]
     names = ", ".join(f"o{j}" for j in range(len(outs)))
     if out_adapter.synchronous:
         code += ["    _synchronize(stream)", f"    return [_wrap(o) for o in ({names},)]"]

@@ -255,14 +255,14 @@ def build(spec: KernelSpec, bound: Bound, template: Any, grid: Any, threadgroup:
         raise ValueError(f"[{spec.name}] shared_memory = {shared} bytes (+{static} static) "
                          f"exceeds the {target.max_shared_memory_optin_bytes} bytes "
                          f"{target.name} allows per block")
-    launch = backend.launcher(program, target, shared)
+    launch = backend.launcher(program, target, blocks, block, shared)
     ins, outs = _routes(spec, bound, params)
     info0 = next((d for k, _, d in bound.inputs if k != "scalar"), None) or next(
         i for _, _, i in bound.outputs if i)
     allocators = [_lazy_allocator(bound.out_adapter, dt, info0) for _, dt, _ in bound.outputs]
     run, run_source = generate_run(
         spec.name, params, ins, outs, bound.outputs[0][2] is not None, allocators,
-        bound.out_adapter, launch, (blocks, block, shared), target.device, backend.synchronize)
+        bound.out_adapter, launch, target.device, backend.synchronize)
     return LaunchPlan(kernel=spec.name, request=request, params=params, blocks=blocks,
                       block=block, shared_bytes=shared, run=run, run_source=run_source)
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import threading
 import warnings
 from importlib import import_module
-from importlib.metadata import entry_points
 from typing import Any
 
 from . import _config
@@ -36,6 +35,8 @@ def registered() -> dict[str, str]:
     global _specs
     with _lock:
         if _specs is None:
+            from importlib.metadata import entry_points  # ~15 ms: not at import time
+
             found = {ep.name: ep.value for ep in entry_points(group="kernelkit.backends")}
             specs = {**_BUILTIN, **found}
             wanted = _config.config.backends
@@ -79,15 +80,22 @@ def _load(name: str, spec: str) -> Backend | None:
         return None
 
 
+def _allowed(name: str) -> bool:
+    wanted = _config.config.backends
+    include = [n for n in wanted if not n.startswith("-")]
+    return (not include or name in include) and f"-{name}" not in wanted
+
+
 def get_backend(name: str) -> Backend:
     """The backend called ``name``; BackendError naming it if unknown or broken."""
     backend = _loaded.get(name)
     if backend is not None:
         return backend
     with _lock:
-        specs = registered()
         if name in _loaded:
             return _loaded[name]
+        # built-in names need no entry-point scan (it costs ~15 ms on a first call)
+        specs = {name: _BUILTIN[name]} if name in _BUILTIN and _allowed(name) else registered()
         if name not in specs:
             raise BackendError(
                 f"[kernel] backend {name!r} is not available "
@@ -115,14 +123,17 @@ def backends() -> dict[str, Backend]:
 
 
 def backend_for_device_type(device_type: int, what: str) -> Backend:
-    """The first loadable backend (in registration order) that runs on this DLPack device type."""
-    for name in registered():
-        try:
-            backend = get_backend(name)
-        except BackendError:
-            continue
-        if device_type in backend.dlpack_devices:
-            return backend
+    """The first loadable backend (built-ins first, then plugins in registration order) that
+    runs on this DLPack device type."""
+    builtin = [n for n in _BUILTIN if _allowed(n)]
+    for names in (builtin, [n for n in registered() if n not in _BUILTIN]):
+        for name in names:
+            try:
+                backend = get_backend(name)
+            except BackendError:
+                continue
+            if device_type in backend.dlpack_devices:
+                return backend
     raise BackendError(
         f"[kernel] no backend runs on the memory of {what} (DLPack device type {device_type}); "
         f"loaded: {', '.join(sorted(_loaded)) or 'none'}"

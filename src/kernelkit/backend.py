@@ -48,9 +48,9 @@ def c_type(dtype: str) -> str:
 
 BACKEND_API_VERSION = 1
 
-# launcher(params_address, grid_blocks, block_threads, shared_memory_bytes, stream) -> None
+# launcher(params_address, stream) -> None, for the geometry it was made for.
 # params_address: a void** to one pointer per parameter, each pointing at the value (CUDA's layout).
-Launcher = Callable[[int, tuple[int, int, int], tuple[int, int, int], int, int], None]
+Launcher = Callable[[int, int], None]
 
 
 class Backend(ABC):
@@ -86,8 +86,11 @@ class Backend(ABC):
         """Load an artifact on a target; returns an opaque program handle."""
 
     @abstractmethod
-    def launcher(self, program: Any, target: Target, shared_memory_bytes: int) -> Launcher:
-        """A callable that launches ``program``; it is on the hot path, so it prepares what it can."""
+    def launcher(self, program: Any, target: Target, blocks: tuple[int, int, int],
+                 block: tuple[int, int, int], shared_memory_bytes: int) -> Launcher:
+        """A callable ``launch(params_address, stream)`` running ``program`` with this geometry.
+
+        It is the hot path: bind everything that does not change per call now."""
 
     def synchronize(self, stream: int) -> None:  # noqa: B027 - optional hook
         """Wait for work on ``stream`` (for frameworks that cannot share a stream, e.g. JAX).

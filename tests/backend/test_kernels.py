@@ -393,3 +393,15 @@ def test_verbose_prints_the_source(arrays, capsys):
     k([x], output_shapes=[(4,)], output_dtypes=[np.float32], grid=(4, 1, 1),
       threadgroup=(4, 1, 1), verbose=True)
     assert "kk verbose marker" in capsys.readouterr().out  # also on a cached plan
+
+
+def test_kernelkit_verbose_variable_prints_the_source(arrays, capsys, clean_state):
+    from kernelkit import _config
+
+    clean_state.setenv("KERNELKIT_VERBOSE", "1")
+    _config.reload()
+    k = kernelkit.kernel("t_verbose_env", ["x"], ["y"],
+                         "/* env verbose marker */ y[threadIdx.x] = x[threadIdx.x];")
+    k([arrays.put(rand(4))], output_shapes=[(4,)], output_dtypes=[np.float32],
+      grid=(4, 1, 1), threadgroup=(4, 1, 1))
+    assert "env verbose marker" in capsys.readouterr().out

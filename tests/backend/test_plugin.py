@@ -106,7 +106,7 @@ def test_sim_is_listed_by_kernelkit_info():
     assert "backend sim" in text
 
 
-def test_a_broken_plugin_does_not_break_sim(clean_state):
+def test_a_broken_plugin_does_not_break_sim(patch_entry_points):
     from importlib.metadata import entry_points as real_entry_points
 
     broken = [
@@ -119,8 +119,7 @@ def test_a_broken_plugin_does_not_break_sim(clean_state):
     def entry_points(group=None, **kw):
         return list(real_entry_points(group=group, **kw)) + broken
 
-    clean_state.setattr(_registry, "entry_points", entry_points)
-    _registry.reset()
+    patch_entry_points(entry_points)
     with pytest.warns(RuntimeWarning) as caught:
         loaded = _registry.backends()
     messages = " ".join(str(w.message) for w in caught)

@@ -19,6 +19,8 @@ def test_every_variable_is_declared_with_help_and_a_field():
 
 
 def test_defaults(clean_state):
+    for var in _config.VARS:
+        clean_state.delenv(var.name, raising=False)
     cfg = _config.reload()
     for var, field in zip(_config.VARS, dataclasses.fields(_config.Config)):
         assert getattr(cfg, field.name) == var.default

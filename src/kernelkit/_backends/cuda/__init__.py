@@ -135,10 +135,11 @@ class CUDABackend(Backend):
                 )
         return driver.load(artifact.binary, artifact.entry, target.device, hint)
 
-    def launcher(self, program: Any, target: Target, shared_memory_bytes: int) -> Launcher:
+    def launcher(self, program: Any, target: Target, blocks: tuple[int, int, int],
+                 block: tuple[int, int, int], shared_memory_bytes: int) -> Launcher:
         if shared_memory_bytes > 48 * 1024:
             driver.allow_dynamic_shared(program, shared_memory_bytes)
-        return driver.make_launcher(program, program.entry)
+        return driver.make_launcher(program, blocks, block, shared_memory_bytes)
 
     def synchronize(self, stream: int) -> None:
         driver.check(driver.drv().cuStreamSynchronize(stream), "cuStreamSynchronize")

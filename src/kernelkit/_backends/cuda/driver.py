@@ -121,25 +121,23 @@ def allow_dynamic_shared(program: Program, nbytes: int) -> None:
         check(mod.cuFuncSetAttribute(program.function, attr, nbytes), "cuFuncSetAttribute")
 
 
-def make_launcher(program: Program, kernel: str):  # noqa: ANN201 - a backend.Launcher
+def make_launcher(program: Program, blocks: tuple[int, int, int], block: tuple[int, int, int],
+                  shared: int):  # noqa: ANN201 - a backend.Launcher
     """The hot-path launch: one cuLaunchKernel on prepacked arguments; a wrong or missing
     current context (a fresh thread, another device) is fixed once and retried."""
     launch = drv().cuLaunchKernel
-    fn = program.function
-    device = program.device
+    fn, device = program.function, program.device
+    gx, gy, gz = blocks
+    bx, by, bz = block
 
-    def launcher(params: int, grid: tuple, block: tuple, shared: int, stream: int) -> None:
-        (err,) = launch(fn, grid[0], grid[1], grid[2], block[0], block[1], block[2],
-                        shared, stream, params, 0)
+    def launcher(params: int, stream: int) -> None:
+        (err,) = launch(fn, gx, gy, gz, bx, by, bz, shared, stream, params, 0)
         if err:
             make_current(device)
-            (err,) = launch(fn, grid[0], grid[1], grid[2], block[0], block[1], block[2],
-                            shared, stream, params, 0)
+            (err,) = launch(fn, gx, gy, gz, bx, by, bz, shared, stream, params, 0)
             if err:
                 name = drv().cuGetErrorName(err)[1].decode()
-                raise LaunchError(
-                    f"[{kernel}] launch failed: {name} (grid {grid}, block {block}, "
-                    f"shared {shared} bytes)"
-                )
+                raise LaunchError(f"[{program.entry}] launch failed: {name} (grid {blocks}, "
+                                  f"block {block}, shared {shared} bytes)")
 
     return launcher

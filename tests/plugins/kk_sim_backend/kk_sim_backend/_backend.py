@@ -202,11 +202,12 @@ class SimBackend(Backend):
         fn.argtypes = [ctypes.c_void_p] + [ctypes.c_uint] * 6
         return (lib, fn)
 
-    def launcher(self, program: Any, target: Target, shared_memory_bytes: int) -> Launcher:
-        fn = program[1]
+    def launcher(self, program: Any, target: Target, blocks: tuple[int, int, int],
+                 block: tuple[int, int, int], shared_memory_bytes: int) -> Launcher:
+        fn, geometry = program[1], (*blocks, *block)
 
-        def launch(params: int, grid: tuple, block: tuple, shared: int, stream: int) -> None:
-            fn(params, *grid, *block)
+        def launch(params: int, stream: int) -> None:
+            fn(params, *geometry)
 
         return launch
 
