@@ -170,9 +170,9 @@ def kernel(
         array([0., 2., 4., 6., 8.], dtype=float32)
     """
     check_identifier(name, "kernel name")
-    ins = tuple(check_identifier(n, f"input name at input_names[{i}]")
+    ins = tuple(check_identifier(n, f"input name at input_names[{i}]", name)
                 for i, n in enumerate(_names(input_names, "input_names", name)))
-    outs = tuple(check_identifier(n, f"output name at output_names[{i}]")
+    outs = tuple(check_identifier(n, f"output name at output_names[{i}]", name)
                  for i, n in enumerate(_names(output_names, "output_names", name)))
     if not outs:
         raise ValueError(f"[{name}] a kernel needs at least one output in output_names")

@@ -68,14 +68,19 @@ _NEEDS = {
 _DTYPE_NEEDS = {"float16": "fp16", "bfloat16": "bf16"}
 
 
-def check_identifier(name: Any, what: str) -> str:
+def _is_numpy_bool(value: Any) -> bool:
+    return getattr(value, "shape", None) == () and getattr(getattr(value, "dtype", None),
+                                                              "kind", "") == "b"
+
+
+def check_identifier(name: Any, what: str, kernel: str = "kernel") -> str:
     """``name`` if it is a usable C identifier; else ValueError naming ``what``."""
     if not isinstance(name, str):
-        raise TypeError(f"[kernel] {what} must be a str, got {type(name).__name__}")
+        raise TypeError(f"[{kernel}] {what} must be a str, got {type(name).__name__}")
     if not _IDENT.match(name) or name in _CXX_KEYWORDS:
-        raise ValueError(f"[kernel] {what} {name!r} is not a valid C identifier")
+        raise ValueError(f"[{kernel}] {what} {name!r} is not a valid C identifier")
     if name.startswith(("kk_", "__")):
-        raise ValueError(f"[kernel] {what} {name!r} uses a reserved prefix ('kk_' or '__')")
+        raise ValueError(f"[{kernel}] {what} {name!r} uses a reserved prefix ('kk_' or '__')")
     return name
 
 
@@ -89,23 +94,24 @@ def scan_body(source: str, names: Iterable[str]) -> tuple[frozenset[str], frozen
     return frozenset(refs), frozenset(_ATTR_RE.findall(source))
 
 
-def template_lines(template: Sequence[tuple[str, Any]]) -> tuple[str, tuple[str, ...]]:
+def template_lines(template: Sequence[tuple[str, Any]],
+                   kernel: str = "kernel") -> tuple[str, tuple[str, ...]]:
     """C++ lines for template arguments, and the dtypes they name. Validates every entry."""
     lines, dtypes, seen = [], [], set()
     for i, item in enumerate(template):
         if not (isinstance(item, tuple | list) and len(item) == 2):
-            raise TypeError(f"[kernel] template[{i}] must be a (name, value) pair, got {item!r}")
+            raise TypeError(f"[{kernel}] template[{i}] must be a (name, value) pair, got {item!r}")
         name, value = item
-        check_identifier(name, f"template name at template[{i}]")
+        check_identifier(name, f"template name at template[{i}]", kernel)
         if name in seen:
-            raise ValueError(f"[kernel] template name {name!r} is given twice")
+            raise ValueError(f"[{kernel}] template name {name!r} is given twice")
         seen.add(name)
-        if isinstance(value, bool):
-            lines.append(f"constexpr bool {name} = {'true' if value else 'false'};")
+        if isinstance(value, bool) or _is_numpy_bool(value):
+            lines.append(f"constexpr bool {name} = {'true' if bool(value) else 'false'};")
         elif isinstance(value, numbers.Integral):
             v = int(value)
             if not -(2**63) <= v < 2**63:
-                raise ValueError(f"[kernel] template {name!r} = {v} does not fit in 64 bits")
+                raise ValueError(f"[{kernel}] template {name!r} = {v} does not fit in 64 bits")
             ctype = "int" if -(2**31) <= v < 2**31 else "long long"
             lines.append(f"constexpr {ctype} {name} = {v}{'LL' if ctype != 'int' else ''};")
         else:
@@ -113,7 +119,7 @@ def template_lines(template: Sequence[tuple[str, Any]]) -> tuple[str, tuple[str,
                 dt = normalize_dtype(value, f"template {name!r}")
             except TypeError:
                 raise TypeError(
-                    f"[kernel] template {name!r} must be a bool, an int or a dtype, "
+                    f"[{kernel}] template {name!r} must be a bool, an int or a dtype, "
                     f"got {type(value).__name__} {value!r}"
                 ) from None
             lines.append(f"using {name} = {dt.ctype};")
@@ -125,7 +131,7 @@ def make_source(
     spec: KernelSpec, params: tuple[Param, ...], template: Sequence[tuple[str, Any]]
 ) -> KernelSource:
     """The neutral pieces of one specialization (params already bound to dtypes)."""
-    tlines, tdtypes = template_lines(template)
+    tlines, tdtypes = template_lines(template, spec.name)
     clash = {n for n, _ in template} & {p.name for p in params}
     if clash:
         raise ValueError(f"[{spec.name}] template name {sorted(clash)[0]!r} clashes with a parameter")

@@ -62,8 +62,8 @@ def declare(kernel: Kernel, inputs: Sequence[Any], output_dtypes: Sequence[Any],
         if d in _PY_SCALARS:
             ins.append(("scalar", normalize_dtype(_PY_SCALARS[d])))
         else:
-            ins.append(("array", normalize_dtype(d, f"precompile inputs[{i}]")))
-    outs = tuple(normalize_dtype(d, f"precompile output_dtypes[{i}]")
+            ins.append(("array", normalize_dtype(d, f"[{name}] precompile inputs[{i}]")))
+    outs = tuple(normalize_dtype(d, f"[{name}] precompile output_dtypes[{i}]")
                  for i, d in enumerate(output_dtypes))
     decl = Declaration(kernel, tuple(ins), outs, tuple(tuple(t) for t in template or ()))  # type: ignore[misc]
     _declared.append(decl)

@@ -46,7 +46,7 @@ _ALIASES = {
 _BY_DLPACK = {d.dlpack: d for d in _ROWS}
 
 
-def normalize_dtype(value: Any, what: str = "dtype") -> DType:
+def normalize_dtype(value: Any, what: str = "[kernel] dtype") -> DType:
     """Map any framework's dtype spelling (str, numpy, torch, cupy, jax) to a ``DType``.
 
     Raises ``TypeError`` naming ``what`` when the value is not a dtype kernelkit supports.
@@ -68,7 +68,7 @@ def normalize_dtype(value: Any, what: str = "dtype") -> DType:
     found = DTYPES.get(text)
     if found is None:
         raise TypeError(
-            f"[kernel] {what} {value!r} is not a supported dtype; expected one of {', '.join(DTYPES)}"
+            f"{what} {value!r} is not a supported dtype; expected one of {', '.join(DTYPES)}"
         )
     return found
 
@@ -86,5 +86,5 @@ def from_dlpack_code(code: int, bits: int, what: str) -> DType:
     """The dtype of a DLPack tensor."""
     found = _BY_DLPACK.get((code, bits))
     if found is None:
-        raise TypeError(f"[kernel] {what} has DLPack dtype code {code} with {bits} bits: unsupported")
+        raise TypeError(f"{what} has DLPack dtype code {code} with {bits} bits: unsupported")
     return found

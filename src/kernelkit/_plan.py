@@ -109,7 +109,7 @@ def _bind_outputs(spec: KernelSpec, output_dtypes: Any, out: Any,
                                 "let kernelkit allocate outputs instead")
             info = adapter.info(o, f"[{name}] {what}")
             if output_dtypes is not None and len(output_dtypes) == n:
-                want = normalize_dtype(output_dtypes[i], f"output_dtypes[{i}]")
+                want = normalize_dtype(output_dtypes[i], f"[{name}] output_dtypes[{i}]")
                 if want != info.dtype:
                     raise ValueError(f"[{name}] {what} has dtype {info.dtype.name}, but "
                                      f"output_dtypes[{i}] is {want.name}")
@@ -121,7 +121,7 @@ def _bind_outputs(spec: KernelSpec, output_dtypes: Any, out: Any,
     if len(output_dtypes) != n:
         raise ValueError(f"[{name}] expected {n} output_dtypes for {list(spec.output_names)}, "
                          f"got {len(output_dtypes)}")
-    return [(None, normalize_dtype(d, f"output_dtypes[{i}]"), None)  # type: ignore[misc]
+    return [(None, normalize_dtype(d, f"[{name}] output_dtypes[{i}]"), None)  # type: ignore[misc]
             for i, d in enumerate(output_dtypes)]
 
 

@@ -335,8 +335,6 @@ def test_needs_see_the_header_too():
     assert src.header == spec.header and src.body == spec.source and src.entry == "k"
 
 
-@pytest.mark.xfail(strict=True, reason="_codegen.template_lines: a NumPy bool scalar (np.True_) "
-                   "is neither bool nor numbers.Integral, so it falls through to the dtype branch")
 def test_template_numpy_bool_value_is_a_bool():
     text, _ = template_lines([("F", np.True_), ("G", np.bool_(False))])
     assert text.splitlines() == ["constexpr bool F = true;", "constexpr bool G = false;"]

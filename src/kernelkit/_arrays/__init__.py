@@ -138,7 +138,7 @@ def _resolve(tp: type, x: Any, what: str) -> Adapter:
 
         return GenericAdapter()
     raise TypeError(
-        f"[kernel] {what} has type {tp.__module__}.{tp.__qualname__}, which is not an array "
+        f"{what} has type {tp.__module__}.{tp.__qualname__}, which is not an array "
         "kernelkit understands (torch, CuPy, JAX, NumPy, or anything with __dlpack__, "
         "__cuda_array_interface__ or __array_interface__)"
     )

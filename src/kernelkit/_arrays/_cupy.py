@@ -21,7 +21,7 @@ class CupyAdapter(Adapter):
     def info(self, x: cupy.ndarray, what: str) -> ArrayInfo:
         item = x.itemsize
         if any(s % item for s in x.strides):
-            raise ValueError(f"[kernel] {what} has strides {x.strides} not a multiple of its itemsize")
+            raise ValueError(f"{what} has strides {x.strides} not a multiple of its itemsize")
         return ArrayInfo(
             dtype=normalize_dtype(x.dtype, what),
             shape=tuple(x.shape),

@@ -32,7 +32,7 @@ class NumpyAdapter(Adapter):
     def info(self, x: np.ndarray, what: str) -> ArrayInfo:
         item = x.itemsize
         if any(s % item for s in x.strides):
-            raise ValueError(f"[kernel] {what} has strides {x.strides} not a multiple of its itemsize")
+            raise ValueError(f"{what} has strides {x.strides} not a multiple of its itemsize")
         return ArrayInfo(
             dtype=normalize_dtype(x.dtype, what),
             shape=tuple(x.shape),

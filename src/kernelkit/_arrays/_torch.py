@@ -36,7 +36,7 @@ class TorchAdapter(Adapter):
         elif dev.type == "cpu":
             dtype_ = DLPACK_CPU
         else:
-            raise TypeError(f"[kernel] {what} is a torch tensor on {dev}, which no backend runs on")
+            raise TypeError(f"{what} is a torch tensor on {dev}, which no backend runs on")
         return ArrayInfo(
             dtype=normalize_dtype(x.dtype, what),
             shape=tuple(x.shape),

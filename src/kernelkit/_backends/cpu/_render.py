@@ -31,6 +31,11 @@ _TLS_RE = re.compile(r"\bthreadIdx\b|kk_linear_tid|\bcg\b|cooperative_groups|__a
 _EXTERN_SHARED_RE = re.compile(
     r"\bextern\s+__shared__\s+([^;\[\]{}()]*(?:\([^)]*\)[^;\[\]{}()]*)*?)\b([A-Za-z_]\w*)\s*\[\s*\]\s*;"
 )
+_FIBER_SYNC = (
+    "kk_block* const kk_blk, ",
+    "#define __syncthreads() kk_syncthreads_in(kk_blk, __FILE__, __LINE__)",
+    "#undef __syncthreads",
+)
 _ALIGN_RE = re.compile(r"(__align__|alignas)\s*\([^)]*\)")
 # Comments and literals (kept as they are), or an identifier.
 _TOKEN_RE = re.compile(
@@ -75,6 +80,9 @@ def render_source(source: KernelSource, check: bool) -> RenderedKernel:
     kernel_params = ", ".join(f"{t} {p.name}" for p, t in members)
     call_args = ", ".join(f"a.{p.name}" for p, _ in members)
     inline = "inline __attribute__((always_inline))" if not fibers else "__attribute__((noinline))"
+    # Fiber mode: the body's __syncthreads() uses the block passed in (no TLS lookup per barrier).
+    no_sync = ("", "", "")
+    block_param, sync_def, sync_undef = _FIBER_SYNC if fibers else no_sync
     head = [f'#include "{PRELUDE}"', f'#line 1 "{name}.header"', header]
     lines = [
         '#line {LINE} "{FILE}"',
@@ -82,12 +90,14 @@ def render_source(source: KernelSource, check: bool) -> RenderedKernel:
         "struct kk_args {",
         *(f"  {t} {p.name};" for p, t in members),
         "};",
-        f"static {inline} void kk_thread(const uint3 threadIdx, const uint3 blockIdx,",
+        f"static {inline} void kk_thread({block_param}const uint3 threadIdx, const uint3 blockIdx,",
         f"    const dim3 blockDim, const dim3 gridDim{_lead(kernel_params)}) {{",
+        sync_def,
         source.preamble,
         f'#line 1 "{name}"',
         body,
         "\n}",
+        sync_undef,
         '#line {LINE} "{FILE}"',
         *(_fiber_runner(call_args) if fibers else _loop_runner(call_args, tls)),
         "}  // namespace",
@@ -135,16 +145,16 @@ def _loop_runner(call_args: str, tls: bool) -> list[str]:
         f"        {set_tls}kk_thread(tid, bid, bd, gd{_lead(call_args)});",
         "      }",
         "}",
-        "void kk_run_thread(const void*, uint3) {}",
+        "void kk_run_thread(const void*, uint3, kk_block*) {}",
     ]
 
 
 def _fiber_runner(call_args: str) -> list[str]:
     return [
         "void kk_run_block(const kk_launch& L, const uint3) { kk_run_fibers(L); }",
-        "void kk_run_thread(const void* p, const uint3 tid) {",
+        "void kk_run_thread(const void* p, const uint3 tid, kk_block* b) {",
         "  const kk_args& a = *static_cast<const kk_args*>(p);",
-        f"  kk_thread(tid, blockIdx, blockDim, gridDim{_lead(call_args)});",
+        f"  kk_thread(b, tid, blockIdx, blockDim, gridDim{_lead(call_args)});",
         "}",
     ]
 

@@ -84,7 +84,7 @@ def precompiled_header_dir(cxx: str, options: tuple[str, ...]) -> Path | None:
     found = None
     for base in _cache_bases():
         target = base / "cpu-pch" / digest
-        if (target / "kk_cpu.h.gch").is_file() or _build_pch(cxx, options, target):
+        if _is_file(target / "kk_cpu.h.gch") or _build_pch(cxx, options, target):
             found = target
             break
     with _lock:
@@ -100,6 +100,14 @@ def _cache_bases() -> list[Path]:
     bases.append(Path(xdg) / "kernelkit")
     bases.append(Path(tempfile.gettempdir()) / f"kernelkit-{os.getuid()}")
     return bases
+
+
+def _is_file(path: Path) -> bool:
+    """Path.is_file, but an unreadable directory (EACCES) counts as "no" instead of raising."""
+    try:
+        return path.is_file()
+    except OSError:
+        return False
 
 
 def _build_pch(cxx: str, options: tuple[str, ...], target: Path) -> bool:
@@ -128,8 +136,10 @@ def _build_pch(cxx: str, options: tuple[str, ...], target: Path) -> bool:
     except (OSError, subprocess.SubprocessError):
         return False
     finally:
-        if os.path.exists(tmp):
+        try:
             os.unlink(tmp)
+        except OSError:  # already renamed into place, or the directory went away
+            pass
 
 
 def _include_flags() -> list[str]:

@@ -104,7 +104,9 @@ class CUDABackend(Backend):
             source.body,
             "}",
         ]
-        options = [f"--gpu-architecture={arch}", "--std=c++17", "-default-device"]
+        # 20283: "PCH creation disabled because #line directive encountered" (harmless noise)
+        options = [f"--gpu-architecture={arch}", "--std=c++17", "-default-device",
+                   "-diag-suppress=20283"]
         if source.needs & {"fp16", "bf16", "cg"}:
             options.append("-pch")  # NVRTC reuses parsed CUDA headers within the process
         return CompileRequest(
