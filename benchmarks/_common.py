@@ -7,20 +7,23 @@ import time
 from collections.abc import Callable
 
 
-def per_call_us(fn: Callable[[], object], sync: Callable[[], object], calls: int = 20000,
-                repeats: int = 5) -> float:
-    """Median over ``repeats`` of host wall time per call (µs), synchronizing after each batch."""
-    for _ in range(200):
-        fn()
-    sync()
-    samples = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        for _ in range(calls):
+def interleaved_us(variants: dict[str, Callable[[], object]], sync: Callable[[], object],
+                   calls: int = 10000, rounds: int = 9) -> dict[str, float]:
+    """Median µs per call of each variant, measured in interleaved rounds so that drift in the
+    machine's speed (shared hosts, clocks) hits every variant alike."""
+    for fn in variants.values():
+        for _ in range(200):
             fn()
-        sync()
-        samples.append((time.perf_counter() - t0) / calls * 1e6)
-    return statistics.median(samples)
+    sync()
+    samples: dict[str, list[float]] = {name: [] for name in variants}
+    for _ in range(rounds):
+        for name, fn in variants.items():
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            sync()
+            samples[name].append((time.perf_counter() - t0) / calls * 1e6)
+    return {name: statistics.median(v) for name, v in samples.items()}
 
 
 def table(rows: list[tuple[str, float | None, str]], unit: str, base: float | None) -> None:

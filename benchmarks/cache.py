@@ -69,9 +69,15 @@ KK_CHILD = textwrap.dedent('''
 
 
 def _child(code: str, args: list[str], env: dict[str, str]) -> dict:
-    full = dict(os.environ, PYTHONPATH=str(SRC), **env)
-    out = subprocess.run([sys.executable, "-c", code, *args], env=full, capture_output=True,
-                         text=True, timeout=600)
+    path = os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")])
+    full = dict(os.environ, PYTHONPATH=path, **env)
+    with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
+        f.write(code)  # a real file: Triton's @jit reads its function's source from it
+    try:
+        out = subprocess.run([sys.executable, f.name, *args], env=full, capture_output=True,
+                             text=True, timeout=600)
+    finally:
+        os.unlink(f.name)
     if out.returncode != 0:
         raise RuntimeError(out.stderr[-2000:])
     return json.loads(out.stdout.strip().splitlines()[-1])

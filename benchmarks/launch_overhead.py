@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import ctypes
 import sys
+from collections.abc import Callable
 
 import torch
-from _common import per_call_us, table
+from _common import interleaved_us, table
 from cuda.bindings import driver, nvrtc
 
 import kernelkit
@@ -43,8 +44,8 @@ def main() -> int:
         return 1
     x = torch.randn(N, device="cuda")
     y = torch.empty_like(x)
-    sync = torch.cuda.synchronize
-    rows: list[tuple[str, float | None, str]] = []
+    variants: dict[str, Callable[[], object]] = {}
+    notes: dict[str, str] = {}
 
     fn = raw_function()
     a_in, a_out, a_n = ctypes.c_uint64(x.data_ptr()), ctypes.c_uint64(y.data_ptr()), ctypes.c_int(N)
@@ -52,46 +53,39 @@ def main() -> int:
     addr = ctypes.addressof(params)
     stream = torch.cuda.current_stream().cuda_stream
     launch = driver.cuLaunchKernel
-
-    def raw():
-        launch(fn, 4, 1, 1, 256, 1, 1, 0, stream, addr, 0)
-
-    floor = per_call_us(raw, sync)
-    rows.append(("raw cuLaunchKernel, prepacked (floor)", floor, ""))
+    variants["raw cuLaunchKernel, prepacked (floor)"] = lambda: launch(
+        fn, 4, 1, 1, 256, 1, 1, 0, stream, addr, 0)
 
     def raw_alloc():
         torch.empty(N, device="cuda")
         launch(fn, 4, 1, 1, 256, 1, 1, 0, stream, addr, 0)
 
-    floor_alloc = per_call_us(raw_alloc, sync)
-    rows.append(("floor + torch.empty", floor_alloc, ""))
+    variants["floor + torch.empty"] = raw_alloc
 
     k = kernelkit.kernel("kexp", ["inp"], ["out"],
                          "uint i = blockIdx.x * blockDim.x + threadIdx.x;"
                          " if (i < inp_shape[0]) out[i] = expf(inp[i]);")
+    y.fill_(float("nan"))
     k([x], grid=(N, 1, 1), threadgroup=(256, 1, 1), out=[y])
     torch.testing.assert_close(y, torch.exp(x))
-    kk_out = per_call_us(lambda: k([x], grid=(N, 1, 1), threadgroup=(256, 1, 1), out=[y]), sync)
     shapes, dtypes = [(N,)], [torch.float32]
-    kk_alloc = per_call_us(lambda: k([x], output_shapes=shapes, output_dtypes=dtypes,
-                                     grid=(N, 1, 1), threadgroup=(256, 1, 1)), sync)
-    rows.append(("kernelkit, out=", kk_out, "target <= 1.3x floor"))
-    rows.append(("kernelkit, allocating", kk_alloc,
-                 f"target <= 1.3x (floor + torch.empty) = {1.3 * floor_alloc:.2f} us"))
+    variants["kernelkit, out="] = lambda: k([x], grid=(N, 1, 1), threadgroup=(256, 1, 1), out=[y])
+    variants["kernelkit, allocating"] = lambda: k(
+        [x], output_shapes=shapes, output_dtypes=dtypes, grid=(N, 1, 1), threadgroup=(256, 1, 1))
+    notes["kernelkit, out="] = "target <= 1.3x floor"
+    notes["kernelkit, allocating"] = "target <= 1.3x (floor + torch.empty)"
 
     try:
         import cupy
 
         rk = cupy.RawKernel(SRC, "kexp")
         cx, cy = cupy.asarray(x), cupy.asarray(y)
-        rk((4,), (256,), (cx, cy, cupy.int32(N)))
-        rows.append(("CuPy RawKernel, CuPy arrays",
-                     per_call_us(lambda: rk((4,), (256,), (cx, cy, cupy.int32(N))), sync), ""))
-        rows.append(("CuPy RawKernel, torch tensors",
-                     per_call_us(lambda: rk((4,), (256,), (cupy.asarray(x), cupy.asarray(y),
-                                                          cupy.int32(N))), sync), ""))
+        n32 = cupy.int32(N)
+        variants["CuPy RawKernel, CuPy arrays"] = lambda: rk((4,), (256,), (cx, cy, n32))
+        variants["CuPy RawKernel, torch tensors"] = lambda: rk(
+            (4,), (256,), (cupy.asarray(x), cupy.asarray(y), n32))
     except ImportError:
-        rows.append(("CuPy RawKernel", None, "cupy not installed"))
+        notes["CuPy RawKernel"] = "cupy not installed"
 
     try:
         import triton
@@ -103,15 +97,19 @@ def main() -> int:
             mask = offs < n
             tl.store(out + offs, tl.exp(tl.load(inp + offs, mask=mask)), mask=mask)
 
-        texp[(4,)](x, y, N, BLOCK=256)
-        rows.append(("Triton @jit", per_call_us(lambda: texp[(4,)](x, y, N, BLOCK=256), sync), ""))
+        variants["Triton @jit"] = lambda: texp[(4,)](x, y, N, BLOCK=256)
     except ImportError:
-        rows.append(("Triton @jit", None, "triton not installed"))
+        notes["Triton @jit"] = "triton not installed"
 
-    rows.append(("torch.exp(x, out=y)", per_call_us(lambda: torch.exp(x, out=y), sync), ""))
+    variants["torch.exp(x, out=y)"] = lambda: torch.exp(x, out=y)
+    us = interleaved_us(variants, torch.cuda.synchronize)
+    floor, floor_alloc = us["raw cuLaunchKernel, prepacked (floor)"], us["floor + torch.empty"]
     print(f"device: {torch.cuda.get_device_name()}; torch {torch.__version__}; "
-          f"kernelkit {kernelkit.__version__}")
+          f"kernelkit {kernelkit.__version__}; median of 9 interleaved rounds of 10000 calls")
+    rows = [(name, value, notes.get(name, "")) for name, value in us.items()]
+    rows += [(name, None, note) for name, note in notes.items() if name not in us]
     table(rows, "us/call", floor)
+    kk_out, kk_alloc = us["kernelkit, out="], us["kernelkit, allocating"]
     print(f"kernelkit out= / floor: {kk_out / floor:.2f}x; "
           f"allocating / (floor + torch.empty): {kk_alloc / floor_alloc:.2f}x")
     return 0

@@ -8,6 +8,7 @@ indices and helper names, never user text) and kept on the plan as ``run_source`
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -103,7 +104,7 @@ def generate_run(kernel: str, params: tuple[Param, ...], ins: list[ArgRoute],
     local = threading.local()
     ns: dict[str, Any] = {
         "_local": local, "_new_pack": lambda: ArgPack(params), "_launch": launch,
-        "_device": device, "_stream": out_adapter.stream, "_stream_handle": stream_handle,
+        "_stream": out_adapter.stream_getter(device), "_stream_handle": stream_handle,
         "_synchronize": synchronize, "_wrap": out_adapter.wrap,
         "_fill": _fill, "_bad_shapes": _shape_error(kernel, len(outs)),
         "_check_shapes": _shape_check(kernel), "_not_contiguous": _contiguity_error(outs),
@@ -114,7 +115,7 @@ def generate_run(kernel: str, params: tuple[Param, ...], ins: list[ArgRoute],
     for i, r in enumerate(ins):
         code += _input_lines(i, r, ns)
     code += _output_lines(outs, has_out, allocators, ns)
-    code += ["    if stream is None:", "        stream = _stream(_device)",
+    code += ["    if stream is None:", "        stream = _stream()",
              "    elif stream.__class__ is not int:", "        stream = _stream_handle(stream)",
              "    _launch(pack.address, stream)"]
     names = ", ".join(f"o{j}" for j in range(len(outs)))
@@ -123,8 +124,14 @@ def generate_run(kernel: str, params: tuple[Param, ...], ins: list[ArgRoute],
     else:
         code.append(f"    return [{names}]")
     source = "\n".join(code) + "\n"
-    exec(compile(source, f"<kernelkit run {kernel}>", "exec"), ns)  # noqa: S102 - own text only
+    exec(_compiled(source), ns)  # noqa: S102 - kernelkit's own text only
     return ns["run"], source
+
+
+@functools.lru_cache(maxsize=256)
+def _compiled(source: str) -> Any:
+    """Plans of the same shape share one code object (compiling costs ~0.5 ms)."""
+    return compile(source, "<kernelkit hot path>", "exec")
 
 
 def _input_lines(i: int, r: ArgRoute, ns: dict[str, Any]) -> list[str]:

@@ -8,6 +8,7 @@ pointer on the hot path, allocation of outputs, and the framework's current stre
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -66,7 +67,12 @@ class Adapter:
         raise NotImplementedError
 
     def stream(self, device_index: int) -> int:
+        """The framework's current stream on this device, as an int handle (0: default)."""
         return 0
+
+    def stream_getter(self, device_index: int) -> Callable[[], int]:
+        """A no-argument callable returning ``stream(device_index)``, prepared once per plan."""
+        return functools.partial(self.stream, device_index)
 
     def prepare(self, x: Any) -> Any:
         """Make the array safe to read from another stream (e.g. wait for JAX); default: as is."""

@@ -63,6 +63,11 @@ class TorchAdapter(Adapter):
     def fill(self, x: torch.Tensor, value: Any) -> None:
         x.fill_(value)
 
+    def stream_getter(self, device_index: int) -> Callable[[], int]:
+        if device_index >= 0 and _raw_stream is not None:
+            return functools.partial(_raw_stream, device_index)  # no Python frame per call
+        return super().stream_getter(device_index)
+
     def stream(self, device_index: int) -> int:
         if device_index < 0:
             return 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import shutil
@@ -62,8 +63,10 @@ def compiler_identity(cxx: str) -> str:
     return identity
 
 
+@functools.cache
 def header_hashes() -> tuple[tuple[str, str], ...]:
-    """(relative path, sha256) of every prelude header, sorted: part of the cache key."""
+    """(relative path, sha256) of every prelude header, sorted: part of the cache key.
+    Read once per process (the installed headers do not change under a running process)."""
     files = sorted(p for p in INCLUDE_DIR.rglob("*.h") if p.is_file())
     return tuple(
         (p.relative_to(INCLUDE_DIR).as_posix(), hashlib.sha256(p.read_bytes()).hexdigest())
