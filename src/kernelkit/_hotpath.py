@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ._arrays import Adapter, adapter_for
+from ._errors import KernelkitError, LaunchError
 from ._pack import ArgPack, scalar_bits
 from ._records import MAX_NDIM, Param
 
@@ -99,7 +100,7 @@ def stream_handle(stream: Any) -> int:
 def generate_run(kernel: str, params: tuple[Param, ...], ins: list[ArgRoute],
                  outs: list[ArgRoute], has_out: bool, allocators: list[Callable[[Any], Any]],
                  out_adapter: Adapter, launch: Callable[[int, int], None], device: int,
-                 synchronize: Callable[[int], None]) -> tuple[Callable, str]:
+                 synchronize: Callable[[int], None], backend: str) -> tuple[Callable, str]:
     """Write and compile ``run(inputs, output_shapes, out, init_value, stream) -> outputs``."""
     local = threading.local()
     ns: dict[str, Any] = {
@@ -107,7 +108,8 @@ def generate_run(kernel: str, params: tuple[Param, ...], ins: list[ArgRoute],
         "_stream": out_adapter.stream_getter(device), "_stream_handle": stream_handle,
         "_synchronize": synchronize, "_wrap": out_adapter.wrap,
         "_fill": _fill, "_bad_shapes": _shape_error(kernel, len(outs)),
-        "_check_shapes": _shape_check(kernel), "_not_contiguous": _contiguity_error(outs),
+        "_check_shapes": _shape_check(kernel), "_KernelkitError": KernelkitError,
+        "_launch_failed": _launch_error(kernel, backend), "_not_contiguous": _contiguity_error(outs),
     }
     code = ["def run(inputs, output_shapes, out, init_value, stream):",
             "    try:", "        pack = _local.pack", "    except AttributeError:",
@@ -117,7 +119,9 @@ def generate_run(kernel: str, params: tuple[Param, ...], ins: list[ArgRoute],
     code += _output_lines(outs, has_out, allocators, ns)
     code += ["    if stream is None:", "        stream = _stream()",
              "    elif stream.__class__ is not int:", "        stream = _stream_handle(stream)",
-             "    _launch(pack.address, stream)"]
+             "    try:", "        _launch(pack.address, stream)",
+             "    except _KernelkitError:", "        raise",
+             "    except Exception as e:", "        _launch_failed(e)"]
     names = ", ".join(f"o{j}" for j in range(len(outs)))
     if out_adapter.synchronous:
         code += ["    _synchronize(stream)", f"    return [_wrap(o) for o in ({names},)]"]
@@ -225,6 +229,14 @@ def _shape_check(kernel: str) -> Callable[[Any, Any], None]:
                                  f"output_shapes[{i}] is {tuple(shape)}")
 
     return check
+
+
+def _launch_error(kernel: str, backend: str) -> Callable[[Exception], None]:
+    def fail(error: Exception) -> None:
+        raise LaunchError(f"[{kernel}] backend {backend!r} failed to launch: "
+                          f"{type(error).__name__}: {error}") from error
+
+    return fail
 
 
 def _contiguity_error(outs: list[ArgRoute]) -> Callable[[int], None]:

@@ -3,7 +3,8 @@ and build a ``LaunchPlan`` whose ``run`` is the hot path: pack pointers, launch.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -12,6 +13,7 @@ from ._arrays import Adapter, ArrayInfo, adapter_for
 from ._cache import compile_cached
 from ._codegen import make_source
 from ._dtypes import DType, normalize_dtype
+from ._errors import BackendError, KernelkitError
 from ._hotpath import ArgRoute, generate_run
 from ._records import CompileRequest, KernelSpec, Param, Target
 from ._registry import backend_for_device_type, get_backend
@@ -132,8 +134,24 @@ def _pick_backend(spec: KernelSpec, backend_name: str | None, where: ArrayInfo, 
     return backend_for_device_type(where.device_type, f"[{spec.name}] {what}")
 
 
+@contextmanager
+def backend_call(backend: Backend, stage: str) -> Iterator[None]:
+    """Turn a plugin's unexpected exception into a BackendError naming the backend and stage."""
+    try:
+        yield
+    except KernelkitError:
+        raise
+    except NotImplementedError as e:
+        raise BackendError(f"[backend {backend.name}] {e}") from e
+    except Exception as e:  # noqa: BLE001 - any plugin failure becomes one clear error
+        raise BackendError(f"[backend {backend.name}] {stage} failed: "
+                           f"{type(e).__name__}: {e}") from e
+
+
 def _target(backend: Backend, device: int, name: str) -> Target:
-    for t in backend.targets():
+    with backend_call(backend, "probing devices"):
+        targets = backend.targets()
+    for t in targets:
         if t.device == device:
             return t
     raise ValueError(f"[{name}] backend {backend.name!r} has no device {device} "
@@ -169,8 +187,9 @@ def render_request(spec: KernelSpec, backend: Backend, target: Target,
     """Params and the compile request of one specialization (also used ahead of time)."""
     params = make_params(spec, inputs, outputs, checked)
     source = make_source(spec, params, template or ())
-    backend.check_params(params)
-    return params, backend.render(source, target, checked)
+    backend.check_params(params)  # raises TypeError/ValueError naming what it cannot pass
+    with backend_call(backend, "render"):
+        return params, backend.render(source, target, checked)
 
 
 def _kinds(bound: Bound) -> list[tuple[str, DType]]:
@@ -240,14 +259,17 @@ def build(spec: KernelSpec, bound: Bound, template: Any, grid: Any, threadgroup:
           check: bool | None, verbose: bool) -> LaunchPlan:
     """Render, compile through the caches, load, and prepare the hot path for one specialization."""
     backend, target = bound.backend, bound.target
-    checked = backend.resolve_check(check)
+    with backend_call(backend, "checked mode"):
+        checked = backend.resolve_check(check)
     params, request = render_request(spec, backend, target, _kinds(bound),
                                      [dt for _, dt, _ in bound.outputs], template, checked)
     if verbose or _config.config.verbose:
         print(request.source)
-    artifact = compile_cached(backend, request)
-    program = backend.load(artifact, target)
-    limits = backend.kernel_limits(program)
+    with backend_call(backend, "compile"):
+        artifact = compile_cached(backend, request)
+    with backend_call(backend, "load"):
+        program = backend.load(artifact, target)
+        limits = backend.kernel_limits(program)
     blocks, block = geometry(spec.name, grid, threadgroup, target, limits)
     shared = spec.shared_memory_bytes
     static = limits.get("static_shared_bytes", 0)
@@ -255,14 +277,15 @@ def build(spec: KernelSpec, bound: Bound, template: Any, grid: Any, threadgroup:
         raise ValueError(f"[{spec.name}] shared_memory = {shared} bytes (+{static} static) "
                          f"exceeds the {target.max_shared_memory_optin_bytes} bytes "
                          f"{target.name} allows per block")
-    launch = backend.launcher(program, target, blocks, block, shared)
+    with backend_call(backend, "launcher"):
+        launch = backend.launcher(program, target, blocks, block, shared)
     ins, outs = _routes(spec, bound, params)
     info0 = next((d for k, _, d in bound.inputs if k != "scalar"), None) or next(
         i for _, _, i in bound.outputs if i)
     allocators = [_lazy_allocator(bound.out_adapter, dt, info0) for _, dt, _ in bound.outputs]
     run, run_source = generate_run(
         spec.name, params, ins, outs, bound.outputs[0][2] is not None, allocators,
-        bound.out_adapter, launch, target.device, backend.synchronize)
+        bound.out_adapter, launch, target.device, backend.synchronize, backend.name)
     return LaunchPlan(kernel=spec.name, request=request, params=params, blocks=blocks,
                       block=block, shared_bytes=shared, run=run, run_source=run_source)
 

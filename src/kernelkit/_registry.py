@@ -9,6 +9,7 @@ from __future__ import annotations
 import threading
 import warnings
 from importlib import import_module
+from collections.abc import Iterator
 from typing import Any
 
 from . import _config
@@ -125,15 +126,17 @@ def backends() -> dict[str, Backend]:
 def backend_for_device_type(device_type: int, what: str) -> Backend:
     """The first loadable backend (built-ins first, then plugins in registration order) that
     runs on this DLPack device type."""
-    builtin = [n for n in _BUILTIN if _allowed(n)]
-    for names in (builtin, [n for n in registered() if n not in _BUILTIN]):
-        for name in names:
-            try:
-                backend = get_backend(name)
-            except BackendError:
-                continue
-            if device_type in backend.dlpack_devices:
-                return backend
+    def candidates() -> Iterator[str]:  # plugins are scanned only if no built-in fits
+        yield from (n for n in _BUILTIN if _allowed(n))
+        yield from (n for n in registered() if n not in _BUILTIN)
+
+    for name in candidates():
+        try:
+            backend = get_backend(name)
+        except BackendError:
+            continue
+        if device_type in backend.dlpack_devices:
+            return backend
     raise BackendError(
         f"[kernel] no backend runs on the memory of {what} (DLPack device type {device_type}); "
         f"loaded: {', '.join(sorted(_loaded)) or 'none'}"

@@ -124,4 +124,6 @@ class Backend(ABC):
         return {}
 
     def check_params(self, params: tuple[Param, ...]) -> None:  # noqa: B027 - optional hook
-        """Reject parameter kinds/dtypes this backend cannot pass (default: accept all)."""
+        """Reject parameter kinds/dtypes this backend cannot pass with a TypeError or ValueError
+        naming the parameter (default: accept all). Other methods' unexpected exceptions reach
+        the user as ``BackendError`` naming the backend and the stage."""
