@@ -125,6 +125,14 @@ class CPUBackend(Backend):
         """
         return make_launcher(program, blocks, block, shared_memory_bytes, worker_count())
 
+    def resolve_check(self, requested: bool | None) -> bool:
+        """``check=`` on the call wins; otherwise KERNELKIT_CPU_CHECK decides."""
+        if requested is None:
+            from ..._config import config
+
+            return config.cpu_check
+        return bool(requested)
+
     def compile_targets(self) -> list[str]:
         """Only the host's own architecture."""
         return [platform.machine()]
