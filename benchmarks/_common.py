@@ -7,8 +7,12 @@ import time
 from collections.abc import Callable
 
 
-def interleaved_us(variants: dict[str, Callable[[], object]], sync: Callable[[], object],
-                   calls: int = 10000, rounds: int = 9) -> dict[str, float]:
+def interleaved_us(
+    variants: dict[str, Callable[[], object]],
+    sync: Callable[[], object],
+    calls: int = 10000,
+    rounds: int = 9,
+) -> dict[str, float]:
     """Median µs per call of each variant, measured in interleaved rounds so that drift in the
     machine's speed (shared hosts, clocks) hits every variant alike."""
     for fn in variants.values():

@@ -28,11 +28,12 @@ import uuid
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[1] / "src"
-BODY = ("uint i = blockIdx.x * blockDim.x + threadIdx.x; "
-        "if (i < inp_shape[0]) out[i] = expf(inp[i]);")
+BODY = (
+    "uint i = blockIdx.x * blockDim.x + threadIdx.x; if (i < inp_shape[0]) out[i] = expf(inp[i]);"
+)
 
 # Runs in a fresh process: time the first and second call, and the cache lookup inside the first.
-KK_CHILD = textwrap.dedent('''
+KK_CHILD = textwrap.dedent("""
     import json, sys, time
     t_import = time.perf_counter()
     import numpy as np, kernelkit
@@ -65,7 +66,7 @@ KK_CHILD = textwrap.dedent('''
     ok = bool(np.allclose(y, np.exp(np.linspace(-2, 2, 1024, dtype=np.float32)), rtol=1e-5))
     print(json.dumps({"first": first, "second": second, "lookup": lookup[-1] if lookup else None,
                       "stats": kernelkit.cache_stats(), "ok": ok, "import": t_import}))
-''')
+""")
 
 
 def _child(code: str, args: list[str], env: dict[str, str]) -> dict:
@@ -74,8 +75,9 @@ def _child(code: str, args: list[str], env: dict[str, str]) -> dict:
     with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
         f.write(code)  # a real file: Triton's @jit reads its function's source from it
     try:
-        out = subprocess.run([sys.executable, f.name, *args], env=full, capture_output=True,
-                             text=True, timeout=600)
+        out = subprocess.run(
+            [sys.executable, f.name, *args], env=full, capture_output=True, text=True, timeout=600
+        )
     finally:
         os.unlink(f.name)
     if out.returncode != 0:
@@ -89,14 +91,17 @@ def _median(runs: list[dict], key: str) -> float:
 
 def bench_import(repeat: int) -> dict[str, float]:
     """Wall time of ``python -c pass`` and ``python -c "import kernelkit"`` (median, ms)."""
+
     def wall(code: str) -> float:
         times = []
         for _ in range(repeat):
             t = time.perf_counter()
-            subprocess.run([sys.executable, "-c", code], check=True,
-                           env=dict(os.environ, PYTHONPATH=str(SRC)))
+            subprocess.run(
+                [sys.executable, "-c", code], check=True, env=dict(os.environ, PYTHONPATH=str(SRC))
+            )
             times.append(time.perf_counter() - t)
         return statistics.median(times) * 1e3
+
     return {"python": wall("pass"), "kernelkit": wall("import kernelkit")}
 
 
@@ -109,18 +114,30 @@ def bench_kernelkit(backend: str, repeat: int) -> list[tuple[str, float, float, 
         body = BODY.replace("expf(inp[i])", f"expf(inp[i]) + 0.0f * {len(name)}")
         env = {"KERNELKIT_CACHE_DIR": str(cache)}
         r = _child(KK_CHILD, [backend, body, name, "warm-backend"], env)
-        rows.append(("compile (new kernel, warm process)", r["first"] * 1e3, r["second"] * 1e3,
-                     f"ok={r['ok']} compiles={r['stats']['compiles']}"))
+        rows.append(
+            (
+                "compile (new kernel, warm process)",
+                r["first"] * 1e3,
+                r["second"] * 1e3,
+                f"ok={r['ok']} compiles={r['stats']['compiles']}",
+            )
+        )
         runs = [_child(KK_CHILD, [backend, body, name, "cold"], env) for _ in range(repeat)]
         rows.append(_row("warm disk, fresh process", runs, "disk_hits"))
         runs = [_child(KK_CHILD, [backend, body, name, "warm-backend"], env) for _ in range(repeat)]
         rows.append(_row("warm disk, fresh process, backend up", runs, "disk_hits"))
         bundle = Path(tmp) / "b.kkb"
-        subprocess.run([sys.executable, "-m", "kernelkit", "cache", "export", "-o", str(bundle)],
-                       check=True, capture_output=True, env=dict(os.environ, PYTHONPATH=str(SRC),
-                                                                 **env))
-        env = {"KERNELKIT_CACHE_DIR": str(empty), "KERNELKIT_CACHE": "0",
-               "KERNELKIT_BUNDLE_PATH": str(bundle)}
+        subprocess.run(
+            [sys.executable, "-m", "kernelkit", "cache", "export", "-o", str(bundle)],
+            check=True,
+            capture_output=True,
+            env=dict(os.environ, PYTHONPATH=str(SRC), **env),
+        )
+        env = {
+            "KERNELKIT_CACHE_DIR": str(empty),
+            "KERNELKIT_CACHE": "0",
+            "KERNELKIT_BUNDLE_PATH": str(bundle),
+        }
         runs = [_child(KK_CHILD, [backend, body, name, "cold"], env) for _ in range(repeat)]
         rows.append(_row("bundle, fresh process, no disk cache", runs, "bundle_hits"))
     return rows
@@ -131,11 +148,15 @@ def _row(label: str, runs: list[dict], hit: str) -> tuple[str, float, float, str
     lookup = _median(runs, "lookup") * 1e3
     hits = sum(r["stats"][hit] for r in runs)
     ok = all(r["ok"] for r in runs) and all(r["stats"]["compiles"] == 0 for r in runs)
-    return (label, first, second, f"cache lookup {lookup:.3f} ms, {hit}={hits}/{len(runs)}, "
-            f"ok={ok}")
+    return (
+        label,
+        first,
+        second,
+        f"cache lookup {lookup:.3f} ms, {hit}={hits}/{len(runs)}, ok={ok}",
+    )
 
 
-CUPY_CHILD = textwrap.dedent('''
+CUPY_CHILD = textwrap.dedent("""
     import json, sys, time
     import cupy as cp
     src = 'extern "C" __global__ void %s(const float* a, float* b, int n) ' % sys.argv[1] + \\
@@ -147,9 +168,9 @@ CUPY_CHILD = textwrap.dedent('''
     t = time.perf_counter(); call(); first = time.perf_counter() - t
     t = time.perf_counter(); call(); second = time.perf_counter() - t
     print(json.dumps({"first": first, "second": second}))
-''')
+""")
 
-TRITON_CHILD = textwrap.dedent('''
+TRITON_CHILD = textwrap.dedent("""
     import json, sys, time
     import torch, triton, triton.language as tl
     @triton.jit
@@ -163,7 +184,7 @@ TRITON_CHILD = textwrap.dedent('''
     t = time.perf_counter(); call(); first = time.perf_counter() - t
     t = time.perf_counter(); call(); second = time.perf_counter() - t
     print(json.dumps({"first": first, "second": second}))
-''')
+""")
 
 
 def bench_peer(name: str, code: str, cache_var: str, arg: str) -> list[tuple]:
@@ -201,21 +222,26 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=5)
     args = parser.parse_args()
     backend = args.backend or _pick_backend()
-    rows = [(f"kernelkit[{backend}]: {label}", f, s, n)
-            for label, f, s, n in bench_kernelkit(backend, args.repeat)]
+    rows = [
+        (f"kernelkit[{backend}]: {label}", f, s, n)
+        for label, f, s, n in bench_kernelkit(backend, args.repeat)
+    ]
     if backend == "cuda" and _importable("cupy"):
         rows += bench_peer("cupy", CUPY_CHILD, "CUPY_CACHE_DIR", f"kexp_{uuid.uuid4().hex[:8]}")
     if backend == "cuda" and _importable("triton"):
         rows += bench_peer("triton", TRITON_CHILD, "TRITON_CACHE_DIR", str(time.time_ns() % 997))
     imp = bench_import(args.repeat)
     width = max(len(r[0]) for r in rows) + 2
-    print(f"{'scenario':{width}s} {'1st call ms':>12s} {'2nd call ms':>12s} "
-          f"{'1st-2nd ms':>11s}  note")
+    print(
+        f"{'scenario':{width}s} {'1st call ms':>12s} {'2nd call ms':>12s} {'1st-2nd ms':>11s}  note"
+    )
     for label, first, second, note in rows:
         print(f"{label:{width}s} {first:12.3f} {second:12.3f} {first - second:11.3f}  {note}")
-    print(f"\npython -c pass: {imp['python']:.1f} ms; python -c 'import kernelkit': "
-          f"{imp['kernelkit']:.1f} ms (kernelkit's share {imp['kernelkit'] - imp['python']:.1f} ms;"
-          f" target 150 ms total)")
+    print(
+        f"\npython -c pass: {imp['python']:.1f} ms; python -c 'import kernelkit': "
+        f"{imp['kernelkit']:.1f} ms (kernelkit's share {imp['kernelkit'] - imp['python']:.1f} ms;"
+        f" target 150 ms total)"
+    )
 
 
 if __name__ == "__main__":

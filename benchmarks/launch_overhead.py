@@ -19,8 +19,10 @@ from cuda.bindings import driver, nvrtc
 import kernelkit
 
 N = 1024
-SRC = 'extern "C" __global__ void kexp(const float* inp, float* out, int n) {' \
-      " int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) out[i] = expf(inp[i]); }"
+SRC = (
+    'extern "C" __global__ void kexp(const float* inp, float* out, int n) {'
+    " int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) out[i] = expf(inp[i]); }"
+)
 
 
 def raw_function():
@@ -54,7 +56,8 @@ def main() -> int:
     stream = torch.cuda.current_stream().cuda_stream
     launch = driver.cuLaunchKernel
     variants["raw cuLaunchKernel, prepacked (floor)"] = lambda: launch(
-        fn, 4, 1, 1, 256, 1, 1, 0, stream, addr, 0)
+        fn, 4, 1, 1, 256, 1, 1, 0, stream, addr, 0
+    )
 
     def raw_alloc():
         torch.empty(N, device="cuda")
@@ -62,16 +65,21 @@ def main() -> int:
 
     variants["floor + torch.empty"] = raw_alloc
 
-    k = kernelkit.kernel("kexp", ["inp"], ["out"],
-                         "uint i = blockIdx.x * blockDim.x + threadIdx.x;"
-                         " if (i < inp_shape[0]) out[i] = expf(inp[i]);")
+    k = kernelkit.kernel(
+        "kexp",
+        ["inp"],
+        ["out"],
+        "uint i = blockIdx.x * blockDim.x + threadIdx.x;"
+        " if (i < inp_shape[0]) out[i] = expf(inp[i]);",
+    )
     y.fill_(float("nan"))
     k([x], grid=(N, 1, 1), threadgroup=(256, 1, 1), out=[y])
     torch.testing.assert_close(y, torch.exp(x))
     shapes, dtypes = [(N,)], [torch.float32]
     variants["kernelkit, out="] = lambda: k([x], grid=(N, 1, 1), threadgroup=(256, 1, 1), out=[y])
     variants["kernelkit, allocating"] = lambda: k(
-        [x], output_shapes=shapes, output_dtypes=dtypes, grid=(N, 1, 1), threadgroup=(256, 1, 1))
+        [x], output_shapes=shapes, output_dtypes=dtypes, grid=(N, 1, 1), threadgroup=(256, 1, 1)
+    )
     notes["kernelkit, out="] = "target <= 1.3x floor"
     notes["kernelkit, allocating"] = "target <= 1.3x (floor + torch.empty)"
 
@@ -83,7 +91,8 @@ def main() -> int:
         n32 = cupy.int32(N)
         variants["CuPy RawKernel, CuPy arrays"] = lambda: rk((4,), (256,), (cx, cy, n32))
         variants["CuPy RawKernel, torch tensors"] = lambda: rk(
-            (4,), (256,), (cupy.asarray(x), cupy.asarray(y), n32))
+            (4,), (256,), (cupy.asarray(x), cupy.asarray(y), n32)
+        )
     except ImportError:
         notes["CuPy RawKernel"] = "cupy not installed"
 
@@ -104,14 +113,18 @@ def main() -> int:
     variants["torch.exp(x, out=y)"] = lambda: torch.exp(x, out=y)
     us = interleaved_us(variants, torch.cuda.synchronize)
     floor, floor_alloc = us["raw cuLaunchKernel, prepacked (floor)"], us["floor + torch.empty"]
-    print(f"device: {torch.cuda.get_device_name()}; torch {torch.__version__}; "
-          f"kernelkit {kernelkit.__version__}; median of 9 interleaved rounds of 10000 calls")
+    print(
+        f"device: {torch.cuda.get_device_name()}; torch {torch.__version__}; "
+        f"kernelkit {kernelkit.__version__}; median of 9 interleaved rounds of 10000 calls"
+    )
     rows = [(name, value, notes.get(name, "")) for name, value in us.items()]
     rows += [(name, None, note) for name, note in notes.items() if name not in us]
     table(rows, "us/call", floor)
     kk_out, kk_alloc = us["kernelkit, out="], us["kernelkit, allocating"]
-    print(f"kernelkit out= / floor: {kk_out / floor:.2f}x; "
-          f"allocating / (floor + torch.empty): {kk_alloc / floor_alloc:.2f}x")
+    print(
+        f"kernelkit out= / floor: {kk_out / floor:.2f}x; "
+        f"allocating / (floor + torch.empty): {kk_alloc / floor_alloc:.2f}x"
+    )
     return 0
 
 

@@ -35,8 +35,15 @@ def _backend_params() -> list[Any]:
     if _loads("cuda"):
         params.append(pytest.param("cuda", id="cuda", marks=pytest.mark.gpu))
     if not params:
-        params.append(pytest.param(None, id="no-backend", marks=pytest.mark.skip(
-            reason="no kernelkit backend loads here (cpu failed to import, no CUDA device)")))
+        params.append(
+            pytest.param(
+                None,
+                id="no-backend",
+                marks=pytest.mark.skip(
+                    reason="no kernelkit backend loads here (cpu failed to import, no CUDA device)"
+                ),
+            )
+        )
     # Probing may have recorded failures (e.g. cpu not importable yet): start tests clean.
     _registry.reset()
     return params

@@ -18,8 +18,17 @@ from ._records import KernelSpec
 
 __all__ = ["Kernel", "cuda_kernel", "kernel"]
 
-def _call_key(inputs: Any, out: Any, output_dtypes: Any, template: Any, grid: Any,
-              threadgroup: Any, backend: Any, check: Any) -> tuple:
+
+def _call_key(
+    inputs: Any,
+    out: Any,
+    output_dtypes: Any,
+    template: Any,
+    grid: Any,
+    threadgroup: Any,
+    backend: Any,
+    check: Any,
+) -> tuple:
     """What decides the specialization: argument types and dtypes (never shapes or values).
     ``Kernel.__call__`` builds the same tuple inline (it is the hot path)."""
     key = _KEY_FN
@@ -49,8 +58,10 @@ class Kernel:
         return self.spec.name
 
     def __repr__(self) -> str:
-        return (f"Kernel({self.spec.name!r}, inputs={list(self.spec.input_names)}, "
-                f"outputs={list(self.spec.output_names)}, specializations={len(self._plans)})")
+        return (
+            f"Kernel({self.spec.name!r}, inputs={list(self.spec.input_names)}, "
+            f"outputs={list(self.spec.output_names)}, specializations={len(self._plans)})"
+        )
 
     def __call__(
         self,
@@ -76,27 +87,34 @@ class Kernel:
         """
         key = _KEY_FN
         try:  # grid/threadgroup as given: tuples hash as themselves, lists go the slow way
-            plan = self._plans[(
-                type(inputs),
-                tuple([key[type(x)](x) for x in inputs]),
-                None if out is None else tuple([key[type(o)](o) for o in out]),
-                None if output_dtypes is None else tuple(output_dtypes),
-                None if template is None else tuple(template),
-                grid,
-                threadgroup,
-                backend,
-                check,
-            )]
+            plan = self._plans[
+                (
+                    type(inputs),
+                    tuple([key[type(x)](x) for x in inputs]),
+                    None if out is None else tuple([key[type(o)](o) for o in out]),
+                    None if output_dtypes is None else tuple(output_dtypes),
+                    None if template is None else tuple(template),
+                    grid,
+                    threadgroup,
+                    backend,
+                    check,
+                )
+            ]
         except Exception:  # noqa: BLE001 - anything unusual takes the validating slow path
-            plan = self._specialize(inputs, output_dtypes, grid, threadgroup, template, out,
-                                    backend, check, verbose)
+            plan = self._specialize(
+                inputs, output_dtypes, grid, threadgroup, template, out, backend, check, verbose
+            )
         else:
             if verbose:
                 print(plan.request.source)
         return plan.run(inputs, output_shapes, out, init_value, stream)
 
-    def precompile(self, inputs: Sequence[Any], output_dtypes: Sequence[Any],
-                   template: Sequence[tuple[str, Any]] | None = None) -> Any:
+    def precompile(
+        self,
+        inputs: Sequence[Any],
+        output_dtypes: Sequence[Any],
+        template: Sequence[tuple[str, Any]] | None = None,
+    ) -> Any:
         """Declare a specialization for ``kernelkit precompile`` (compiles nothing now).
 
         ``inputs`` lists a dtype per array input, or ``float``/``int``/``bool`` for scalars.
@@ -111,12 +129,23 @@ class Kernel:
 
         return declare(self, inputs, output_dtypes, template)
 
-    def _specialize(self, inputs: Any, output_dtypes: Any, grid: Any, threadgroup: Any,
-                    template: Any, out: Any, backend: Any, check: Any, verbose: bool) -> Any:
+    def _specialize(
+        self,
+        inputs: Any,
+        output_dtypes: Any,
+        grid: Any,
+        threadgroup: Any,
+        template: Any,
+        out: Any,
+        backend: Any,
+        check: Any,
+        verbose: bool,
+    ) -> Any:
         """The slow path: validate everything, then build (or find) the plan for this call."""
         try:  # a known specialization called with lists for grid/threadgroup
-            return self._plans[_call_key(inputs, out, output_dtypes, template, grid,
-                                         threadgroup, backend, check)]
+            return self._plans[
+                _call_key(inputs, out, output_dtypes, template, grid, threadgroup, backend, check)
+            ]
         except Exception:  # noqa: BLE001 - validate below
             pass
         if template is not None and not isinstance(template, list | tuple):
@@ -127,8 +156,9 @@ class Kernel:
         for x in (*inputs, *(out or ())):  # bind registered every argument's adapter
             adapter_for(x, "argument")
         try:
-            key: Any = _call_key(inputs, out, output_dtypes, template, grid, threadgroup,
-                                 backend, check)
+            key: Any = _call_key(
+                inputs, out, output_dtypes, template, grid, threadgroup, backend, check
+            )
             hash(key)
         except TypeError:
             key = None  # unhashable arguments (e.g. a list template value): plan is not kept
@@ -162,18 +192,22 @@ def kernel(
     Example::
 
         >>> import numpy as np, kernelkit
-        >>> k = kernelkit.kernel("twice", ["x"], ["y"],
-        ...     "uint i = blockIdx.x * blockDim.x + threadIdx.x; if (i < x_shape[0]) y[i] = 2 * x[i];")
+        >>> k = kernelkit.kernel("twice", ["x"], ["y"], "uint i = blockIdx.x * blockDim.x"
+        ...     " + threadIdx.x; if (i < x_shape[0]) y[i] = 2 * x[i];")
         >>> x = np.arange(5, dtype=np.float32)
         >>> k([x], output_shapes=[x.shape], output_dtypes=[x.dtype], grid=(5, 1, 1),
         ...   threadgroup=(32, 1, 1))[0]
         array([0., 2., 4., 6., 8.], dtype=float32)
     """
     check_identifier(name, "kernel name")
-    ins = tuple(check_identifier(n, f"input name at input_names[{i}]", name)
-                for i, n in enumerate(_names(input_names, "input_names", name)))
-    outs = tuple(check_identifier(n, f"output name at output_names[{i}]", name)
-                 for i, n in enumerate(_names(output_names, "output_names", name)))
+    ins = tuple(
+        check_identifier(n, f"input name at input_names[{i}]", name)
+        for i, n in enumerate(_names(input_names, "input_names", name))
+    )
+    outs = tuple(
+        check_identifier(n, f"output name at output_names[{i}]", name)
+        for i, n in enumerate(_names(output_names, "output_names", name))
+    )
     if not outs:
         raise ValueError(f"[{name}] a kernel needs at least one output in output_names")
     dup = sorted({n for n in ins + outs if (ins + outs).count(n) > 1})
@@ -182,15 +216,23 @@ def kernel(
     if not isinstance(source, str) or not isinstance(header, str):
         raise TypeError(f"[{name}] source and header must be str")
     if isinstance(shared_memory, bool) or not isinstance(shared_memory, int) or shared_memory < 0:
-        raise ValueError(f"[{name}] shared_memory must be a non-negative int (bytes), "
-                         f"got {shared_memory!r}")
+        raise ValueError(
+            f"[{name}] shared_memory must be a non-negative int (bytes), got {shared_memory!r}"
+        )
     if backend is not None and not isinstance(backend, str):
         raise TypeError(f"[{name}] backend must be a backend name (str) or None")
     refs, attrs = scan_body(source, ins + outs)
     spec = KernelSpec(
-        name=name, input_names=ins, output_names=outs, source=source, header=header,
-        ensure_row_contiguous=bool(ensure_row_contiguous), shared_memory_bytes=shared_memory,
-        backend=backend, arch_specific=bool(arch_specific), metadata_refs=refs,
+        name=name,
+        input_names=ins,
+        output_names=outs,
+        source=source,
+        header=header,
+        ensure_row_contiguous=bool(ensure_row_contiguous),
+        shared_memory_bytes=shared_memory,
+        backend=backend,
+        arch_specific=bool(arch_specific),
+        metadata_refs=refs,
         attribute_refs=attrs,
     )
     return Kernel(spec)

@@ -15,7 +15,12 @@ from ._dtypes import DTYPES, normalize_dtype
 from ._records import KernelSource, KernelSpec, Param
 
 __all__ = [
-    "METAL_ATTRIBUTES", "check_identifier", "make_source", "scan_body", "signature", "template_lines",
+    "METAL_ATTRIBUTES",
+    "check_identifier",
+    "make_source",
+    "scan_body",
+    "signature",
+    "template_lines",
 ]
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
@@ -60,8 +65,10 @@ _NEEDS = {
         r"\b(__half2?|half2?|__float2half\w*|__half2float|__h[a-z]\w*|h2[a-z]\w*|"
         r"hexp|hlog|hsqrt|hrsqrt|hrcp|hsin|hcos|hfma|hmax|hmin|hneg|habs)\b"
     ),
-    "bf16": re.compile(r"\b(__nv_bfloat162?|nv_bfloat162?|bfloat16|__float2bfloat16\w*|"
-                       r"__bfloat162float|\w*bf16\w*)\b"),
+    "bf16": re.compile(
+        r"\b(__nv_bfloat162?|nv_bfloat162?|bfloat16|__float2bfloat16\w*|"
+        r"__bfloat162float|\w*bf16\w*)\b"
+    ),
     "cg": re.compile(r"\b(cg|cooperative_groups)\s*::"),
     "metal": re.compile(r"\bmetal\s*::"),
 }
@@ -69,8 +76,10 @@ _DTYPE_NEEDS = {"float16": "fp16", "bfloat16": "bf16"}
 
 
 def _is_numpy_bool(value: Any) -> bool:
-    return getattr(value, "shape", None) == () and getattr(getattr(value, "dtype", None),
-                                                              "kind", "") == "b"
+    return (
+        getattr(value, "shape", None) == ()
+        and getattr(getattr(value, "dtype", None), "kind", "") == "b"
+    )
 
 
 def check_identifier(name: Any, what: str, kernel: str = "kernel") -> str:
@@ -94,8 +103,9 @@ def scan_body(source: str, names: Iterable[str]) -> tuple[frozenset[str], frozen
     return frozenset(refs), frozenset(_ATTR_RE.findall(source))
 
 
-def template_lines(template: Sequence[tuple[str, Any]],
-                   kernel: str = "kernel") -> tuple[str, tuple[str, ...]]:
+def template_lines(
+    template: Sequence[tuple[str, Any]], kernel: str = "kernel"
+) -> tuple[str, tuple[str, ...]]:
     """C++ lines for template arguments, and the dtypes they name. Validates every entry."""
     lines, dtypes, seen = [], [], set()
     for i, item in enumerate(template):
@@ -134,7 +144,9 @@ def make_source(
     tlines, tdtypes = template_lines(template, spec.name)
     clash = {n for n, _ in template} & {p.name for p in params}
     if clash:
-        raise ValueError(f"[{spec.name}] template name {sorted(clash)[0]!r} clashes with a parameter")
+        raise ValueError(
+            f"[{spec.name}] template name {sorted(clash)[0]!r} clashes with a parameter"
+        )
     attrs = [METAL_ATTRIBUTES[a] for a in METAL_ATTRIBUTES if a in spec.attribute_refs]
     preamble = "\n".join(x for x in (tlines, *attrs) if x)
     needs = {_DTYPE_NEEDS[d] for d in (*tdtypes, *(p.dtype for p in params)) if d in _DTYPE_NEEDS}

@@ -29,18 +29,42 @@ class Var:
 
 
 VARS: tuple[Var, ...] = (
-    Var("KERNELKIT_BACKENDS", _names, (),
-        "comma list of backends to load; '-name' excludes one; empty loads every installed one"),
-    Var("KERNELKIT_BACKENDS_STRICT", _bool, False,
-        "a backend plugin that fails to load raises instead of warning"),
-    Var("KERNELKIT_CPU_CHECK", _bool, False,
-        "CPU backend: bounds-check every array access and report divergent barriers"),
+    Var(
+        "KERNELKIT_BACKENDS",
+        _names,
+        (),
+        "comma list of backends to load; '-name' excludes one; empty loads every installed one",
+    ),
+    Var(
+        "KERNELKIT_BACKENDS_STRICT",
+        _bool,
+        False,
+        "a backend plugin that fails to load raises instead of warning",
+    ),
+    Var(
+        "KERNELKIT_CPU_CHECK",
+        _bool,
+        False,
+        "CPU backend: bounds-check every array access and report divergent barriers",
+    ),
     Var("KERNELKIT_CPU_THREADS", int, 0, "CPU backend: worker threads (0: one per core)"),
-    Var("KERNELKIT_CXX", str, "", "CPU backend: C++ compiler to use (default: $CXX, then g++, clang++)"),
+    Var(
+        "KERNELKIT_CXX",
+        str,
+        "",
+        "CPU backend: C++ compiler to use (default: $CXX, then g++, clang++)",
+    ),
     Var("KERNELKIT_CACHE", _bool, True, "0 keeps compiled kernels in memory only"),
     Var("KERNELKIT_CACHE_DIR", str, "", "disk cache directory (default: the user cache directory)"),
-    Var("KERNELKIT_CACHE_MAX_BYTES", int, 2 << 30, "disk cache size cap; least recently used go first"),
-    Var("KERNELKIT_BUNDLE_PATH", _names, (), "precompiled bundles (.kkb) consulted before compiling"),
+    Var(
+        "KERNELKIT_CACHE_MAX_BYTES",
+        int,
+        2 << 30,
+        "disk cache size cap; least recently used go first",
+    ),
+    Var(
+        "KERNELKIT_BUNDLE_PATH", _names, (), "precompiled bundles (.kkb) consulted before compiling"
+    ),
     Var("KERNELKIT_VERBOSE", _bool, False, "print every generated source before it is compiled"),
 )
 

@@ -31,15 +31,23 @@ class Declaration:
         ins = ", ".join(f"{d.name}" if k == "array" else f"{k}:{d.name}" for k, d in self.inputs)
         t = ", ".join(f"{n}={v}" for n, v in self.template)
         return f"{self.kernel.name}({ins}) -> ({', '.join(d.name for d in self.outputs)})" + (
-            f" [{t}]" if t else "")
+            f" [{t}]" if t else ""
+        )
 
     def request(self, arch: str) -> CompileRequest:
         """The compile request for ``arch``, from whichever backend compiles for it."""
         for backend in backends().values():
             if arch in backend.compile_targets():
                 target = backend.target_for_arch(arch)
-                _, request = render_request(self.kernel.spec, backend, target, self.inputs,
-                                            self.outputs, self.template, False)
+                _, request = render_request(
+                    self.kernel.spec,
+                    backend,
+                    target,
+                    self.inputs,
+                    self.outputs,
+                    self.template,
+                    False,
+                )
                 return request
         raise ValueError(f"[precompile] no installed backend compiles for arch {arch!r}")
 
@@ -47,24 +55,34 @@ class Declaration:
 _declared: list[Declaration] = []
 
 
-def declare(kernel: Kernel, inputs: Sequence[Any], output_dtypes: Sequence[Any],
-            template: Sequence[tuple[str, Any]] | None) -> Declaration:
-    """Record a specialization; inputs are dtypes (arrays) or ``float``/``int``/``bool`` (scalars)."""
+def declare(
+    kernel: Kernel,
+    inputs: Sequence[Any],
+    output_dtypes: Sequence[Any],
+    template: Sequence[tuple[str, Any]] | None,
+) -> Declaration:
+    """Record a specialization; inputs are dtypes (arrays) or ``float``/``int``/``bool``."""
     name = kernel.name
     if len(inputs) != len(kernel.spec.input_names):
-        raise ValueError(f"[{name}] precompile: expected {len(kernel.spec.input_names)} input "
-                         f"dtypes, got {len(inputs)}")
+        raise ValueError(
+            f"[{name}] precompile: expected {len(kernel.spec.input_names)} input "
+            f"dtypes, got {len(inputs)}"
+        )
     if len(output_dtypes) != len(kernel.spec.output_names):
-        raise ValueError(f"[{name}] precompile: expected {len(kernel.spec.output_names)} "
-                         f"output dtypes, got {len(output_dtypes)}")
+        raise ValueError(
+            f"[{name}] precompile: expected {len(kernel.spec.output_names)} "
+            f"output dtypes, got {len(output_dtypes)}"
+        )
     ins = []
     for i, d in enumerate(inputs):
         if d in _PY_SCALARS:
             ins.append(("scalar", normalize_dtype(_PY_SCALARS[d])))
         else:
             ins.append(("array", normalize_dtype(d, f"[{name}] precompile inputs[{i}]")))
-    outs = tuple(normalize_dtype(d, f"[{name}] precompile output_dtypes[{i}]")
-                 for i, d in enumerate(output_dtypes))
+    outs = tuple(
+        normalize_dtype(d, f"[{name}] precompile output_dtypes[{i}]")
+        for i, d in enumerate(output_dtypes)
+    )
     decl = Declaration(kernel, tuple(ins), outs, tuple(tuple(t) for t in template or ()))  # type: ignore[misc]
     _declared.append(decl)
     return decl

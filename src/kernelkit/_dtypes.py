@@ -38,9 +38,17 @@ _ROWS = (
 DTYPES: dict[str, DType] = {d.name: d for d in _ROWS}
 
 _ALIASES = {
-    "half": "float16", "float": "float32", "double": "float64", "bf16": "bfloat16",
-    "fp16": "float16", "fp32": "float32", "fp64": "float64", "bool_": "bool",
-    "int": "int32", "uint": "uint32", "long": "int64",
+    "half": "float16",
+    "float": "float32",
+    "double": "float64",
+    "bf16": "bfloat16",
+    "fp16": "float16",
+    "fp32": "float32",
+    "fp64": "float64",
+    "bool_": "bool",
+    "int": "int32",
+    "uint": "uint32",
+    "long": "int64",
 }
 
 _BY_DLPACK = {d.dlpack: d for d in _ROWS}

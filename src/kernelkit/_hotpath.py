@@ -33,15 +33,19 @@ class ArgRoute:
     meta: dict[str, int] = field(default_factory=dict)  # "shape"/"strides"/"ndim"/"extent" -> slot
 
 
-def meta_lines(var: str, meta: dict[str, int], adapter: Adapter, ns: dict[str, Any],
-               what: str) -> list[str]:
+def meta_lines(
+    var: str, meta: dict[str, int], adapter: Adapter, ns: dict[str, Any], what: str
+) -> list[str]:
     """Lines writing shape, strides (elements), ndim and extent of ``var`` into their slots."""
     tag = f"{var}_"
     ns[f"_layout_{var}"] = adapter.layout
     ns[f"_ndim_error_{var}"] = _ndim_error(what)
     need_layout = "strides" in meta or "extent" in meta or not adapter.shape_attribute
-    lines = [f"    {tag}sh, {tag}st = _layout_{var}({var})" if need_layout
-             else f"    {tag}sh = {var}.shape"]
+    lines = [
+        f"    {tag}sh, {tag}st = _layout_{var}({var})"
+        if need_layout
+        else f"    {tag}sh = {var}.shape"
+    ]
     if "shape" in meta or "strides" in meta:
         lines += [f"    if len({tag}sh) > {MAX_NDIM}:", f"        _ndim_error_{var}(len({tag}sh))"]
     if "shape" in meta:
@@ -93,35 +97,64 @@ def stream_handle(stream: Any) -> int:
             return v
     if hasattr(stream, "__cuda_stream__"):
         return int(stream.__cuda_stream__()[1])
-    raise TypeError(f"stream= must be an int handle or a torch/CuPy stream, got "
-                    f"{type(stream).__name__}")
+    raise TypeError(
+        f"stream= must be an int handle or a torch/CuPy stream, got {type(stream).__name__}"
+    )
 
 
-def generate_run(kernel: str, params: tuple[Param, ...], ins: list[ArgRoute],
-                 outs: list[ArgRoute], has_out: bool, allocators: list[Callable[[Any], Any]],
-                 out_adapter: Adapter, launch: Callable[[int, int], None], device: int,
-                 synchronize: Callable[[int], None], backend: str) -> tuple[Callable, str]:
+def generate_run(
+    kernel: str,
+    params: tuple[Param, ...],
+    ins: list[ArgRoute],
+    outs: list[ArgRoute],
+    has_out: bool,
+    allocators: list[Callable[[Any], Any]],
+    out_adapter: Adapter,
+    launch: Callable[[int, int], None],
+    device: int,
+    synchronize: Callable[[int], None],
+    backend: str,
+) -> tuple[Callable, str]:
     """Write and compile ``run(inputs, output_shapes, out, init_value, stream) -> outputs``."""
     local = threading.local()
     ns: dict[str, Any] = {
-        "_local": local, "_new_pack": lambda: ArgPack(params), "_launch": launch,
-        "_stream": out_adapter.stream_getter(device), "_stream_handle": stream_handle,
-        "_synchronize": synchronize, "_wrap": out_adapter.wrap,
-        "_fill": _fill, "_bad_shapes": _shape_error(kernel, len(outs)),
-        "_check_shapes": _shape_check(kernel), "_KernelkitError": KernelkitError,
-        "_launch_failed": _launch_error(kernel, backend), "_not_contiguous": _contiguity_error(outs),
+        "_local": local,
+        "_new_pack": lambda: ArgPack(params),
+        "_launch": launch,
+        "_stream": out_adapter.stream_getter(device),
+        "_stream_handle": stream_handle,
+        "_synchronize": synchronize,
+        "_wrap": out_adapter.wrap,
+        "_fill": _fill,
+        "_bad_shapes": _shape_error(kernel, len(outs)),
+        "_check_shapes": _shape_check(kernel),
+        "_KernelkitError": KernelkitError,
+        "_launch_failed": _launch_error(kernel, backend),
+        "_not_contiguous": _contiguity_error(outs),
     }
-    code = ["def run(inputs, output_shapes, out, init_value, stream):",
-            "    try:", "        pack = _local.pack", "    except AttributeError:",
-            "        pack = _local.pack = _new_pack()", "    s = pack.slots"]
+    code = [
+        "def run(inputs, output_shapes, out, init_value, stream):",
+        "    try:",
+        "        pack = _local.pack",
+        "    except AttributeError:",
+        "        pack = _local.pack = _new_pack()",
+        "    s = pack.slots",
+    ]
     for i, r in enumerate(ins):
         code += _input_lines(i, r, ns)
     code += _output_lines(outs, has_out, allocators, ns)
-    code += ["    if stream is None:", "        stream = _stream()",
-             "    elif stream.__class__ is not int:", "        stream = _stream_handle(stream)",
-             "    try:", "        _launch(pack.address, stream)",
-             "    except _KernelkitError:", "        raise",
-             "    except Exception as e:", "        _launch_failed(e)"]
+    code += [
+        "    if stream is None:",
+        "        stream = _stream()",
+        "    elif stream.__class__ is not int:",
+        "        stream = _stream_handle(stream)",
+        "    try:",
+        "        _launch(pack.address, stream)",
+        "    except _KernelkitError:",
+        "        raise",
+        "    except Exception as e:",
+        "        _launch_failed(e)",
+    ]
     names = ", ".join(f"o{j}" for j in range(len(outs)))
     if out_adapter.synchronous:
         code += ["    _synchronize(stream)", f"    return [_wrap(o) for o in ({names},)]"]
@@ -144,8 +177,17 @@ def _input_lines(i: int, r: ArgRoute, ns: dict[str, Any]) -> list[str]:
         return [f"    s[{r.slot}].value = _scalar{i}(inputs[{i}])"]
     a = r.adapter
     assert a is not None
-    ns.update({f"_ptr{i}": a.pointer, f"_isc{i}": a.is_contiguous, f"_contig{i}": a.contiguous,
-               f"_prep{i}": a.prepare, f"_ad{i}": a, f"_m{i}": r.meta, f"_what{i}": r.what})
+    ns.update(
+        {
+            f"_ptr{i}": a.pointer,
+            f"_isc{i}": a.is_contiguous,
+            f"_contig{i}": a.contiguous,
+            f"_prep{i}": a.prepare,
+            f"_ad{i}": a,
+            f"_m{i}": r.meta,
+            f"_what{i}": r.what,
+        }
+    )
     lines = [f"    a{i} = inputs[{i}]"]
     if a.synchronous:
         lines.append(f"    a{i} = _prep{i}(a{i})")
@@ -157,20 +199,26 @@ def _input_lines(i: int, r: ArgRoute, ns: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _output_lines(outs: list[ArgRoute], has_out: bool, allocators: list[Callable[[Any], Any]],
-                  ns: dict[str, Any]) -> list[str]:
+def _output_lines(
+    outs: list[ArgRoute], has_out: bool, allocators: list[Callable[[Any], Any]], ns: dict[str, Any]
+) -> list[str]:
     n = len(outs)
     if has_out:
         lines = ["    if output_shapes is not None:", "        _check_shapes(out, output_shapes)"]
         lines += [f"    o{j} = out[{j}]" for j in range(n)]
     else:
-        lines = [f"    if output_shapes is None or len(output_shapes) != {n}:",
-                 "        _bad_shapes(output_shapes, None)", "    try:"]
+        lines = [
+            f"    if output_shapes is None or len(output_shapes) != {n}:",
+            "        _bad_shapes(output_shapes, None)",
+            "    try:",
+        ]
         for j in range(n):
             ns[f"_alloc{j}"] = allocators[j]
             lines.append(f"        o{j} = _alloc{j}(output_shapes[{j}])")
-        lines += ["    except (TypeError, ValueError, RuntimeError, OverflowError) as e:",
-                  "        _bad_shapes(output_shapes, e)"]
+        lines += [
+            "    except (TypeError, ValueError, RuntimeError, OverflowError) as e:",
+            "        _bad_shapes(output_shapes, e)",
+        ]
     outs_tuple = ", ".join(f"o{j}" for j in range(n))
     lines += ["    if init_value is not None:", f"        _fill(({outs_tuple},), init_value)"]
     for j, r in enumerate(outs):
@@ -181,8 +229,15 @@ def _output_lines(outs: list[ArgRoute], has_out: bool, allocators: list[Callable
             if r.meta:
                 lines += meta_lines(f"o{j}", r.meta, _LookupAdapter(), ns, r.what)
             continue
-        ns.update({f"_optr{j}": a.pointer, f"_oisc{j}": a.is_contiguous, f"_oad{j}": a,
-                   f"_om{j}": r.meta, f"_owhat{j}": r.what})
+        ns.update(
+            {
+                f"_optr{j}": a.pointer,
+                f"_oisc{j}": a.is_contiguous,
+                f"_oad{j}": a,
+                f"_om{j}": r.meta,
+                f"_owhat{j}": r.what,
+            }
+        )
         if r.contiguous:
             lines += [f"    if not _oisc{j}(o{j}):", f"        _not_contiguous({j})"]
         lines.append(f"    s[{r.slot}].value = _optr{j}(o{j})")
@@ -212,8 +267,9 @@ def _fill(arrays: tuple, value: Any) -> None:
 def _shape_error(kernel: str, n: int) -> Callable[[Any, Exception | None], None]:
     def fail(shapes: Any, error: Exception | None) -> None:
         detail = f": {error}" if error else ""
-        raise ValueError(f"[{kernel}] output_shapes must be a list of {n} valid shapes, "
-                         f"got {shapes!r}{detail}")
+        raise ValueError(
+            f"[{kernel}] output_shapes must be a list of {n} valid shapes, got {shapes!r}{detail}"
+        )
 
     return fail
 
@@ -221,20 +277,24 @@ def _shape_error(kernel: str, n: int) -> Callable[[Any, Exception | None], None]
 def _shape_check(kernel: str) -> Callable[[Any, Any], None]:
     def check(out: Any, shapes: Any) -> None:
         if len(shapes) != len(out):
-            raise ValueError(f"[{kernel}] output_shapes has {len(shapes)} shapes for "
-                             f"{len(out)} outputs")
+            raise ValueError(
+                f"[{kernel}] output_shapes has {len(shapes)} shapes for {len(out)} outputs"
+            )
         for i, (o, shape) in enumerate(zip(out, shapes)):
             if tuple(o.shape) != tuple(shape):
-                raise ValueError(f"[{kernel}] out[{i}] has shape {tuple(o.shape)}, but "
-                                 f"output_shapes[{i}] is {tuple(shape)}")
+                raise ValueError(
+                    f"[{kernel}] out[{i}] has shape {tuple(o.shape)}, but "
+                    f"output_shapes[{i}] is {tuple(shape)}"
+                )
 
     return check
 
 
 def _launch_error(kernel: str, backend: str) -> Callable[[Exception], None]:
     def fail(error: Exception) -> None:
-        raise LaunchError(f"[{kernel}] backend {backend!r} failed to launch: "
-                          f"{type(error).__name__}: {error}") from error
+        raise LaunchError(
+            f"[{kernel}] backend {backend!r} failed to launch: {type(error).__name__}: {error}"
+        ) from error
 
     return fail
 

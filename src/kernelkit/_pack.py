@@ -14,11 +14,19 @@ from typing import Any
 from ._records import MAX_NDIM, Param
 
 _SCALAR_CTYPES: dict[str, Any] = {
-    "bool": ctypes.c_bool, "int8": ctypes.c_int8, "int16": ctypes.c_int16,
-    "int32": ctypes.c_int32, "int64": ctypes.c_int64, "uint8": ctypes.c_uint8,
-    "uint16": ctypes.c_uint16, "uint32": ctypes.c_uint32, "uint64": ctypes.c_uint64,
-    "float16": ctypes.c_uint16, "bfloat16": ctypes.c_uint16,  # raw bits
-    "float32": ctypes.c_float, "float64": ctypes.c_double,
+    "bool": ctypes.c_bool,
+    "int8": ctypes.c_int8,
+    "int16": ctypes.c_int16,
+    "int32": ctypes.c_int32,
+    "int64": ctypes.c_int64,
+    "uint8": ctypes.c_uint8,
+    "uint16": ctypes.c_uint16,
+    "uint32": ctypes.c_uint32,
+    "uint64": ctypes.c_uint64,
+    "float16": ctypes.c_uint16,
+    "bfloat16": ctypes.c_uint16,  # raw bits
+    "float32": ctypes.c_float,
+    "float64": ctypes.c_double,
 }
 Dims = ctypes.c_int64 * MAX_NDIM
 

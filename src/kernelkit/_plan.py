@@ -41,14 +41,18 @@ def _is_scalar(x: Any) -> bool:
     return isinstance(x, np.generic)
 
 
-def bind(spec: KernelSpec, inputs: Any, output_dtypes: Any, out: Any, backend_name: str | None) -> Bound:
+def bind(
+    spec: KernelSpec, inputs: Any, output_dtypes: Any, out: Any, backend_name: str | None
+) -> Bound:
     """Validate the call's arrays and pick backend and target. Errors name the argument."""
     name = spec.name
     if not isinstance(inputs, list | tuple):
         raise TypeError(f"[{name}] inputs must be a list, got {type(inputs).__name__}")
     if len(inputs) != len(spec.input_names):
-        raise ValueError(f"[{name}] expected {len(spec.input_names)} inputs "
-                         f"{list(spec.input_names)}, got {len(inputs)}")
+        raise ValueError(
+            f"[{name}] expected {len(spec.input_names)} inputs "
+            f"{list(spec.input_names)}, got {len(inputs)}"
+        )
     bound_in: list[tuple[str, Adapter | None, Any]] = []
     arrays: list[tuple[str, ArrayInfo]] = []
     first_adapter: Adapter | None = None
@@ -57,8 +61,10 @@ def bind(spec: KernelSpec, inputs: Any, output_dtypes: Any, out: Any, backend_na
         if _is_scalar(x):
             dt = normalize_dtype(_PY_SCALARS.get(type(x)) or x.dtype, what)
             if type(x) is int and not -(2**31) <= x < 2**31:
-                raise ValueError(f"[{name}] {what} = {x} does not fit in int32; "
-                                 "pass numpy.int64(...) for a 64-bit scalar")
+                raise ValueError(
+                    f"[{name}] {what} = {x} does not fit in int32; "
+                    "pass numpy.int64(...) for a 64-bit scalar"
+                )
             bound_in.append(("scalar", None, dt))
             continue
         adapter = adapter_for(x, f"[{name}] {what}")
@@ -72,20 +78,26 @@ def bind(spec: KernelSpec, inputs: Any, output_dtypes: Any, out: Any, backend_na
     bound_out = _bind_outputs(spec, output_dtypes, out, arrays)
     if first_adapter is None:
         if out is None:
-            raise ValueError(f"[{name}] at least one input or out= array must be an array, so "
-                             "kernelkit knows where to run and what to return")
+            raise ValueError(
+                f"[{name}] at least one input or out= array must be an array, so "
+                "kernelkit knows where to run and what to return"
+            )
         first_adapter = bound_out[0][0]
     first_what, first = arrays[0]
     for what, info in arrays:
         if (info.device_type, info.device_index) != (first.device_type, first.device_index):
-            raise ValueError(f"[{name}] arrays live on different devices: {first_what} on "
-                             f"{_where(first)}, {what} on {_where(info)}")
+            raise ValueError(
+                f"[{name}] arrays live on different devices: {first_what} on "
+                f"{_where(first)}, {what} on {_where(info)}"
+            )
     where = arrays[0][1]
     backend = _pick_backend(spec, backend_name, where, arrays[0][0])
     for what, info in arrays:
         if info.device_type not in backend.dlpack_devices:
-            raise ValueError(f"[{name}] {what} lives in {_where(info)} memory, which backend "
-                             f"{backend.name!r} cannot use")
+            raise ValueError(
+                f"[{name}] {what} lives in {_where(info)} memory, which backend "
+                f"{backend.name!r} cannot use"
+            )
     target = _target(backend, where.device_index, name)
     return Bound(bound_in, bound_out, first_adapter, backend, target)
 
@@ -96,38 +108,51 @@ def _where(info: ArrayInfo) -> str:
     return kind if info.device_type == 1 else f"{kind}:{info.device_index}"
 
 
-def _bind_outputs(spec: KernelSpec, output_dtypes: Any, out: Any,
-                  arrays: list[tuple[str, ArrayInfo]]) -> list[tuple[Adapter, DType, ArrayInfo | None]]:
+def _bind_outputs(
+    spec: KernelSpec, output_dtypes: Any, out: Any, arrays: list[tuple[str, ArrayInfo]]
+) -> list[tuple[Adapter, DType, ArrayInfo | None]]:
     name, n = spec.name, len(spec.output_names)
     if out is not None:
         if not isinstance(out, list | tuple) or len(out) != n:
-            raise ValueError(f"[{name}] out= must be a list of {n} arrays {list(spec.output_names)}")
+            raise ValueError(
+                f"[{name}] out= must be a list of {n} arrays {list(spec.output_names)}"
+            )
         bound = []
         for i, (oname, o) in enumerate(zip(spec.output_names, out)):
             what = f"out[{i}] ({oname!r})"
             adapter = adapter_for(o, f"[{name}] {what}")
             if adapter.synchronous:
-                raise TypeError(f"[{name}] {what} is immutable ({adapter.framework}); "
-                                "let kernelkit allocate outputs instead")
+                raise TypeError(
+                    f"[{name}] {what} is immutable ({adapter.framework}); "
+                    "let kernelkit allocate outputs instead"
+                )
             info = adapter.info(o, f"[{name}] {what}")
             if output_dtypes is not None and len(output_dtypes) == n:
                 want = normalize_dtype(output_dtypes[i], f"[{name}] output_dtypes[{i}]")
                 if want != info.dtype:
-                    raise ValueError(f"[{name}] {what} has dtype {info.dtype.name}, but "
-                                     f"output_dtypes[{i}] is {want.name}")
+                    raise ValueError(
+                        f"[{name}] {what} has dtype {info.dtype.name}, but "
+                        f"output_dtypes[{i}] is {want.name}"
+                    )
             arrays.append((what, info))
             bound.append((adapter, info.dtype, info))
         return bound
     if output_dtypes is None or not isinstance(output_dtypes, list | tuple):
         raise ValueError(f"[{name}] output_dtypes must be a list of {n} dtypes (or pass out=)")
     if len(output_dtypes) != n:
-        raise ValueError(f"[{name}] expected {n} output_dtypes for {list(spec.output_names)}, "
-                         f"got {len(output_dtypes)}")
-    return [(None, normalize_dtype(d, f"[{name}] output_dtypes[{i}]"), None)  # type: ignore[misc]
-            for i, d in enumerate(output_dtypes)]
+        raise ValueError(
+            f"[{name}] expected {n} output_dtypes for {list(spec.output_names)}, "
+            f"got {len(output_dtypes)}"
+        )
+    return [
+        (None, normalize_dtype(d, f"[{name}] output_dtypes[{i}]"), None)  # type: ignore[misc]
+        for i, d in enumerate(output_dtypes)
+    ]
 
 
-def _pick_backend(spec: KernelSpec, backend_name: str | None, where: ArrayInfo, what: str) -> Backend:
+def _pick_backend(
+    spec: KernelSpec, backend_name: str | None, where: ArrayInfo, what: str
+) -> Backend:
     chosen = backend_name or spec.backend
     if chosen is not None:
         return get_backend(chosen)
@@ -144,8 +169,9 @@ def backend_call(backend: Backend, stage: str) -> Iterator[None]:
     except NotImplementedError as e:
         raise BackendError(f"[backend {backend.name}] {e}") from e
     except Exception as e:  # noqa: BLE001 - any plugin failure becomes one clear error
-        raise BackendError(f"[backend {backend.name}] {stage} failed: "
-                           f"{type(e).__name__}: {e}") from e
+        raise BackendError(
+            f"[backend {backend.name}] {stage} failed: {type(e).__name__}: {e}"
+        ) from e
 
 
 def _target(backend: Backend, device: int, name: str) -> Target:
@@ -154,12 +180,15 @@ def _target(backend: Backend, device: int, name: str) -> Target:
     for t in targets:
         if t.device == device:
             return t
-    raise ValueError(f"[{name}] backend {backend.name!r} has no device {device} "
-                     f"(it sees {len(backend.targets())})")
+    raise ValueError(
+        f"[{name}] backend {backend.name!r} has no device {device} "
+        f"(it sees {len(backend.targets())})"
+    )
 
 
-def make_params(spec: KernelSpec, inputs: Sequence[tuple[str, DType]],
-                outputs: Sequence[DType], checked: bool) -> tuple[Param, ...]:
+def make_params(
+    spec: KernelSpec, inputs: Sequence[tuple[str, DType]], outputs: Sequence[DType], checked: bool
+) -> tuple[Param, ...]:
     """Signature order: each input then its referenced shape/strides/ndim, then outputs.
     ``inputs`` holds (kind, dtype) per input: "array", "scalar" or "scalar_array"."""
     params: list[Param] = []
@@ -181,9 +210,15 @@ def make_params(spec: KernelSpec, inputs: Sequence[tuple[str, DType]],
     return tuple(params)
 
 
-def render_request(spec: KernelSpec, backend: Backend, target: Target,
-                   inputs: Sequence[tuple[str, DType]], outputs: Sequence[DType], template: Any,
-                   checked: bool) -> tuple[tuple[Param, ...], CompileRequest]:
+def render_request(
+    spec: KernelSpec,
+    backend: Backend,
+    target: Target,
+    inputs: Sequence[tuple[str, DType]],
+    outputs: Sequence[DType],
+    template: Any,
+    checked: bool,
+) -> tuple[tuple[Param, ...], CompileRequest]:
     """Params and the compile request of one specialization (also used ahead of time)."""
     params = make_params(spec, inputs, outputs, checked)
     source = make_source(spec, params, template or ())
@@ -196,25 +231,31 @@ def _kinds(bound: Bound) -> list[tuple[str, DType]]:
     return [(k, d if isinstance(d, DType) else d.dtype) for k, _, d in bound.inputs]
 
 
-def geometry(name: str, grid: Any, threadgroup: Any, target: Target,
-             kernel_limits: dict[str, int]) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
+def geometry(
+    name: str, grid: Any, threadgroup: Any, target: Target, kernel_limits: dict[str, int]
+) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
     """(blocks, threads per block) from MLX's thread-count grid; checked against the limits."""
     g, t = _dims3(name, "grid", grid), _dims3(name, "threadgroup", threadgroup)
     block = tuple(min(a, b) for a, b in zip(t, g))
     blocks = tuple(-(-a // b) for a, b in zip(g, block))
-    max_threads = min(target.max_threads_per_block,
-                      kernel_limits.get("max_threads_per_block", target.max_threads_per_block))
+    max_threads = min(
+        target.max_threads_per_block,
+        kernel_limits.get("max_threads_per_block", target.max_threads_per_block),
+    )
     total = block[0] * block[1] * block[2]
     if total > max_threads:
-        raise ValueError(f"[{name}] threadgroup {t} has {total} threads per block; this kernel "
-                         f"allows at most {max_threads} on {target.name}")
+        raise ValueError(
+            f"[{name}] threadgroup {t} has {total} threads per block; this kernel "
+            f"allows at most {max_threads} on {target.name}"
+        )
     for axis, (b, lim) in enumerate(zip(block, target.max_block_dims)):
         if b > lim:
             raise ValueError(f"[{name}] threadgroup[{axis}] = {b} exceeds the device limit {lim}")
     for axis, (b, lim) in enumerate(zip(blocks, target.max_grid_dims)):
         if b > lim:
-            raise ValueError(f"[{name}] grid[{axis}] = {g[axis]} needs {b} blocks; "
-                             f"the device allows {lim}")
+            raise ValueError(
+                f"[{name}] grid[{axis}] = {g[axis]} needs {b} blocks; the device allows {lim}"
+            )
     return blocks, block  # type: ignore[return-value]
 
 
@@ -255,14 +296,22 @@ def _lazy_allocator(adapter: Adapter, dtype: DType, info: ArrayInfo) -> Callable
     return alloc
 
 
-def build(spec: KernelSpec, bound: Bound, template: Any, grid: Any, threadgroup: Any,
-          check: bool | None, verbose: bool) -> LaunchPlan:
+def build(
+    spec: KernelSpec,
+    bound: Bound,
+    template: Any,
+    grid: Any,
+    threadgroup: Any,
+    check: bool | None,
+    verbose: bool,
+) -> LaunchPlan:
     """Render, compile through the caches, load, and prepare the hot path for one specialization."""
     backend, target = bound.backend, bound.target
     with backend_call(backend, "checked mode"):
         checked = backend.resolve_check(check)
-    params, request = render_request(spec, backend, target, _kinds(bound),
-                                     [dt for _, dt, _ in bound.outputs], template, checked)
+    params, request = render_request(
+        spec, backend, target, _kinds(bound), [dt for _, dt, _ in bound.outputs], template, checked
+    )
     if verbose or _config.config.verbose:
         print(request.source)
     with backend_call(backend, "compile"):
@@ -274,20 +323,41 @@ def build(spec: KernelSpec, bound: Bound, template: Any, grid: Any, threadgroup:
     shared = spec.shared_memory_bytes
     static = limits.get("static_shared_bytes", 0)
     if shared + static > target.max_shared_memory_optin_bytes:
-        raise ValueError(f"[{spec.name}] shared_memory = {shared} bytes (+{static} static) "
-                         f"exceeds the {target.max_shared_memory_optin_bytes} bytes "
-                         f"{target.name} allows per block")
+        raise ValueError(
+            f"[{spec.name}] shared_memory = {shared} bytes (+{static} static) "
+            f"exceeds the {target.max_shared_memory_optin_bytes} bytes "
+            f"{target.name} allows per block"
+        )
     with backend_call(backend, "launcher"):
         launch = backend.launcher(program, target, blocks, block, shared)
     ins, outs = _routes(spec, bound, params)
     info0 = next((d for k, _, d in bound.inputs if k != "scalar"), None) or next(
-        i for _, _, i in bound.outputs if i)
+        i for _, _, i in bound.outputs if i
+    )
     allocators = [_lazy_allocator(bound.out_adapter, dt, info0) for _, dt, _ in bound.outputs]
     run, run_source = generate_run(
-        spec.name, params, ins, outs, bound.outputs[0][2] is not None, allocators,
-        bound.out_adapter, launch, target.device, backend.synchronize, backend.name)
-    return LaunchPlan(kernel=spec.name, request=request, params=params, blocks=blocks,
-                      block=block, shared_bytes=shared, run=run, run_source=run_source)
+        spec.name,
+        params,
+        ins,
+        outs,
+        bound.outputs[0][2] is not None,
+        allocators,
+        bound.out_adapter,
+        launch,
+        target.device,
+        backend.synchronize,
+        backend.name,
+    )
+    return LaunchPlan(
+        kernel=spec.name,
+        request=request,
+        params=params,
+        blocks=blocks,
+        block=block,
+        shared_bytes=shared,
+        run=run,
+        run_source=run_source,
+    )
 
 
 def _routes(spec: KernelSpec, bound: Bound, params: tuple[Param, ...]) -> tuple[list, list]:
@@ -295,17 +365,28 @@ def _routes(spec: KernelSpec, bound: Bound, params: tuple[Param, ...]) -> tuple[
     index = {p.name: i for i, p in enumerate(params)}
 
     def meta_of(pname: str) -> dict[str, int]:
-        m = {s: index[f"{pname}_{s}"] for s in ("shape", "strides", "ndim")
-             if f"{pname}_{s}" in index}
+        m = {
+            s: index[f"{pname}_{s}"]
+            for s in ("shape", "strides", "ndim")
+            if f"{pname}_{s}" in index
+        }
         if f"kk_extent_{pname}" in index:
             m["extent"] = index[f"kk_extent_{pname}"]
         return m
 
     ins = []
     for pname, (kind, adapter, d) in zip(spec.input_names, bound.inputs):
-        ins.append(ArgRoute(f"[{spec.name}] input {pname!r}", index[pname], kind, adapter,
-                            (d if isinstance(d, DType) else d.dtype).name,
-                            spec.ensure_row_contiguous, meta_of(pname)))
+        ins.append(
+            ArgRoute(
+                f"[{spec.name}] input {pname!r}",
+                index[pname],
+                kind,
+                adapter,
+                (d if isinstance(d, DType) else d.dtype).name,
+                spec.ensure_row_contiguous,
+                meta_of(pname),
+            )
+        )
     outs = []
     for oname, (adapter, dtype, info) in zip(spec.output_names, bound.outputs):
         if info is None:  # allocated by kernelkit: the first input's framework, contiguous
@@ -313,6 +394,15 @@ def _routes(spec: KernelSpec, bound: Bound, params: tuple[Param, ...]) -> tuple[
             adapter, contiguous = out_adapter, False
         else:
             contiguous = f"{oname}_strides" not in spec.metadata_refs
-        outs.append(ArgRoute(f"[{spec.name}] output {oname!r}", index[oname], "array", adapter,
-                             dtype.name, contiguous, meta_of(oname)))
+        outs.append(
+            ArgRoute(
+                f"[{spec.name}] output {oname!r}",
+                index[oname],
+                "array",
+                adapter,
+                dtype.name,
+                contiguous,
+                meta_of(oname),
+            )
+        )
     return ins, outs

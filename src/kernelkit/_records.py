@@ -1,4 +1,4 @@
-"""The plain records that join kernelkit's stages. Frozen, validated at construction, no side effects."""
+"""The plain records that join kernelkit's stages: frozen, validated, free of side effects."""
 
 from __future__ import annotations
 
@@ -99,7 +99,7 @@ class Target:
 
 @dataclass(frozen=True)
 class CompileRequest:
-    """Everything that decides a binary. Its fields (plus the compiler identity) form the cache key."""
+    """Everything that decides a binary; with the compiler identity it forms the cache key."""
 
     backend: str
     kernel: str

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import threading
 import warnings
-from importlib import import_module
 from collections.abc import Iterator
+from importlib import import_module
 from typing import Any
 
 from . import _config
@@ -46,8 +46,11 @@ def registered() -> dict[str, str]:
             if include:
                 unknown = [n for n in include if n not in specs]
                 if unknown:
-                    _problem(unknown[0], f"KERNELKIT_BACKENDS names {unknown[0]!r}, "
-                             f"which is not installed (installed: {', '.join(sorted(specs))})")
+                    _problem(
+                        unknown[0],
+                        f"KERNELKIT_BACKENDS names {unknown[0]!r}, "
+                        f"which is not installed (installed: {', '.join(sorted(specs))})",
+                    )
                 specs = {n: specs[n] for n in include if n in specs}
             _specs = {n: v for n, v in specs.items() if n not in exclude}
         return _specs
@@ -66,8 +69,11 @@ def _load(name: str, spec: str) -> Backend | None:
         cls: Any = getattr(import_module(module_name), attr)
         version = getattr(cls, "api_version", None)
         if version != BACKEND_API_VERSION:
-            _problem(name, f"it implements backend API version {version}, kernelkit needs "
-                     f"{BACKEND_API_VERSION}")
+            _problem(
+                name,
+                f"it implements backend API version {version}, kernelkit needs "
+                f"{BACKEND_API_VERSION}",
+            )
             return None
         backend = cls()
         if not isinstance(backend, Backend):
@@ -126,6 +132,7 @@ def backends() -> dict[str, Backend]:
 def backend_for_device_type(device_type: int, what: str) -> Backend:
     """The first loadable backend (built-ins first, then plugins in registration order) that
     runs on this DLPack device type."""
+
     def candidates() -> Iterator[str]:  # plugins are scanned only if no built-in fits
         yield from (n for n in _BUILTIN if _allowed(n))
         yield from (n for n in registered() if n not in _BUILTIN)

@@ -46,6 +46,7 @@ def c_type(dtype: str) -> str:
     """The C spelling of a kernelkit dtype name (``"bfloat16"`` -> ``"__nv_bfloat16"``)."""
     return DTYPES[dtype].ctype
 
+
 BACKEND_API_VERSION = 1
 
 # launcher(params_address, stream) -> None, for the geometry it was made for.
@@ -71,7 +72,8 @@ class Backend(ABC):
 
     @abstractmethod
     def compiler_identity(self) -> str:
-        """Compiler name and version; part of every cache key (a new compiler never hits old binaries)."""
+        """Compiler name and version; part of every cache key (a new compiler never hits old
+        binaries)."""
 
     @abstractmethod
     def render(self, source: KernelSource, target: Target, check: bool = False) -> CompileRequest:
@@ -86,8 +88,14 @@ class Backend(ABC):
         """Load an artifact on a target; returns an opaque program handle."""
 
     @abstractmethod
-    def launcher(self, program: Any, target: Target, blocks: tuple[int, int, int],
-                 block: tuple[int, int, int], shared_memory_bytes: int) -> Launcher:
+    def launcher(
+        self,
+        program: Any,
+        target: Target,
+        blocks: tuple[int, int, int],
+        block: tuple[int, int, int],
+        shared_memory_bytes: int,
+    ) -> Launcher:
         """A callable ``launch(params_address, stream)`` running ``program`` with this geometry.
 
         It is the hot path: bind everything that does not change per call now."""
@@ -116,7 +124,7 @@ class Backend(ABC):
 
     def kernel_limits(self, program: Any) -> dict[str, int]:
         """Per-kernel limits known after loading; ``max_threads_per_block`` and
-        ``static_shared_bytes`` are checked against each launch (default: none beyond the target)."""
+        ``static_shared_bytes`` are checked against each launch (default: only the target's)."""
         return {}
 
     def info(self) -> dict[str, Any]:

@@ -24,10 +24,14 @@ def _info(args: argparse.Namespace) -> int:
         entry: dict = {"version": backend.version, **backend.info()}
         try:
             entry["targets"] = [
-                {"device": t.device, "name": t.name, "arch": t.arch,
-                 "max_threads_per_block": t.max_threads_per_block,
-                 "shared_memory_optin_bytes": t.max_shared_memory_optin_bytes,
-                 "features": sorted(t.features)}
+                {
+                    "device": t.device,
+                    "name": t.name,
+                    "arch": t.arch,
+                    "max_threads_per_block": t.max_threads_per_block,
+                    "shared_memory_optin_bytes": t.max_shared_memory_optin_bytes,
+                    "features": sorted(t.features),
+                }
                 for t in backend.targets()
             ]
         except Exception as e:  # noqa: BLE001
@@ -44,8 +48,10 @@ def _info(args: argparse.Namespace) -> int:
                 if not v:
                     print("  targets: none (no device found)")
                 for t in v:
-                    print(f"  device {t['device']}: {t['name']}, compiles for {t['arch']}, "
-                          f"features {', '.join(t['features'])}")
+                    print(
+                        f"  device {t['device']}: {t['name']}, compiles for {t['arch']}, "
+                        f"features {', '.join(t['features'])}"
+                    )
             elif isinstance(v, list):
                 print(f"  {k}: {', '.join(map(str, v))}")
             else:
@@ -72,7 +78,7 @@ def _demo(args: argparse.Namespace) -> int:
     n = 100_003
     x_host = np.random.default_rng(0).standard_normal(n).astype(np.float32)
     ran_on = None
-    for name in ([args.backend] if args.backend else ["cuda", "cpu"]):
+    for name in [args.backend] if args.backend else ["cuda", "cpu"]:
         try:
             backend = _registry.get_backend(name)
             if backend.targets():
@@ -89,14 +95,21 @@ def _demo(args: argparse.Namespace) -> int:
         import torch
 
         x = torch.from_numpy(x_host).cuda()
-    (y,) = k([x, 2.0], output_shapes=[(n,)], output_dtypes=[np.float32], grid=(n, 1, 1),
-             threadgroup=(256, 1, 1))
+    (y,) = k(
+        [x, 2.0],
+        output_shapes=[(n,)],
+        output_dtypes=[np.float32],
+        grid=(n, 1, 1),
+        threadgroup=(256, 1, 1),
+    )
     y_host = y.cpu().numpy() if hasattr(y, "cpu") else np.asarray(y)
     ref = 2.0 * np.exp(x_host.astype(np.float64))
     err = float(np.max(np.abs(y_host - ref) / np.abs(ref)))
     ok = err < 1e-5
-    print(f"ran demo_scaled_exp on backend {name}: {target.name} ({target.arch}), "
-          f"{n} elements, max relative error {err:.2e}: {'OK' if ok else 'WRONG'}")
+    print(
+        f"ran demo_scaled_exp on backend {name}: {target.name} ({target.arch}), "
+        f"{n} elements, max relative error {err:.2e}: {'OK' if ok else 'WRONG'}"
+    )
     return 0 if ok else 1
 
 

@@ -39,7 +39,7 @@ def _cpu_ready() -> str | None:
 pytestmark = pytest.mark.skipif(_cpu_ready() is not None, reason=str(_cpu_ready()))
 
 BODY = "uint i = blockIdx.x * blockDim.x + threadIdx.x; if (i < inp_shape[0]) out[i] = {expr};"
-KERNELS = textwrap.dedent('''
+KERNELS = textwrap.dedent("""
     import numpy as np, kernelkit
     BODY = {body!r}
     def make(n=0, dtype="float32"):
@@ -53,7 +53,7 @@ KERNELS = textwrap.dedent('''
         if not ok:
             raise SystemExit(f"wrong output for kernel {{n}}")
         return ok
-''').format(body=BODY)
+""").format(body=BODY)
 ns: dict = {}
 exec(KERNELS, ns)
 check, make = ns["check"], ns["make"]
@@ -109,13 +109,22 @@ def _entry_of(root: Path, kernel: str = "cache_exp0") -> Path:
 
 def _run(code: str, root: Path, **env: str) -> subprocess.CompletedProcess:
     full = dict(os.environ, KERNELKIT_CACHE_DIR=str(root), PYTHONPATH=str(SRC), **env)
-    return subprocess.run([sys.executable, "-c", KERNELS + textwrap.dedent(code)], env=full,
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-c", KERNELS + textwrap.dedent(code)],
+        env=full,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_a_fresh_process_hits_the_disk(cache) -> None:
-    out = _run("check(0); print(json.dumps(kernelkit.cache_stats()))".replace(
-        "json.", "__import__('json')."), cache)
+    out = _run(
+        "check(0); print(json.dumps(kernelkit.cache_stats()))".replace(
+            "json.", "__import__('json')."
+        ),
+        cache,
+    )
     assert out.returncode == 0, out.stderr
     s = json.loads(out.stdout)
     assert (s["disk_hits"], s["compiles"]) == (1, 0)
@@ -193,14 +202,14 @@ def test_full_disk_simulated(cache, monkeypatch) -> None:
 
 def test_a_writer_killed_mid_write(cache, tmp_path) -> None:
     ready = tmp_path / "ready"
-    code = f'''
+    code = f"""
         import os, time
         from kernelkit._cache import disk
         def slow(fd, data):
             os.write(fd, data[: len(data) // 2]); open({str(ready)!r}, "w").close(); time.sleep(600)
         disk._write_all = slow
         check(3)
-    '''
+    """
     full = dict(os.environ, KERNELKIT_CACHE_DIR=str(cache), PYTHONPATH=str(SRC))
     proc = subprocess.Popen([sys.executable, "-c", KERNELS + textwrap.dedent(code)], env=full)
     deadline = time.monotonic() + 60
@@ -209,8 +218,11 @@ def test_a_writer_killed_mid_write(cache, tmp_path) -> None:
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     assert ready.exists()
-    names = [h.get("kernel") for f in disk.DiskCache(cache, 1 << 40).scan()
-             if (h := disk.DiskCache(cache, 1 << 40).header(f))]
+    names = [
+        h.get("kernel")
+        for f in disk.DiskCache(cache, 1 << 40).scan()
+        if (h := disk.DiskCache(cache, 1 << 40).header(f))
+    ]
     assert "cache_exp3" not in names  # nothing partial was published
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -220,8 +232,15 @@ def test_a_writer_killed_mid_write(cache, tmp_path) -> None:
 
 def _procs(cache: Path, n: int, code: str) -> None:
     full = dict(os.environ, KERNELKIT_CACHE_DIR=str(cache), PYTHONPATH=str(SRC))
-    procs = [subprocess.Popen([sys.executable, "-c", KERNELS + textwrap.dedent(code)], env=full,
-                              stderr=subprocess.PIPE, text=True) for _ in range(n)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", KERNELS + textwrap.dedent(code)],
+            env=full,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(n)
+    ]
     for p in procs:
         _, err = p.communicate(timeout=180)
         assert p.returncode == 0, err
@@ -235,7 +254,10 @@ def test_eight_processes_compile_once(cache) -> None:
 
 
 def test_two_threads_by_four_processes_on_twenty_kernels(cache) -> None:
-    _procs(cache, 4, '''
+    _procs(
+        cache,
+        4,
+        """
         import threading
         errors = []
         def run(offset):
@@ -247,7 +269,8 @@ def test_two_threads_by_four_processes_on_twenty_kernels(cache) -> None:
         ts = [threading.Thread(target=run, args=(t * 7,)) for t in range(2)]
         [t.start() for t in ts]; [t.join() for t in ts]
         assert not errors, errors
-    ''')
+    """,
+    )
     assert stats.lifetime(str(cache))["compiles"] == 20
     assert main(["cache", "verify"]) == 0
     clear_memory()
@@ -262,10 +285,24 @@ def bundle(warm_template: Path, tmp_path_factory) -> Path:  # noqa: ANN001
     where = tmp_path_factory.mktemp("bundle")
     (where / "decl.py").write_text(KERNELS + "make(0).precompile(['float32'], ['float32'])\n")
     arch = kernelkit._registry.get_backend("cpu").targets()[0].arch
-    out = subprocess.run([sys.executable, "-m", "kernelkit", "precompile", "decl.py", "--arch",
-                          arch, "-o", "b.kkb", "--quiet"], cwd=where, capture_output=True,
-                         text=True, env=dict(os.environ, PYTHONPATH=str(SRC),
-                                             KERNELKIT_CACHE_DIR=str(warm_template)))
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "kernelkit",
+            "precompile",
+            "decl.py",
+            "--arch",
+            arch,
+            "-o",
+            "b.kkb",
+            "--quiet",
+        ],
+        cwd=where,
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, PYTHONPATH=str(SRC), KERNELKIT_CACHE_DIR=str(warm_template)),
+    )
     assert out.returncode == 0, out.stderr
     return where / "b.kkb"
 

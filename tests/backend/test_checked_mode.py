@@ -13,20 +13,39 @@ GID = "uint i = blockIdx.x * blockDim.x + threadIdx.x;\n"
 
 
 def _run(k, x, **kw):
-    return k([x], output_shapes=[x.shape], output_dtypes=[x.dtype], grid=(x.size, 1, 1),
-             threadgroup=(32, 1, 1), backend="cpu", **kw)[0]
+    return k(
+        [x],
+        output_shapes=[x.shape],
+        output_dtypes=[x.dtype],
+        grid=(x.size, 1, 1),
+        threadgroup=(32, 1, 1),
+        backend="cpu",
+        **kw,
+    )[0]
 
 
 def test_out_of_bounds_read_is_reported_then_next_call_works():
-    k = kernelkit.kernel("ck_read", ["x"], ["y"],
-                         GID + "if (i >= x_shape[0]) return;\nfloat v = x[i];\n"
-                         "if (i == 40) v = x[i + 1000];\ny[i] = v;")
+    k = kernelkit.kernel(
+        "ck_read",
+        ["x"],
+        ["y"],
+        GID + "if (i >= x_shape[0]) return;\nfloat v = x[i];\n"
+        "if (i == 40) v = x[i + 1000];\ny[i] = v;",
+    )
     x = np.random.default_rng(0).standard_normal(96).astype(np.float32)
     with pytest.raises(kernelkit.KernelFault) as e:
         _run(k, x, check=True)
     msg = str(e.value)
-    for part in ("[ck_read]", "read", "'x'", "index 1040", "extent 96", "block (1,0,0)",
-                 "thread (8,0,0)", "ck_read:4"):
+    for part in (
+        "[ck_read]",
+        "read",
+        "'x'",
+        "index 1040",
+        "extent 96",
+        "block (1,0,0)",
+        "thread (8,0,0)",
+        "ck_read:4",
+    ):
         assert part in msg, (part, msg)
     x2 = x[:40].copy()
     np.testing.assert_array_equal(_run(k, x2, check=True), x2)  # i == 40 returns early
@@ -53,8 +72,12 @@ def test_environment_switch_turns_checking_on(monkeypatch):
 
 
 def test_divergent_barrier_is_reported_not_hung():
-    k = kernelkit.kernel("ck_diverge", ["x"], ["y"],
-                         GID + "if (threadIdx.x < 16) {\n  __syncthreads();\n}\ny[i] = x[i];")
+    k = kernelkit.kernel(
+        "ck_diverge",
+        ["x"],
+        ["y"],
+        GID + "if (threadIdx.x < 16) {\n  __syncthreads();\n}\ny[i] = x[i];",
+    )
     x = np.ones(64, np.float32)
     with pytest.raises(kernelkit.KernelFault, match=r"ck_diverge:3.*16 of 32 threads"):
         _run(k, x)

@@ -9,14 +9,24 @@ import kernelkit
 from kernelkit import _registry
 
 N = 40
-COPY = kernelkit.kernel("e_copy", ["x"], ["y"], """
+COPY = kernelkit.kernel(
+    "e_copy",
+    ["x"],
+    ["y"],
+    """
 uint i = blockIdx.x * blockDim.x + threadIdx.x;
 if (i < x_shape[0]) y[i] = x[i];
-""")
-TWO_OUT = kernelkit.kernel("e_two", ["x"], ["y", "z"], """
+""",
+)
+TWO_OUT = kernelkit.kernel(
+    "e_two",
+    ["x"],
+    ["y", "z"],
+    """
 uint i = blockIdx.x * blockDim.x + threadIdx.x;
 if (i < x_shape[0]) { y[i] = x[i]; z[i] = (T)x[i]; }
-""")
+""",
+)
 
 
 def f32(arrays, n=N):
@@ -25,96 +35,209 @@ def f32(arrays, n=N):
 
 def good_call(arrays):
     """A correct call on the same kernel object that the bad call used."""
-    (y,) = COPY([f32(arrays)], output_shapes=[(N,)], output_dtypes=[np.float32], grid=(N, 1, 1),
-                threadgroup=(32, 1, 1))
+    (y,) = COPY(
+        [f32(arrays)],
+        output_shapes=[(N,)],
+        output_dtypes=[np.float32],
+        grid=(N, 1, 1),
+        threadgroup=(32, 1, 1),
+    )
     np.testing.assert_array_equal(arrays.get(y), np.arange(N, dtype=np.float32))
 
 
 def kw(**over):
-    base = dict(output_shapes=[(N,)], output_dtypes=[np.float32], grid=(N, 1, 1),
-                threadgroup=(32, 1, 1))
+    base = dict(
+        output_shapes=[(N,)], output_dtypes=[np.float32], grid=(N, 1, 1), threadgroup=(32, 1, 1)
+    )
     base.update(over)
     return base
 
 
 # (id, call(arrays), exception, regex the message must match)
 CASES = [
-    ("too-many-inputs", lambda a: COPY([f32(a), f32(a)], **kw()), ValueError,
-     r"\[e_copy\] expected 1 inputs \['x'\], got 2"),
+    (
+        "too-many-inputs",
+        lambda a: COPY([f32(a), f32(a)], **kw()),
+        ValueError,
+        r"\[e_copy\] expected 1 inputs \['x'\], got 2",
+    ),
     ("no-inputs", lambda a: COPY([], **kw()), ValueError, r"expected 1 inputs"),
     ("inputs-not-a-list", lambda a: COPY(f32(a), **kw()), TypeError, r"inputs must be a list"),
     ("input-not-an-array", lambda a: COPY(["abc"], **kw()), TypeError, r"input 'x'"),
     ("int-scalar-too-wide", lambda a: COPY([2**40], **kw()), ValueError, r"input 'x'.*int32"),
-    ("too-many-output-shapes", lambda a: COPY([f32(a)], **kw(output_shapes=[(N,), (N,)])),
-     ValueError, r"output_shapes"),
-    ("no-output-shapes", lambda a: COPY([f32(a)], **kw(output_shapes=None)), ValueError,
-     r"output_shapes"),
-    ("negative-output-shape", lambda a: COPY([f32(a)], **kw(output_shapes=[(-1,)])), ValueError,
-     r"output_shapes\[0\]|output_shapes"),
-    ("too-few-output-dtypes", lambda a: TWO_OUT([f32(a)], **kw(
-        output_shapes=[(N,), (N,)], output_dtypes=[np.float32], template=[("T", "int32")])),
-     ValueError, r"\[e_two\] expected 2 output_dtypes"),
-    ("too-many-output-dtypes", lambda a: COPY([f32(a)], **kw(
-        output_dtypes=[np.float32, np.float32])), ValueError, r"output_dtypes"),
-    ("no-output-dtypes", lambda a: COPY([f32(a)], **kw(output_dtypes=None)), ValueError,
-     r"output_dtypes"),
-    ("template-float", lambda a: COPY([f32(a)], **kw(template=[("T", 1.5)])), TypeError,
-     r"template 'T'.*float"),
-    ("template-list", lambda a: COPY([f32(a)], **kw(template=[("T", [1, 2])])), TypeError,
-     r"template 'T'.*list"),
-    ("template-str-not-a-dtype", lambda a: COPY([f32(a)], **kw(template=[("T", "x; exit(1)")])),
-     TypeError, r"template 'T'"),
-    ("template-not-pairs", lambda a: COPY([f32(a)], **kw(template=[("T",)])), TypeError,
-     r"template\[0\]"),
-    ("template-not-a-list", lambda a: COPY([f32(a)], **kw(template="T")), TypeError,
-     r"template"),
-    ("template-name-not-identifier", lambda a: COPY([f32(a)], **kw(
-        template=[("N", 1), ("bad name", 1)])), ValueError, r"template name at template\[1\]"),
-    ("template-name-injection", lambda a: COPY([f32(a)], **kw(
-        template=[('T = int; void f() { system("id"); } using U', "float32")])), ValueError,
-     r"template name at template\[0\]"),
-    ("template-name-reserved", lambda a: COPY([f32(a)], **kw(template=[("kk_n", 1)])),
-     ValueError, r"template name .*reserved"),
-    ("template-name-keyword", lambda a: COPY([f32(a)], **kw(template=[("int", 1)])),
-     ValueError, r"template name"),
-    ("template-name-clashes", lambda a: COPY([f32(a)], **kw(template=[("x", 1)])), ValueError,
-     r"template name 'x'"),
-    ("threadgroup-too-large", lambda a: COPY([f32(a)], **kw(grid=(4096, 1, 1),
-                                                         threadgroup=(2048, 1, 1))),
-     ValueError, r"threadgroup"),
-    ("threadgroup-z-too-large", lambda a: COPY([f32(a)], **kw(grid=(1, 1, 128),
-                                                           threadgroup=(1, 1, 128))),
-     ValueError, r"threadgroup\[2\]"),
-    ("grid-y-too-large", lambda a: COPY([f32(a)], **kw(grid=(1, 70000, 1),
-                                                    threadgroup=(1, 1, 1))),
-     ValueError, r"grid\[1\]"),
+    (
+        "too-many-output-shapes",
+        lambda a: COPY([f32(a)], **kw(output_shapes=[(N,), (N,)])),
+        ValueError,
+        r"output_shapes",
+    ),
+    (
+        "no-output-shapes",
+        lambda a: COPY([f32(a)], **kw(output_shapes=None)),
+        ValueError,
+        r"output_shapes",
+    ),
+    (
+        "negative-output-shape",
+        lambda a: COPY([f32(a)], **kw(output_shapes=[(-1,)])),
+        ValueError,
+        r"output_shapes\[0\]|output_shapes",
+    ),
+    (
+        "too-few-output-dtypes",
+        lambda a: TWO_OUT(
+            [f32(a)],
+            **kw(output_shapes=[(N,), (N,)], output_dtypes=[np.float32], template=[("T", "int32")]),
+        ),
+        ValueError,
+        r"\[e_two\] expected 2 output_dtypes",
+    ),
+    (
+        "too-many-output-dtypes",
+        lambda a: COPY([f32(a)], **kw(output_dtypes=[np.float32, np.float32])),
+        ValueError,
+        r"output_dtypes",
+    ),
+    (
+        "no-output-dtypes",
+        lambda a: COPY([f32(a)], **kw(output_dtypes=None)),
+        ValueError,
+        r"output_dtypes",
+    ),
+    (
+        "template-float",
+        lambda a: COPY([f32(a)], **kw(template=[("T", 1.5)])),
+        TypeError,
+        r"template 'T'.*float",
+    ),
+    (
+        "template-list",
+        lambda a: COPY([f32(a)], **kw(template=[("T", [1, 2])])),
+        TypeError,
+        r"template 'T'.*list",
+    ),
+    (
+        "template-str-not-a-dtype",
+        lambda a: COPY([f32(a)], **kw(template=[("T", "x; exit(1)")])),
+        TypeError,
+        r"template 'T'",
+    ),
+    (
+        "template-not-pairs",
+        lambda a: COPY([f32(a)], **kw(template=[("T",)])),
+        TypeError,
+        r"template\[0\]",
+    ),
+    ("template-not-a-list", lambda a: COPY([f32(a)], **kw(template="T")), TypeError, r"template"),
+    (
+        "template-name-not-identifier",
+        lambda a: COPY([f32(a)], **kw(template=[("N", 1), ("bad name", 1)])),
+        ValueError,
+        r"template name at template\[1\]",
+    ),
+    (
+        "template-name-injection",
+        lambda a: COPY(
+            [f32(a)], **kw(template=[('T = int; void f() { system("id"); } using U', "float32")])
+        ),
+        ValueError,
+        r"template name at template\[0\]",
+    ),
+    (
+        "template-name-reserved",
+        lambda a: COPY([f32(a)], **kw(template=[("kk_n", 1)])),
+        ValueError,
+        r"template name .*reserved",
+    ),
+    (
+        "template-name-keyword",
+        lambda a: COPY([f32(a)], **kw(template=[("int", 1)])),
+        ValueError,
+        r"template name",
+    ),
+    (
+        "template-name-clashes",
+        lambda a: COPY([f32(a)], **kw(template=[("x", 1)])),
+        ValueError,
+        r"template name 'x'",
+    ),
+    (
+        "threadgroup-too-large",
+        lambda a: COPY([f32(a)], **kw(grid=(4096, 1, 1), threadgroup=(2048, 1, 1))),
+        ValueError,
+        r"threadgroup",
+    ),
+    (
+        "threadgroup-z-too-large",
+        lambda a: COPY([f32(a)], **kw(grid=(1, 1, 128), threadgroup=(1, 1, 128))),
+        ValueError,
+        r"threadgroup\[2\]",
+    ),
+    (
+        "grid-y-too-large",
+        lambda a: COPY([f32(a)], **kw(grid=(1, 70000, 1), threadgroup=(1, 1, 1))),
+        ValueError,
+        r"grid\[1\]",
+    ),
     ("grid-zero", lambda a: COPY([f32(a)], **kw(grid=(0, 1, 1))), ValueError, r"grid"),
     ("grid-not-ints", lambda a: COPY([f32(a)], **kw(grid=(4.0, 1, 1))), ValueError, r"grid"),
-    ("threadgroup-too-many-dims", lambda a: COPY([f32(a)], **kw(threadgroup=(1, 1, 1, 1))),
-     ValueError, r"threadgroup"),
-    ("complex-input", lambda a: COPY([a.put(np.zeros(N, np.complex64))], **kw()), TypeError,
-     r"input 'x'.*complex64"),
-    ("complex-output-dtype", lambda a: COPY([f32(a)], **kw(output_dtypes=[np.complex64])),
-     TypeError, r"output_dtypes\[0\]"),
-    ("out-wrong-count", lambda a: COPY([f32(a)], out=[], grid=(N, 1, 1)), ValueError,
-     r"out="),
-    ("out-wrong-shape", lambda a: COPY([f32(a)], out=[a.put(np.zeros(N + 1, np.float32))],
-                                       output_shapes=[(N,)], grid=(N, 1, 1)),
-     ValueError, r"out\[0\] has shape"),
-    ("out-wrong-dtype", lambda a: COPY([f32(a)], out=[a.put(np.zeros(N, np.float64))],
-                                       output_dtypes=[np.float32], grid=(N, 1, 1)),
-     ValueError, r"out\[0\].*float64.*output_dtypes\[0\]"),
-    ("out-not-contiguous", lambda a: COPY([f32(a)], out=[a.put(np.zeros((N, 2), np.float32))[:, 0]],
-                                          grid=(N, 1, 1)),
-     ValueError, r"output 'y' must be row-contiguous"),
-    ("unknown-backend", lambda a: COPY([f32(a)], **kw(backend="nonesuch")), kernelkit.BackendError,
-     r"backend 'nonesuch'"),
+    (
+        "threadgroup-too-many-dims",
+        lambda a: COPY([f32(a)], **kw(threadgroup=(1, 1, 1, 1))),
+        ValueError,
+        r"threadgroup",
+    ),
+    (
+        "complex-input",
+        lambda a: COPY([a.put(np.zeros(N, np.complex64))], **kw()),
+        TypeError,
+        r"input 'x'.*complex64",
+    ),
+    (
+        "complex-output-dtype",
+        lambda a: COPY([f32(a)], **kw(output_dtypes=[np.complex64])),
+        TypeError,
+        r"output_dtypes\[0\]",
+    ),
+    ("out-wrong-count", lambda a: COPY([f32(a)], out=[], grid=(N, 1, 1)), ValueError, r"out="),
+    (
+        "out-wrong-shape",
+        lambda a: COPY(
+            [f32(a)], out=[a.put(np.zeros(N + 1, np.float32))], output_shapes=[(N,)], grid=(N, 1, 1)
+        ),
+        ValueError,
+        r"out\[0\] has shape",
+    ),
+    (
+        "out-wrong-dtype",
+        lambda a: COPY(
+            [f32(a)],
+            out=[a.put(np.zeros(N, np.float64))],
+            output_dtypes=[np.float32],
+            grid=(N, 1, 1),
+        ),
+        ValueError,
+        r"out\[0\].*float64.*output_dtypes\[0\]",
+    ),
+    (
+        "out-not-contiguous",
+        lambda a: COPY([f32(a)], out=[a.put(np.zeros((N, 2), np.float32))[:, 0]], grid=(N, 1, 1)),
+        ValueError,
+        r"output 'y' must be row-contiguous",
+    ),
+    (
+        "unknown-backend",
+        lambda a: COPY([f32(a)], **kw(backend="nonesuch")),
+        kernelkit.BackendError,
+        r"backend 'nonesuch'",
+    ),
     ("backend-not-a-str", lambda a: COPY([f32(a)], **kw(backend=3)), TypeError, r"backend"),
 ]
 
 
-@pytest.mark.parametrize(("call", "exc", "match"), [c[1:] for c in CASES],
-                         ids=[c[0] for c in CASES])
+@pytest.mark.parametrize(
+    ("call", "exc", "match"), [c[1:] for c in CASES], ids=[c[0] for c in CASES]
+)
 def test_bad_call_then_good_call(arrays, call, exc, match):
     with pytest.raises(exc, match=match):
         call(arrays)
@@ -135,12 +258,15 @@ def test_shared_memory_beyond_the_device(arrays):
     good_call(arrays)
 
 
-@pytest.mark.parametrize(("names", "match"), [
-    ((["x"], []), "output_names"),
-    ((["x"], ["x"]), "'x' is used more than once"),
-    ((["x y"], ["y"]), r"input_names\[0\]"),
-    ((["x"], ["y", "__z"]), r"output_names\[1\]"),
-])
+@pytest.mark.parametrize(
+    ("names", "match"),
+    [
+        ((["x"], []), "output_names"),
+        ((["x"], ["x"]), "'x' is used more than once"),
+        ((["x y"], ["y"]), r"input_names\[0\]"),
+        ((["x"], ["y", "__z"]), r"output_names\[1\]"),
+    ],
+)
 def test_bad_definitions(names, match):
     with pytest.raises(ValueError, match=match):
         kernelkit.kernel("e_def", *names, "")

@@ -6,9 +6,12 @@ import numpy as np
 
 import kernelkit
 
-K = kernelkit.kernel("ic_twice", ["x"], ["y"],
-                     "uint i = blockIdx.x * blockDim.x + threadIdx.x;"
-                     " if (i < x_shape[0]) y[i] = 2 * x[i];")
+K = kernelkit.kernel(
+    "ic_twice",
+    ["x"],
+    ["y"],
+    "uint i = blockIdx.x * blockDim.x + threadIdx.x; if (i < x_shape[0]) y[i] = 2 * x[i];",
+)
 
 
 class ArrayInterfaceOnly:
@@ -29,8 +32,13 @@ class DLPackOnly:
 
 
 def _run(x):
-    return K([x], output_shapes=[(257,)], output_dtypes=["float32"], grid=(257, 1, 1),
-             threadgroup=(64, 1, 1))[0]
+    return K(
+        [x],
+        output_shapes=[(257,)],
+        output_dtypes=["float32"],
+        grid=(257, 1, 1),
+        threadgroup=(64, 1, 1),
+    )[0]
 
 
 def test_array_interface_object():

@@ -18,16 +18,24 @@ from kernelkit import _registry
 
 pytest.importorskip(
     "kk_sim_backend",
-    reason="the sim plugin is not installed (pip install -e tests/plugins/kk_sim_backend)")
+    reason="the sim plugin is not installed (pip install -e tests/plugins/kk_sim_backend)",
+)
 
 GLOBAL_ID = "uint i = blockIdx.x * blockDim.x + threadIdx.x;\n"
-SCALED_EXP = kernelkit.kernel("p_scaled_exp", ["x", "s"], ["y"],
-                              GLOBAL_ID + "if (i < x_shape[0]) y[i] = s * expf(x[i]);")
+SCALED_EXP = kernelkit.kernel(
+    "p_scaled_exp", ["x", "s"], ["y"], GLOBAL_ID + "if (i < x_shape[0]) y[i] = s * expf(x[i]);"
+)
 
 
 def run_sim(x, scale=2.0):
-    return SCALED_EXP([x, scale], output_shapes=[x.shape], output_dtypes=[np.float32],
-                      grid=(x.size, 1, 1), threadgroup=(32, 1, 1), backend="sim")[0]
+    return SCALED_EXP(
+        [x, scale],
+        output_shapes=[x.shape],
+        output_dtypes=[np.float32],
+        grid=(x.size, 1, 1),
+        threadgroup=(32, 1, 1),
+        backend="sim",
+    )[0]
 
 
 def test_sim_is_registered_through_its_entry_point():
@@ -48,61 +56,103 @@ def test_sim_runs_a_kernel_on_numpy_arrays():
 
 
 def test_sim_geometry_strides_templates_and_two_outputs():
-    k = kernelkit.kernel("p_many", ["x", "n"], ["y", "z"], """
+    k = kernelkit.kernel(
+        "p_many",
+        ["x", "n"],
+        ["y", "z"],
+        """
 uint c = thread_position_in_grid.x, r = thread_position_in_grid.y;
 if (r < x_shape[0] && c < x_shape[1]) {
     long long loc = elem_to_loc(r * x_shape[1] + c, x_shape, x_strides, x_ndim);
     y[r * x_shape[1] + c] = (T)x[loc] * K + n;
     z[r * x_shape[1] + c] = kk_linear_tid();
 }
-""", ensure_row_contiguous=False)
+""",
+        ensure_row_contiguous=False,
+    )
     x = np.arange(35, dtype=np.int32).reshape(7, 5).T  # non-contiguous (5, 7)
-    y, z = k([x, 3], output_shapes=[x.shape, x.shape], output_dtypes=[np.float64, np.uint32],
-             grid=(7, 5, 1), threadgroup=(4, 2, 1), template=[("T", np.float64), ("K", 2)],
-             backend="sim")
+    y, z = k(
+        [x, 3],
+        output_shapes=[x.shape, x.shape],
+        output_dtypes=[np.float64, np.uint32],
+        grid=(7, 5, 1),
+        threadgroup=(4, 2, 1),
+        template=[("T", np.float64), ("K", 2)],
+        backend="sim",
+    )
     np.testing.assert_array_equal(y, x * 2.0 + 3)
     r, c = np.meshgrid(np.arange(5), np.arange(7), indexing="ij")
     np.testing.assert_array_equal(z, c % 4 + 4 * (r % 2))
 
 
 def test_sim_histogram_with_init_value():
-    k = kernelkit.kernel("p_hist", ["x"], ["h"],
-                         GLOBAL_ID + "if (i < x_shape[0]) atomicAdd(&h[x[i]], 1);")
+    k = kernelkit.kernel(
+        "p_hist", ["x"], ["h"], GLOBAL_ID + "if (i < x_shape[0]) atomicAdd(&h[x[i]], 1);"
+    )
     x = np.random.default_rng(1).integers(0, 10, 500).astype(np.int32)
-    (h,) = k([x], output_shapes=[(10,)], output_dtypes=[np.int32], grid=(500, 1, 1),
-             threadgroup=(64, 1, 1), init_value=0, backend="sim")
+    (h,) = k(
+        [x],
+        output_shapes=[(10,)],
+        output_dtypes=[np.int32],
+        grid=(500, 1, 1),
+        threadgroup=(64, 1, 1),
+        init_value=0,
+        backend="sim",
+    )
     np.testing.assert_array_equal(h, np.bincount(x, minlength=10))
 
 
 def test_sim_compile_error_is_a_compile_error():
     k = kernelkit.kernel("p_broken", ["x"], ["y"], "y[0] = x[0];\ny[1] = nonesuch;")
     with pytest.raises(kernelkit.CompileError) as info:
-        k([np.zeros(2, np.float32)], output_shapes=[(2,)], output_dtypes=[np.float32],
-          backend="sim")
+        k(
+            [np.zeros(2, np.float32)],
+            output_shapes=[(2,)],
+            output_dtypes=[np.float32],
+            backend="sim",
+        )
     assert "p_broken:2" in info.value.log and "nonesuch" in info.value.log
 
 
 def test_sim_refuses_what_it_cannot_do():
     with pytest.raises(TypeError, match="float16"):
-        SCALED_EXP([np.zeros(4, np.float16), 1.0], output_shapes=[(4,)],
-                   output_dtypes=[np.float32], backend="sim")
+        SCALED_EXP(
+            [np.zeros(4, np.float16), 1.0],
+            output_shapes=[(4,)],
+            output_dtypes=[np.float32],
+            backend="sim",
+        )
     k = kernelkit.kernel("p_shared", ["x"], ["y"], "y[0] = x[0];", shared_memory=1024)
     with pytest.raises(ValueError, match="shared_memory"):
-        k([np.zeros(1, np.float32)], output_shapes=[(1,)], output_dtypes=[np.float32],
-          backend="sim")
+        k(
+            [np.zeros(1, np.float32)],
+            output_shapes=[(1,)],
+            output_dtypes=[np.float32],
+            backend="sim",
+        )
     assert run_sim(np.zeros(3, np.float32), 1.0).tolist() == [1.0, 1.0, 1.0]
 
 
 def test_sim_is_listed_by_kernelkit_info():
-    out = subprocess.run([sys.executable, "-m", "kernelkit", "info", "--json"],
-                         capture_output=True, text=True, check=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-m", "kernelkit", "info", "--json"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    )
     report = json.loads(out.stdout)
     sim = report["backends"]["sim"]
     assert "error" not in sim
     assert sim["version"] == "0.1"
     assert sim["targets"][0]["name"] == "sequential simulator"
-    text = subprocess.run([sys.executable, "-m", "kernelkit", "info"], capture_output=True,
-                          text=True, check=True, timeout=120).stdout
+    text = subprocess.run(
+        [sys.executable, "-m", "kernelkit", "info"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    ).stdout
     assert "backend sim" in text
 
 
@@ -110,10 +160,14 @@ def test_a_broken_plugin_does_not_break_sim(patch_entry_points):
     from importlib.metadata import entry_points as real_entry_points
 
     broken = [
-        SimpleNamespace(name="broken_import", value="kk_no_such_plugin_module:Backend",
-                        group="kernelkit.backends"),
-        SimpleNamespace(name="broken_class", value="kk_sim_backend:NoSuchBackend",
-                        group="kernelkit.backends"),
+        SimpleNamespace(
+            name="broken_import",
+            value="kk_no_such_plugin_module:Backend",
+            group="kernelkit.backends",
+        ),
+        SimpleNamespace(
+            name="broken_class", value="kk_sim_backend:NoSuchBackend", group="kernelkit.backends"
+        ),
     ]
 
     def entry_points(group=None, **kw):
@@ -138,6 +192,11 @@ def test_sim_can_be_the_only_backend(clean_state):
     assert list(_registry.registered()) == ["sim"]
     x = np.ones(8, np.float32)
     # host arrays go to the first backend that runs on host memory: sim, without naming it
-    y = SCALED_EXP([x, 1.0], output_shapes=[(8,)], output_dtypes=[np.float32], grid=(8, 1, 1),
-                   threadgroup=(8, 1, 1))[0]
+    y = SCALED_EXP(
+        [x, 1.0],
+        output_shapes=[(8,)],
+        output_dtypes=[np.float32],
+        grid=(8, 1, 1),
+        threadgroup=(8, 1, 1),
+    )[0]
     np.testing.assert_allclose(y, np.e, rtol=1e-6)

@@ -40,21 +40,38 @@ class CompileFails(CPUBackend):
 
 @pytest.fixture
 def plugins(patch_entry_points):
-    eps = [EntryPoint(n, f"{__name__}:{c.__name__}", "kernelkit.backends")
-           for n, c in (("probefails", ProbeFails), ("launchfails", LaunchFails),
-                        ("compilefails", CompileFails))]
+    eps = [
+        EntryPoint(n, f"{__name__}:{c.__name__}", "kernelkit.backends")
+        for n, c in (
+            ("probefails", ProbeFails),
+            ("launchfails", LaunchFails),
+            ("compilefails", CompileFails),
+        )
+    ]
     patch_entry_points(lambda group=None, **kw: [e for e in eps if group in (None, e.group)])
 
 
 def _call(k, x, backend):
-    return k([x], output_shapes=[x.shape], output_dtypes=[x.dtype], grid=(x.size, 1, 1),
-             threadgroup=(64, 1, 1), backend=backend)[0]
+    return k(
+        [x],
+        output_shapes=[x.shape],
+        output_dtypes=[x.dtype],
+        grid=(x.size, 1, 1),
+        threadgroup=(64, 1, 1),
+        backend=backend,
+    )[0]
 
 
-@pytest.mark.parametrize("name, match", [
-    ("probefails", r"\[backend probefails\] probing devices failed: RuntimeError: driver exploded"),
-    ("compilefails", r"\[backend compilefails\] compile failed: MemoryError"),
-])
+@pytest.mark.parametrize(
+    "name, match",
+    [
+        (
+            "probefails",
+            r"\[backend probefails\] probing devices failed: RuntimeError: driver exploded",
+        ),
+        ("compilefails", r"\[backend compilefails\] compile failed: MemoryError"),
+    ],
+)
 def test_failing_plugin_names_itself_and_cpu_keeps_working(plugins, name, match):
     k = kernelkit.kernel(f"pf_{name}", ["x"], ["y"], BODY)
     x = np.random.default_rng(1).standard_normal(100).astype(np.float32)
@@ -69,7 +86,9 @@ def test_plugin_failing_at_launch_raises_launch_error_naming_it(plugins):
     k = kernelkit.kernel("pf_launch", ["x"], ["y"], BODY)
     x = np.random.default_rng(2).standard_normal(77).astype(np.float32)
     for _ in range(2):  # first call (slow path) and a repeated call (hot path)
-        with pytest.raises(kernelkit.LaunchError,
-                           match=r"backend 'launchfails' failed to launch: OSError: device lost"):
+        with pytest.raises(
+            kernelkit.LaunchError,
+            match=r"backend 'launchfails' failed to launch: OSError: device lost",
+        ):
             _call(k, x, "launchfails")
     np.testing.assert_array_equal(_call(k, x, "cpu"), 2 * x)

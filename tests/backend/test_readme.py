@@ -22,7 +22,8 @@ def test_readme_python_examples_run():
 
 
 def test_demo_command_runs_and_checks_its_result():
-    out = subprocess.run([sys.executable, "-m", "kernelkit", "demo"], capture_output=True,
-                         text=True, timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-m", "kernelkit", "demo"], capture_output=True, text=True, timeout=300
+    )
     assert out.returncode == 0, out.stderr
     assert "OK" in out.stdout and "demo_scaled_exp" in out.stdout

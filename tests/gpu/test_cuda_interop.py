@@ -16,11 +16,15 @@ pytestmark = [
 ]
 
 EXP = kernelkit.kernel(
-    "interop_exp", ["x"], ["y"],
+    "interop_exp",
+    ["x"],
+    ["y"],
     "uint i = blockIdx.x * blockDim.x + threadIdx.x; if (i < x_shape[0]) y[i] = expf(x[i]);",
 )
 SPIN = kernelkit.kernel(
-    "interop_spin_then_write", ["x"], ["y"],
+    "interop_spin_then_write",
+    ["x"],
+    ["y"],
     """
     // burn ~ms on one thread, then write: a reader on another stream would see the poison
     uint i = blockIdx.x * blockDim.x + threadIdx.x;
@@ -37,8 +41,13 @@ def _ref(x: np.ndarray) -> np.ndarray:
 
 def test_torch_tensor_result_is_torch_on_same_device():
     x = torch.randn(4099, device="cuda")
-    (y,) = EXP([x], output_shapes=[x.shape], output_dtypes=[x.dtype], grid=(4099, 1, 1),
-               threadgroup=(128, 1, 1))
+    (y,) = EXP(
+        [x],
+        output_shapes=[x.shape],
+        output_dtypes=[x.dtype],
+        grid=(4099, 1, 1),
+        threadgroup=(128, 1, 1),
+    )
     assert isinstance(y, torch.Tensor) and y.device == x.device
     np.testing.assert_allclose(y.cpu().numpy(), _ref(x.cpu().numpy()), rtol=1e-6)
 
@@ -46,8 +55,13 @@ def test_torch_tensor_result_is_torch_on_same_device():
 def test_cupy_array_in_cupy_out():
     cupy = pytest.importorskip("cupy")
     x = cupy.random.standard_normal(3001, dtype=cupy.float32)
-    (y,) = EXP([x], output_shapes=[x.shape], output_dtypes=[x.dtype], grid=(3001, 1, 1),
-               threadgroup=(256, 1, 1))
+    (y,) = EXP(
+        [x],
+        output_shapes=[x.shape],
+        output_dtypes=[x.dtype],
+        grid=(3001, 1, 1),
+        threadgroup=(256, 1, 1),
+    )
     assert isinstance(y, cupy.ndarray)
     np.testing.assert_allclose(cupy.asnumpy(y), _ref(cupy.asnumpy(x)), rtol=1e-6)
 
@@ -55,15 +69,22 @@ def test_cupy_array_in_cupy_out():
 def test_cupy_byte_strides_become_element_strides():
     cupy = pytest.importorskip("cupy")
     k = kernelkit.kernel(
-        "interop_strided", ["x"], ["y"],
+        "interop_strided",
+        ["x"],
+        ["y"],
         "uint i = blockIdx.x * blockDim.x + threadIdx.x;"
         " if (i < y_shape[0]) y[i] = x[elem_to_loc(i, x_shape, x_strides, x_ndim)];",
         ensure_row_contiguous=False,
     )
     base = cupy.random.standard_normal((64, 48), dtype=cupy.float32)
     x = base.T  # genuinely non-contiguous, strides in bytes on the CuPy side
-    (y,) = k([x], output_shapes=[(x.size,)], output_dtypes=[x.dtype], grid=(x.size, 1, 1),
-             threadgroup=(256, 1, 1))
+    (y,) = k(
+        [x],
+        output_shapes=[(x.size,)],
+        output_dtypes=[x.dtype],
+        grid=(x.size, 1, 1),
+        threadgroup=(256, 1, 1),
+    )
     np.testing.assert_array_equal(cupy.asnumpy(y), cupy.asnumpy(x).reshape(-1))
 
 
@@ -73,8 +94,13 @@ def test_jax_array_in_jax_out():
     if not any(d.platform == "gpu" for d in jax.devices()):
         pytest.skip("JAX sees no GPU")
     x = jax.random.normal(jax.random.PRNGKey(0), (2049,), dtype=jnp.float32)
-    (y,) = EXP([x], output_shapes=[x.shape], output_dtypes=[x.dtype], grid=(2049, 1, 1),
-               threadgroup=(256, 1, 1))
+    (y,) = EXP(
+        [x],
+        output_shapes=[x.shape],
+        output_dtypes=[x.dtype],
+        grid=(2049, 1, 1),
+        threadgroup=(256, 1, 1),
+    )
     assert isinstance(y, jax.Array)
     np.testing.assert_allclose(np.asarray(y), _ref(np.asarray(x)), rtol=1e-6)
 
@@ -111,8 +137,13 @@ def test_call_from_a_new_thread_without_a_current_context():
 
     def worker():
         try:
-            (y,) = EXP([x], output_shapes=[x.shape], output_dtypes=[x.dtype], grid=(1000, 1, 1),
-                       threadgroup=(128, 1, 1))
+            (y,) = EXP(
+                [x],
+                output_shapes=[x.shape],
+                output_dtypes=[x.dtype],
+                grid=(1000, 1, 1),
+                threadgroup=(128, 1, 1),
+            )
             torch.cuda.synchronize()
             result["y"] = y.cpu().numpy()
         except Exception as e:  # noqa: BLE001 - surfaced below
@@ -137,10 +168,21 @@ def test_target_arch_is_the_device_arch():
 def test_host_tensor_given_to_cuda_backend_is_refused():
     x = torch.randn(16)
     with pytest.raises(ValueError, match="input 'x'"):
-        EXP([x], output_shapes=[(16,)], output_dtypes=[torch.float32], grid=(16, 1, 1),
-            threadgroup=(16, 1, 1), backend="cuda")
-    (y,) = EXP([x.cuda()], output_shapes=[(16,)], output_dtypes=[torch.float32],
-               grid=(16, 1, 1), threadgroup=(16, 1, 1))
+        EXP(
+            [x],
+            output_shapes=[(16,)],
+            output_dtypes=[torch.float32],
+            grid=(16, 1, 1),
+            threadgroup=(16, 1, 1),
+            backend="cuda",
+        )
+    (y,) = EXP(
+        [x.cuda()],
+        output_shapes=[(16,)],
+        output_dtypes=[torch.float32],
+        grid=(16, 1, 1),
+        threadgroup=(16, 1, 1),
+    )
     assert torch.isfinite(y).all()
 
 

@@ -82,10 +82,16 @@ def test_an_entry_with_a_bad_checksum_is_rejected_and_compiled(cache_dir, tmp_pa
     assert main(["cache", "verify"]) == 0
 
 
-@pytest.mark.parametrize("field,value", [("kernelkit", "0.0.1"), ("key_schema", 1),
-                                         ("format_version", 9)])
-def test_a_bundle_for_another_version_is_rejected_whole(cache_dir, tmp_path, field,  # noqa: F811
-                                                        value, monkeypatch) -> None:
+@pytest.mark.parametrize(
+    "field,value", [("kernelkit", "0.0.1"), ("key_schema", 1), ("format_version", 9)]
+)
+def test_a_bundle_for_another_version_is_rejected_whole(
+    cache_dir,  # noqa: F811 - the fixture imported above
+    tmp_path,
+    field,
+    value,
+    monkeypatch,
+) -> None:
     path = _make_bundle(tmp_path / "b.kkb")
     _rewrite(path, manifest_change=lambda m: m.__setitem__(field, value))
     with pytest.raises(kernelkit.BundleError, match="rebuild it with `kernelkit precompile`"):

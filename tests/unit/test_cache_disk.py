@@ -16,8 +16,9 @@ from kernelkit.cli import main
 
 
 def _entry_path(root: Path, i: int = 0) -> Path:
-    return disk.DiskCache(root, 1 << 30).path(keys.cache_key(make_request(i), "fakecc 1.0",
-                                                             "1").digest)
+    return disk.DiskCache(root, 1 << 30).path(
+        keys.cache_key(make_request(i), "fakecc 1.0", "1").digest
+    )
 
 
 def test_entry_round_trip_is_equal_and_every_byte_is_checked() -> None:
@@ -58,8 +59,9 @@ def test_cache_off_keeps_memory_only(cache_dir, monkeypatch) -> None:  # noqa: F
 
 
 def test_size_cap_evicts_least_recently_used(cache_dir, monkeypatch) -> None:  # noqa: F811
-    size = len(entry.encode(keys.cache_key(make_request(0), "c"), "k0", "fake",
-                            expected(make_request(0))))
+    size = len(
+        entry.encode(keys.cache_key(make_request(0), "c"), "k0", "fake", expected(make_request(0)))
+    )
     monkeypatch.setenv("KERNELKIT_CACHE_MAX_BYTES", str(int(size * 4.5)))
     _config.reload()
     backend = FakeBackend()
@@ -105,12 +107,16 @@ def _garbage(p: Path) -> None:
 
 def _foreign(p: Path) -> None:
     other = make_request(9)
-    p.write_bytes(entry.encode(keys.cache_key(other, "fakecc 1.0", "1"), "k9", "fake",
-                               expected(other)))
+    p.write_bytes(
+        entry.encode(keys.cache_key(other, "fakecc 1.0", "1"), "k9", "fake", expected(other))
+    )
 
 
-@pytest.mark.parametrize("damage", [_truncate, _flip_binary, _flip_header, _empty, _garbage,
-                                    _foreign], ids=lambda f: f.__name__.strip("_"))
+@pytest.mark.parametrize(
+    "damage",
+    [_truncate, _flip_binary, _flip_header, _empty, _garbage, _foreign],
+    ids=lambda f: f.__name__.strip("_"),
+)
 def test_a_damaged_entry_is_one_warning_a_recompile_and_a_replacement(cache_dir, damage) -> None:  # noqa: F811
     backend = FakeBackend()
     compile_cached(backend, make_request(0))

@@ -46,8 +46,11 @@ def test_read_only_directory_simulated(cache_dir, monkeypatch, where) -> None:  
     def refuse(*a, **k):  # noqa: ANN002, ANN003, ANN202
         raise PermissionError(errno.EACCES, "Permission denied")
 
-    target = {"replace": (disk.os, "replace"), "open": (disk.os, "open"),
-              "mkdir": (disk.Path, "mkdir")}[where]
+    target = {
+        "replace": (disk.os, "replace"),
+        "open": (disk.os, "open"),
+        "mkdir": (disk.Path, "mkdir"),
+    }[where]
     monkeypatch.setattr(*target, refuse)
     messages = _compile_twice_collecting_warnings()
     assert len([m for m in messages if "memory only" in m]) == 1, messages
@@ -103,8 +106,10 @@ def test_a_stuck_lock_holder_does_not_hang_others(cache_dir, monkeypatch) -> Non
 
 def _kill_mid_write(root: Path, tmp_path: Path) -> list[Path]:
     ready = tmp_path / "ready"
-    proc = subprocess.Popen([sys.executable, str(HERE / "test_cache_support.py"), "slow-write",
-                             str(ready)], env=worker_env(root))
+    proc = subprocess.Popen(
+        [sys.executable, str(HERE / "test_cache_support.py"), "slow-write", str(ready)],
+        env=worker_env(root),
+    )
     try:
         deadline = time.monotonic() + 30
         while not ready.exists():
@@ -144,13 +149,27 @@ def test_a_writer_killed_while_replacing_leaves_the_old_file(cache_dir, tmp_path
     assert main(["cache", "verify"]) == 0
 
 
-def _run_workers(root: Path, tmp_path: Path, n_procs: int, n_kernels: int, n_threads: int,
-                 delay_s: str) -> tuple[list[str], list[dict]]:
+def _run_workers(
+    root: Path, tmp_path: Path, n_procs: int, n_kernels: int, n_threads: int, delay_s: str
+) -> tuple[list[str], list[dict]]:
     counter = tmp_path / "compiles.txt"
     env = worker_env(root, **{COUNTER_ENV: str(counter), DELAY_ENV: delay_s})
-    procs = [subprocess.Popen([sys.executable, str(HERE / "test_cache_support.py"), "compile",
-                               str(n_kernels), str(n_threads)], env=env, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for _ in range(n_procs)]
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                str(HERE / "test_cache_support.py"),
+                "compile",
+                str(n_kernels),
+                str(n_threads),
+            ],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(n_procs)
+    ]
     results = []
     for p in procs:
         out, err = p.communicate(timeout=120)

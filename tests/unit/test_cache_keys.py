@@ -83,11 +83,21 @@ def test_key_digest_is_stable_across_processes() -> None:
 
     from test_cache_support import SRC
 
-    code = ("from test_cache_support import make_request; from kernelkit._cache import keys; "
-            "print(keys.cache_key(make_request(1), 'cc').digest)")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         env={"PYTHONPATH": f"{SRC}:{__file__.rsplit('/', 1)[0]}",
-                              "PYTHONHASHSEED": "123", "PATH": "/usr/bin:/bin"})
+    code = (
+        "from test_cache_support import make_request; from kernelkit._cache import keys; "
+        "print(keys.cache_key(make_request(1), 'cc').digest)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={
+            "PYTHONPATH": f"{SRC}:{__file__.rsplit('/', 1)[0]}",
+            "PYTHONHASHSEED": "123",
+            "PATH": "/usr/bin:/bin",
+        },
+    )
     assert out.stdout.strip() == keys.cache_key(make_request(1), "cc").digest
 
 

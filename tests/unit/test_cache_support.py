@@ -68,9 +68,15 @@ class FakeBackend(Backend):
 def make_request(i: int = 0, **changes: Any) -> CompileRequest:
     """A distinct request per ``i``; ``changes`` override fields."""
     fields: dict[str, Any] = dict(
-        backend="fake", kernel=f"k{i}", entry=f"kk_k{i}", arch="fake64",
-        source=f"// kernel {i}\nout[i] = expf(inp[i]);\n", options=("-O2", "-std=c++17"),
-        headers=(("kk.h", "ab" * 32),), param_kinds=("array", "array"))
+        backend="fake",
+        kernel=f"k{i}",
+        entry=f"kk_k{i}",
+        arch="fake64",
+        source=f"// kernel {i}\nout[i] = expf(inp[i]);\n",
+        options=("-O2", "-std=c++17"),
+        headers=(("kk.h", "ab" * 32),),
+        param_kinds=("array", "array"),
+    )
     fields.update(changes)
     return CompileRequest(**fields)
 
@@ -78,9 +84,14 @@ def make_request(i: int = 0, **changes: Any) -> CompileRequest:
 def expected(request: CompileRequest) -> Artifact:
     """What the fake backend compiles ``request`` to."""
     binary = b"FAKEBIN\0" + request.source.encode() + bytes(range(256)) * 4
-    return Artifact(kind="so", binary=binary, entry=request.entry, arch=request.arch,
-                    metadata={"compiler": "fakecc", "registers": 7, "tags": ["a", "b"]},
-                    log="warning: none")
+    return Artifact(
+        kind="so",
+        binary=binary,
+        entry=request.entry,
+        arch=request.arch,
+        metadata={"compiler": "fakecc", "registers": 7, "tags": ["a", "b"]},
+        log="warning: none",
+    )
 
 
 def reset_caches() -> None:

@@ -28,6 +28,7 @@ def params_for(source: str, inputs: list, outputs: list, ins=("x",), outs=("y",)
 
 # --- signature ------------------------------------------------------------------------------
 
+
 def test_signature_spells_every_param_kind():
     params = (
         Param("x", "array", "float32"),
@@ -72,8 +73,12 @@ def test_metadata_params_follow_their_array_in_order():
     src = "y[0] = x_ndim + x_strides[0] + y_shape[0] + x_shape[0];"
     _, params = params_for(src, [("array", F32)], [F32])
     assert [(p.name, p.kind) for p in params] == [
-        ("x", "array"), ("x_shape", "dims"), ("x_strides", "dims"), ("x_ndim", "ndim"),
-        ("y", "array"), ("y_shape", "dims"),
+        ("x", "array"),
+        ("x_shape", "dims"),
+        ("x_strides", "dims"),
+        ("x_ndim", "ndim"),
+        ("y", "array"),
+        ("y_shape", "dims"),
     ]
     assert signature(params) == (
         "const float* x, const kk_dims x_shape, const kk_dims x_strides, const int x_ndim, "
@@ -81,34 +86,42 @@ def test_metadata_params_follow_their_array_in_order():
     )
 
 
-@pytest.mark.parametrize("body", [
-    "y[0] = xx_shape;",  # another name that ends like it
-    "y[0] = x_shapes[0];",  # a longer word
-    "y[0] = my_x_shape;",
-])
+@pytest.mark.parametrize(
+    "body",
+    [
+        "y[0] = xx_shape;",  # another name that ends like it
+        "y[0] = x_shapes[0];",  # a longer word
+        "y[0] = my_x_shape;",
+    ],
+)
 def test_metadata_scan_matches_whole_words_only(body):
     refs, _ = scan_body(body, ["x", "y"])
     assert "x_shape" not in refs
 
 
 def test_scalar_and_zero_d_params():
-    _, params = params_for("y[0] = a + b[0];", [("scalar", F32), ("scalar_array", I32)], [F32],
-                           ins=("a", "b"))
+    _, params = params_for(
+        "y[0] = a + b[0];", [("scalar", F32), ("scalar_array", I32)], [F32], ins=("a", "b")
+    )
     assert signature(params) == (
-        "const kk_scalar<float> a, const kk_scalar_ref<int32_t> b, float* y")
+        "const kk_scalar<float> a, const kk_scalar_ref<int32_t> b, float* y"
+    )
 
 
 def test_checked_mode_adds_extents_for_arrays_only():
-    _, params = params_for("y[0] = x[0] + a;", [("array", F32), ("scalar", F32)], [F32],
-                           ins=("x", "a"), checked=True)
+    _, params = params_for(
+        "y[0] = x[0] + a;", [("array", F32), ("scalar", F32)], [F32], ins=("x", "a"), checked=True
+    )
     assert [p.name for p in params] == ["x", "kk_extent_x", "a", "y", "kk_extent_y"]
 
 
 # --- template lines -------------------------------------------------------------------------
 
+
 def test_template_bool_int_and_wide_int():
-    text, dtypes = template_lines([("flag", True), ("off", False), ("n", 7), ("neg", -3),
-                                   ("big", 2**40)])
+    text, dtypes = template_lines(
+        [("flag", True), ("off", False), ("n", 7), ("neg", -3), ("big", 2**40)]
+    )
     assert text.splitlines() == [
         "constexpr bool flag = true;",
         "constexpr bool off = false;",
@@ -131,12 +144,24 @@ def test_template_int_beyond_64_bits_is_rejected():
 
 def _dtype_spellings():
     cases = [
-        ("float32", "float"), ("float", "float"), ("fp32", "float"), ("half", "__half"),
-        ("float16", "__half"), ("bfloat16", "__nv_bfloat16"), ("bf16", "__nv_bfloat16"),
-        ("int32", "int32_t"), ("uint8", "uint8_t"), ("bool", "bool"), ("float64", "double"),
-        (np.float32, "float"), (np.float16, "__half"), (np.int64, "int64_t"),
-        (np.dtype("float64"), "double"), (np.dtype("uint32"), "uint32_t"),
-        (np.dtype(bool), "bool"), (np.bool_, "bool"),
+        ("float32", "float"),
+        ("float", "float"),
+        ("fp32", "float"),
+        ("half", "__half"),
+        ("float16", "__half"),
+        ("bfloat16", "__nv_bfloat16"),
+        ("bf16", "__nv_bfloat16"),
+        ("int32", "int32_t"),
+        ("uint8", "uint8_t"),
+        ("bool", "bool"),
+        ("float64", "double"),
+        (np.float32, "float"),
+        (np.float16, "__half"),
+        (np.int64, "int64_t"),
+        (np.dtype("float64"), "double"),
+        (np.dtype("uint32"), "uint32_t"),
+        (np.dtype(bool), "bool"),
+        (np.bool_, "bool"),
     ]
     return cases
 
@@ -148,10 +173,18 @@ def test_template_dtype_from_numpy_and_strings(value, ctype):
     assert len(dtypes) == 1
 
 
-@pytest.mark.parametrize(("attr", "ctype"), [
-    ("float32", "float"), ("float16", "__half"), ("bfloat16", "__nv_bfloat16"),
-    ("int8", "int8_t"), ("int64", "int64_t"), ("bool", "bool"), ("uint8", "uint8_t"),
-])
+@pytest.mark.parametrize(
+    ("attr", "ctype"),
+    [
+        ("float32", "float"),
+        ("float16", "__half"),
+        ("bfloat16", "__nv_bfloat16"),
+        ("int8", "int8_t"),
+        ("int64", "int64_t"),
+        ("bool", "bool"),
+        ("uint8", "uint8_t"),
+    ],
+)
 def test_template_dtype_from_torch(attr, ctype):
     torch = pytest.importorskip("torch")
     text, _ = template_lines([("T", getattr(torch, attr))])
@@ -178,8 +211,9 @@ def test_template_dtype_from_ml_dtypes_bfloat16():
     assert text == "using T = __nv_bfloat16;"
 
 
-@pytest.mark.parametrize("value", [1.5, [1, 2], (3,), None, "x; system(\"rm -rf /\")",
-                                   np.complex64, "complex64", {"a": 1}])
+@pytest.mark.parametrize(
+    "value", [1.5, [1, 2], (3,), None, 'x; system("rm -rf /")', np.complex64, "complex64", {"a": 1}]
+)
 def test_template_value_of_another_type_is_rejected(value):
     with pytest.raises(TypeError, match="template 'T'"):
         template_lines([("T", value)])
@@ -205,9 +239,29 @@ def test_template_name_that_clashes_with_a_parameter():
 # --- identifiers ----------------------------------------------------------------------------
 
 BAD_NAMES = [
-    "", "1x", "x-y", "x y", "x.y", "x\n", "é", "x; system(\"id\")", "x) { evil(); } void f(",
-    "int", "float", "class", "template", "return", "threadIdx", "blockDim", "warpSize",
-    "kk_x", "kk_scalar", "__x", "__global__", "a/*", "x[0]",
+    "",
+    "1x",
+    "x-y",
+    "x y",
+    "x.y",
+    "x\n",
+    "é",
+    'x; system("id")',
+    "x) { evil(); } void f(",
+    "int",
+    "float",
+    "class",
+    "template",
+    "return",
+    "threadIdx",
+    "blockDim",
+    "warpSize",
+    "kk_x",
+    "kk_scalar",
+    "__x",
+    "__global__",
+    "a/*",
+    "x[0]",
 ]
 
 
@@ -271,6 +325,7 @@ def test_defining_a_kernel_compiles_nothing():
 
 # --- Metal attributes and needs ------------------------------------------------------------
 
+
 def test_metal_attribute_locals_only_when_referenced():
     src = "y[thread_position_in_grid.x] = threads_per_simdgroup;"
     spec, params = params_for(src, [("array", F32)], [F32])
@@ -289,8 +344,9 @@ def test_no_attribute_locals_in_a_plain_body():
 
 
 def test_every_metal_attribute_is_recognised():
-    body = "\n".join(f"y[0] += {a}{'.x' if 'position' in a or 'per_' in a else ''};"
-                     for a in METAL_ATTRIBUTES)
+    body = "\n".join(
+        f"y[0] += {a}{'.x' if 'position' in a or 'per_' in a else ''};" for a in METAL_ATTRIBUTES
+    )
     assert scan_body(body, [])[1] == frozenset(METAL_ATTRIBUTES)
     assert len(METAL_ATTRIBUTES) == 10
 
@@ -306,29 +362,41 @@ def test_template_lines_precede_attribute_locals():
     assert pre[1].startswith("const unsigned thread_index_in_threadgroup")
 
 
-@pytest.mark.parametrize(("body", "dtype", "template", "needs"), [
-    ("y[0] = x[0];", F32, (), set()),
-    ("y[0] = x[0];", F16, (), {"fp16"}),
-    ("y[0] = x[0];", BF16, (), {"bf16", "fp16"}),
-    ("y[0] = x[0];", F32, [("T", "float16")], {"fp16"}),
-    ("y[0] = x[0];", F32, [("T", "bfloat16")], {"bf16", "fp16"}),
-    ("__half h = __float2half(x[0]); y[0] = __half2float(h);", F32, (), {"fp16"}),
-    ("__nv_bfloat16 b = __float2bfloat16(x[0]); y[0] = __bfloat162float(b);", F32, (),
-     {"bf16", "fp16"}),
-    ("auto g = cg::this_thread_block(); y[0] = x[0];", F32, (), {"cg"}),
-    ("y[0] = cooperative_groups :: this_grid().size();", F32, (), {"cg"}),
-    ("y[0] = metal::exp(x[0]);", F32, (), {"metal"}),
-    ("y[0] = metal::precise::exp(x[0]);", F32, (), {"metal"}),
-    ("y[0] = x[0]; // a halfway point, no cg here, metallic", F32, (), set()),
-])
+@pytest.mark.parametrize(
+    ("body", "dtype", "template", "needs"),
+    [
+        ("y[0] = x[0];", F32, (), set()),
+        ("y[0] = x[0];", F16, (), {"fp16"}),
+        ("y[0] = x[0];", BF16, (), {"bf16", "fp16"}),
+        ("y[0] = x[0];", F32, [("T", "float16")], {"fp16"}),
+        ("y[0] = x[0];", F32, [("T", "bfloat16")], {"bf16", "fp16"}),
+        ("__half h = __float2half(x[0]); y[0] = __half2float(h);", F32, (), {"fp16"}),
+        (
+            "__nv_bfloat16 b = __float2bfloat16(x[0]); y[0] = __bfloat162float(b);",
+            F32,
+            (),
+            {"bf16", "fp16"},
+        ),
+        ("auto g = cg::this_thread_block(); y[0] = x[0];", F32, (), {"cg"}),
+        ("y[0] = cooperative_groups :: this_grid().size();", F32, (), {"cg"}),
+        ("y[0] = metal::exp(x[0]);", F32, (), {"metal"}),
+        ("y[0] = metal::precise::exp(x[0]);", F32, (), {"metal"}),
+        ("y[0] = x[0]; // a halfway point, no cg here, metallic", F32, (), set()),
+    ],
+)
 def test_needs(body, dtype, template, needs):
     spec, params = params_for(body, [("array", dtype)], [F32])
     assert make_source(spec, params, template).needs == frozenset(needs)
 
 
 def test_needs_see_the_header_too():
-    spec = kernelkit.kernel("k", ["x"], ["y"], "y[0] = f(x[0]);",
-                            header="__device__ float f(float v) { return metal::exp(v); }").spec
+    spec = kernelkit.kernel(
+        "k",
+        ["x"],
+        ["y"],
+        "y[0] = f(x[0]);",
+        header="__device__ float f(float v) { return metal::exp(v); }",
+    ).spec
     params = make_params(spec, [("array", F32)], [F32], False)
     src = make_source(spec, params, ())
     assert src.needs == {"metal"}

@@ -27,10 +27,21 @@ def test_defaults(clean_state):
     assert cfg.backends == () and cfg.backends_strict is False and cfg.cache is True
 
 
-@pytest.mark.parametrize(("text", "value"), [
-    ("1", True), ("true", True), ("YES", True), ("on", True), (" 1 ", True),
-    ("0", False), ("false", False), ("No", False), ("off", False), ("", False),
-])
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        ("1", True),
+        ("true", True),
+        ("YES", True),
+        ("on", True),
+        (" 1 ", True),
+        ("0", False),
+        ("false", False),
+        ("No", False),
+        ("off", False),
+        ("", False),
+    ],
+)
 def test_bool_variables(clean_state, text, value):
     clean_state.setenv("KERNELKIT_BACKENDS_STRICT", text)
     clean_state.setenv("KERNELKIT_VERBOSE", text)

@@ -44,8 +44,15 @@ WGMMA_YES, WGMMA_NO = struct.pack("<i", 1234567), struct.pack("<i", 7654321)
 
 
 def request_for(cuda, k, arch, inputs, outputs, template=()):
-    _, req = render_request(k.spec, cuda, cuda.target_for_arch(arch),
-                            [("array", d) for d in inputs], outputs, template, False)
+    _, req = render_request(
+        k.spec,
+        cuda,
+        cuda.target_for_arch(arch),
+        [("array", d) for d in inputs],
+        outputs,
+        template,
+        False,
+    )
     return req
 
 
@@ -53,8 +60,8 @@ def as_ptx(request):
     """The same request compiled to PTX (NVRTC gives PTX for a compute_XX arch)."""
     arch = request.arch.replace("sm_", "compute_")
     return dataclasses.replace(
-        request, arch=arch,
-        options=tuple(o.replace(request.arch, arch) for o in request.options))
+        request, arch=arch, options=tuple(o.replace(request.arch, arch) for o in request.options)
+    )
 
 
 def bf16_instructions(ptx: str) -> set[str]:
@@ -66,14 +73,17 @@ def bf16_kernel():
     return kernelkit.kernel("bf16_axpx", ["x"], ["y"], BF16_BODY)
 
 
-@pytest.mark.parametrize(("arch", "arch_specific", "expect"), [
-    ("sm_75", False, "sm_75"),
-    ("sm_80", False, "sm_80"),
-    ("sm_90", False, "sm_90"),
-    ("sm_90a", True, "sm_90a"),
-    ("sm_100", False, "sm_100"),
-    ("sm_120", False, "sm_120"),
-])
+@pytest.mark.parametrize(
+    ("arch", "arch_specific", "expect"),
+    [
+        ("sm_75", False, "sm_75"),
+        ("sm_80", False, "sm_80"),
+        ("sm_90", False, "sm_90"),
+        ("sm_90a", True, "sm_90a"),
+        ("sm_100", False, "sm_100"),
+        ("sm_120", False, "sm_120"),
+    ],
+)
 def test_one_bf16_source_compiles_to_cubins_for_every_arch(cuda, arch, arch_specific, expect):
     if int(expect[3:].rstrip("a")) not in _supported(cuda):
         pytest.skip(f"this NVRTC cannot target {expect}")
@@ -95,8 +105,10 @@ def _supported(cuda):
 
 
 def test_the_source_is_the_same_for_every_arch(cuda, bf16_kernel):
-    sources = {request_for(cuda, bf16_kernel, a, [BF16], [BF16]).source
-               for a in ("sm_75", "sm_80", "sm_90", "sm_120")}
+    sources = {
+        request_for(cuda, bf16_kernel, a, [BF16], [BF16]).source
+        for a in ("sm_75", "sm_80", "sm_90", "sm_120")
+    }
     assert len(sources) == 1
 
 
@@ -166,8 +178,13 @@ def test_compile_error_points_at_the_users_line(cuda):
 
 
 def test_compile_error_in_the_header_names_the_header(cuda):
-    k = kernelkit.kernel("hdr_kernel", ["x"], ["y"], "y[0] = f(x[0]);",
-                         header="__device__ float f(float v) {\n  return v +;\n}")
+    k = kernelkit.kernel(
+        "hdr_kernel",
+        ["x"],
+        ["y"],
+        "y[0] = f(x[0]);",
+        header="__device__ float f(float v) {\n  return v +;\n}",
+    )
     with pytest.raises(kernelkit.CompileError) as info:
         cuda.compile(request_for(cuda, k, "sm_80", [F32], [F32]))
     assert re.search(r"hdr_kernel\.header\(2\)", info.value.log), info.value.log
@@ -183,6 +200,7 @@ def test_template_constants_reach_the_source(cuda):
 
 # --- cache keys ----------------------------------------------------------------------------
 
+
 def key(cuda, request, compiler=None):
     from kernelkit._cache.keys import cache_key
 
@@ -191,8 +209,9 @@ def key(cuda, request, compiler=None):
 
 def test_cache_key_is_stable_for_the_same_request(cuda, bf16_kernel):
     a = request_for(cuda, bf16_kernel, "sm_80", [BF16], [BF16])
-    b = request_for(cuda, kernelkit.kernel("bf16_axpx", ["x"], ["y"], BF16_BODY), "sm_80",
-                    [BF16], [BF16])
+    b = request_for(
+        cuda, kernelkit.kernel("bf16_axpx", ["x"], ["y"], BF16_BODY), "sm_80", [BF16], [BF16]
+    )
     assert a == b and key(cuda, a) == key(cuda, b)
 
 

@@ -27,11 +27,22 @@ def test_numpy_itemsizes_agree(name):
     assert normalize_dtype(name) is DTYPES[name]
 
 
-@pytest.mark.parametrize(("spelling", "name"), [
-    ("half", "float16"), ("fp16", "float16"), ("float", "float32"), ("fp32", "float32"),
-    ("double", "float64"), ("fp64", "float64"), ("bf16", "bfloat16"), ("bool_", "bool"),
-    ("int", "int32"), ("uint", "uint32"), ("long", "int64"),
-])
+@pytest.mark.parametrize(
+    ("spelling", "name"),
+    [
+        ("half", "float16"),
+        ("fp16", "float16"),
+        ("float", "float32"),
+        ("fp32", "float32"),
+        ("double", "float64"),
+        ("fp64", "float64"),
+        ("bf16", "bfloat16"),
+        ("bool_", "bool"),
+        ("int", "int32"),
+        ("uint", "uint32"),
+        ("long", "int64"),
+    ],
+)
 def test_aliases(spelling, name):
     assert normalize_dtype(spelling).name == name
 
@@ -41,16 +52,31 @@ def test_a_dtype_record_passes_through():
     assert normalize_dtype(d) is d
 
 
-@pytest.mark.parametrize("name", ["float16", "bfloat16", "float32", "float64", "int8", "int16",
-                                  "int32", "int64", "uint8", "bool"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "float16",
+        "bfloat16",
+        "float32",
+        "float64",
+        "int8",
+        "int16",
+        "int32",
+        "int64",
+        "uint8",
+        "bool",
+    ],
+)
 def test_torch_dtypes(name):
     torch = pytest.importorskip("torch")
     assert normalize_dtype(getattr(torch, name)).name == name
     assert dtype_of(torch.zeros(1, dtype=getattr(torch, name)), "x").name == name
 
 
-@pytest.mark.parametrize("value", ["complex64", np.complex64, np.dtype("complex128"), "float8",
-                                   "", "torch.float99", object(), 3])
+@pytest.mark.parametrize(
+    "value",
+    ["complex64", np.complex64, np.dtype("complex128"), "float8", "", "torch.float99", object(), 3],
+)
 def test_unsupported_dtype_names_what(value):
     with pytest.raises(TypeError, match="output_dtypes\\[2\\]"):
         normalize_dtype(value, "output_dtypes[2]")

@@ -61,8 +61,16 @@ def test_compile_error_carries_evidence():
     assert e.numbered_source().splitlines() == ["    1  line one", "    2  line two"]
 
 
-HEAVY = ["torch", "cupy", "jax", "jaxlib", "cuda.bindings.driver", "cuda.bindings.nvrtc",
-         "cuda.bindings", "ml_dtypes"]
+HEAVY = [
+    "torch",
+    "cupy",
+    "jax",
+    "jaxlib",
+    "cuda.bindings.driver",
+    "cuda.bindings.nvrtc",
+    "cuda.bindings",
+    "ml_dtypes",
+]
 
 
 def test_import_is_light():
@@ -71,6 +79,7 @@ def test_import_is_light():
         "k = kernelkit.kernel('k', ['x'], ['y'], 'y[0] = x[0];')\n"
         f"print(json.dumps([m for m in {HEAVY!r} if m in sys.modules]))\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
+    )
     assert json.loads(out.stdout.strip().splitlines()[-1]) == []

@@ -19,10 +19,18 @@ from kernelkit._records import (
 
 
 def _target(**kw):
-    base = dict(backend="b", device=0, arch="sm_90", name="dev", max_threads_per_block=1024,
-                max_block_dims=(1024, 1024, 64), max_grid_dims=(2**31 - 1, 65535, 65535),
-                max_shared_memory_bytes=48 * 1024, max_shared_memory_optin_bytes=227 * 1024,
-                features=frozenset({"bf16", "fp16"}))
+    base = dict(
+        backend="b",
+        device=0,
+        arch="sm_90",
+        name="dev",
+        max_threads_per_block=1024,
+        max_block_dims=(1024, 1024, 64),
+        max_grid_dims=(2**31 - 1, 65535, 65535),
+        max_shared_memory_bytes=48 * 1024,
+        max_shared_memory_optin_bytes=227 * 1024,
+        features=frozenset({"bf16", "fp16"}),
+    )
     base.update(kw)
     return Target(**base)
 
@@ -46,8 +54,11 @@ def test_frozen(record):
         setattr(record, field, "other")
 
 
-@pytest.mark.parametrize("record", [r for r in _examples() if not isinstance(r, Artifact)],
-                         ids=lambda r: type(r).__name__)
+@pytest.mark.parametrize(
+    "record",
+    [r for r in _examples() if not isinstance(r, Artifact)],
+    ids=lambda r: type(r).__name__,
+)
 def test_hashable_and_equal_by_value(record):
     twin = dataclasses.replace(record)
     assert twin == record and hash(twin) == hash(record)

@@ -138,13 +138,16 @@ def test_unknown_name_in_include_list_raises_when_strict(plugins):
         _registry.registered()
 
 
-@pytest.mark.parametrize(("name", "why"), [
-    ("old", f"API version {BACKEND_API_VERSION + 41}"),
-    ("crashing", "RuntimeError: no device driver"),
-    ("notone", "not a kernelkit.backend.Backend"),
-    ("missing", "ModuleNotFoundError"),
-    ("typo", "AttributeError"),
-])
+@pytest.mark.parametrize(
+    ("name", "why"),
+    [
+        ("old", f"API version {BACKEND_API_VERSION + 41}"),
+        ("crashing", "RuntimeError: no device driver"),
+        ("notone", "not a kernelkit.backend.Backend"),
+        ("missing", "ModuleNotFoundError"),
+        ("typo", "AttributeError"),
+    ],
+)
 def test_broken_plugin_is_skipped_with_a_warning_naming_it(plugins, name, why):
     with pytest.warns(RuntimeWarning, match=f"backend '{name}' skipped.*{why}"):
         with pytest.raises(BackendError, match=f"backend {name}.*unavailable"):

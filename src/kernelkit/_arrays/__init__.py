@@ -7,8 +7,8 @@ pointer on the hot path, allocation of outputs, and the framework's current stre
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
 import functools
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -92,7 +92,11 @@ class ScalarAdapter(Adapter):
         return getattr(x, "dtype", type(x))
 
 
-_BY_TYPE: dict[type, Adapter] = {bool: ScalarAdapter(), int: ScalarAdapter(), float: ScalarAdapter()}
+_BY_TYPE: dict[type, Adapter] = {
+    bool: ScalarAdapter(),
+    int: ScalarAdapter(),
+    float: ScalarAdapter(),
+}
 
 
 # type -> adapter.key, for the hot path's one-call-per-argument key (no bound-method creation)
@@ -137,8 +141,10 @@ def _resolve(tp: type, x: Any, what: str) -> Adapter:
         from ._numpy import NumpyAdapter
 
         return NumpyAdapter()
-    if hasattr(x, "__cuda_array_interface__") or hasattr(x, "__dlpack__") or hasattr(
-        x, "__array_interface__"
+    if (
+        hasattr(x, "__cuda_array_interface__")
+        or hasattr(x, "__dlpack__")
+        or hasattr(x, "__array_interface__")
     ):
         from ._generic import GenericAdapter
 

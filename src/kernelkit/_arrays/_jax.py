@@ -26,7 +26,9 @@ def _allocator(device_type: int) -> Adapter:
 
             return CupyAdapter()
         except ImportError:
-            raise TypeError("[kernel] outputs for JAX CUDA arrays need torch or cupy installed") from None
+            raise TypeError(
+                "[kernel] outputs for JAX CUDA arrays need torch or cupy installed"
+            ) from None
     from ._numpy import NumpyAdapter
 
     return NumpyAdapter()
@@ -58,8 +60,9 @@ class JaxAdapter(Adapter):
         for n in reversed(shape):
             strides.append(acc)
             acc *= n
-        return ArrayInfo(normalize_dtype(x.dtype, what), shape, tuple(reversed(strides)), kind,
-                         index, True)
+        return ArrayInfo(
+            normalize_dtype(x.dtype, what), shape, tuple(reversed(strides)), kind, index, True
+        )
 
     def prepare(self, x: Any) -> Any:
         return x.block_until_ready()

@@ -29,16 +29,22 @@ class NumpyAdapter(Adapter):
     def key(self, x: np.ndarray) -> Any:
         return (x.dtype, -1, x.ndim == 0)
 
-    def info(self, x: np.ndarray, what: str) -> ArrayInfo:
+    def device(self, x: Any) -> tuple[int, int]:
+        """(DLPack device type, index) of the array's memory."""
+        return DLPACK_CPU, 0
+
+    def info(self, x: Any, what: str) -> ArrayInfo:
+        """NumPy-style arrays (NumPy, CuPy) keep strides in bytes; kernels get elements."""
         item = x.itemsize
         if any(s % item for s in x.strides):
             raise ValueError(f"{what} has strides {x.strides} not a multiple of its itemsize")
+        device_type, device_index = self.device(x)
         return ArrayInfo(
             dtype=normalize_dtype(x.dtype, what),
             shape=tuple(x.shape),
             strides=tuple(s // item for s in x.strides),
-            device_type=DLPACK_CPU,
-            device_index=0,
+            device_type=device_type,
+            device_index=device_index,
             contiguous=bool(x.flags.c_contiguous),
         )
 

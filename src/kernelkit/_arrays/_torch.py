@@ -12,9 +12,16 @@ from .._dtypes import DType, normalize_dtype
 from . import DLPACK_CPU, DLPACK_CUDA, Adapter, ArrayInfo
 
 _TORCH_DTYPES = {
-    "bool": torch.bool, "int8": torch.int8, "int16": torch.int16, "int32": torch.int32,
-    "int64": torch.int64, "uint8": torch.uint8, "float16": torch.float16,
-    "bfloat16": torch.bfloat16, "float32": torch.float32, "float64": torch.float64,
+    "bool": torch.bool,
+    "int8": torch.int8,
+    "int16": torch.int16,
+    "int32": torch.int32,
+    "int64": torch.int64,
+    "uint8": torch.uint8,
+    "float16": torch.float16,
+    "bfloat16": torch.bfloat16,
+    "float32": torch.float32,
+    "float64": torch.float64,
 }
 for _name in ("uint16", "uint32", "uint64"):
     if hasattr(torch, _name):

@@ -43,8 +43,9 @@ class Bundle:
             self._zip = zipfile.ZipFile(self.path)
             manifest = json.loads(self._zip.read(MANIFEST))
         except (OSError, zipfile.BadZipFile, KeyError, ValueError) as e:
-            raise BundleError(f"[bundle] {self.path} is not a readable kernelkit bundle: "
-                              f"{type(e).__name__}: {e}") from None
+            raise BundleError(
+                f"[bundle] {self.path} is not a readable kernelkit bundle: {type(e).__name__}: {e}"
+            ) from None
         self.manifest: dict[str, Any] = _check_manifest(self.path, manifest)
         self.by_key: dict[str, dict[str, Any]] = {e["key"]: e for e in manifest["entries"]}
         self._lock = threading.Lock()
@@ -70,26 +71,36 @@ class Bundle:
             return None if data is None else decode(data, digest)[0]
         except BadEntry as e:
             stats.record("corrupt")
-            warnings.warn(f"kernelkit: bundle {self.path}: entry {digest[:16]}... is rejected "
-                          f"({e}); it is compiled instead", RuntimeWarning, stacklevel=3)
+            warnings.warn(
+                f"kernelkit: bundle {self.path}: entry {digest[:16]}... is rejected "
+                f"({e}); it is compiled instead",
+                RuntimeWarning,
+                stacklevel=3,
+            )
             return None
 
 
 def _check_manifest(path: Path, manifest: Any) -> dict[str, Any]:
     if not isinstance(manifest, dict) or manifest.get("format") != BUNDLE_FORMAT:
         raise BundleError(f"[bundle] {path} has no kernelkit bundle manifest")
-    seen = (manifest.get("format_version"), manifest.get("kernelkit"),
-            manifest.get("key_schema"), manifest.get("entry_format"))
+    seen = (
+        manifest.get("format_version"),
+        manifest.get("kernelkit"),
+        manifest.get("key_schema"),
+        manifest.get("entry_format"),
+    )
     want = (BUNDLE_FORMAT_VERSION, __version__, KEY_SCHEMA_VERSION, ENTRY_FORMAT_VERSION)
     if seen != want:
         raise BundleError(
             f"[bundle] {path} was built by kernelkit {seen[1]} (bundle format {seen[0]}, key "
             f"schema {seen[2]}, entry format {seen[3]}); this is kernelkit {want[1]} (bundle "
             f"format {want[0]}, key schema {want[2]}, entry format {want[3]}). None of its "
-            "entries can be used: rebuild it with `kernelkit precompile`")
+            "entries can be used: rebuild it with `kernelkit precompile`"
+        )
     entries = manifest.get("entries")
     if not isinstance(entries, list) or not all(
-            isinstance(e, dict) and {"key", "file", "sha256"} <= e.keys() for e in entries):
+        isinstance(e, dict) and {"key", "file", "sha256"} <= e.keys() for e in entries
+    ):
         raise BundleError(f"[bundle] {path}: manifest entries are malformed")
     return manifest
 
@@ -127,8 +138,9 @@ def _from_config() -> list[Bundle]:
             try:
                 opened.append(Bundle(path))
             except BundleError as e:
-                warnings.warn(f"kernelkit: KERNELKIT_BUNDLE_PATH: {e}", RuntimeWarning,
-                              stacklevel=4)
+                warnings.warn(
+                    f"kernelkit: KERNELKIT_BUNDLE_PATH: {e}", RuntimeWarning, stacklevel=4
+                )
         _configured = (config, opened)
         return opened
 
@@ -172,11 +184,15 @@ def write_bundle(path: str | os.PathLike[str], entries: Iterable[tuple[str, byte
                 seen.add(digest)
                 items.append(_manifest_item(digest, data))
                 zf.writestr(items[-1]["file"], data)
-            manifest = {"format": BUNDLE_FORMAT, "format_version": BUNDLE_FORMAT_VERSION,
-                        "kernelkit": __version__, "key_schema": KEY_SCHEMA_VERSION,
-                        "entry_format": ENTRY_FORMAT_VERSION,
-                        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                        "entries": items}
+            manifest = {
+                "format": BUNDLE_FORMAT,
+                "format_version": BUNDLE_FORMAT_VERSION,
+                "kernelkit": __version__,
+                "key_schema": KEY_SCHEMA_VERSION,
+                "entry_format": ENTRY_FORMAT_VERSION,
+                "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                "entries": items,
+            }
             zf.writestr(MANIFEST, json.dumps(manifest, indent=1, sort_keys=True))
         os.replace(tmp, path)
     finally:
@@ -187,8 +203,12 @@ def write_bundle(path: str | os.PathLike[str], entries: Iterable[tuple[str, byte
 
 def _manifest_item(digest: str, data: bytes) -> dict[str, Any]:
     header = read_header(data)
-    item: dict[str, Any] = {"key": digest, "file": f"entries/{digest}.kke",
-                            "sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
+    item: dict[str, Any] = {
+        "key": digest,
+        "file": f"entries/{digest}.kke",
+        "sha256": hashlib.sha256(data).hexdigest(),
+        "bytes": len(data),
+    }
     for name in ("kernel", "backend", "kind", "arch", "entry"):
         item[name] = header.get(name)
     return item

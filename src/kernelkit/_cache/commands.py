@@ -34,9 +34,12 @@ def _info(args: argparse.Namespace) -> int:
     disk = _disk()
     files = disk.scan()
     report = {
-        "dir": str(disk.root), "enabled": _config.config.cache,
-        "size_bytes": sum(f.size_bytes for f in files), "entries": len(files),
-        "max_bytes": disk.max_bytes, "bundles": list(_config.config.bundle_path),
+        "dir": str(disk.root),
+        "enabled": _config.config.cache,
+        "size_bytes": sum(f.size_bytes for f in files),
+        "entries": len(files),
+        "max_bytes": disk.max_bytes,
+        "bundles": list(_config.config.bundle_path),
         "stats": stats.lifetime(str(disk.root)),
     }
     if args.json:
@@ -44,8 +47,10 @@ def _info(args: argparse.Namespace) -> int:
         return 0
     off = "" if report["enabled"] else "  (off: KERNELKIT_CACHE=0)"
     print(f"cache dir:  {report['dir']}{off}")
-    print(f"size:       {_size(report['size_bytes'])} in {report['entries']} entries "
-          f"(cap {_size(report['max_bytes'])})")
+    print(
+        f"size:       {_size(report['size_bytes'])} in {report['entries']} entries "
+        f"(cap {_size(report['max_bytes'])})"
+    )
     print(f"bundles:    {', '.join(report['bundles']) or 'none (KERNELKIT_BUNDLE_PATH)'}")
     print("counts (all processes since the last clear):")
     for name, n in report["stats"].items():
@@ -57,10 +62,17 @@ def _rows(disk: DiskCache) -> list[dict[str, Any]]:
     rows = []
     for f in sorted(disk.scan(), key=lambda f: -f.mtime):
         h = disk.header(f)
-        rows.append({"key": f.digest, "kernel": h.get("kernel") if h else "?",
-                     "backend": h.get("backend") if h else "?", "arch": h.get("arch") if h else "?",
-                     "kind": h.get("kind") if h else "?", "size_bytes": f.size_bytes,
-                     "last_use": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(f.mtime))})
+        rows.append(
+            {
+                "key": f.digest,
+                "kernel": h.get("kernel") if h else "?",
+                "backend": h.get("backend") if h else "?",
+                "arch": h.get("arch") if h else "?",
+                "kind": h.get("kind") if h else "?",
+                "size_bytes": f.size_bytes,
+                "last_use": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(f.mtime)),
+            }
+        )
     return rows
 
 
@@ -69,12 +81,16 @@ def _list(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
-    print(f"{'kernel':24s} {'backend':8s} {'arch':8s} {'kind':6s} {'size':>10s}  "
-          f"{'last use':19s}  key")
+    print(
+        f"{'kernel':24s} {'backend':8s} {'arch':8s} {'kind':6s} {'size':>10s}  "
+        f"{'last use':19s}  key"
+    )
     for r in rows:
-        print(f"{str(r['kernel'])[:24]:24s} {str(r['backend']):8s} {str(r['arch']):8s} "
-              f"{str(r['kind']):6s} {_size(r['size_bytes']):>10s}  {r['last_use']}  "
-              f"{r['key'][:16]}")
+        print(
+            f"{str(r['kernel'])[:24]:24s} {str(r['backend']):8s} {str(r['arch']):8s} "
+            f"{str(r['kind']):6s} {_size(r['size_bytes']):>10s}  {r['last_use']}  "
+            f"{r['key'][:16]}"
+        )
     print(f"{len(rows)} entries")
     return 0
 

@@ -58,7 +58,7 @@ def _write_all(fd: int, data: bytes) -> None:
     """Write every byte (a separate function so tests can slow it down and kill the writer)."""
     view = memoryview(data)
     while view:
-        view = view[os.write(fd, view):]
+        view = view[os.write(fd, view) :]
 
 
 def _unlink(path: Path) -> bool:
@@ -109,8 +109,12 @@ class DiskCache:
         except BadEntry as e:
             if report:
                 stats.record("corrupt", self._label)
-                warnings.warn(f"kernelkit: cache entry {path} is unusable ({e}); it is compiled "
-                              "again and replaced", RuntimeWarning, stacklevel=2)
+                warnings.warn(
+                    f"kernelkit: cache entry {path} is unusable ({e}); it is compiled "
+                    "again and replaced",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
             return None
         try:
             os.utime(path)  # least recently used eviction goes by mtime
@@ -127,8 +131,12 @@ class DiskCache:
         try:
             data = encode(key, kernel, backend, artifact)
         except (TypeError, ValueError) as e:
-            warnings.warn(f"kernelkit: [{kernel}] not cached on disk: its artifact metadata is "
-                          f"not plain JSON ({e})", RuntimeWarning, stacklevel=2)
+            warnings.warn(
+                f"kernelkit: [{kernel}] not cached on disk: its artifact metadata is "
+                f"not plain JSON ({e})",
+                RuntimeWarning,
+                stacklevel=2,
+            )
             return False
         if not self.write_raw(key.digest, data):
             return False
@@ -163,9 +171,13 @@ class DiskCache:
             name = errno.errorcode.get(error.errno or 0, "error")
             self.write_error = f"{name}: {error.strerror or error}"
         stats.record("write_errors")
-        warnings.warn(f"kernelkit: cannot write the kernel cache in {self.root} "
-                      f"({self.write_error}); compiled kernels are kept in memory only for the "
-                      "rest of this process", RuntimeWarning, stacklevel=3)
+        warnings.warn(
+            f"kernelkit: cannot write the kernel cache in {self.root} "
+            f"({self.write_error}); compiled kernels are kept in memory only for the "
+            "rest of this process",
+            RuntimeWarning,
+            stacklevel=3,
+        )
 
     # cross-process single flight ------------------------------------------------------------
     @contextmanager
@@ -189,9 +201,12 @@ class DiskCache:
             held.acquire()
         except Timeout:
             stats.record("lock_timeouts", self._label)
-            warnings.warn(f"kernelkit: waited {LOCK_TIMEOUT_S:.0f} s for another process to "
-                          f"compile {digest[:16]}... (lock {self.locks}); compiling it here",
-                          RuntimeWarning, stacklevel=4)
+            warnings.warn(
+                f"kernelkit: waited {LOCK_TIMEOUT_S:.0f} s for another process to "
+                f"compile {digest[:16]}... (lock {self.locks}); compiling it here",
+                RuntimeWarning,
+                stacklevel=4,
+            )
             return None
         except OSError as e:
             self.disable(e)
@@ -211,8 +226,9 @@ class DiskCache:
                         st = d.stat()
                     except OSError:
                         continue
-                    found.append(EntryFile(Path(d.path), d.name[: -len(SUFFIX)], st.st_size,
-                                           st.st_mtime))
+                    found.append(
+                        EntryFile(Path(d.path), d.name[: -len(SUFFIX)], st.st_size, st.st_mtime)
+                    )
         except OSError:
             pass
         return found

@@ -93,7 +93,7 @@ def _split(data: bytes) -> tuple[dict[str, Any], int]:
         raise BadEntry("not a kernelkit cache entry (bad magic)")
     if version != ENTRY_FORMAT_VERSION:
         raise BadEntry(f"entry format {version}, this kernelkit reads {ENTRY_FORMAT_VERSION}")
-    raw = data[FIXED_BYTES:FIXED_BYTES + n]
+    raw = data[FIXED_BYTES : FIXED_BYTES + n]
     if n > _MAX_HEADER_BYTES or len(raw) != n:
         raise BadEntry("truncated header")
     if hashlib.sha256(raw).digest() != sha:
@@ -123,17 +123,23 @@ def decode(data: bytes, digest: str) -> tuple[Artifact, EntryHeader]:
     """The artifact stored in ``data``, which must be the entry of key ``digest``."""
     header, start = _split(data)
     if header.get("key") != digest:
-        raise BadEntry(f"foreign entry: holds key {str(header.get('key'))[:16]}..., "
-                       f"expected {digest[:16]}...")
+        raise BadEntry(
+            f"foreign entry: holds key {str(header.get('key'))[:16]}..., expected {digest[:16]}..."
+        )
     binary = data[start:]
     if len(binary) != header.get("binary_bytes"):
         raise BadEntry(f"binary is {len(binary)} bytes, header says {header.get('binary_bytes')}")
     if hashlib.sha256(binary).hexdigest() != header.get("binary_sha256"):
         raise BadEntry("binary checksum mismatch")
     try:
-        artifact = Artifact(kind=header["kind"], binary=binary, entry=header["entry"],
-                            arch=header["arch"], metadata=header.get("metadata") or {},
-                            log=header.get("log") or "")
+        artifact = Artifact(
+            kind=header["kind"],
+            binary=binary,
+            entry=header["entry"],
+            arch=header["arch"],
+            metadata=header.get("metadata") or {},
+            log=header.get("log") or "",
+        )
     except KeyError as e:
         raise BadEntry(f"header lacks {e}") from None
     return artifact, EntryHeader(header)

@@ -33,8 +33,9 @@ class CacheKey:
         return "\n".join(f"{label}: {value[:80]}" for label, value in self.parts)
 
 
-def cache_key(request: CompileRequest, compiler_identity: str,
-              backend_version: str = "") -> CacheKey:
+def cache_key(
+    request: CompileRequest, compiler_identity: str, backend_version: str = ""
+) -> CacheKey:
     """Everything that can change the binary: source, header bytes, options, arch, compiler,
     backend, kernelkit version and key schema. Never the kernel name alone.
 

@@ -55,8 +55,15 @@ def _request(decl: Declaration, arch: str) -> CompileRequest:
         for backend in backends().values():
             for target in backend.targets():
                 if target.arch == arch:
-                    return render_request(decl.kernel.spec, backend, target, decl.inputs,
-                                          decl.outputs, decl.template, False)[1]
+                    return render_request(
+                        decl.kernel.spec,
+                        backend,
+                        target,
+                        decl.inputs,
+                        decl.outputs,
+                        decl.template,
+                        False,
+                    )[1]
         raise
 
 
@@ -65,12 +72,16 @@ def _build_one(decl: Declaration, arch: str) -> BuiltEntry:
     backend = get_backend(request.backend)
     key = cache_key(request, backend.compiler_identity(), backend.version)
     artifact = backend.compile(request)
-    return BuiltEntry(key.digest, encode(key, request.kernel, request.backend, artifact),
-                      f"{decl.describe()} for {arch}")
+    return BuiltEntry(
+        key.digest,
+        encode(key, request.kernel, request.backend, artifact),
+        f"{decl.describe()} for {arch}",
+    )
 
 
-def build_entries(decls: Sequence[Declaration], archs: Sequence[str], jobs: int = 1,
-                  progress: bool = True) -> list[BuiltEntry]:
+def build_entries(
+    decls: Sequence[Declaration], archs: Sequence[str], jobs: int = 1, progress: bool = True
+) -> list[BuiltEntry]:
     """Compile every declaration for every arch (``jobs`` at a time), with a progress bar."""
     from tqdm import tqdm
 
@@ -84,13 +95,17 @@ def build_entries(decls: Sequence[Declaration], archs: Sequence[str], jobs: int 
     return built
 
 
-def precompile(target: str, archs: Sequence[str], output: str, jobs: int = 1,
-               progress: bool = True) -> int:
+def precompile(
+    target: str, archs: Sequence[str], output: str, jobs: int = 1, progress: bool = True
+) -> int:
     """The command: returns the exit status (0 written, 1 a kernel failed, 2 nothing to do)."""
     decls = load_declarations(target)
     if not decls:
-        print(f"[precompile] {target} declared no kernels: call kernel.precompile(inputs, "
-              "output_dtypes, template) at import", file=sys.stderr)
+        print(
+            f"[precompile] {target} declared no kernels: call kernel.precompile(inputs, "
+            "output_dtypes, template) at import",
+            file=sys.stderr,
+        )
         return 2
     try:
         built = build_entries(decls, archs, jobs, progress)
@@ -102,6 +117,8 @@ def precompile(target: str, archs: Sequence[str], output: str, jobs: int = 1,
         return 2
     manifest = write_bundle(output, [(b.digest, b.data) for b in built])
     size = os.path.getsize(output)
-    print(f"wrote {output}: {len(manifest['entries'])} entries ({len(decls)} declarations x "
-          f"{len(archs)} archs), {size} bytes")
+    print(
+        f"wrote {output}: {len(manifest['entries'])} entries ({len(decls)} declarations x "
+        f"{len(archs)} archs), {size} bytes"
+    )
     return 0

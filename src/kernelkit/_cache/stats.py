@@ -13,8 +13,18 @@ from pathlib import Path
 
 __all__ = ["NAMES", "STATS_FILE", "cache_stats", "flush", "lifetime", "record"]
 
-NAMES = ("memory_hits", "disk_hits", "bundle_hits", "misses", "compiles", "writes", "corrupt",
-         "evictions", "write_errors", "lock_timeouts")
+NAMES = (
+    "memory_hits",
+    "disk_hits",
+    "bundle_hits",
+    "misses",
+    "compiles",
+    "writes",
+    "corrupt",
+    "evictions",
+    "write_errors",
+    "lock_timeouts",
+)
 STATS_FILE = "stats.json"
 
 _lock = threading.Lock()

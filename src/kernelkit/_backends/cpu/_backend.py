@@ -117,8 +117,14 @@ class CPUBackend(Backend):
         """dlopen a private copy of the artifact's bytes."""
         return load_program(artifact.binary, artifact.entry)
 
-    def launcher(self, program: Any, target: Target, blocks: tuple[int, int, int],
-                 block: tuple[int, int, int], shared_memory_bytes: int) -> Launcher:
+    def launcher(
+        self,
+        program: Any,
+        target: Target,
+        blocks: tuple[int, int, int],
+        block: tuple[int, int, int],
+        shared_memory_bytes: int,
+    ) -> Launcher:
         """A synchronous launcher: returns once the whole grid has run (``stream`` is ignored).
 
         The worker count (KERNELKIT_CPU_THREADS, default one per core) is read here, once.

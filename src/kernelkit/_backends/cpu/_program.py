@@ -84,8 +84,13 @@ def worker_count() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def make_launcher(program: CPUProgram, blocks: tuple[int, int, int], block: tuple[int, int, int],
-                  shared: int, nthreads: int):  # noqa: ANN201 - a Launcher
+def make_launcher(
+    program: CPUProgram,
+    blocks: tuple[int, int, int],
+    block: tuple[int, int, int],
+    shared: int,
+    nthreads: int,
+):  # noqa: ANN201 - a Launcher
     """The hot-path callable: one ctypes call (which releases the GIL) per launch."""
     entry, fault_text, kernel = program.entry, program.fault_text, program.kernel
     gx, gy, gz = blocks

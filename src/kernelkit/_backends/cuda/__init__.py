@@ -78,9 +78,19 @@ class CUDABackend(Backend):
 
     def target_for_arch(self, arch: str) -> Target:
         cc = int(arch.removeprefix("sm_").removeprefix("compute_").rstrip("af"))
-        return Target(self.name, -1, arch.rstrip("af"), f"(no device, {arch})", 1024,
-                      (1024, 1024, 64), (2**31 - 1, 65535, 65535), 48 * 1024, 227 * 1024, 32,
-                      self._features(cc))
+        return Target(
+            self.name,
+            -1,
+            arch.rstrip("af"),
+            f"(no device, {arch})",
+            1024,
+            (1024, 1024, 64),
+            (2**31 - 1, 65535, 65535),
+            48 * 1024,
+            227 * 1024,
+            32,
+            self._features(cc),
+        )
 
     def compiler_identity(self) -> str:
         return "nvrtc-%d.%d" % nvrtc.version()
@@ -105,8 +115,12 @@ class CUDABackend(Backend):
             "}",
         ]
         # 20283: "PCH creation disabled because #line directive encountered" (harmless noise)
-        options = [f"--gpu-architecture={arch}", "--std=c++17", "-default-device",
-                   "-diag-suppress=20283"]
+        options = [
+            f"--gpu-architecture={arch}",
+            "--std=c++17",
+            "-default-device",
+            "-diag-suppress=20283",
+        ]
         if source.needs & {"fp16", "bf16", "cg"}:
             options.append("-pch")  # NVRTC reuses parsed CUDA headers within the process
         return CompileRequest(
@@ -137,8 +151,14 @@ class CUDABackend(Backend):
                 )
         return driver.load(artifact.binary, artifact.entry, target.device, hint)
 
-    def launcher(self, program: Any, target: Target, blocks: tuple[int, int, int],
-                 block: tuple[int, int, int], shared_memory_bytes: int) -> Launcher:
+    def launcher(
+        self,
+        program: Any,
+        target: Target,
+        blocks: tuple[int, int, int],
+        block: tuple[int, int, int],
+        shared_memory_bytes: int,
+    ) -> Launcher:
         if shared_memory_bytes > 48 * 1024:
             driver.allow_dynamic_shared(program, shared_memory_bytes)
         return driver.make_launcher(program, blocks, block, shared_memory_bytes)

@@ -98,7 +98,9 @@ def load(binary: bytes, entry: str, device: int, ptx_hint: str = "") -> Program:
         err, module = mod.cuModuleLoadData(binary)
         if int(err) != 0:
             name = mod.cuGetErrorName(err)[1].decode()
-            raise BackendError(f"[backend cuda] loading the kernel failed: {name}. {ptx_hint}".strip())
+            raise BackendError(
+                f"[backend cuda] loading the kernel failed: {name}. {ptx_hint}".strip()
+            )
         fn = check(mod.cuModuleGetFunction(module, entry.encode()), "cuModuleGetFunction")
     return Program(
         module=module,
@@ -121,8 +123,9 @@ def allow_dynamic_shared(program: Program, nbytes: int) -> None:
         check(mod.cuFuncSetAttribute(program.function, attr, nbytes), "cuFuncSetAttribute")
 
 
-def make_launcher(program: Program, blocks: tuple[int, int, int], block: tuple[int, int, int],
-                  shared: int):  # noqa: ANN201 - a backend.Launcher
+def make_launcher(
+    program: Program, blocks: tuple[int, int, int], block: tuple[int, int, int], shared: int
+):  # noqa: ANN201 - a backend.Launcher
     """The hot-path launch: one cuLaunchKernel on prepacked arguments; a wrong or missing
     current context (a fresh thread, another device) is fixed once and retried."""
     launch = drv().cuLaunchKernel
@@ -137,7 +140,9 @@ def make_launcher(program: Program, blocks: tuple[int, int, int], block: tuple[i
             (err,) = launch(fn, gx, gy, gz, bx, by, bz, shared, stream, params, 0)
             if err:
                 name = drv().cuGetErrorName(err)[1].decode()
-                raise LaunchError(f"[{program.entry}] launch failed: {name} (grid {blocks}, "
-                                  f"block {block}, shared {shared} bytes)")
+                raise LaunchError(
+                    f"[{program.entry}] launch failed: {name} (grid {blocks}, "
+                    f"block {block}, shared {shared} bytes)"
+                )
 
     return launcher

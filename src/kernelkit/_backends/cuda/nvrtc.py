@@ -81,7 +81,7 @@ def _find_header(name: str) -> Path | None:
 
 @functools.cache
 def header_digests(needs: frozenset[str]) -> tuple[tuple[str, str], ...]:
-    """(header, sha256) for the top-level headers a kernel includes: a new CUDA header set misses."""
+    """(header, sha256) of the top-level headers a kernel includes: new CUDA headers miss."""
     out = []
     for need in sorted(needs):
         for name in _HEADERS.get(need, ()):

@@ -134,10 +134,16 @@ class SimBackend(Backend):
 
     def target_for_arch(self, arch: str) -> Target:
         return Target(
-            backend=self.name, device=0, arch=arch, name="sequential simulator",
-            max_threads_per_block=1024, max_block_dims=(1024, 1024, 64),
-            max_grid_dims=(2**31 - 1, 65535, 65535), max_shared_memory_bytes=0,
-            max_shared_memory_optin_bytes=0, warp_size=32,
+            backend=self.name,
+            device=0,
+            arch=arch,
+            name="sequential simulator",
+            max_threads_per_block=1024,
+            max_block_dims=(1024, 1024, 64),
+            max_grid_dims=(2**31 - 1, 65535, 65535),
+            max_shared_memory_bytes=0,
+            max_shared_memory_optin_bytes=0,
+            warp_size=32,
         )
 
     def compile_targets(self) -> list[str]:
@@ -151,8 +157,10 @@ class SimBackend(Backend):
     def check_params(self, params: tuple[Param, ...]) -> None:
         for p in params:
             if p.dtype in _UNSUPPORTED:
-                raise TypeError(f"[backend sim] {p.name!r} has dtype {p.dtype}, which the sim "
-                                "backend does not support")
+                raise TypeError(
+                    f"[backend sim] {p.name!r} has dtype {p.dtype}, which the sim "
+                    "backend does not support"
+                )
 
     def render(self, source: KernelSource, target: Target, check: bool = False) -> CompileRequest:
         if check:
@@ -169,8 +177,12 @@ class SimBackend(Backend):
             LAUNCH % ", ".join(_unpack(i, p) for i, p in enumerate(source.params)),
         ]
         return CompileRequest(
-            backend=self.name, kernel=source.kernel, entry=ENTRY, arch=target.arch,
-            source="\n".join(parts), options=OPTIONS,
+            backend=self.name,
+            kernel=source.kernel,
+            entry=ENTRY,
+            arch=target.arch,
+            source="\n".join(parts),
+            options=OPTIONS,
             param_kinds=tuple(p.kind for p in source.params),
         )
 
@@ -179,15 +191,21 @@ class SimBackend(Backend):
             src, lib = os.path.join(d, "k.cpp"), os.path.join(d, "k.so")
             with open(src, "w") as f:
                 f.write(request.source)
-            res = subprocess.run([_cxx(), *request.options, src, "-o", lib],
-                                 capture_output=True, text=True, check=False)
+            res = subprocess.run(
+                [_cxx(), *request.options, src, "-o", lib],
+                capture_output=True,
+                text=True,
+                check=False,
+            )
             if res.returncode != 0:
-                raise kernelkit.CompileError(request.kernel, res.stderr, request.source,
-                                             request.options)
+                raise kernelkit.CompileError(
+                    request.kernel, res.stderr, request.source, request.options
+                )
             with open(lib, "rb") as f:
                 binary = f.read()
-        return Artifact(kind="so", binary=binary, entry=request.entry, arch=request.arch,
-                        log=res.stderr)
+        return Artifact(
+            kind="so", binary=binary, entry=request.entry, arch=request.arch, log=res.stderr
+        )
 
     def load(self, artifact: Artifact, target: Target) -> Any:
         fd, path = tempfile.mkstemp(prefix="kk_sim_", suffix=".so")
@@ -202,8 +220,14 @@ class SimBackend(Backend):
         fn.argtypes = [ctypes.c_void_p] + [ctypes.c_uint] * 6
         return (lib, fn)
 
-    def launcher(self, program: Any, target: Target, blocks: tuple[int, int, int],
-                 block: tuple[int, int, int], shared_memory_bytes: int) -> Launcher:
+    def launcher(
+        self,
+        program: Any,
+        target: Target,
+        blocks: tuple[int, int, int],
+        block: tuple[int, int, int],
+        shared_memory_bytes: int,
+    ) -> Launcher:
         fn, geometry = program[1], (*blocks, *block)
 
         def launch(params: int, stream: int) -> None:
