@@ -13,13 +13,14 @@ from typing import Any
 
 from . import _plan
 from ._arrays import _KEY_FN, adapter_for
+from ._hotpath import MISS
 from ._codegen import check_identifier, scan_body
 from ._records import KernelSpec
 
 __all__ = ["Kernel", "cuda_kernel", "kernel"]
 
 
-def _call_key(
+def call_key(
     inputs: Any,
     out: Any,
     output_dtypes: Any,
@@ -30,7 +31,7 @@ def _call_key(
     check: Any,
 ) -> tuple:
     """What decides the specialization: argument types and dtypes (never shapes or values).
-    ``Kernel.__call__`` builds the same tuple inline (it is the hot path)."""
+    A plan's generated ``run`` checks the same thing without building the tuple."""
     key = _KEY_FN
     return (
         type(inputs),
@@ -45,6 +46,10 @@ def _call_key(
     )
 
 
+def _no_plan(*args: Any) -> Any:
+    return MISS
+
+
 class Kernel:
     """A kernel defined by its body; call it to compile (once per specialization) and launch."""
 
@@ -52,6 +57,7 @@ class Kernel:
         self.spec = spec
         self._plans: dict[Any, _plan.LaunchPlan] = {}
         self._lock = threading.Lock()
+        self._last: Any = _no_plan  # the run of the most recently used specialization
 
     @property
     def name(self) -> str:
@@ -85,20 +91,19 @@ class Kernel:
         overrides the framework's current stream; ``backend=`` forces a backend by name;
         ``check=True`` bounds-checks every access (backends with a checked mode, e.g. cpu).
         """
-        key = _KEY_FN
-        try:  # grid/threadgroup as given: tuples hash as themselves, lists go the slow way
+        args = (inputs, output_shapes, output_dtypes, grid, threadgroup, template, init_value,
+                stream, out, backend, check)
+        result = self._last(*args)  # the last specialization checks the call is its own
+        if result is MISS or verbose:
+            result = self._call_other(args, verbose)
+        return result
+
+    def _call_other(self, args: tuple, verbose: bool) -> list[Any]:
+        """A call of another (or a new) specialization: dictionary lookup, else the slow path."""
+        inputs, _, output_dtypes, grid, threadgroup, template, _, _, out, backend, check = args
+        try:
             plan = self._plans[
-                (
-                    type(inputs),
-                    tuple([key[type(x)](x) for x in inputs]),
-                    None if out is None else tuple([key[type(o)](o) for o in out]),
-                    None if output_dtypes is None else tuple(output_dtypes),
-                    None if template is None else tuple(template),
-                    grid,
-                    threadgroup,
-                    backend,
-                    check,
-                )
+                call_key(inputs, out, output_dtypes, template, grid, threadgroup, backend, check)
             ]
         except Exception:  # noqa: BLE001 - anything unusual takes the validating slow path
             plan = self._specialize(
@@ -107,7 +112,11 @@ class Kernel:
         else:
             if verbose:
                 print(plan.request.source)
-        return plan.run(inputs, output_shapes, out, init_value, stream)
+        result = plan.run(*args)
+        if result is MISS:  # cannot happen: a plan's guard is its dictionary key
+            raise RuntimeError(f"[{self.name}] internal error: plan guard disagrees with its key")
+        self._last = plan.run
+        return result
 
     def precompile(
         self,
@@ -144,7 +153,7 @@ class Kernel:
         """The slow path: validate everything, then build (or find) the plan for this call."""
         try:  # a known specialization called with lists for grid/threadgroup
             return self._plans[
-                _call_key(inputs, out, output_dtypes, template, grid, threadgroup, backend, check)
+                call_key(inputs, out, output_dtypes, template, grid, threadgroup, backend, check)
             ]
         except Exception:  # noqa: BLE001 - validate below
             pass
@@ -156,16 +165,19 @@ class Kernel:
         for x in (*inputs, *(out or ())):  # bind registered every argument's adapter
             adapter_for(x, "argument")
         try:
-            key: Any = _call_key(
+            key: Any = call_key(
                 inputs, out, output_dtypes, template, grid, threadgroup, backend, check
             )
             hash(key)
+            guard = (key, [type(x) for x in inputs], [type(o) for o in out or ()])
         except TypeError:
-            key = None  # unhashable arguments (e.g. a list template value): plan is not kept
+            key = guard = None  # unhashable arguments (a list template value): plan not kept
         with self._lock:
             plan = self._plans.get(key) if key is not None else None
             if plan is None:
-                plan = _plan.build(self.spec, bound, template, grid, threadgroup, check, verbose)
+                plan = _plan.build(
+                    self.spec, bound, template, grid, threadgroup, check, verbose, guard
+                )
                 if key is not None:
                     self._plans[key] = plan
         return plan

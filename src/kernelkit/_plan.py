@@ -280,7 +280,7 @@ class LaunchPlan:
     blocks: tuple[int, int, int]
     block: tuple[int, int, int]
     shared_bytes: int
-    run: Callable[[Sequence[Any], Any, Any, Any, Any], list[Any]]
+    run: Callable[..., Any]  # the call's arguments -> outputs, or _hotpath.MISS
     run_source: str
 
 
@@ -304,6 +304,7 @@ def build(
     threadgroup: Any,
     check: bool | None,
     verbose: bool,
+    guard: tuple | None = None,
 ) -> LaunchPlan:
     """Render, compile through the caches, load, and prepare the hot path for one specialization."""
     backend, target = bound.backend, bound.target
@@ -347,6 +348,7 @@ def build(
         target.device,
         backend.synchronize,
         backend.name,
+        guard,
     )
     return LaunchPlan(
         kernel=spec.name,

@@ -45,6 +45,11 @@ class Adapter:
     def info(self, x: Any, what: str) -> ArrayInfo:
         raise NotImplementedError
 
+    def guard(self, var: str, key: Any, tag: str) -> tuple[str, dict[str, Any]]:
+        """A Python expression, true exactly when ``self.key(var) == key``, for the generated
+        hot path; names it needs are returned in a namespace, each starting with ``tag``."""
+        return f"{tag}kf({var}) == {tag}k", {f"{tag}kf": self.key, f"{tag}k": key}
+
     def pointer(self, x: Any) -> int:
         raise NotImplementedError
 
@@ -90,6 +95,11 @@ class ScalarAdapter(Adapter):
 
     def key(self, x: Any) -> Any:
         return getattr(x, "dtype", type(x))
+
+    def guard(self, var: str, key: Any, tag: str) -> tuple[str, dict[str, Any]]:
+        if isinstance(key, type):  # Python scalars: the (already checked) type is the whole key
+            return "True", {}
+        return super().guard(var, key, tag)
 
 
 _BY_TYPE: dict[type, Adapter] = {

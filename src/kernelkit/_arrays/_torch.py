@@ -36,6 +36,12 @@ class TorchAdapter(Adapter):
     def key(self, x: torch.Tensor) -> Any:
         return (x.dtype, x.get_device(), x.dim() == 0)
 
+    def guard(self, var: str, key: Any, tag: str) -> tuple[str, dict[str, Any]]:
+        dtype, device, zero_dim = key  # device: int, zero_dim: bool (kernelkit's own values)
+        expr = (f"{var}.dtype == {tag}dt and {var}.get_device() == {int(device)} "
+                f"and ({var}.dim() == 0) is {bool(zero_dim)}")
+        return expr, {f"{tag}dt": dtype}
+
     def info(self, x: torch.Tensor, what: str) -> ArrayInfo:
         dev = x.device
         if dev.type == "cuda":
