@@ -13,8 +13,8 @@ from typing import Any
 
 from . import _plan
 from ._arrays import _KEY_FN, adapter_for
-from ._hotpath import MISS
 from ._codegen import check_identifier, scan_body
+from ._hotpath import MISS
 from ._records import KernelSpec
 
 __all__ = ["Kernel", "cuda_kernel", "kernel"]
@@ -91,8 +91,19 @@ class Kernel:
         overrides the framework's current stream; ``backend=`` forces a backend by name;
         ``check=True`` bounds-checks every access (backends with a checked mode, e.g. cpu).
         """
-        args = (inputs, output_shapes, output_dtypes, grid, threadgroup, template, init_value,
-                stream, out, backend, check)
+        args = (
+            inputs,
+            output_shapes,
+            output_dtypes,
+            grid,
+            threadgroup,
+            template,
+            init_value,
+            stream,
+            out,
+            backend,
+            check,
+        )
         result = self._last(*args)  # the last specialization checks the call is its own
         if result is MISS or verbose:
             result = self._call_other(args, verbose)

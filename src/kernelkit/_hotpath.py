@@ -180,27 +180,54 @@ def guard_lines(guard: tuple, ns: dict[str, Any]) -> list[str]:
     output types) of the call the plan was built for."""
     key, in_types, out_types = guard
     in_type, in_keys, out_keys, out_dtypes, template, grid, threadgroup, backend, check = key
-    ns.update(_MISS=MISS, _key_of=_key_of, _in_type=in_type, _grid=grid, _backend=backend,
-              _threadgroup=threadgroup, _template=template, _out_dtypes=out_dtypes, _check=check)
+    ns.update(
+        _MISS=MISS,
+        _key_of=_key_of,
+        _in_type=in_type,
+        _grid=grid,
+        _backend=backend,
+        _threadgroup=threadgroup,
+        _template=template,
+        _out_dtypes=out_dtypes,
+        _check=check,
+    )
     tests = ["inputs.__class__ is _in_type", f"len(inputs) == {len(in_keys)}"]
-    tests += [_arg_test(f"inputs[{i}]", t, k, f"_g{i}_", ns)
-              for i, (t, k) in enumerate(zip(in_types, in_keys))]
+    tests += [
+        _arg_test(f"inputs[{i}]", t, k, f"_g{i}_", ns)
+        for i, (t, k) in enumerate(zip(in_types, in_keys))
+    ]
     if out_keys is None:
         tests.append("out is None")
     else:
         tests += ["out is not None", f"len(out) == {len(out_keys)}"]
-        tests += [_arg_test(f"out[{j}]", t, k, f"_h{j}_", ns)
-                  for j, (t, k) in enumerate(zip(out_types, out_keys))]
-    tests.append("output_dtypes is None" if out_dtypes is None else
-                 "output_dtypes is not None and tuple(output_dtypes) == _out_dtypes")
-    tests.append("template is None" if template is None else
-                 "template is not None and tuple(template) == _template")
-    tests += ["(grid == _grid or tuple(grid) == _grid)",
-              "(threadgroup == _threadgroup or tuple(threadgroup) == _threadgroup)",
-              "backend == _backend", "check == _check"]
+        tests += [
+            _arg_test(f"out[{j}]", t, k, f"_h{j}_", ns)
+            for j, (t, k) in enumerate(zip(out_types, out_keys))
+        ]
+    tests.append(
+        "output_dtypes is None"
+        if out_dtypes is None
+        else "output_dtypes is not None and tuple(output_dtypes) == _out_dtypes"
+    )
+    tests.append(
+        "template is None"
+        if template is None
+        else "template is not None and tuple(template) == _template"
+    )
+    tests += [
+        "(grid == _grid or tuple(grid) == _grid)",
+        "(threadgroup == _threadgroup or tuple(threadgroup) == _threadgroup)",
+        "backend == _backend",
+        "check == _check",
+    ]
     body = " and\n            ".join(tests)
-    return ["    try:", f"        if not ({body}):", "            return _MISS",
-            "    except Exception:", "        return _MISS"]
+    return [
+        "    try:",
+        f"        if not ({body}):",
+        "            return _MISS",
+        "    except Exception:",
+        "        return _MISS",
+    ]
 
 
 def _arg_test(var: str, tp: type, key: Any, tag: str, ns: dict[str, Any]) -> str:

@@ -8,7 +8,9 @@ import numpy as np
 import kernelkit
 
 K = kernelkit.kernel(
-    "sp_axpy", ["x", "a"], ["y"],
+    "sp_axpy",
+    ["x", "a"],
+    ["y"],
     "uint i = blockIdx.x * blockDim.x + threadIdx.x;"
     " if (i < x_shape[0]) y[i] = (T)(a * (float)x[i] + B);",
 )
@@ -28,8 +30,15 @@ def test_alternating_calls_each_use_their_own_specialization(backend, arrays):
     for _ in range(3):
         for x, a, template, grid, out_dtype in cases:
             dx = arrays.put(x)
-            (y,) = K([dx, a], output_shapes=[x.shape], output_dtypes=[out_dtype], grid=grid,
-                     threadgroup=(64, 1, 1), template=template, backend=backend)
+            (y,) = K(
+                [dx, a],
+                output_shapes=[x.shape],
+                output_dtypes=[out_dtype],
+                grid=grid,
+                threadgroup=(64, 1, 1),
+                template=template,
+                backend=backend,
+            )
             got = arrays.get(y)
             b = dict(template)["B"]
             want = (a * x.astype(np.float32) + b).astype(out_dtype)

@@ -38,8 +38,10 @@ class TorchAdapter(Adapter):
 
     def guard(self, var: str, key: Any, tag: str) -> tuple[str, dict[str, Any]]:
         dtype, device, zero_dim = key  # device: int, zero_dim: bool (kernelkit's own values)
-        expr = (f"{var}.dtype == {tag}dt and {var}.get_device() == {int(device)} "
-                f"and ({var}.dim() == 0) is {bool(zero_dim)}")
+        expr = (
+            f"{var}.dtype == {tag}dt and {var}.get_device() == {int(device)} "
+            f"and ({var}.dim() == 0) is {bool(zero_dim)}"
+        )
         return expr, {f"{tag}dt": dtype}
 
     def info(self, x: torch.Tensor, what: str) -> ArrayInfo:
