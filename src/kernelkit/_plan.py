@@ -59,7 +59,7 @@ def bind(
     for iname, x in zip(spec.input_names, inputs):
         what = f"input {iname!r}"
         if _is_scalar(x):
-            dt = normalize_dtype(_PY_SCALARS.get(type(x)) or x.dtype, what)
+            dt = normalize_dtype(_PY_SCALARS.get(type(x)) or x.dtype, f"[{name}] {what}")
             if type(x) is int and not -(2**31) <= x < 2**31:
                 raise ValueError(
                     f"[{name}] {what} = {x} does not fit in int32; "
