@@ -249,3 +249,11 @@ def test_kernel_redefined_under_the_same_name_gets_another_key(cuda):
     a1, a2 = compile_cached(cuda, r1), compile_cached(cuda, r2)
     assert a1.binary != a2.binary
     assert compile_cached(cuda, r1) is a1  # the first is still there, not overwritten
+
+
+def test_a_device_newer_than_nvrtc_gets_ptx_for_the_newest_known_arch():
+    from kernelkit._backends.cuda import CUDABackend, nvrtc
+
+    newest = max(nvrtc.supported_archs())
+    assert CUDABackend.arch_for(newest) == f"sm_{newest}"
+    assert CUDABackend.arch_for(newest + 50) == f"compute_{newest}"

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import functools
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -67,8 +69,24 @@ def primary_context(device: int) -> Any:
     return check(drv().cuDevicePrimaryCtxRetain(device), "cuDevicePrimaryCtxRetain")
 
 
-def make_current(device: int) -> None:
-    check(drv().cuCtxSetCurrent(primary_context(device)), "cuCtxSetCurrent")
+@contextmanager
+def on_device(device: int) -> Iterator[None]:
+    """Run with the device's primary context current, and leave the caller's current context as
+    it was (torch and CuPy keep the current device in it): a thread with none keeps ours."""
+    mod = drv()
+    ctx = primary_context(device)
+    current = check(mod.cuCtxGetCurrent(), "cuCtxGetCurrent")
+    if int(current) == int(ctx):
+        yield
+    elif int(current) == 0:
+        check(mod.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
+        yield
+    else:
+        check(mod.cuCtxPushCurrent(ctx), "cuCtxPushCurrent")
+        try:
+            yield
+        finally:
+            check(mod.cuCtxPopCurrent(), "cuCtxPopCurrent")
 
 
 @dataclass
@@ -93,8 +111,7 @@ def _func_attr(fn: Any, name: str) -> int:
 
 def load(binary: bytes, entry: str, device: int, ptx_hint: str = "") -> Program:
     mod = drv()
-    with _lock:
-        make_current(device)
+    with _lock, on_device(device):
         err, module = mod.cuModuleLoadData(binary)
         if int(err) != 0:
             name = mod.cuGetErrorName(err)[1].decode()
@@ -118,16 +135,16 @@ def allow_dynamic_shared(program: Program, nbytes: int) -> None:
     """Raise the kernel's dynamic shared-memory limit (needed above 48 KB)."""
     mod = drv()
     attr = mod.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
-    with _lock:
-        make_current(program.device)
+    with _lock, on_device(program.device):
         check(mod.cuFuncSetAttribute(program.function, attr, nbytes), "cuFuncSetAttribute")
 
 
 def make_launcher(
     program: Program, blocks: tuple[int, int, int], block: tuple[int, int, int], shared: int
 ):  # noqa: ANN201 - a backend.Launcher
-    """The hot-path launch: one cuLaunchKernel on prepacked arguments; a wrong or missing
-    current context (a fresh thread, another device) is fixed once and retried."""
+    """The hot-path launch: one cuLaunchKernel on prepacked arguments. When the calling thread's
+    current context is not this device's (a fresh thread, another device current), the launch
+    fails cheaply and is retried inside ``on_device``, which restores the caller's context."""
     launch = drv().cuLaunchKernel
     fn, device = program.function, program.device
     gx, gy, gz = blocks
@@ -136,8 +153,8 @@ def make_launcher(
     def launcher(params: int, stream: int) -> None:
         (err,) = launch(fn, gx, gy, gz, bx, by, bz, shared, stream, params, 0)
         if err:
-            make_current(device)
-            (err,) = launch(fn, gx, gy, gz, bx, by, bz, shared, stream, params, 0)
+            with on_device(device):
+                (err,) = launch(fn, gx, gy, gz, bx, by, bz, shared, stream, params, 0)
             if err:
                 name = drv().cuGetErrorName(err)[1].decode()
                 raise LaunchError(
