@@ -1,11 +1,11 @@
-"""One table: kernelkit dtype name <-> C type, size, struct format, and framework spellings."""
+"""One table: kernelkit dtype name <-> C type and size, and every framework's spelling of it."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["DType", "DTYPES", "dtype_of", "normalize_dtype"]
+__all__ = ["DTYPES", "DType", "normalize_dtype"]
 
 
 @dataclass(frozen=True)
@@ -15,24 +15,22 @@ class DType:
     name: str  # kernelkit's canonical name, also numpy's (and torch's, without "torch.")
     ctype: str  # C spelling in generated source (defined by every backend's prelude)
     itemsize: int
-    struct_format: str  # struct/ctypes code used to pack a by-value scalar
-    dlpack: tuple[int, int]  # (DLPack type code, bits)
 
 
 _ROWS = (
-    DType("bool", "bool", 1, "?", (6, 8)),
-    DType("int8", "int8_t", 1, "b", (0, 8)),
-    DType("int16", "int16_t", 2, "h", (0, 16)),
-    DType("int32", "int32_t", 4, "i", (0, 32)),
-    DType("int64", "int64_t", 8, "q", (0, 64)),
-    DType("uint8", "uint8_t", 1, "B", (1, 8)),
-    DType("uint16", "uint16_t", 2, "H", (1, 16)),
-    DType("uint32", "uint32_t", 4, "I", (1, 32)),
-    DType("uint64", "uint64_t", 8, "Q", (1, 64)),
-    DType("float16", "__half", 2, "e", (2, 16)),
-    DType("bfloat16", "__nv_bfloat16", 2, "H", (4, 16)),
-    DType("float32", "float", 4, "f", (2, 32)),
-    DType("float64", "double", 8, "d", (2, 64)),
+    DType("bool", "bool", 1),
+    DType("int8", "int8_t", 1),
+    DType("int16", "int16_t", 2),
+    DType("int32", "int32_t", 4),
+    DType("int64", "int64_t", 8),
+    DType("uint8", "uint8_t", 1),
+    DType("uint16", "uint16_t", 2),
+    DType("uint32", "uint32_t", 4),
+    DType("uint64", "uint64_t", 8),
+    DType("float16", "__half", 2),
+    DType("bfloat16", "__nv_bfloat16", 2),
+    DType("float32", "float", 4),
+    DType("float64", "double", 8),
 )
 
 DTYPES: dict[str, DType] = {d.name: d for d in _ROWS}
@@ -50,8 +48,6 @@ _ALIASES = {
     "uint": "uint32",
     "long": "int64",
 }
-
-_BY_DLPACK = {d.dlpack: d for d in _ROWS}
 
 
 def normalize_dtype(value: Any, what: str = "[kernel] dtype") -> DType:
@@ -83,16 +79,3 @@ def normalize_dtype(value: Any, what: str = "[kernel] dtype") -> DType:
 
 def _is_torch_dtype(value: Any) -> bool:
     return type(value).__module__ == "torch" and type(value).__name__ == "dtype"
-
-
-def dtype_of(array: Any, what: str) -> DType:
-    """The kernelkit dtype of an array (anything with ``.dtype``)."""
-    return normalize_dtype(array.dtype, what)
-
-
-def from_dlpack_code(code: int, bits: int, what: str) -> DType:
-    """The dtype of a DLPack tensor."""
-    found = _BY_DLPACK.get((code, bits))
-    if found is None:
-        raise TypeError(f"{what} has DLPack dtype code {code} with {bits} bits: unsupported")
-    return found
