@@ -104,10 +104,11 @@ class Kernel:
             backend,
             check,
         )
-        result = self._last(*args)  # the last specialization checks the call is its own
-        if result is MISS or verbose:
-            result = self._call_other(args, verbose)
-        return result
+        if not verbose:
+            result = self._last(*args)  # the last specialization checks the call is its own
+            if result is not MISS:
+                return result
+        return self._call_other(args, verbose)
 
     def _call_other(self, args: tuple, verbose: bool) -> list[Any]:
         """A call of another (or a new) specialization: dictionary lookup, else the slow path."""
@@ -126,7 +127,8 @@ class Kernel:
         result = plan.run(*args)
         if result is MISS:  # cannot happen: a plan's guard is its dictionary key
             raise RuntimeError(f"[{self.name}] internal error: plan guard disagrees with its key")
-        self._last = plan.run
+        if plan.guarded:  # only a plan that checks its calls may be tried first next time
+            self._last = plan.run
         return result
 
     def precompile(

@@ -281,6 +281,7 @@ class LaunchPlan:
     block: tuple[int, int, int]
     shared_bytes: int
     run: Callable[..., Any]  # the call's arguments -> outputs, or _hotpath.MISS
+    guarded: bool  # run checks that a call is this specialization's (else it never returns MISS)
     run_source: str
 
 
@@ -359,6 +360,7 @@ def build(
         shared_bytes=shared,
         run=run,
         run_source=run_source,
+        guarded=guard is not None,
     )
 
 
