@@ -7,15 +7,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ._dtypes import DType, normalize_dtype
+from ._dtypes import PY_SCALAR_DTYPES, DType, normalize_dtype
 from ._plan import render_request
 from ._records import CompileRequest
 from ._registry import backends
 
 if TYPE_CHECKING:
     from ._api import Kernel
-
-_PY_SCALARS = {bool: "bool", int: "int32", float: "float32"}
 
 
 @dataclass(frozen=True)
@@ -75,8 +73,8 @@ def declare(
         )
     ins = []
     for i, d in enumerate(inputs):
-        if d in _PY_SCALARS:
-            ins.append(("scalar", normalize_dtype(_PY_SCALARS[d])))
+        if d in PY_SCALAR_DTYPES:
+            ins.append(("scalar", normalize_dtype(PY_SCALAR_DTYPES[d])))
         else:
             ins.append(("array", normalize_dtype(d, f"[{name}] precompile inputs[{i}]")))
     outs = tuple(

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["DTYPES", "DType", "normalize_dtype"]
+__all__ = ["DTYPES", "PY_SCALAR_DTYPES", "DType", "normalize_dtype"]
 
 
 @dataclass(frozen=True)
@@ -34,6 +34,9 @@ _ROWS = (
 )
 
 DTYPES: dict[str, DType] = {d.name: d for d in _ROWS}
+
+# Python scalars passed by value, as in MLX: float -> float32, int -> int32
+PY_SCALAR_DTYPES: dict[type, str] = {bool: "bool", int: "int32", float: "float32"}
 
 _ALIASES = {
     "half": "float16",

@@ -261,9 +261,6 @@ def _input_lines(i: int, r: ArgRoute, ns: dict[str, Any]) -> list[str]:
             f"_isc{i}": a.is_contiguous,
             f"_contig{i}": a.contiguous,
             f"_prep{i}": a.prepare,
-            f"_ad{i}": a,
-            f"_m{i}": r.meta,
-            f"_what{i}": r.what,
         }
     )
     lines = [f"    a{i} = inputs[{i}]"]
@@ -311,9 +308,6 @@ def _output_lines(
             {
                 f"_optr{j}": a.pointer,
                 f"_oisc{j}": a.is_contiguous,
-                f"_oad{j}": a,
-                f"_om{j}": r.meta,
-                f"_owhat{j}": r.what,
             }
         )
         if r.contiguous:

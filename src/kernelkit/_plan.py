@@ -12,14 +12,12 @@ from . import _config
 from ._arrays import Adapter, ArrayInfo, adapter_for
 from ._cache import compile_cached
 from ._codegen import make_source
-from ._dtypes import DType, normalize_dtype
+from ._dtypes import PY_SCALAR_DTYPES, DType, normalize_dtype
 from ._errors import BackendError, KernelkitError
 from ._hotpath import ArgRoute, generate_run
 from ._records import CompileRequest, KernelSpec, Param, Target
 from ._registry import backend_for_device_type, get_backend
 from .backend import Backend
-
-_PY_SCALARS: dict[type, str] = {bool: "bool", int: "int32", float: "float32"}
 
 
 @dataclass
@@ -34,7 +32,7 @@ class Bound:
 
 
 def _is_scalar(x: Any) -> bool:
-    if type(x) in _PY_SCALARS:
+    if type(x) in PY_SCALAR_DTYPES:
         return True
     import numpy as np
 
@@ -59,7 +57,7 @@ def bind(
     for iname, x in zip(spec.input_names, inputs):
         what = f"input {iname!r}"
         if _is_scalar(x):
-            dt = normalize_dtype(_PY_SCALARS.get(type(x)) or x.dtype, f"[{name}] {what}")
+            dt = normalize_dtype(PY_SCALAR_DTYPES.get(type(x)) or x.dtype, f"[{name}] {what}")
             if type(x) is int and not -(2**31) <= x < 2**31:
                 raise ValueError(
                     f"[{name}] {what} = {x} does not fit in int32; "
