@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
-from test_cache_support import SRC, reset_caches  # noqa: E402
+from test_cache_support import SRC, isolated_cache, reset_caches  # noqa: E402
 
 import kernelkit  # noqa: E402
 from kernelkit import _config  # noqa: E402
@@ -87,15 +87,7 @@ def cache(warm_template: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     shutil.copytree(warm_template / "entries", root / "entries")
     if (warm_template / "cpu-pch").exists():
         (root / "cpu-pch").symlink_to(warm_template / "cpu-pch")
-    monkeypatch.setenv("KERNELKIT_CACHE_DIR", str(root))
-    for name in ("KERNELKIT_CACHE", "KERNELKIT_CACHE_MAX_BYTES", "KERNELKIT_BUNDLE_PATH"):
-        monkeypatch.delenv(name, raising=False)
-    _config.reload()
-    reset_caches()
-    yield root
-    monkeypatch.undo()
-    _config.reload()
-    reset_caches()
+    yield from isolated_cache(root, monkeypatch)
 
 
 def _entry_of(root: Path, kernel: str = "cache_exp0") -> Path:

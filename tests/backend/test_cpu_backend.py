@@ -13,25 +13,14 @@ from kernelkit import _config
 from kernelkit._backends.cpu import CPUBackend
 from kernelkit._codegen import make_source, scan_body
 from kernelkit._errors import BackendError, CompileError, KernelFault
+from kernelkit._pack import _SCALAR_CTYPES
 from kernelkit._records import KernelSpec, Param
 
 pytestmark = pytest.mark.skipif(
     not (shutil.which("g++") or shutil.which("clang++")), reason="no C++ compiler"
 )
 
-_CTYPES = {
-    "bool": ctypes.c_bool,
-    "int8": ctypes.c_int8,
-    "int16": ctypes.c_int16,
-    "int32": ctypes.c_int32,
-    "int64": ctypes.c_int64,
-    "uint8": ctypes.c_uint8,
-    "uint16": ctypes.c_uint16,
-    "uint32": ctypes.c_uint32,
-    "uint64": ctypes.c_uint64,
-    "float32": ctypes.c_float,
-    "float64": ctypes.c_double,
-}
+_CTYPES = _SCALAR_CTYPES  # the core packer's layout (half/bf16 are packed as raw bits below)
 _RNG = np.random.default_rng(1234)
 
 _BACKEND = CPUBackend()

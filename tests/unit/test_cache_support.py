@@ -105,7 +105,12 @@ def reset_caches() -> None:
 @pytest.fixture
 def cache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):  # noqa: ANN201
     """An isolated cache directory in the environment and config; everything restored after."""
-    root = tmp_path / "kkcache"
+    yield from isolated_cache(tmp_path / "kkcache", monkeypatch)
+
+
+def isolated_cache(root: Path, monkeypatch: pytest.MonkeyPatch):  # noqa: ANN201
+    """Point KERNELKIT_CACHE_DIR at ``root`` with default cache settings, yield ``root``, then
+    restore the environment, configuration and in-process caches."""
     monkeypatch.setenv("KERNELKIT_CACHE_DIR", str(root))
     for name in ("KERNELKIT_CACHE", "KERNELKIT_CACHE_MAX_BYTES", "KERNELKIT_BUNDLE_PATH"):
         monkeypatch.delenv(name, raising=False)
