@@ -107,16 +107,27 @@ def includes_for(needs: frozenset[str]) -> str:
     return "\n".join(lines)
 
 
+def _output(prog, what: str) -> bytearray:  # noqa: ANN001
+    """NVRTC's ``nvrtcGet<what>`` result, written into a buffer kernelkit owns.
+
+    Never a ``bytes`` object: NVRTC writes into the buffer, and CPython shares small ``bytes``
+    (``b" " * 1`` is the interpreter's one cached ``b" "``), so writing into one corrupts them
+    process-wide."""
+    mod = nvrtc()
+    (size,) = check(getattr(mod, f"nvrtcGet{what}Size")(prog), f"nvrtcGet{what}Size")
+    buf = bytearray(size)
+    check(getattr(mod, f"nvrtcGet{what}")(prog, buf), f"nvrtcGet{what}")
+    return buf
+
+
 def _log(prog) -> str:  # noqa: ANN001
-    (size,) = check(nvrtc().nvrtcGetProgramLogSize(prog), "nvrtcGetProgramLogSize")
-    buf = b" " * size
-    check(nvrtc().nvrtcGetProgramLog(prog, buf), "nvrtcGetProgramLog")
-    return buf.rstrip(b"\x00").decode(errors="replace")
+    return _output(prog, "ProgramLog").rstrip(b"\x00").decode(errors="replace")
 
 
 def compile_request(request: CompileRequest) -> Artifact:
     """Run NVRTC; CompileError with the log (user line numbers via #line) on failure."""
     mod = nvrtc()
+    # Inputs are only read (const char*); cuda-bindings takes them as bytes. Outputs: _output.
     (prog,) = check(
         mod.nvrtcCreateProgram(request.source.encode(), f"{request.kernel}.cu".encode(), 0, [], []),
         "nvrtcCreateProgram",
@@ -129,14 +140,7 @@ def compile_request(request: CompileRequest) -> Artifact:
         if int(result) != 0:
             raise CompileError(request.kernel, log, request.source, request.options)
         sass = request.arch.startswith("sm_")
-        if sass:
-            (size,) = check(mod.nvrtcGetCUBINSize(prog), "nvrtcGetCUBINSize")
-            binary = b" " * size
-            check(mod.nvrtcGetCUBIN(prog, binary), "nvrtcGetCUBIN")
-        else:
-            (size,) = check(mod.nvrtcGetPTXSize(prog), "nvrtcGetPTXSize")
-            binary = b" " * size
-            check(mod.nvrtcGetPTX(prog, binary), "nvrtcGetPTX")
+        binary = _output(prog, "CUBIN" if sass else "PTX")
         return Artifact(
             kind="cubin" if sass else "ptx",
             binary=bytes(binary),
