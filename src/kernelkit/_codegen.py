@@ -174,10 +174,10 @@ def signature(params: tuple[Param, ...]) -> str:
             # no __restrict__: an output may alias an input (in place through out=)
             ctype = _ctype(p)
             parts.append(f"{ctype}* {p.name}" if p.is_output else f"const {ctype}* {p.name}")
-        elif p.kind == "scalar":
-            parts.append(f"const kk_scalar<{_ctype(p)}> {p.name}")
-        elif p.kind == "scalar_array":
-            parts.append(f"const kk_scalar_ref<{_ctype(p)}> {p.name}")
+        elif p.kind == "scalar":  # by value, as real CUDA code takes scalars (deduces as T)
+            parts.append(f"const {_ctype(p)} {p.name}")
+        elif p.kind == "scalar_array":  # a 0-d array: read on the device as name[0]
+            parts.append(f"const {_ctype(p)}* {p.name}")
         elif p.kind == "dims":
             parts.append(f"const kk_dims {p.name}")
         else:

@@ -43,8 +43,8 @@ class Param:
     """One kernel parameter in signature order.
 
     ``array``: pointer to elements (``const T*`` for inputs, ``T*`` for outputs);
-    ``scalar``: a Python scalar passed by value as ``kk_scalar<T>``;
-    ``scalar_array``: a 0-d array, passed as a pointer wrapped in ``kk_scalar_ref<T>``;
+    ``scalar``: a Python scalar passed by value as ``const T name``;
+    ``scalar_array``: a 0-d array, passed as ``const T* name`` (read as ``name[0]``);
     ``dims``: ``kk_dims`` (MAX_NDIM int64 by value) for ``x_shape``/``x_strides``;
     ``ndim``: ``int`` for ``x_ndim``;
     ``extent``: ``long long`` element count reachable through array ``dtype``-less param

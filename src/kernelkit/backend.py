@@ -38,7 +38,7 @@ __all__ = [
 
 def render_signature(params: tuple[Param, ...]) -> str:
     """The standard C parameter list for ``params``, using the prelude types every backend
-    defines (``kk_scalar<T>``, ``kk_scalar_ref<T>``, ``kk_dims``, the C spellings of dtypes)."""
+    defines (``kk_dims``, the C spellings of dtypes); scalars by value, 0-d arrays as pointers."""
     return _signature(params)
 
 

@@ -517,7 +517,7 @@ def test_out_in_place(arrays):
 
 def test_zero_d_array_input(arrays):
     k = kernelkit.kernel(
-        "t_zero_d", ["x", "s"], ["y"], GLOBAL_ID + "if (i < x_shape[0]) y[i] = x[i] * s + s[0];"
+        "t_zero_d", ["x", "s"], ["y"], GLOBAL_ID + "if (i < x_shape[0]) y[i] = x[i] * s[0] + s[0];"
     )
     x = rand(40)
     s = np.array(2.5, np.float32)
@@ -621,3 +621,28 @@ def test_kernelkit_verbose_variable_prints_the_source(arrays, capsys, clean_stat
         threadgroup=(4, 1, 1),
     )
     assert "env verbose marker" in capsys.readouterr().out
+
+
+# PyTorch's layer-norm kernels call templates such as this one with a scalar argument and an
+# element: a Python scalar must deduce as a plain T (it arrives as `const T name`).
+TEMPLATE_HEADER = "template <class T> __device__ T axpy(T a, T x, T y) { return a * x + y; }"
+
+
+def test_python_scalar_deduces_as_plain_type(arrays):
+    k = kernelkit.kernel(
+        "t_scalar_deduce",
+        ["x", "a"],
+        ["y"],
+        GLOBAL_ID + "if (i < x_shape[0]) y[i] = axpy(a, x[i], x[i]);",
+        header=TEMPLATE_HEADER,
+    )
+    x = rand(45)
+    (y,) = run(
+        k,
+        arrays,
+        [x, 1.5],
+        [np.full(45, np.nan, np.float32)],
+        grid=(45, 1, 1),
+        threadgroup=(32, 1, 1),
+    )
+    np.testing.assert_allclose(y, x.astype(np.float64) * 2.5, rtol=1e-6)

@@ -114,6 +114,8 @@ def _member_type(p: Param, check: bool) -> str:
         return f"kk_checked_ptr<{ctype}>" if check else f"{ctype}*"
     if p.kind == "extent":
         return "long long"
+    if p.kind == "scalar_array":  # a pointer to const: the member itself stays assignable
+        return f"const {DTYPES[p.dtype].ctype}*"  # type: ignore[index]
     # the standard spelling, minus its leading "const " and the name
     return signature((p,)).removeprefix("const ").rsplit(" ", 1)[0]
 

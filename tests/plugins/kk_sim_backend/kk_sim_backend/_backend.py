@@ -47,16 +47,6 @@ static inline uint3 make_uint3(unsigned x, unsigned y, unsigned z) { return uint
 static thread_local uint3 threadIdx, blockIdx;
 static thread_local dim3 blockDim, gridDim;
 static const int warpSize = 32;
-template <class T> struct kk_scalar {
-  T v;
-  operator T() const { return v; }
-  T operator[](int) const { return v; }
-};
-template <class T> struct kk_scalar_ref {
-  const T* p;
-  operator T() const { return *p; }
-  T operator[](int) const { return *p; }
-};
 struct kk_dims {
   long long v[8];
   operator const long long*() const { return v; }
@@ -103,9 +93,9 @@ def _unpack(i: int, p: Param) -> str:
     if p.kind == "array":
         return f"*({c_type(p.dtype)}**)a[{i}]"  # type: ignore[arg-type]
     if p.kind == "scalar":
-        return f"*(kk_scalar<{c_type(p.dtype)}>*)a[{i}]"  # type: ignore[arg-type]
+        return f"*({c_type(p.dtype)}*)a[{i}]"  # type: ignore[arg-type]
     if p.kind == "scalar_array":
-        return f"kk_scalar_ref<{c_type(p.dtype)}>{{*(const {c_type(p.dtype)}**)a[{i}]}}"  # type: ignore[arg-type]
+        return f"*(const {c_type(p.dtype)}**)a[{i}]"  # type: ignore[arg-type]
     if p.kind == "dims":
         return f"*(kk_dims*)a[{i}]"
     if p.kind == "ndim":

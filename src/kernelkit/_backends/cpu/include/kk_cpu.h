@@ -70,22 +70,6 @@ static thread_local dim3 gridDim;
   ((unsigned)(threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)))
 
 // --- parameter wrappers (layouts fixed by the packer: see kernelkit/_records.py) ---------------
-template <class T>
-struct kk_scalar {  // a by-value scalar: same layout as T
-  T v;
-  constexpr operator T() const { return v; }
-  template <class I>
-  constexpr T operator[](I) const { return v; }
-};
-
-template <class T>
-struct kk_scalar_ref {  // a 0-d array: a pointer to one element
-  const T* p;
-  operator T() const { return *p; }
-  template <class I>
-  T operator[](I i) const { return p[i]; }
-};
-
 struct kk_dims {  // MAX_NDIM int64 by value
   long long v[8];
   template <class I>
@@ -95,13 +79,9 @@ struct kk_dims {  // MAX_NDIM int64 by value
   const long long* data() const { return v; }
 };
 
-// Unwraps kk_scalar / kk_scalar_ref / checked references to their value type (for min/max).
+// Unwraps checked references to their value type (for min/max).
 template <class T>
 struct kk_value { using type = T; };
-template <class T>
-struct kk_value<kk_scalar<T>> { using type = T; };
-template <class T>
-struct kk_value<kk_scalar_ref<T>> { using type = T; };
 template <class T>
 using kk_value_t = typename kk_value<std::remove_cv_t<std::remove_reference_t<T>>>::type;
 

@@ -44,22 +44,6 @@ struct kk_dims {
   __device__ __forceinline__ const long long* data() const { return v; }
 };
 
-// A scalar input: readable as `d` and as `d[0]`.
-template <typename T>
-struct kk_scalar {
-  T v;
-  __device__ __forceinline__ operator T() const { return v; }
-  __device__ __forceinline__ T operator[](int) const { return v; }
-};
-
-// A 0-d array input, read on the device (no host sync): readable as `d` and `d[0]`.
-template <typename T>
-struct kk_scalar_ref {
-  const T* p;
-  __device__ __forceinline__ operator T() const { return *p; }
-  __device__ __forceinline__ T operator[](int) const { return *p; }
-};
-
 __device__ __forceinline__ unsigned kk_linear_tid() {
   return threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
 }
