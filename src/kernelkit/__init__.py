@@ -10,6 +10,8 @@ Nothing here touches a GPU or loads a compiler at import.
 from ._api import Kernel, cuda_kernel, kernel
 from ._cache import add_bundle, cache_stats
 from ._errors import (
+    ArgumentError,
+    ArgumentTypeError,
     BackendError,
     BundleError,
     CompileError,
@@ -20,6 +22,8 @@ from ._errors import (
 from ._version import __version__
 
 __all__ = [
+    "ArgumentError",
+    "ArgumentTypeError",
     "BackendError",
     "BundleError",
     "CompileError",

@@ -14,6 +14,7 @@ from typing import Any
 from . import _plan
 from ._arrays import _KEY_FN, adapter_for
 from ._codegen import check_identifier, scan_body
+from ._errors import ArgumentError, ArgumentTypeError
 from ._hotpath import MISS
 from ._records import KernelSpec
 
@@ -25,13 +26,12 @@ def call_key(
     out: Any,
     output_dtypes: Any,
     template: Any,
-    grid: Any,
-    threadgroup: Any,
     backend: Any,
     check: Any,
 ) -> tuple:
-    """What decides the specialization: argument types and dtypes (never shapes or values).
-    A plan's generated ``run`` checks the same thing without building the tuple."""
+    """What decides the specialization: argument types and dtypes (never shapes, values or the
+    launch geometry). A plan's generated ``run`` checks the same thing without building the
+    tuple."""
     key = _KEY_FN
     return (
         type(inputs),
@@ -39,8 +39,6 @@ def call_key(
         None if out is None else tuple([key[type(o)](o) for o in out]),
         None if output_dtypes is None else tuple(output_dtypes),
         None if template is None else tuple(template),
-        tuple(grid),
-        tuple(threadgroup),
         backend,
         check,
     )
@@ -50,12 +48,15 @@ def _no_plan(*args: Any) -> Any:
     return MISS
 
 
+MAX_PLANS = 256  # specializations a kernel object keeps (the oldest goes first)
+
+
 class Kernel:
     """A kernel defined by its body; call it to compile (once per specialization) and launch."""
 
     def __init__(self, spec: KernelSpec) -> None:
         self.spec = spec
-        self._plans: dict[Any, _plan.LaunchPlan] = {}
+        self._plans: dict[Any, _plan.LaunchPlan] = {}  # insertion-ordered: oldest first
         self._lock = threading.Lock()
         self._last: Any = _no_plan  # the run of the most recently used specialization
 
@@ -83,13 +84,16 @@ class Kernel:
         out: Sequence[Any] | None = None,
         backend: str | None = None,
         check: bool | None = None,
+        shared_memory: int | None = None,
     ) -> list[Any]:
         """Run the kernel; returns the outputs as a list (arrays of the first input's framework).
 
         ``grid`` counts threads per dimension (as in MLX); ``threadgroup`` is the block shape.
         ``out=`` writes into given arrays; ``init_value`` fills outputs first; ``stream=``
         overrides the framework's current stream; ``backend=`` forces a backend by name;
-        ``check=True`` bounds-checks every access (backends with a checked mode, e.g. cpu).
+        ``check=True`` bounds-checks every access (backends with a checked mode, e.g. cpu);
+        ``shared_memory=`` sets this launch's dynamic shared memory in bytes (default: the
+        kernel's). A new grid, threadgroup or shared memory size never compiles or loads again.
         """
         args = (
             inputs,
@@ -103,6 +107,7 @@ class Kernel:
             out,
             backend,
             check,
+            shared_memory,
         )
         if not verbose:
             result = self._last(*args)  # the last specialization checks the call is its own
@@ -112,14 +117,12 @@ class Kernel:
 
     def _call_other(self, args: tuple, verbose: bool) -> list[Any]:
         """A call of another (or a new) specialization: dictionary lookup, else the slow path."""
-        inputs, _, output_dtypes, grid, threadgroup, template, _, _, out, backend, check = args
+        inputs, _, output_dtypes, _, _, template, init_value, _, out, backend, check, _ = args
         try:
-            plan = self._plans[
-                call_key(inputs, out, output_dtypes, template, grid, threadgroup, backend, check)
-            ]
+            plan = self._plans[call_key(inputs, out, output_dtypes, template, backend, check)]
         except Exception:  # noqa: BLE001 - anything unusual takes the validating slow path
             plan = self._specialize(
-                inputs, output_dtypes, grid, threadgroup, template, out, backend, check, verbose
+                inputs, output_dtypes, template, init_value, out, backend, check, verbose
             )
         else:
             if verbose:
@@ -155,32 +158,27 @@ class Kernel:
         self,
         inputs: Any,
         output_dtypes: Any,
-        grid: Any,
-        threadgroup: Any,
         template: Any,
+        init_value: Any,
         out: Any,
         backend: Any,
         check: Any,
         verbose: bool,
     ) -> Any:
         """The slow path: validate everything, then build (or find) the plan for this call."""
-        try:  # a known specialization called with lists for grid/threadgroup
-            return self._plans[
-                call_key(inputs, out, output_dtypes, template, grid, threadgroup, backend, check)
-            ]
-        except Exception:  # noqa: BLE001 - validate below
-            pass
         if template is not None and not isinstance(template, list | tuple):
-            raise TypeError(f"[{self.name}] template must be a list of (name, value) pairs")
+            raise ArgumentTypeError(f"[{self.name}] template must be a list of (name, value) pairs")
         if backend is not None and not isinstance(backend, str):
-            raise TypeError(f"[{self.name}] backend must be a backend name (str)")
+            raise ArgumentTypeError(f"[{self.name}] backend must be a backend name (str)")
+        if check is not None and not isinstance(check, bool):
+            raise ArgumentTypeError(
+                f"[{self.name}] check must be True, False or None, got {check!r}"
+            )
         bound = _plan.bind(self.spec, inputs, output_dtypes, out, backend)
         for x in (*inputs, *(out or ())):  # bind registered every argument's adapter
             adapter_for(x, "argument")
         try:
-            key: Any = call_key(
-                inputs, out, output_dtypes, template, grid, threadgroup, backend, check
-            )
+            key: Any = call_key(inputs, out, output_dtypes, template, backend, check)
             hash(key)
             guard = (key, [type(x) for x in inputs], [type(o) for o in out or ()])
         except TypeError:
@@ -188,10 +186,10 @@ class Kernel:
         with self._lock:
             plan = self._plans.get(key) if key is not None else None
             if plan is None:
-                plan = _plan.build(
-                    self.spec, bound, template, grid, threadgroup, check, verbose, guard
-                )
+                plan = _plan.build(self.spec, bound, template, check, verbose, guard)
                 if key is not None:
+                    if len(self._plans) >= MAX_PLANS:
+                        del self._plans[next(iter(self._plans))]
                     self._plans[key] = plan
         return plan
 
@@ -234,18 +232,18 @@ def kernel(
         for i, n in enumerate(_names(output_names, "output_names", name))
     )
     if not outs:
-        raise ValueError(f"[{name}] a kernel needs at least one output in output_names")
+        raise ArgumentError(f"[{name}] a kernel needs at least one output in output_names")
     dup = sorted({n for n in ins + outs if (ins + outs).count(n) > 1})
     if dup:
-        raise ValueError(f"[{name}] name {dup[0]!r} is used more than once in inputs/outputs")
+        raise ArgumentError(f"[{name}] name {dup[0]!r} is used more than once in inputs/outputs")
     if not isinstance(source, str) or not isinstance(header, str):
-        raise TypeError(f"[{name}] source and header must be str")
+        raise ArgumentTypeError(f"[{name}] source and header must be str")
     if isinstance(shared_memory, bool) or not isinstance(shared_memory, int) or shared_memory < 0:
-        raise ValueError(
+        raise ArgumentError(
             f"[{name}] shared_memory must be a non-negative int (bytes), got {shared_memory!r}"
         )
     if backend is not None and not isinstance(backend, str):
-        raise TypeError(f"[{name}] backend must be a backend name (str) or None")
+        raise ArgumentTypeError(f"[{name}] backend must be a backend name (str) or None")
     refs, attrs = scan_body(source, ins + outs)
     spec = KernelSpec(
         name=name,
@@ -265,7 +263,7 @@ def kernel(
 
 def _names(value: Any, what: str, kernel_name: str) -> tuple[str, ...]:
     if isinstance(value, str) or not isinstance(value, list | tuple):
-        raise TypeError(f"[{kernel_name}] {what} must be a list of names, got {value!r}")
+        raise ArgumentTypeError(f"[{kernel_name}] {what} must be a list of names, got {value!r}")
     return tuple(value)
 
 

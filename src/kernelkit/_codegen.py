@@ -12,6 +12,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from ._dtypes import DTYPES, normalize_dtype
+from ._errors import ArgumentError, ArgumentTypeError
 from ._records import KernelSource, KernelSpec, Param
 
 __all__ = [
@@ -69,7 +70,8 @@ _NEEDS = {
         r"\b(__nv_bfloat162?|nv_bfloat162?|bfloat16|__float2bfloat16\w*|"
         r"__bfloat162float|\w*bf16\w*)\b"
     ),
-    "cg": re.compile(r"\b(cg|cooperative_groups)\s*::"),
+    # `cg::`, `cooperative_groups::`, `using namespace cooperative_groups;`, a namespace alias
+    "cg": re.compile(r"\bcg\s*::|\bcooperative_groups\b"),
     "metal": re.compile(r"\bmetal\s*::"),
 }
 _DTYPE_NEEDS = {"float16": "fp16", "bfloat16": "bf16"}
@@ -85,11 +87,11 @@ def _is_numpy_bool(value: Any) -> bool:
 def check_identifier(name: Any, what: str, kernel: str = "kernel") -> str:
     """``name`` if it is a usable C identifier; else ValueError naming ``what``."""
     if not isinstance(name, str):
-        raise TypeError(f"[{kernel}] {what} must be a str, got {type(name).__name__}")
+        raise ArgumentTypeError(f"[{kernel}] {what} must be a str, got {type(name).__name__}")
     if not _IDENT.match(name) or name in _CXX_KEYWORDS:
-        raise ValueError(f"[{kernel}] {what} {name!r} is not a valid C identifier")
+        raise ArgumentError(f"[{kernel}] {what} {name!r} is not a valid C identifier")
     if name.startswith(("kk_", "__")):
-        raise ValueError(f"[{kernel}] {what} {name!r} uses a reserved prefix ('kk_' or '__')")
+        raise ArgumentError(f"[{kernel}] {what} {name!r} uses a reserved prefix ('kk_' or '__')")
     return name
 
 
@@ -110,25 +112,27 @@ def template_lines(
     lines, dtypes, seen = [], [], set()
     for i, item in enumerate(template):
         if not (isinstance(item, tuple | list) and len(item) == 2):
-            raise TypeError(f"[{kernel}] template[{i}] must be a (name, value) pair, got {item!r}")
+            raise ArgumentTypeError(
+                f"[{kernel}] template[{i}] must be a (name, value) pair, got {item!r}"
+            )
         name, value = item
         check_identifier(name, f"template name at template[{i}]", kernel)
         if name in seen:
-            raise ValueError(f"[{kernel}] template name {name!r} is given twice")
+            raise ArgumentError(f"[{kernel}] template name {name!r} is given twice")
         seen.add(name)
         if isinstance(value, bool) or _is_numpy_bool(value):
             lines.append(f"constexpr bool {name} = {'true' if bool(value) else 'false'};")
         elif isinstance(value, numbers.Integral):
             v = int(value)
             if not -(2**63) <= v < 2**63:
-                raise ValueError(f"[{kernel}] template {name!r} = {v} does not fit in 64 bits")
+                raise ArgumentError(f"[{kernel}] template {name!r} = {v} does not fit in 64 bits")
             ctype = "int" if -(2**31) <= v < 2**31 else "long long"
             lines.append(f"constexpr {ctype} {name} = {v}{'LL' if ctype != 'int' else ''};")
         else:
             try:
                 dt = normalize_dtype(value, f"template {name!r}")
             except TypeError:
-                raise TypeError(
+                raise ArgumentTypeError(
                     f"[{kernel}] template {name!r} must be a bool, an int or a dtype, "
                     f"got {type(value).__name__} {value!r}"
                 ) from None
@@ -144,7 +148,7 @@ def make_source(
     tlines, tdtypes = template_lines(template, spec.name)
     clash = {n for n, _ in template} & {p.name for p in params}
     if clash:
-        raise ValueError(
+        raise ArgumentError(
             f"[{spec.name}] template name {sorted(clash)[0]!r} clashes with a parameter"
         )
     attrs = [METAL_ATTRIBUTES[a] for a in METAL_ATTRIBUTES if a in spec.attribute_refs]

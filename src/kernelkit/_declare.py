@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ._dtypes import PY_SCALAR_DTYPES, DType, normalize_dtype
+from ._errors import ArgumentError
 from ._plan import render_request
 from ._records import CompileRequest
 from ._registry import backends
@@ -47,7 +48,7 @@ class Declaration:
                     False,
                 )
                 return request
-        raise ValueError(f"[precompile] no installed backend compiles for arch {arch!r}")
+        raise ArgumentError(f"[precompile] no installed backend compiles for arch {arch!r}")
 
 
 _declared: list[Declaration] = []
@@ -62,12 +63,12 @@ def declare(
     """Record a specialization; inputs are dtypes (arrays) or ``float``/``int``/``bool``."""
     name = kernel.name
     if len(inputs) != len(kernel.spec.input_names):
-        raise ValueError(
+        raise ArgumentError(
             f"[{name}] precompile: expected {len(kernel.spec.input_names)} input "
             f"dtypes, got {len(inputs)}"
         )
     if len(output_dtypes) != len(kernel.spec.output_names):
-        raise ValueError(
+        raise ArgumentError(
             f"[{name}] precompile: expected {len(kernel.spec.output_names)} "
             f"output dtypes, got {len(output_dtypes)}"
         )

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ._errors import ArgumentTypeError
+
 __all__ = ["DTYPES", "PY_SCALAR_DTYPES", "DType", "normalize_dtype"]
 
 
@@ -74,7 +76,7 @@ def normalize_dtype(value: Any, what: str = "[kernel] dtype") -> DType:
     text = _ALIASES.get(text, text)
     found = DTYPES.get(text)
     if found is None:
-        raise TypeError(
+        raise ArgumentTypeError(
             f"{what} {value!r} is not a supported dtype; expected one of {', '.join(DTYPES)}"
         )
     return found

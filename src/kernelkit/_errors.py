@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 __all__ = [
+    "ArgumentError",
+    "ArgumentTypeError",
     "BackendError",
     "BundleError",
     "CompileError",
@@ -14,6 +16,16 @@ __all__ = [
 
 class KernelkitError(Exception):
     """Root of every error kernelkit raises on purpose."""
+
+
+class ArgumentError(KernelkitError, ValueError):
+    """A call or definition got a bad value; the message names the argument. Also a
+    ``ValueError``, so code catching that keeps working."""
+
+
+class ArgumentTypeError(KernelkitError, TypeError):
+    """A call or definition got an argument of the wrong type; the message names it. Also a
+    ``TypeError``."""
 
 
 class CompileError(KernelkitError):

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ._arrays import _BY_TYPE, _KEY_FN, Adapter, adapter_for
-from ._errors import KernelkitError, LaunchError
+from ._errors import ArgumentError, ArgumentTypeError, KernelkitError, LaunchError
+from ._launch import LoadedProgram
 from ._pack import ArgPack, scalar_bits
 from ._records import MAX_NDIM, Param
 
@@ -69,7 +70,9 @@ def extent(shape: Any, strides: Any) -> int:
 
 def _ndim_error(what: str) -> Callable[[int], None]:
     def fail(ndim: int) -> None:
-        raise ValueError(f"{what} has {ndim} dimensions; shape/strides support at most {MAX_NDIM}")
+        raise ArgumentError(
+            f"{what} has {ndim} dimensions; shape/strides support at most {MAX_NDIM}"
+        )
 
     return fail
 
@@ -80,11 +83,11 @@ def _scalar_setter(route: ArgRoute) -> Callable[[Any], Any]:
 
     def convert(x: Any) -> Any:
         if lo is not None and not lo <= x < hi:
-            raise ValueError(f"{what} = {x} does not fit in {dtype}")
+            raise ArgumentError(f"{what} = {x} does not fit in {dtype}")
         try:
             return scalar_bits(x, dtype)
         except (TypeError, ValueError, OverflowError) as e:
-            raise TypeError(f"{what} = {x!r} cannot be passed as {dtype}: {e}") from None
+            raise ArgumentTypeError(f"{what} = {x!r} cannot be passed as {dtype}: {e}") from None
 
     return convert
 
@@ -97,7 +100,7 @@ def stream_handle(stream: Any) -> int:
             return v
     if hasattr(stream, "__cuda_stream__"):
         return int(stream.__cuda_stream__()[1])
-    raise TypeError(
+    raise ArgumentTypeError(
         f"stream= must be an int handle or a torch/CuPy stream, got {type(stream).__name__}"
     )
 
@@ -110,26 +113,29 @@ def generate_run(
     has_out: bool,
     allocators: list[Callable[[Any], Any]],
     out_adapter: Adapter,
-    launch: Callable[[int, int], None],
-    device: int,
+    loaded: LoadedProgram,
+    where: tuple[int, int],
     synchronize: Callable[[int], None],
     backend: str,
     guard: tuple | None,
 ) -> tuple[Callable, str]:
     """Write and compile ``run(inputs, output_shapes, output_dtypes, grid, threadgroup,
-    template, init_value, stream, out, backend, check) -> outputs``, which first checks that
-    the call is this plan's specialization (``key``, as ``_api.call_key`` builds it) and returns
-    ``MISS`` if not. Without a guard (unhashable arguments) the check is left out."""
+    template, init_value, stream, out, backend, check, shared_memory) -> outputs``, which
+    first checks that the call is this plan's specialization (``key``, as ``_api.call_key``
+    builds it) and returns ``MISS`` if not. Without a guard (unhashable arguments) the check is
+    left out. ``where`` is the (DLPack device type, index) the plan runs on."""
     local = threading.local()
     ns: dict[str, Any] = {
         "_local": local,
         "_new_pack": lambda: ArgPack(params),
-        "_launch": launch,
-        "_stream": out_adapter.stream_getter(device),
+        "_launch": loaded.launch,
+        "_geo": loaded.geometries.table,
+        "_new_geo": loaded.geometries,
+        "_stream": out_adapter.stream_getter(*where),
         "_stream_handle": stream_handle,
         "_synchronize": synchronize,
         "_wrap": out_adapter.wrap,
-        "_fill": _fill,
+        "_fill": _filler(kernel),
         "_bad_shapes": _shape_error(kernel, len(outs)),
         "_check_shapes": _shape_check(kernel),
         "_KernelkitError": KernelkitError,
@@ -138,8 +144,12 @@ def generate_run(
     }
     code = [
         "def run(inputs, output_shapes, output_dtypes, grid, threadgroup, template, init_value,"
-        " stream, out, backend, check):",
+        " stream, out, backend, check, shared_memory):",
         *(guard_lines(guard, ns) if guard is not None else []),
+        "    try:",
+        "        geo = _geo[grid, threadgroup, shared_memory]",
+        "    except (KeyError, TypeError):",
+        "        geo = _new_geo(grid, threadgroup, shared_memory)",
         "    try:",
         "        pack = _local.pack",
         "    except AttributeError:",
@@ -155,7 +165,7 @@ def generate_run(
         "    elif stream.__class__ is not int:",
         "        stream = _stream_handle(stream)",
         "    try:",
-        "        _launch(pack.address, stream)",
+        "        _launch(pack.address, stream, geo)",
         "    except _KernelkitError:",
         "        raise",
         "    except Exception as e:",
@@ -179,14 +189,12 @@ def guard_lines(guard: tuple, ns: dict[str, Any]) -> list[str]:
     the plan dictionary's, without building and hashing a key. ``guard`` is (key, input types,
     output types) of the call the plan was built for."""
     key, in_types, out_types = guard
-    in_type, in_keys, out_keys, out_dtypes, template, grid, threadgroup, backend, check = key
+    in_type, in_keys, out_keys, out_dtypes, template, backend, check = key
     ns.update(
         _MISS=MISS,
         _key_of=_key_of,
         _in_type=in_type,
-        _grid=grid,
         _backend=backend,
-        _threadgroup=threadgroup,
         _template=template,
         _out_dtypes=out_dtypes,
         _check=check,
@@ -215,8 +223,6 @@ def guard_lines(guard: tuple, ns: dict[str, Any]) -> list[str]:
         else "template is not None and tuple(template) == _template"
     )
     tests += [
-        "(grid == _grid or tuple(grid) == _grid)",
-        "(threadgroup == _threadgroup or tuple(threadgroup) == _threadgroup)",
         "backend == _backend",
         "check == _check",
     ]
@@ -331,15 +337,22 @@ class _LookupAdapter(Adapter):
         return adapter_for(x, "output").layout(x)
 
 
-def _fill(arrays: tuple, value: Any) -> None:
-    for a in arrays:
-        adapter_for(a, "output").fill(a, value)
+def _filler(kernel: str) -> Callable[[tuple, Any], None]:
+    def fill(arrays: tuple, value: Any) -> None:
+        if value.__class__ is bool or not isinstance(value, int | float):
+            raise ArgumentTypeError(
+                f"[{kernel}] init_value must be a number (int or float) or None, got {value!r}"
+            )
+        for a in arrays:
+            adapter_for(a, "output").fill(a, value)
+
+    return fill
 
 
 def _shape_error(kernel: str, n: int) -> Callable[[Any, Exception | None], None]:
     def fail(shapes: Any, error: Exception | None) -> None:
         detail = f": {error}" if error else ""
-        raise ValueError(
+        raise ArgumentError(
             f"[{kernel}] output_shapes must be a list of {n} valid shapes, got {shapes!r}{detail}"
         )
 
@@ -349,12 +362,12 @@ def _shape_error(kernel: str, n: int) -> Callable[[Any, Exception | None], None]
 def _shape_check(kernel: str) -> Callable[[Any, Any], None]:
     def check(out: Any, shapes: Any) -> None:
         if len(shapes) != len(out):
-            raise ValueError(
+            raise ArgumentError(
                 f"[{kernel}] output_shapes has {len(shapes)} shapes for {len(out)} outputs"
             )
         for i, (o, shape) in enumerate(zip(out, shapes)):
             if tuple(o.shape) != tuple(shape):
-                raise ValueError(
+                raise ArgumentError(
                     f"[{kernel}] out[{i}] has shape {tuple(o.shape)}, but "
                     f"output_shapes[{i}] is {tuple(shape)}"
                 )
@@ -374,6 +387,6 @@ def _launch_error(kernel: str, backend: str) -> Callable[[Exception], None]:
 def _contiguity_error(outs: list[ArgRoute]) -> Callable[[int], None]:
     def fail(j: int) -> None:
         name = outs[j].what
-        raise ValueError(f"{name} must be row-contiguous (or the body must read its strides)")
+        raise ArgumentError(f"{name} must be row-contiguous (or the body must read its strides)")
 
     return fail

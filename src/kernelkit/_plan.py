@@ -3,8 +3,7 @@ and build a ``LaunchPlan`` whose ``run`` is the hot path: pack pointers, launch.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,10 +12,11 @@ from ._arrays import Adapter, ArrayInfo, adapter_for
 from ._cache import compile_cached
 from ._codegen import make_source
 from ._dtypes import PY_SCALAR_DTYPES, DType, normalize_dtype
-from ._errors import BackendError, KernelkitError
+from ._errors import ArgumentError, ArgumentTypeError, KernelkitError
 from ._hotpath import ArgRoute, generate_run
+from ._launch import LoadedProgram, load
 from ._records import CompileRequest, KernelSpec, Param, Target
-from ._registry import backend_for_device_type, get_backend
+from ._registry import backend_call, backend_for_device_type, get_backend
 from .backend import Backend
 
 
@@ -45,9 +45,9 @@ def bind(
     """Validate the call's arrays and pick backend and target. Errors name the argument."""
     name = spec.name
     if not isinstance(inputs, list | tuple):
-        raise TypeError(f"[{name}] inputs must be a list, got {type(inputs).__name__}")
+        raise ArgumentTypeError(f"[{name}] inputs must be a list, got {type(inputs).__name__}")
     if len(inputs) != len(spec.input_names):
-        raise ValueError(
+        raise ArgumentError(
             f"[{name}] expected {len(spec.input_names)} inputs "
             f"{list(spec.input_names)}, got {len(inputs)}"
         )
@@ -59,7 +59,7 @@ def bind(
         if _is_scalar(x):
             dt = normalize_dtype(PY_SCALAR_DTYPES.get(type(x)) or x.dtype, f"[{name}] {what}")
             if type(x) is int and not -(2**31) <= x < 2**31:
-                raise ValueError(
+                raise ArgumentError(
                     f"[{name}] {what} = {x} does not fit in int32; "
                     "pass numpy.int64(...) for a 64-bit scalar"
                 )
@@ -76,7 +76,7 @@ def bind(
     bound_out = _bind_outputs(spec, output_dtypes, out, arrays)
     if first_adapter is None:
         if out is None:
-            raise ValueError(
+            raise ArgumentError(
                 f"[{name}] at least one input or out= array must be an array, so "
                 "kernelkit knows where to run and what to return"
             )
@@ -84,7 +84,7 @@ def bind(
     first_what, first = arrays[0]
     for what, info in arrays:
         if (info.device_type, info.device_index) != (first.device_type, first.device_index):
-            raise ValueError(
+            raise ArgumentError(
                 f"[{name}] arrays live on different devices: {first_what} on "
                 f"{_where(first)}, {what} on {_where(info)}"
             )
@@ -92,7 +92,7 @@ def bind(
     backend = _pick_backend(spec, backend_name, where, arrays[0][0])
     for what, info in arrays:
         if info.device_type not in backend.dlpack_devices:
-            raise ValueError(
+            raise ArgumentError(
                 f"[{name}] {what} lives in {_where(info)} memory, which backend "
                 f"{backend.name!r} cannot use"
             )
@@ -112,7 +112,7 @@ def _bind_outputs(
     name, n = spec.name, len(spec.output_names)
     if out is not None:
         if not isinstance(out, list | tuple) or len(out) != n:
-            raise ValueError(
+            raise ArgumentError(
                 f"[{name}] out= must be a list of {n} arrays {list(spec.output_names)}"
             )
         bound = []
@@ -120,7 +120,7 @@ def _bind_outputs(
             what = f"out[{i}] ({oname!r})"
             adapter = adapter_for(o, f"[{name}] {what}")
             if adapter.synchronous:
-                raise TypeError(
+                raise ArgumentTypeError(
                     f"[{name}] {what} is immutable ({adapter.framework}); "
                     "let kernelkit allocate outputs instead"
                 )
@@ -128,7 +128,7 @@ def _bind_outputs(
             if output_dtypes is not None and len(output_dtypes) == n:
                 want = normalize_dtype(output_dtypes[i], f"[{name}] output_dtypes[{i}]")
                 if want != info.dtype:
-                    raise ValueError(
+                    raise ArgumentError(
                         f"[{name}] {what} has dtype {info.dtype.name}, but "
                         f"output_dtypes[{i}] is {want.name}"
                     )
@@ -136,9 +136,9 @@ def _bind_outputs(
             bound.append((adapter, info.dtype, info))
         return bound
     if output_dtypes is None or not isinstance(output_dtypes, list | tuple):
-        raise ValueError(f"[{name}] output_dtypes must be a list of {n} dtypes (or pass out=)")
+        raise ArgumentError(f"[{name}] output_dtypes must be a list of {n} dtypes (or pass out=)")
     if len(output_dtypes) != n:
-        raise ValueError(
+        raise ArgumentError(
             f"[{name}] expected {n} output_dtypes for {list(spec.output_names)}, "
             f"got {len(output_dtypes)}"
         )
@@ -157,28 +157,13 @@ def _pick_backend(
     return backend_for_device_type(where.device_type, f"[{spec.name}] {what}")
 
 
-@contextmanager
-def backend_call(backend: Backend, stage: str) -> Iterator[None]:
-    """Turn a plugin's unexpected exception into a BackendError naming the backend and stage."""
-    try:
-        yield
-    except KernelkitError:
-        raise
-    except NotImplementedError as e:
-        raise BackendError(f"[backend {backend.name}] {e}") from e
-    except Exception as e:  # noqa: BLE001 - any plugin failure becomes one clear error
-        raise BackendError(
-            f"[backend {backend.name}] {stage} failed: {type(e).__name__}: {e}"
-        ) from e
-
-
 def _target(backend: Backend, device: int, name: str) -> Target:
     with backend_call(backend, "probing devices"):
         targets = backend.targets()
     for t in targets:
         if t.device == device:
             return t
-    raise ValueError(
+    raise ArgumentError(
         f"[{name}] backend {backend.name!r} has no device {device} "
         f"(it sees {len(backend.targets())})"
     )
@@ -203,7 +188,7 @@ def make_params(
     seen: set[str] = set()
     for p in params:
         if p.name in seen:
-            raise ValueError(f"[{spec.name}] parameter name {p.name!r} is used twice")
+            raise ArgumentError(f"[{spec.name}] parameter name {p.name!r} is used twice")
         seen.add(p.name)
     return tuple(params)
 
@@ -220,52 +205,20 @@ def render_request(
     """Params and the compile request of one specialization (also used ahead of time)."""
     params = make_params(spec, inputs, outputs, checked)
     source = make_source(spec, params, template or ())
-    backend.check_params(params)  # raises TypeError/ValueError naming what it cannot pass
+    try:  # a backend refuses what it cannot pass with a TypeError/ValueError naming it
+        backend.check_params(params)
+    except KernelkitError:
+        raise
+    except TypeError as e:
+        raise ArgumentTypeError(f"[{spec.name}] {e}") from e
+    except ValueError as e:
+        raise ArgumentError(f"[{spec.name}] {e}") from e
     with backend_call(backend, "render"):
         return params, backend.render(source, target, checked)
 
 
 def _kinds(bound: Bound) -> list[tuple[str, DType]]:
     return [(k, d if isinstance(d, DType) else d.dtype) for k, _, d in bound.inputs]
-
-
-def geometry(
-    name: str, grid: Any, threadgroup: Any, target: Target, kernel_limits: dict[str, int]
-) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
-    """(blocks, threads per block) from MLX's thread-count grid; checked against the limits."""
-    g, t = _dims3(name, "grid", grid), _dims3(name, "threadgroup", threadgroup)
-    block = tuple(min(a, b) for a, b in zip(t, g))
-    blocks = tuple(-(-a // b) for a, b in zip(g, block))
-    max_threads = min(
-        target.max_threads_per_block,
-        kernel_limits.get("max_threads_per_block", target.max_threads_per_block),
-    )
-    total = block[0] * block[1] * block[2]
-    if total > max_threads:
-        raise ValueError(
-            f"[{name}] threadgroup {t} has {total} threads per block; this kernel "
-            f"allows at most {max_threads} on {target.name}"
-        )
-    for axis, (b, lim) in enumerate(zip(block, target.max_block_dims)):
-        if b > lim:
-            raise ValueError(f"[{name}] threadgroup[{axis}] = {b} exceeds the device limit {lim}")
-    for axis, (b, lim) in enumerate(zip(blocks, target.max_grid_dims)):
-        if b > lim:
-            raise ValueError(
-                f"[{name}] grid[{axis}] = {g[axis]} needs {b} blocks; the device allows {lim}"
-            )
-    return blocks, block  # type: ignore[return-value]
-
-
-def _dims3(name: str, what: str, value: Any) -> tuple[int, int, int]:
-    if not isinstance(value, list | tuple) or not 1 <= len(value) <= 3:
-        raise ValueError(f"[{name}] {what} must be a tuple of 1 to 3 positive ints, got {value!r}")
-    out = []
-    for v in value:
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise ValueError(f"[{name}] {what} must hold positive ints, got {value!r}")
-        out.append(v)
-    return tuple(out + [1] * (3 - len(out)))  # type: ignore[return-value]
 
 
 @dataclass
@@ -275,9 +228,7 @@ class LaunchPlan:
     kernel: str
     request: CompileRequest
     params: tuple[Param, ...]
-    blocks: tuple[int, int, int]
-    block: tuple[int, int, int]
-    shared_bytes: int
+    loaded: LoadedProgram  # shared with every plan of the same binary and device
     run: Callable[..., Any]  # the call's arguments -> outputs, or _hotpath.MISS
     guarded: bool  # run checks that a call is this specialization's (else it never returns MISS)
     run_source: str
@@ -299,13 +250,12 @@ def build(
     spec: KernelSpec,
     bound: Bound,
     template: Any,
-    grid: Any,
-    threadgroup: Any,
     check: bool | None,
     verbose: bool,
     guard: tuple | None = None,
 ) -> LaunchPlan:
-    """Render, compile through the caches, load, and prepare the hot path for one specialization."""
+    """Render, compile through the caches, load (once per binary and device), and prepare the
+    hot path for one specialization. The launch geometry is not part of it: it comes per call."""
     backend, target = bound.backend, bound.target
     with backend_call(backend, "checked mode"):
         checked = backend.resolve_check(check)
@@ -314,22 +264,9 @@ def build(
     )
     if verbose or _config.config.verbose:
         print(request.source)
-    with backend_call(backend, "compile"):
-        artifact = compile_cached(backend, request)
-    with backend_call(backend, "load"):
-        program = backend.load(artifact, target)
-        limits = backend.kernel_limits(program)
-    blocks, block = geometry(spec.name, grid, threadgroup, target, limits)
-    shared = spec.shared_memory_bytes
-    static = limits.get("static_shared_bytes", 0)
-    if shared + static > target.max_shared_memory_optin_bytes:
-        raise ValueError(
-            f"[{spec.name}] shared_memory = {shared} bytes (+{static} static) "
-            f"exceeds the {target.max_shared_memory_optin_bytes} bytes "
-            f"{target.name} allows per block"
-        )
-    with backend_call(backend, "launcher"):
-        launch = backend.launcher(program, target, blocks, block, shared)
+    loaded = load(
+        backend, target, request, lambda: compile_cached(backend, request), spec.shared_memory_bytes
+    )
     ins, outs = _routes(spec, bound, params)
     info0 = next((d for k, _, d in bound.inputs if k != "scalar"), None) or next(
         i for _, _, i in bound.outputs if i
@@ -343,8 +280,8 @@ def build(
         bound.outputs[0][2] is not None,
         allocators,
         bound.out_adapter,
-        launch,
-        target.device,
+        loaded,
+        (info0.device_type, target.device),
         backend.synchronize,
         backend.name,
         guard,
@@ -353,9 +290,7 @@ def build(
         kernel=spec.name,
         request=request,
         params=params,
-        blocks=blocks,
-        block=block,
-        shared_bytes=shared,
+        loaded=loaded,
         run=run,
         run_source=run_source,
         guarded=guard is not None,

@@ -9,14 +9,22 @@ from __future__ import annotations
 import threading
 import warnings
 from collections.abc import Iterator
+from contextlib import contextmanager
 from importlib import import_module
 from typing import Any
 
 from . import _config
-from ._errors import BackendError
+from ._errors import BackendError, KernelkitError
 from .backend import BACKEND_API_VERSION, Backend
 
-__all__ = ["backend_for_device_type", "backends", "get_backend", "registered", "reset"]
+__all__ = [
+    "backend_call",
+    "backend_for_device_type",
+    "backends",
+    "get_backend",
+    "registered",
+    "reset",
+]
 
 # Used only when kernelkit runs from a source tree without installed metadata (PYTHONPATH=src);
 # an installed kernelkit finds these two through its own entry points like any other plugin.
@@ -162,3 +170,18 @@ def reset() -> None:
         _specs = None
         _loaded.clear()
         _failed.clear()
+
+
+@contextmanager
+def backend_call(backend: Backend, stage: str) -> Iterator[None]:
+    """Turn a plugin's unexpected exception into a BackendError naming the backend and stage."""
+    try:
+        yield
+    except KernelkitError:
+        raise
+    except NotImplementedError as e:
+        raise BackendError(f"[backend {backend.name}] {e}") from e
+    except Exception as e:  # noqa: BLE001 - any plugin failure becomes one clear error
+        raise BackendError(
+            f"[backend {backend.name}] {stage} failed: {type(e).__name__}: {e}"
+        ) from e

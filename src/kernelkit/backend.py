@@ -14,7 +14,8 @@ Example (a third-party package's ``pyproject.toml``)::
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
 from typing import Any, ClassVar
 
 from ._codegen import signature as _signature
@@ -26,6 +27,7 @@ __all__ = [
     "Artifact",
     "Backend",
     "CompileRequest",
+    "Geometry",
     "KernelSource",
     "Launcher",
     "MAX_NDIM",
@@ -47,11 +49,16 @@ def c_type(dtype: str) -> str:
     return DTYPES[dtype].ctype
 
 
-BACKEND_API_VERSION = 1
+# 2: a launcher is made once per loaded program and takes the geometry with each launch.
+BACKEND_API_VERSION = 2
 
-# launcher(params_address, stream) -> None, for the geometry it was made for.
+# (grid_x, grid_y, grid_z, block_x, block_y, block_z, dynamic shared memory bytes): blocks in the
+# grid and threads per block, already checked against the target's and the kernel's limits.
+Geometry = tuple[int, int, int, int, int, int, int]
+
+# launcher(params_address, stream, geometry) -> None.
 # params_address: a void** to one pointer per parameter, each pointing at the value (CUDA's layout).
-Launcher = Callable[[int, int], None]
+Launcher = Callable[[int, int, Geometry], None]
 
 
 class Backend(ABC):
@@ -59,12 +66,19 @@ class Backend(ABC):
 
     ``dlpack_devices`` lists the DLPack device types (1 CPU, 2 CUDA, 3 CUDA host, 13 CUDA managed,
     ...) whose arrays this backend runs on; kernelkit picks a backend for arrays from this.
+
+    ``bundle_portable_parts`` maps an artifact kind to the cache-key parts (labels of
+    ``kernelkit._cache.keys``, e.g. ``"compiler"``, ``"headers"``) in which a precompiled
+    bundle's entry of that kind may differ from the request and still be served: the parts a
+    self-contained binary of that kind does not depend on once built. Default: none, so bundles
+    serve exact keys only. What the backend then cannot load is compiled instead, with a warning.
     """
 
     name: ClassVar[str]
     api_version: ClassVar[int] = BACKEND_API_VERSION
     version: ClassVar[str] = "0"
     dlpack_devices: ClassVar[frozenset[int]] = frozenset()
+    bundle_portable_parts: ClassVar[Mapping[str, frozenset[str]]] = MappingProxyType({})
 
     @abstractmethod
     def targets(self) -> list[Target]:
@@ -85,20 +99,23 @@ class Backend(ABC):
 
     @abstractmethod
     def load(self, artifact: Artifact, target: Target) -> Any:
-        """Load an artifact on a target; returns an opaque program handle."""
+        """Load an artifact on a target; returns an opaque program handle.
+
+        Called once per (binary, device) in a process: every specialization and launch geometry
+        that compiles to the same binary shares the program. Free what it holds when the handle
+        is garbage-collected."""
 
     @abstractmethod
-    def launcher(
-        self,
-        program: Any,
-        target: Target,
-        blocks: tuple[int, int, int],
-        block: tuple[int, int, int],
-        shared_memory_bytes: int,
-    ) -> Launcher:
-        """A callable ``launch(params_address, stream)`` running ``program`` with this geometry.
+    def launcher(self, program: Any, target: Target) -> Launcher:
+        """A callable ``launch(params_address, stream, geometry)`` running ``program``.
 
-        It is the hot path: bind everything that does not change per call now."""
+        Made once per loaded program; it is the hot path, so bind everything that does not
+        change per call now. ``geometry`` (see ``Geometry``) changes per call."""
+
+    def reserve_shared_memory(self, program: Any, nbytes: int) -> None:  # noqa: B027 - optional
+        """Allow launches of ``program`` with ``nbytes`` of dynamic shared memory, above the
+        target's ``max_shared_memory_bytes`` (CUDA: raise the function's limit). Called on the
+        slow path, before the first launch that asks for more than any earlier one."""
 
     def synchronize(self, stream: int) -> None:  # noqa: B027 - optional hook
         """Wait for work on ``stream`` (for frameworks that cannot share a stream, e.g. JAX).

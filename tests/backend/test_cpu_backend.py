@@ -73,8 +73,8 @@ class Kernel:
             else:
                 keep.append(ctypes.c_int32(args[p.name]))
         ptrs = (ctypes.c_void_p * len(keep))(*[ctypes.addressof(k) for k in keep])
-        launch = _BACKEND.launcher(self.program, _TARGET, _dim3(grid), _dim3(block), shared_bytes)
-        launch(ctypes.addressof(ptrs), 0)
+        launch = _BACKEND.launcher(self.program, _TARGET)
+        launch(ctypes.addressof(ptrs), 0, (*_dim3(grid), *_dim3(block), shared_bytes))
 
 
 def _dim3(v):
@@ -587,11 +587,11 @@ def test_artifact_is_self_contained_and_keyed_by_headers():
     k = Kernel("copy", (_in("inp"), _scalar("n"), _out("out")), COPY_BODY)
     assert k.artifact.kind == "so" and k.artifact.binary[:4] == b"\x7fELF"
     again = _BACKEND.load(k.artifact, _TARGET)  # a second, independent copy of the library
-    launch = _BACKEND.launcher(again, _TARGET, (2, 1, 1), (256, 1, 1), 0)
+    launch = _BACKEND.launcher(again, _TARGET)
     a, out = _RNG.standard_normal(300).astype(np.float32), _poisoned(300)
     keep = [ctypes.c_void_p(a.ctypes.data), ctypes.c_int32(300), ctypes.c_void_p(out.ctypes.data)]
     ptrs = (ctypes.c_void_p * 3)(*[ctypes.addressof(v) for v in keep])
-    launch(ctypes.addressof(ptrs), 0)
+    launch(ctypes.addressof(ptrs), 0, (2, 1, 1, 256, 1, 1, 0))
     np.testing.assert_array_equal(out, a)
     names = [n for n, _ in k.request.headers]
     assert "kk_cpu.h" in names and "kk_cpu_sched.h" in names

@@ -24,8 +24,8 @@ class ProbeFails(CPUBackend):
 class LaunchFails(CPUBackend):
     name = "launchfails"
 
-    def launcher(self, program, target, blocks, block, shared_memory_bytes):
-        def launch(params: int, stream: int) -> None:
+    def launcher(self, program, target):
+        def launch(params: int, stream: int, geometry: tuple) -> None:
             raise OSError("device lost")
 
         return launch

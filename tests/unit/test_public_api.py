@@ -12,6 +12,8 @@ import kernelkit.backend
 
 def test_kernelkit_all_snapshot():
     assert sorted(kernelkit.__all__) == [
+        "ArgumentError",
+        "ArgumentTypeError",
         "BackendError",
         "BundleError",
         "CompileError",
@@ -35,6 +37,7 @@ def test_backend_all_snapshot():
         "BACKEND_API_VERSION",
         "Backend",
         "CompileRequest",
+        "Geometry",
         "KernelSource",
         "Launcher",
         "MAX_NDIM",
@@ -45,7 +48,7 @@ def test_backend_all_snapshot():
     ]
     for name in kernelkit.backend.__all__:
         assert hasattr(kernelkit.backend, name)
-    assert kernelkit.backend.BACKEND_API_VERSION == 1
+    assert kernelkit.backend.BACKEND_API_VERSION == 2
 
 
 def test_errors_share_one_root():

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._dtypes import DType
+from .._errors import ArgumentTypeError
 
 __all__ = ["Adapter", "ArrayInfo", "DLPACK_CPU", "DLPACK_CUDA", "adapter_for"]
 
@@ -75,8 +76,12 @@ class Adapter:
         """The framework's current stream on this device, as an int handle (0: default)."""
         return 0
 
-    def stream_getter(self, device_index: int) -> Callable[[], int]:
-        """A no-argument callable returning ``stream(device_index)``, prepared once per plan."""
+    def stream_getter(self, device_type: int, device_index: int) -> Callable[[], int]:
+        """A no-argument callable returning ``stream(device_index)``, prepared once per plan;
+        host memory has no stream (and must not touch the framework's GPU runtime: a CPU-only
+        torch build has none)."""
+        if device_type == DLPACK_CPU:
+            return _no_stream
         return functools.partial(self.stream, device_index)
 
     def prepare(self, x: Any) -> Any:
@@ -86,6 +91,10 @@ class Adapter:
     def wrap(self, x: Any) -> Any:
         """Turn an array this adapter allocated into what the user gets back."""
         return x
+
+
+def _no_stream() -> int:
+    return 0
 
 
 class ScalarAdapter(Adapter):
@@ -159,7 +168,7 @@ def _resolve(tp: type, x: Any, what: str) -> Adapter:
         from ._generic import GenericAdapter
 
         return GenericAdapter()
-    raise TypeError(
+    raise ArgumentTypeError(
         f"{what} has type {tp.__module__}.{tp.__qualname__}, which is not an array "
         "kernelkit understands (torch, CuPy, JAX, NumPy, or anything with __dlpack__, "
         "__cuda_array_interface__ or __array_interface__)"

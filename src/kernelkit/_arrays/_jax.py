@@ -10,6 +10,7 @@ from typing import Any
 import jax
 
 from .._dtypes import DType, normalize_dtype
+from .._errors import ArgumentError, ArgumentTypeError
 from . import DLPACK_CPU, DLPACK_CUDA, Adapter, ArrayInfo
 
 
@@ -26,7 +27,7 @@ def _allocator(device_type: int) -> Adapter:
 
             return CupyAdapter()
         except ImportError:
-            raise TypeError(
+            raise ArgumentTypeError(
                 "[kernel] outputs for JAX CUDA arrays need torch or cupy installed"
             ) from None
     from ._numpy import NumpyAdapter
@@ -37,7 +38,7 @@ def _allocator(device_type: int) -> Adapter:
 def _device(x: Any) -> tuple[int, int]:
     devices = x.devices()
     if len(devices) != 1:
-        raise ValueError("[kernel] a JAX array sharded over several devices is not supported")
+        raise ArgumentError("[kernel] a JAX array sharded over several devices is not supported")
     d = next(iter(devices))
     kind = DLPACK_CPU if d.platform == "cpu" else DLPACK_CUDA
     return kind, getattr(d, "local_hardware_id", None) or 0

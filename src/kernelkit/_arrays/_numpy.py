@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from .._dtypes import DType, normalize_dtype
+from .._errors import ArgumentError, ArgumentTypeError
 from . import DLPACK_CPU, Adapter, ArrayInfo
 
 
@@ -18,7 +19,9 @@ def numpy_dtype(dtype: DType) -> Any:
         try:
             import ml_dtypes
         except ImportError:
-            raise TypeError("[kernel] a NumPy bfloat16 array needs the ml_dtypes package") from None
+            raise ArgumentTypeError(
+                "[kernel] a NumPy bfloat16 array needs the ml_dtypes package"
+            ) from None
         return np.dtype(ml_dtypes.bfloat16)
     return np.dtype(dtype.name)
 
@@ -37,7 +40,7 @@ class NumpyAdapter(Adapter):
         """NumPy-style arrays (NumPy, CuPy) keep strides in bytes; kernels get elements."""
         item = x.itemsize
         if any(s % item for s in x.strides):
-            raise ValueError(f"{what} has strides {x.strides} not a multiple of its itemsize")
+            raise ArgumentError(f"{what} has strides {x.strides} not a multiple of its itemsize")
         device_type, device_index = self.device(x)
         return ArrayInfo(
             dtype=normalize_dtype(x.dtype, what),

@@ -9,6 +9,7 @@ from typing import Any
 import torch
 
 from .._dtypes import DType, normalize_dtype
+from .._errors import ArgumentTypeError
 from . import DLPACK_CPU, DLPACK_CUDA, Adapter, ArrayInfo
 
 _TORCH_DTYPES = {
@@ -51,7 +52,7 @@ class TorchAdapter(Adapter):
         elif dev.type == "cpu":
             dtype_ = DLPACK_CPU
         else:
-            raise TypeError(f"{what} is a torch tensor on {dev}, which no backend runs on")
+            raise ArgumentTypeError(f"{what} is a torch tensor on {dev}, which no backend runs on")
         return ArrayInfo(
             dtype=normalize_dtype(x.dtype, what),
             shape=tuple(x.shape),
@@ -71,21 +72,19 @@ class TorchAdapter(Adapter):
     def allocator(self, dtype: DType, device_type: int, device_index: int) -> Callable[[Any], Any]:
         tdt = _TORCH_DTYPES.get(dtype.name)
         if tdt is None:
-            raise TypeError(f"[kernel] torch has no dtype {dtype.name} for an output")
+            raise ArgumentTypeError(f"[kernel] torch has no dtype {dtype.name} for an output")
         device = torch.device("cuda", device_index) if device_type == DLPACK_CUDA else None
         return functools.partial(torch.empty, dtype=tdt, device=device)
 
     def fill(self, x: torch.Tensor, value: Any) -> None:
         x.fill_(value)
 
-    def stream_getter(self, device_index: int) -> Callable[[], int]:
-        if device_index >= 0 and _raw_stream is not None:
+    def stream_getter(self, device_type: int, device_index: int) -> Callable[[], int]:
+        if device_type == DLPACK_CUDA and _raw_stream is not None:
             return functools.partial(_raw_stream, device_index)  # no Python frame per call
-        return super().stream_getter(device_index)
+        return super().stream_getter(device_type, device_index)
 
     def stream(self, device_index: int) -> int:
-        if device_index < 0:
-            return 0
         if _raw_stream is not None:
             return _raw_stream(device_index)
         return torch.cuda.current_stream(device_index).cuda_stream

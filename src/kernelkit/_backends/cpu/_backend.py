@@ -45,7 +45,7 @@ class CPUBackend(Backend):
         be = CPUBackend()
         target = be.targets()[0]
         program = be.load(be.compile(be.render(source, target)), target)
-        be.launcher(program, target, (4, 1, 1), (256, 1, 1), 0)(params_address, 0)
+        be.launcher(program, target)(params_address, 0, (4, 1, 1, 256, 1, 1, 0))
     """
 
     name: ClassVar[str] = "cpu"
@@ -117,19 +117,12 @@ class CPUBackend(Backend):
         """dlopen a private copy of the artifact's bytes."""
         return load_program(artifact.binary, artifact.entry)
 
-    def launcher(
-        self,
-        program: Any,
-        target: Target,
-        blocks: tuple[int, int, int],
-        block: tuple[int, int, int],
-        shared_memory_bytes: int,
-    ) -> Launcher:
+    def launcher(self, program: Any, target: Target) -> Launcher:
         """A synchronous launcher: returns once the whole grid has run (``stream`` is ignored).
 
         The worker count (KERNELKIT_CPU_THREADS, default one per core) is read here, once.
         """
-        return make_launcher(program, blocks, block, shared_memory_bytes, worker_count())
+        return make_launcher(program, worker_count())
 
     def resolve_check(self, requested: bool | None) -> bool:
         """``check=`` on the call wins; otherwise KERNELKIT_CPU_CHECK decides."""

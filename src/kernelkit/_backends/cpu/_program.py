@@ -84,19 +84,12 @@ def worker_count() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def make_launcher(
-    program: CPUProgram,
-    blocks: tuple[int, int, int],
-    block: tuple[int, int, int],
-    shared: int,
-    nthreads: int,
-):  # noqa: ANN201 - a Launcher
+def make_launcher(program: CPUProgram, nthreads: int):  # noqa: ANN201 - a Launcher
     """The hot-path callable: one ctypes call (which releases the GIL) per launch."""
     entry, fault_text, kernel = program.entry, program.fault_text, program.kernel
-    gx, gy, gz = blocks
-    bx, by, bz = block
 
-    def launch(params_address: int, stream: int) -> None:
+    def launch(params_address: int, stream: int, geometry: tuple) -> None:
+        gx, gy, gz, bx, by, bz, shared = geometry
         status = entry(params_address, gx, gy, gz, bx, by, bz, shared, nthreads)
         if status:
             text = fault_text().decode(errors="replace")

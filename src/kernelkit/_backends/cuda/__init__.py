@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping
 from importlib.resources import files
 from typing import Any, ClassVar
 
@@ -25,6 +26,11 @@ class CUDABackend(Backend):
     name: ClassVar[str] = "cuda"
     version: ClassVar[str] = "1"
     dlpack_devices: ClassVar[frozenset[int]] = frozenset({2, 3, 13})  # CUDA, host-pinned, managed
+    # A cubin is SASS for its exact arch and self-contained: a bundle's cubin serves whatever NVRTC
+    # and CUDA headers this node has. PTX is JIT-compiled by the driver: exact keys only.
+    bundle_portable_parts: ClassVar[Mapping[str, frozenset[str]]] = {
+        "cubin": frozenset({"compiler", "headers"})
+    }
 
     def __init__(self) -> None:
         self._targets: list[Target] | None = None
@@ -151,17 +157,11 @@ class CUDABackend(Backend):
                 )
         return driver.load(artifact.binary, artifact.entry, target.device, hint)
 
-    def launcher(
-        self,
-        program: Any,
-        target: Target,
-        blocks: tuple[int, int, int],
-        block: tuple[int, int, int],
-        shared_memory_bytes: int,
-    ) -> Launcher:
-        if shared_memory_bytes > 48 * 1024:
-            driver.allow_dynamic_shared(program, shared_memory_bytes)
-        return driver.make_launcher(program, blocks, block, shared_memory_bytes)
+    def launcher(self, program: Any, target: Target) -> Launcher:
+        return driver.make_launcher(program)
+
+    def reserve_shared_memory(self, program: Any, nbytes: int) -> None:
+        driver.allow_dynamic_shared(program, nbytes)
 
     def synchronize(self, stream: int) -> None:
         driver.check(driver.drv().cuStreamSynchronize(stream), "cuStreamSynchronize")

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import functools
+import os
 import threading
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -101,6 +103,7 @@ class Program:
     static_shared_bytes: int
     max_threads_per_block: int
     local_bytes: int
+    dynamic_shared_limit: int = 48 * 1024  # raised by allow_dynamic_shared, never lowered
 
 
 def _func_attr(fn: Any, name: str) -> int:
@@ -119,7 +122,7 @@ def load(binary: bytes, entry: str, device: int, ptx_hint: str = "") -> Program:
                 f"[backend cuda] loading the kernel failed: {name}. {ptx_hint}".strip()
             )
         fn = check(mod.cuModuleGetFunction(module, entry.encode()), "cuModuleGetFunction")
-    return Program(
+    program = Program(
         module=module,
         function=fn,
         device=device,
@@ -129,28 +132,43 @@ def load(binary: bytes, entry: str, device: int, ptx_hint: str = "") -> Program:
         max_threads_per_block=_func_attr(fn, "MAX_THREADS_PER_BLOCK"),
         local_bytes=_func_attr(fn, "LOCAL_SIZE_BYTES"),
     )
+    # the module's GPU memory goes when the last specialization using it does (not at exit:
+    # the driver frees everything then, and may already be shutting down)
+    weakref.finalize(program, _unload, module, device, os.getpid()).atexit = False
+    return program
+
+
+def _unload(module: Any, device: int, pid: int) -> None:
+    if pid != os.getpid():  # a forked child never owns its parent's modules
+        return
+    try:  # no _lock: a finalizer may run inside a locked section of this same thread
+        with on_device(device):
+            drv().cuModuleUnload(module)
+    except Exception:  # noqa: BLE001 - best effort from a finalizer
+        pass
 
 
 def allow_dynamic_shared(program: Program, nbytes: int) -> None:
-    """Raise the kernel's dynamic shared-memory limit (needed above 48 KB)."""
+    """Raise the kernel's dynamic shared-memory limit to at least ``nbytes`` (needed above
+    48 KB); a limit already raised higher stays (other geometries may use it)."""
+    if nbytes <= program.dynamic_shared_limit:
+        return
     mod = drv()
     attr = mod.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
     with _lock, on_device(program.device):
         check(mod.cuFuncSetAttribute(program.function, attr, nbytes), "cuFuncSetAttribute")
+    program.dynamic_shared_limit = nbytes
 
 
-def make_launcher(
-    program: Program, blocks: tuple[int, int, int], block: tuple[int, int, int], shared: int
-):  # noqa: ANN201 - a backend.Launcher
+def make_launcher(program: Program):  # noqa: ANN201 - a backend.Launcher
     """The hot-path launch: one cuLaunchKernel on prepacked arguments. When the calling thread's
     current context is not this device's (a fresh thread, another device current), the launch
     fails cheaply and is retried inside ``on_device``, which restores the caller's context."""
     launch = drv().cuLaunchKernel
     fn, device = program.function, program.device
-    gx, gy, gz = blocks
-    bx, by, bz = block
 
-    def launcher(params: int, stream: int) -> None:
+    def launcher(params: int, stream: int, geometry: tuple) -> None:
+        gx, gy, gz, bx, by, bz, shared = geometry
         (err,) = launch(fn, gx, gy, gz, bx, by, bz, shared, stream, params, 0)
         if err:
             with on_device(device):
@@ -158,8 +176,9 @@ def make_launcher(
             if err:
                 name = drv().cuGetErrorName(err)[1].decode()
                 raise LaunchError(
-                    f"[{program.entry}] launch failed: {name} (grid {blocks}, "
-                    f"block {block}, shared {shared} bytes)"
+                    f"[{program.entry}] launch failed: {name} (grid {(gx, gy, gz)}, "
+                    f"block {(bx, by, bz)}, shared {shared} bytes)"
                 )
 
+    launcher.program = program  # type: ignore[attr-defined]  # keeps the module loaded
     return launcher

@@ -210,18 +210,11 @@ class SimBackend(Backend):
         fn.argtypes = [ctypes.c_void_p] + [ctypes.c_uint] * 6
         return (lib, fn)
 
-    def launcher(
-        self,
-        program: Any,
-        target: Target,
-        blocks: tuple[int, int, int],
-        block: tuple[int, int, int],
-        shared_memory_bytes: int,
-    ) -> Launcher:
-        fn, geometry = program[1], (*blocks, *block)
+    def launcher(self, program: Any, target: Target) -> Launcher:
+        fn = program[1]
 
-        def launch(params: int, stream: int) -> None:
-            fn(params, *geometry)
+        def launch(params: int, stream: int, geometry: tuple) -> None:
+            fn(params, *geometry[:6])
 
         return launch
 

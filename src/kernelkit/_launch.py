@@ -1,0 +1,170 @@
+"""The load stage and launch geometry: one loaded program per (binary, device), shared by every
+specialization and every problem size that compiles to it; geometries checked once each.
+
+A server sees many sizes (sequence lengths, batch sizes), each with its own grid. The grid is
+therefore not part of what is compiled or loaded: it travels with each launch, and each program
+keeps a small table of the geometries it has already checked.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ._errors import ArgumentError
+from ._records import CompileRequest, Target
+from ._registry import backend_call
+from .backend import Backend, Geometry, Launcher
+
+__all__ = ["Geometries", "LoadedProgram", "geometry", "load"]
+
+MAX_GEOMETRIES = 4096  # checked geometries kept per program (the table restarts when full)
+
+
+def geometry(
+    name: str,
+    grid: Any,
+    threadgroup: Any,
+    shared_bytes: Any,
+    target: Target,
+    limits: dict[str, int],
+) -> Geometry:
+    """Blocks, threads per block and dynamic shared memory from MLX's thread-count grid,
+    checked against the device's and the kernel's limits."""
+    g, t = _dims3(name, "grid", grid), _dims3(name, "threadgroup", threadgroup)
+    block = tuple(min(a, b) for a, b in zip(t, g))
+    blocks = tuple(-(-a // b) for a, b in zip(g, block))
+    max_threads = min(
+        target.max_threads_per_block,
+        limits.get("max_threads_per_block", target.max_threads_per_block),
+    )
+    total = block[0] * block[1] * block[2]
+    if total > max_threads:
+        raise ArgumentError(
+            f"[{name}] threadgroup {t} has {total} threads per block; this kernel "
+            f"allows at most {max_threads} on {target.name}"
+        )
+    for axis, (b, lim) in enumerate(zip(block, target.max_block_dims)):
+        if b > lim:
+            raise ArgumentError(
+                f"[{name}] threadgroup[{axis}] = {b} exceeds the device limit {lim}"
+            )
+    for axis, (b, lim) in enumerate(zip(blocks, target.max_grid_dims)):
+        if b > lim:
+            raise ArgumentError(
+                f"[{name}] grid[{axis}] = {g[axis]} needs {b} blocks; the device allows {lim}"
+            )
+    if isinstance(shared_bytes, bool) or not isinstance(shared_bytes, int) or shared_bytes < 0:
+        raise ArgumentError(
+            f"[{name}] shared_memory must be a non-negative int (bytes), got {shared_bytes!r}"
+        )
+    static = limits.get("static_shared_bytes", 0)
+    if shared_bytes + static > target.max_shared_memory_optin_bytes:
+        raise ArgumentError(
+            f"[{name}] shared_memory = {shared_bytes} bytes (+{static} static) exceeds the "
+            f"{target.max_shared_memory_optin_bytes} bytes {target.name} allows per block"
+        )
+    return (*blocks, *block, shared_bytes)  # type: ignore[return-value]
+
+
+def _dims3(name: str, what: str, value: Any) -> tuple[int, int, int]:
+    if not isinstance(value, list | tuple) or not 1 <= len(value) <= 3:
+        raise ArgumentError(
+            f"[{name}] {what} must be a tuple of 1 to 3 positive ints, got {value!r}"
+        )
+    out = []
+    for v in value:
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ArgumentError(f"[{name}] {what} must hold positive ints, got {value!r}")
+        out.append(v)
+    return tuple(out + [1] * (3 - len(out)))  # type: ignore[return-value]
+
+
+@dataclass(eq=False)
+class Geometries:
+    """The checked geometries of one program, keyed by the call's ``(grid, threadgroup,
+    shared_memory)`` as given. ``table`` is read on the hot path; a miss calls this object."""
+
+    name: str
+    target: Target
+    limits: dict[str, int]
+    default_shared_bytes: int
+    reserve: Callable[[int], None]  # backend.reserve_shared_memory for this program
+    table: dict[Any, Geometry] = field(default_factory=dict)
+    _reserved: int = 0
+
+    def __call__(self, grid: Any, threadgroup: Any, shared_bytes: Any) -> Geometry:
+        """Check a geometry not seen before, remember it and return it."""
+        nbytes = self.default_shared_bytes if shared_bytes is None else shared_bytes
+        geo = geometry(self.name, grid, threadgroup, nbytes, self.target, self.limits)
+        if nbytes > max(self._reserved, self.target.max_shared_memory_bytes):
+            self.reserve(nbytes)
+            self._reserved = nbytes
+        if len(self.table) >= MAX_GEOMETRIES:
+            self.table.clear()
+        try:
+            self.table[grid, threadgroup, shared_bytes] = geo
+        except TypeError:  # grid given as a list: checked again next time
+            pass
+        return geo
+
+
+@dataclass(eq=False)
+class LoadedProgram:
+    """A program loaded on one device, its launcher, its limits and its checked geometries."""
+
+    program: Any
+    launch: Launcher
+    limits: dict[str, int]
+    geometries: Geometries
+
+
+_lock = threading.Lock()
+# Kept while some specialization uses it: when the last plan goes, the backend frees the program.
+_loaded: weakref.WeakValueDictionary[Any, LoadedProgram] = weakref.WeakValueDictionary()
+
+
+def load(
+    backend: Backend,
+    target: Target,
+    request: CompileRequest,
+    artifact: Callable[[], Any],
+    default_shared_bytes: int,
+) -> LoadedProgram:
+    """The program for ``request`` on ``target``'s device, loaded once per process;
+    ``artifact()`` (compile through the caches) runs only when it is not loaded yet."""
+    key = (backend.name, target.device, default_shared_bytes, request)
+    found = _loaded.get(key)
+    if found is not None:
+        return found
+    binary = artifact()  # outside the lock: the caches let one thread compile, others wait
+    with _lock:
+        found = _loaded.get(key)
+        if found is None:
+            found = _load(backend, target, request.kernel, binary, default_shared_bytes)
+            _loaded[key] = found
+    return found
+
+
+def _load(
+    backend: Backend, target: Target, name: str, binary: Any, default_shared_bytes: int
+) -> LoadedProgram:
+    with backend_call(backend, "load"):
+        program = backend.load(binary, target)
+        limits = backend.kernel_limits(program)
+        launch = backend.launcher(program, target)
+
+    def reserve(nbytes: int) -> None:
+        with backend_call(backend, "reserving shared memory"):
+            backend.reserve_shared_memory(program, nbytes)
+
+    geometries = Geometries(name, target, limits, default_shared_bytes, reserve)
+    return LoadedProgram(program, launch, limits, geometries)
+
+
+def loaded_count() -> int:
+    """Programs loaded now (for tests and ``kernelkit info``)."""
+    return len(_loaded)

@@ -1,0 +1,152 @@
+"""The load stage and launch geometry: a program is loaded once per (binary, device), however
+many problem sizes, grids and shared-memory sizes call it; a kernel object keeps a bounded
+number of specializations; dynamic shared memory can be sized per call."""
+
+from __future__ import annotations
+
+import gc
+
+import numpy as np
+import pytest
+
+import kernelkit
+from kernelkit import _api, _launch, _registry
+
+COPY = (
+    "uint i = blockIdx.x * blockDim.x + threadIdx.x;"
+    " if (i < x_shape[0]) y[i] = x[i] * 2.0f + (float)i;"
+)
+
+
+def _count_loads(monkeypatch, backend):
+    be = _registry.get_backend(backend)
+    loads = []
+    real = be.load
+
+    def load(artifact, target):
+        loads.append(artifact.entry)
+        return real(artifact, target)
+
+    monkeypatch.setattr(be, "load", load)
+    return loads
+
+
+def test_a_thousand_sizes_load_the_program_once(backend, arrays, monkeypatch):
+    loads = _count_loads(monkeypatch, backend)
+    k = kernelkit.kernel("ln_sizes", ["x"], ["y"], COPY)
+    rng = np.random.default_rng(3)
+    base = rng.standard_normal(1000).astype(np.float32)
+    dx = arrays.put(base)
+    for n in range(1, 1001):
+        x = dx[:n]
+        (y,) = k(
+            [x],
+            output_shapes=[(n,)],
+            output_dtypes=[np.float32],
+            grid=(n, 1, 1),
+            threadgroup=(128 if n % 2 else 96, 1, 1),
+        )
+        if n in (1, 2, 77, 500, 999, 1000):
+            want = base[:n].astype(np.float64) * 2 + np.arange(n)
+            np.testing.assert_allclose(arrays.get(y), want, rtol=1e-6)
+    assert len(loads) == 1
+    assert len(k._plans) == 1
+
+
+def test_programs_are_shared_between_kernel_objects_and_freed_with_them(backend, arrays):
+    def make():
+        return kernelkit.kernel("ln_shared", ["x"], ["y"], COPY)
+
+    x = arrays.put(np.arange(50, dtype=np.float32))
+    a, b = make(), make()
+    for k in (a, b):
+        k(
+            [x],
+            output_shapes=[(50,)],
+            output_dtypes=[np.float32],
+            grid=(50, 1, 1),
+            threadgroup=(32, 1, 1),
+        )
+    (pa,), (pb,) = a._plans.values(), b._plans.values()
+    assert pa.loaded is pb.loaded
+    before = _launch.loaded_count()
+    del a, b, k, pa, pb
+    gc.collect()
+    assert _launch.loaded_count() == before - 1
+
+
+def test_specializations_kept_per_kernel_are_bounded(monkeypatch):
+    monkeypatch.setattr(_api, "MAX_PLANS", 3)
+    k = kernelkit.kernel("ln_bounded", ["x"], ["y"], "y[threadIdx.x] = x[threadIdx.x] + C;")
+    x = np.arange(4, dtype=np.float32)
+    for c in range(6):
+        (y,) = k(
+            [x],
+            output_shapes=[(4,)],
+            output_dtypes=[np.float32],
+            grid=(4, 1, 1),
+            threadgroup=(4, 1, 1),
+            template=[("C", c)],
+        )
+        np.testing.assert_array_equal(y, x + c)
+    assert len(k._plans) == 3
+
+
+REVERSE = """
+extern __shared__ float buf[];
+uint t = threadIdx.x;
+uint i = blockIdx.x * blockDim.x + t;
+if (i < x_shape[0]) buf[t] = x[i];
+__syncthreads();
+uint j = blockIdx.x * blockDim.x + (blockDim.x - 1 - t);
+if (i < x_shape[0] && j < x_shape[0]) y[i] = buf[blockDim.x - 1 - t];
+"""
+
+
+def test_dynamic_shared_memory_per_call(backend, arrays):
+    k = kernelkit.kernel("ln_smem", ["x"], ["y"], REVERSE, shared_memory=4)
+    x = np.random.default_rng(5).standard_normal(256).astype(np.float32)
+    dx = arrays.put(x)
+    for block in (32, 64, 128):
+        (y,) = k(
+            [dx],
+            output_shapes=[x.shape],
+            output_dtypes=[np.float32],
+            grid=(256, 1, 1),
+            threadgroup=(block, 1, 1),
+            shared_memory=4 * block,
+        )
+        want = x.reshape(-1, block)[:, ::-1].reshape(-1)
+        np.testing.assert_array_equal(arrays.get(y), want)
+    target = _registry.get_backend(backend).targets()[0]
+    too_much = target.max_shared_memory_optin_bytes + 4
+    for bad in (-1, 1.5, True, too_much):
+        with pytest.raises(kernelkit.ArgumentError, match="shared_memory"):
+            k(
+                [dx],
+                output_shapes=[x.shape],
+                output_dtypes=[np.float32],
+                grid=(256, 1, 1),
+                threadgroup=(32, 1, 1),
+                shared_memory=bad,
+            )
+    (y,) = k(
+        [dx],
+        output_shapes=[x.shape],
+        output_dtypes=[np.float32],
+        grid=(256, 1, 1),
+        threadgroup=(32, 1, 1),
+        shared_memory=128,
+    )  # and the next call still works
+    np.testing.assert_array_equal(arrays.get(y), x.reshape(-1, 32)[:, ::-1].reshape(-1))
+
+
+def test_bad_geometry_is_refused_and_the_next_call_works(backend, arrays):
+    k = kernelkit.kernel("ln_badgeo", ["x"], ["y"], COPY)
+    x = arrays.put(np.ones(10, np.float32))
+    call = dict(output_shapes=[(10,)], output_dtypes=[np.float32])
+    for grid, tg in (((0, 1, 1), (32, 1, 1)), ((4096, 1, 1), (2048, 1, 1)), ("abc", (1, 1, 1))):
+        with pytest.raises(kernelkit.ArgumentError):
+            k([x], grid=grid, threadgroup=tg, **call)
+    (y,) = k([x], grid=[10], threadgroup=[32], **call)  # lists are fine
+    np.testing.assert_array_equal(arrays.get(y), 2 + np.arange(10, dtype=np.float32))
