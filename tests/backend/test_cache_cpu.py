@@ -4,8 +4,10 @@ arrays, with damaged entries, failing disks, killed writers, many processes, and
 from __future__ import annotations
 
 import errno
+import hashlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -346,3 +348,133 @@ def test_a_bundle_for_another_version_is_refused(cache, bundle, tmp_path) -> Non
     _empty_cache(cache)
     assert check(0) and kernelkit.cache_stats()["bundle_hits"] == 0
     assert main(["cache", "verify"]) == 0
+
+
+# --- the precompiled prelude (issue 7, items 2 and 3) ----------------------------------------
+
+
+@pytest.fixture
+def own_pch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):  # noqa: ANN201
+    """An empty isolated cache that builds its own precompiled prelude (others share one)."""
+    from kernelkit._backends.cpu import _toolchain
+
+    _toolchain._pch_dirs.clear()  # as a fresh process would
+    yield from isolated_cache(tmp_path / "kkcache", monkeypatch)
+    _toolchain._pch_dirs.clear()
+
+
+def _pch(root: Path) -> Path:
+    (found,) = root.glob("cpu-pch/*/kk_cpu.h.gch")
+    return found.parent
+
+
+def _as_a_new_process() -> None:
+    from kernelkit._backends.cpu import _toolchain
+
+    _toolchain._pch_dirs.clear()
+    clear_memory()
+
+
+def test_a_truncated_precompiled_header_is_rebuilt(own_pch, capsys) -> None:
+    assert check(0)
+    gch = _pch(own_pch) / "kk_cpu.h.gch"
+    gch.write_bytes(gch.read_bytes()[: 1 << 20])  # a crash or a full disk while it was written
+    _as_a_new_process()
+    assert check(1)  # before the fix: "fatal error: cannot read PCH file", on every compile
+    assert gch.stat().st_size > 1 << 20 and main(["cache", "verify"]) == 0
+    capsys.readouterr()
+    assert main(["cache", "info", "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    (product,) = info["products"]
+    assert product["path"].startswith("cpu-pch/") and product["size_bytes"] > 1 << 20
+    assert info["size_bytes"] == info["entries_bytes"] + product["size_bytes"]
+
+
+def test_a_pch_the_compiler_refuses_is_dropped_and_the_compile_retried(own_pch) -> None:
+    assert check(0)
+    where = _pch(own_pch)
+    gch = where / "kk_cpu.h.gch"
+    gch.write_bytes(gch.read_bytes()[: 1 << 20])  # damage its checksums do not show
+    sums = f"{hashlib.sha256(gch.read_bytes()).hexdigest()} {gch.stat().st_size} kk_cpu.h.gch\n"
+    (where / "SHA256SUMS").write_text(sums)
+    _as_a_new_process()
+    assert check(1)  # compiled without the PCH, which is removed
+    assert not where.exists() or (where / "SHA256SUMS").read_text() != sums
+    _as_a_new_process()
+    assert check(2) and (_pch(own_pch) / "kk_cpu.h.gch").stat().st_size > 1 << 20
+
+
+def test_cache_clear_removes_the_precompiled_header(own_pch) -> None:
+    assert check(0)
+    where = _pch(own_pch)
+    assert main(["cache", "clear"]) == 0
+    assert not where.exists() and list(own_pch.glob("cpu-pch/*/*")) == []
+    _as_a_new_process()
+    assert check(0)  # built again
+
+
+def test_cache_off_writes_nothing_under_the_cache_dir(tmp_path) -> None:
+    root = tmp_path / "kkcache"
+    code = "from kernelkit._backends.cpu import _toolchain; check(7); print(_toolchain._pch_dirs)"
+    out = _run(code, root, KERNELKIT_CACHE="0")
+    assert out.returncode == 0, out.stderr
+    assert not root.exists()  # before the fix: root/cpu-pch/<digest>/kk_cpu.h.gch (40 MB)
+    (used,) = re.findall(r"PosixPath\('([^']+)'\)", out.stdout)
+    assert not Path(used).exists()  # the process's own PCH, removed at exit
+
+
+# --- precompile names what failed (issue 7, item 15) -----------------------------------------
+
+
+def _declaration(body: str = BODY.format(expr="inp[i]")):  # noqa: ANN202
+    from kernelkit._declare import Declaration
+    from kernelkit._dtypes import DTYPES
+
+    f32 = DTYPES["float32"]
+    k = kernelkit.kernel("pre_k", ["inp"], ["out"], body)
+    return Declaration(k, (("array", f32),), (f32,), ())  # not registered: no global state
+
+
+def test_precompile_for_the_cpu_when_another_backend_cannot_list_its_archs(monkeypatch) -> None:
+    from kernelkit import _declare
+    from kernelkit._cache import precompile
+    from kernelkit._errors import BackendError
+    from kernelkit._registry import get_backend
+
+    class Broken(type(get_backend("cpu"))):
+        name = "brokencuda"
+
+        def compile_targets(self) -> list[str]:
+            raise BackendError("[backend brokencuda] the NVRTC library was not found")
+
+    cpu = get_backend("cpu")
+    present = {"brokencuda": Broken(), "cpu": cpu}
+    for module in (precompile, _declare):  # _declare: where the request came from before
+        monkeypatch.setattr(module, "backends", lambda: present)
+    arch = cpu.targets()[0].arch
+    (built,) = precompile.build_entries([_declaration()], [arch], progress=False)
+    assert built.what.endswith(f"for {arch}")  # before the fix: BackendError from brokencuda
+    with pytest.raises(precompile.PrecompileFailed) as info:
+        precompile.build_entries([_declaration()], ["sm_80"], progress=False)
+    assert "no installed backend compiles for arch 'sm_80'" in str(info.value)
+    assert "brokencuda: compile_targets() failed: BackendError" in str(info.value)
+    assert "NVRTC library was not found" in str(info.value) and info.value.status == 2
+
+
+def test_precompile_names_the_declaration_arch_and_stage_that_failed(monkeypatch) -> None:
+    from kernelkit._cache import precompile
+    from kernelkit._registry import get_backend
+
+    cpu = get_backend("cpu")
+    arch = cpu.targets()[0].arch
+    with pytest.raises(precompile.PrecompileFailed) as info:
+        precompile.build_entries([_declaration("out[0] = nope;")], [arch], progress=False)
+    assert str(info.value).startswith(f"[precompile] pre_k(float32) -> (float32) for {arch}: ")
+    assert "nope" in str(info.value) and info.value.status == 1
+
+    def boom(request):  # noqa: ANN001, ANN202
+        raise RuntimeError("the compiler crashed")
+
+    monkeypatch.setattr(cpu, "compile", boom)
+    with pytest.raises(precompile.PrecompileFailed, match="backend cpu: compile failed: Runt"):
+        precompile.build_entries([_declaration()], [arch], progress=False)

@@ -33,11 +33,19 @@ def _size(n: float) -> str:
 def _info(args: argparse.Namespace) -> int:
     disk = _disk()
     files = disk.scan()
+    made = disk.products()
+    entries_bytes = sum(f.size_bytes for f in files)
+    products_bytes = sum(p.size_bytes for p in made)
     report = {
         "dir": str(disk.root),
         "enabled": _config.config.cache,
-        "size_bytes": sum(f.size_bytes for f in files),
+        "size_bytes": entries_bytes + products_bytes,
         "entries": len(files),
+        "entries_bytes": entries_bytes,
+        "products": [
+            {"path": str(p.path.relative_to(disk.root)), "size_bytes": p.size_bytes} for p in made
+        ],
+        "products_bytes": products_bytes,
         "max_bytes": disk.max_bytes,
         "bundles": list(_config.config.bundle_path),
         "stats": stats.lifetime(str(disk.root)),
@@ -48,9 +56,12 @@ def _info(args: argparse.Namespace) -> int:
     off = "" if report["enabled"] else "  (off: KERNELKIT_CACHE=0)"
     print(f"cache dir:  {report['dir']}{off}")
     print(
-        f"size:       {_size(report['size_bytes'])} in {report['entries']} entries "
-        f"(cap {_size(report['max_bytes'])})"
+        f"size:       {_size(report['size_bytes'])}: {report['entries']} entries "
+        f"({_size(entries_bytes)}) and {len(made)} build products ({_size(products_bytes)}), "
+        f"cap {_size(report['max_bytes'])}"
     )
+    for p in report["products"]:
+        print(f"  product   {p['path']} ({_size(p['size_bytes'])})")
     print(f"bundles:    {', '.join(report['bundles']) or 'none (KERNELKIT_BUNDLE_PATH)'}")
     print("counts (all processes since the last clear):")
     for name, n in report["stats"].items():
@@ -97,7 +108,7 @@ def _list(args: argparse.Namespace) -> int:
 
 def _clear(args: argparse.Namespace) -> int:
     disk = _disk()
-    print(f"removed {disk.clear()} entries from {disk.root}")
+    print(f"removed {disk.clear()} entries and build products from {disk.root}")
     return 0
 
 
@@ -106,7 +117,7 @@ def _verify(args: argparse.Namespace) -> int:
     good, bad = disk.verify(remove=not args.keep)
     for path, why in bad:
         print(f"bad: {path}: {why}" + ("" if args.keep else " (removed)"))
-    print(f"{good} good entries, {len(bad)} bad in {disk.root}")
+    print(f"{good} good entries and build products, {len(bad)} bad in {disk.root}")
     return 1 if bad else 0
 
 

@@ -2,7 +2,9 @@
 
 Layout under the cache directory: ``entries/<digest>.kke`` (format in ``entry.py``),
 ``entries/.<digest>.<pid>.<token>.tmp`` while a writer works, ``locks/<digest>.lock`` (one
-``filelock`` per key so processes compile a kernel once) and ``stats.json`` (lifetime counts).
+``filelock`` per key so processes compile a kernel once), ``stats.json`` (lifetime counts) and
+``<area>/<name>/`` for backends' build products (``products.py``), which count in the size cap.
+Every digest is checked (``keys.check_digest``) before it names a path.
 A failed write (read-only directory, full disk) turns writes off for this process with one warning;
 reads go on, and kernels are kept in memory.
 """
@@ -22,9 +24,9 @@ from pathlib import Path
 
 from .. import _config
 from .._records import Artifact
-from . import stats
+from . import products, stats
 from .entry import FIXED_BYTES, BadEntry, EntryHeader, decode, encode, header_bytes, read_header
-from .keys import CacheKey
+from .keys import BadKey, CacheKey, check_digest
 
 __all__ = ["SUFFIX", "DiskCache", "EntryFile", "cache_dir", "current"]
 
@@ -92,8 +94,8 @@ class DiskCache:
         self._warn_lock = threading.Lock()
 
     def path(self, digest: str) -> Path:
-        """Where the entry of ``digest`` lives."""
-        return self.entries / f"{digest}{SUFFIX}"
+        """Where the entry of ``digest`` lives (``BadKey`` unless it is a key digest)."""
+        return self.entries / f"{check_digest(digest, 'disk cache')}{SUFFIX}"
 
     # read ---------------------------------------------------------------------------------
     def read(self, digest: str, report: bool = True) -> Artifact | None:
@@ -145,6 +147,7 @@ class DiskCache:
 
     def write_raw(self, digest: str, data: bytes) -> bool:
         """Publish already-encoded entry bytes under ``digest`` (temp file, then rename)."""
+        check_digest(digest, "disk cache")  # before it names even the temp file
         if self.write_error is not None or len(data) > self.max_bytes:
             return False
         tmp = self.entries / f".{digest}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
@@ -183,27 +186,33 @@ class DiskCache:
     @contextmanager
     def lock(self, digest: str) -> Iterator[None]:
         """Hold this key's file lock; on timeout or when the lock cannot be made, go on unlocked."""
-        held = self._acquire(digest)
+        with self.lock_named(check_digest(digest, "disk cache")):
+            yield
+
+    @contextmanager
+    def lock_named(self, name: str) -> Iterator[None]:
+        """Hold the file lock ``locks/<name>.lock`` (a key digest or a product's lock name)."""
+        held = self._acquire(name)
         try:
             yield
         finally:
             if held is not None:
                 held.release()
 
-    def _acquire(self, digest: str):  # noqa: ANN202 - a filelock.FileLock or None
+    def _acquire(self, name: str):  # noqa: ANN202 - a filelock.FileLock or None
         if self.write_error is not None:
             return None
         from filelock import FileLock, Timeout
 
         try:
             self.locks.mkdir(parents=True, exist_ok=True)
-            held = FileLock(str(self.locks / f"{digest}.lock"), timeout=LOCK_TIMEOUT_S)
+            held = FileLock(str(self.locks / f"{name}.lock"), timeout=LOCK_TIMEOUT_S)
             held.acquire()
         except Timeout:
             stats.record("lock_timeouts", self._label)
             warnings.warn(
                 f"kernelkit: waited {LOCK_TIMEOUT_S:.0f} s for another process to "
-                f"compile {digest[:16]}... (lock {self.locks}); compiling it here",
+                f"compile {name[:24]}... (lock {self.locks}); compiling it here",
                 RuntimeWarning,
                 stacklevel=4,
             )
@@ -222,6 +231,10 @@ class DiskCache:
                 for d in it:
                     if d.name.startswith(".") or not d.name.endswith(SUFFIX):
                         continue
+                    try:
+                        check_digest(d.name[: -len(SUFFIX)], "disk cache scan")
+                    except BadKey:
+                        continue  # not a file kernelkit wrote: `cache verify` reports it
                     try:
                         st = d.stat()
                     except OSError:
@@ -255,27 +268,47 @@ class DiskCache:
         return stale
 
     def evict(self, keep: str | None = None) -> int:
-        """Remove least recently used entries while the total is over the cap."""
+        """Remove least recently used entries and build products while the total is over the
+        cap; ``keep`` (a digest, or a product's path) stays."""
         files = self.scan()
-        total = sum(f.size_bytes for f in files)
+        made = products.scan(self.root)
+        total = sum(f.size_bytes for f in files) + sum(p.size_bytes for p in made)
         if total <= self.max_bytes:
             return 0
         goal = int(self.max_bytes * _LOW_WATER)
+        items: list[tuple[float, str, EntryFile | products.Product]] = [
+            (f.mtime, f.digest, f) for f in files
+        ]
+        items += [(p.mtime, str(p.path), p) for p in made]
         removed = 0
-        for f in sorted(files, key=lambda f: f.mtime):
+        for _, name, item in sorted(items, key=lambda t: t[0]):
             if total <= goal:
                 break
-            if f.digest == keep:
+            if name == keep:
                 continue
-            total -= f.size_bytes
-            if _unlink(f.path):
+            total -= item.size_bytes
+            if isinstance(item, EntryFile):
+                if _unlink(item.path):
+                    removed += 1
+                    _unlink(self.locks / f"{item.digest}.lock")
+            else:
+                products.discard(item.path)
                 removed += 1
-                _unlink(self.locks / f"{f.digest}.lock")
         for tmp in self.stale_temps():
             _unlink(tmp)
         if removed:
             stats.record("evictions", self._label, removed)
         return removed
+
+    def products(self) -> list[products.Product]:
+        """Backends' build products kept here (each counts in the size cap)."""
+        return products.scan(self.root)
+
+    def size_bytes(self) -> int:
+        """Entries and build products together (what the cap bounds)."""
+        return sum(f.size_bytes for f in self.scan()) + sum(
+            p.size_bytes for p in products.scan(self.root)
+        )
 
     def header(self, entry: EntryFile) -> EntryHeader | None:
         """An entry's checked JSON header, or None if it does not parse."""
@@ -296,15 +329,50 @@ class DiskCache:
                 good += 1
             except (OSError, BadEntry) as e:
                 bad.append((f.path, str(e)))
+        for p in products.scan(self.root):
+            why = products.verify(p.path)
+            if why is None:
+                good += 1
+            else:
+                bad.append((p.path, f"build product: {why}"))
         bad += [(t, "temp file of a writer that died") for t in self.stale_temps()]
+        bad += [
+            (d, "build product directory left by a writer that died")
+            for d in products.leftovers(self.root, _pid_alive, STALE_TMP_S)
+        ]
+        bad += [(f, "not a cache entry (its name is not a key digest)") for f in self._foreign()]
         if remove:
             for path, _ in bad:
-                _unlink(path)
+                if path.is_dir():
+                    products.discard(path)
+                else:
+                    _unlink(path)
         return good, bad
 
+    def _foreign(self) -> list[Path]:
+        """``*.kke`` files in entries/ whose names are not key digests (never read or served)."""
+        try:
+            names = [d for d in self.entries.iterdir() if d.suffix == SUFFIX]
+        except OSError:
+            return []
+        out = []
+        for path in names:
+            try:
+                check_digest(path.stem, "")
+            except BadKey:
+                if not path.name.startswith("."):
+                    out.append(path)
+        return out
+
     def clear(self) -> int:
-        """Remove every entry, temp file, lock and the lifetime counts; returns entries removed."""
+        """Remove every entry, build product, temp file, lock and the lifetime counts; returns
+        the number of entries and products removed."""
         removed = sum(_unlink(f.path) for f in self.scan())
+        for p in products.scan(self.root):
+            products.discard(p.path)
+            removed += 1
+        for d in products.leftovers(self.root, lambda pid: False, 0.0):
+            products.discard(d)
         for folder in (self.entries, self.locks):
             try:
                 with os.scandir(folder) as it:

@@ -11,7 +11,9 @@ Layout (little-endian)::
     binary       bytes     the cubin, PTX or shared library
 
 Every byte is covered by a checksum, so a truncated, garbled or empty file never decodes, and the
-header's ``key`` must equal the key asked for, so another key's file never decodes either.
+header's ``key`` must equal the key asked for, so another key's file never decodes either. A header
+whose ``key`` is not a digest of the form ``cache_key`` makes, or whose ``parts`` do not hash to
+it, does not decode at all (a crafted key must never name a path).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._records import Artifact
-from .keys import CacheKey
+from .keys import BadKey, CacheKey, check_digest, check_parts, digest_of
 
 __all__ = [
     "ENTRY_FORMAT_VERSION",
@@ -104,6 +106,12 @@ def _split(data: bytes) -> tuple[dict[str, Any], int]:
         raise BadEntry(f"header is not JSON: {e}") from None
     if not isinstance(header, dict):
         raise BadEntry("header is not a JSON object")
+    try:
+        key = check_digest(header.get("key"), "entry header")
+        if "parts" in header and digest_of(check_parts(header["parts"], "entry header")) != key:
+            raise BadKey("entry header: key parts do not hash to the key")
+    except BadKey as e:
+        raise BadEntry(str(e)) from None
     return header, FIXED_BYTES + n
 
 

@@ -1,19 +1,23 @@
 """``compile_cached``: memory, then disk, then bundles, then compile (once per key across threads
-and processes), writing what was compiled to disk."""
+and processes), writing what was compiled to disk. ``recompile_refused``: the way back when the
+backend cannot load what a bundle served."""
 
 from __future__ import annotations
 
 from .._records import Artifact, CompileRequest
+from .._registry import backend_call
 from ..backend import Backend
 from . import bundles, disk, memory, stats
 from .keys import CacheKey, cache_key
 
-__all__ = ["compile_cached"]
+__all__ = ["compile_cached", "recompile_refused"]
 
 
 def compile_cached(backend: Backend, request: CompileRequest) -> Artifact:
     """The artifact for ``request``: from memory, disk or a bundle, else compiled once."""
-    key = cache_key(request, backend.compiler_identity(), backend.version)
+    with backend_call(backend, "compiler identity"):
+        identity = backend.compiler_identity()
+    key = cache_key(request, identity, backend.version)
     found = memory.get(key.digest)
     if found is not None:
         stats.record("memory_hits")
@@ -34,7 +38,7 @@ def _load_or_compile(backend: Backend, request: CompileRequest, key: CacheKey) -
         found = cache.read(key.digest)
         if found is not None:
             return found
-    found = bundles.find(key.digest)
+    found = bundles.find(key, backend.bundle_portable_parts)
     if found is not None:
         return found
     if cache is None:
@@ -48,8 +52,41 @@ def _load_or_compile(backend: Backend, request: CompileRequest, key: CacheKey) -
     return artifact
 
 
+def recompile_refused(
+    backend: Backend, request: CompileRequest, artifact: Artifact, error: BaseException
+) -> Artifact:
+    """Call when ``backend.load`` failed with ``error`` on ``artifact`` (what ``compile_cached``
+    returned for ``request``). When a bundle served it: warn, stop serving that bundle entry in
+    this process, and return the request compiled here (through the disk cache). Otherwise
+    (compiled here, or from the disk cache) raise ``error`` again.
+
+    Example (the load stage)::
+
+        artifact = compile_cached(backend, request)
+        try:
+            program = backend.load(artifact, target)
+        except KernelkitError as e:
+            artifact = recompile_refused(backend, request, artifact, e)
+            program = backend.load(artifact, target)
+    """
+    with backend_call(backend, "compiler identity"):
+        identity = backend.compiler_identity()
+    key = cache_key(request, identity, backend.version)
+    with memory.flight(key.digest):
+        held = memory.get(key.digest)
+        if held is not None and held is not artifact:
+            return held  # another thread has already replaced it
+        if not bundles.refuse(key.digest, error):
+            raise error
+        memory.drop(key.digest)
+        fresh = _load_or_compile(backend, request, key)
+        memory.put(key.digest, fresh)
+    return fresh
+
+
 def _compile(backend: Backend, request: CompileRequest, directory: str | None) -> Artifact:
     stats.record("misses", directory)
-    artifact = backend.compile(request)
+    with backend_call(backend, "compile"):  # the plugin's failures name it; ours don't
+        artifact = backend.compile(request)
     stats.record("compiles", directory)
     return artifact

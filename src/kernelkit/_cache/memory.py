@@ -8,7 +8,7 @@ from contextlib import contextmanager
 
 from .._records import Artifact
 
-__all__ = ["clear_memory", "flight", "get", "put"]
+__all__ = ["clear_memory", "drop", "flight", "get", "put"]
 
 _artifacts: dict[str, Artifact] = {}
 _inflight: dict[str, threading.Lock] = {}
@@ -23,6 +23,11 @@ def get(digest: str) -> Artifact | None:
 def put(digest: str, artifact: Artifact) -> None:
     """Keep an artifact for the rest of the process (or until ``clear_memory``)."""
     _artifacts[digest] = artifact
+
+
+def drop(digest: str) -> None:
+    """Forget one artifact (its backend could not load it)."""
+    _artifacts.pop(digest, None)
 
 
 @contextmanager

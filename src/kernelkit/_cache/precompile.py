@@ -14,13 +14,14 @@ from dataclasses import dataclass
 from .._declare import Declaration, declared
 from .._errors import CompileError
 from .._plan import render_request
-from .._records import CompileRequest
-from .._registry import backends, get_backend
+from .._records import Target
+from .._registry import backends
+from ..backend import Backend
 from .bundles import write_bundle
 from .entry import encode
 from .keys import cache_key
 
-__all__ = ["BuiltEntry", "build_entries", "load_declarations", "precompile"]
+__all__ = ["BuiltEntry", "PrecompileFailed", "build_entries", "load_declarations", "precompile"]
 
 
 @dataclass(frozen=True)
@@ -46,37 +47,69 @@ def load_declarations(target: str) -> list[Declaration]:
     return declared()
 
 
-def _request(decl: Declaration, arch: str) -> CompileRequest:
-    """The declaration's request for ``arch``; for a backend without ``target_for_arch``, the
-    target of a local device of that arch (a host backend such as cpu compiles for itself)."""
+class PrecompileFailed(Exception):
+    """One declaration could not be built for one arch: says which, at which stage, and why.
+    ``status`` is the command's exit status: 2 for a request nothing can build, else 1."""
+
+    def __init__(self, message: str, status: int = 1) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def _backend_for(arch: str) -> Backend:
+    """The installed backend that compiles for ``arch`` without a device, else one with a local
+    device of that arch (a host backend such as cpu compiles for itself). A backend that fails
+    to answer is skipped, and named if no other backend compiles for ``arch``."""
+    problems = []
+    for name, backend in backends().items():
+        try:
+            if arch in backend.compile_targets():
+                return backend
+        except Exception as e:  # noqa: BLE001 - one broken backend must not stop the others
+            problems.append(f"backend {name}: compile_targets() failed: {type(e).__name__}: {e}")
+    for name, backend in backends().items():
+        try:
+            if any(t.arch == arch for t in backend.targets()):
+                return backend
+        except Exception as e:  # noqa: BLE001
+            problems.append(f"backend {name}: targets() failed: {type(e).__name__}: {e}")
+    why = f" ({'; '.join(problems)})" if problems else ""
+    raise ValueError(f"[precompile] no installed backend compiles for arch {arch!r}{why}")
+
+
+def _target(backend: Backend, arch: str) -> Target:
     try:
-        return decl.request(arch)
+        return backend.target_for_arch(arch)
     except NotImplementedError:
-        for backend in backends().values():
-            for target in backend.targets():
-                if target.arch == arch:
-                    return render_request(
-                        decl.kernel.spec,
-                        backend,
-                        target,
-                        decl.inputs,
-                        decl.outputs,
-                        decl.template,
-                        False,
-                    )[1]
-        raise
+        return next(t for t in backend.targets() if t.arch == arch)
 
 
 def _build_one(decl: Declaration, arch: str) -> BuiltEntry:
-    request = _request(decl, arch)
-    backend = get_backend(request.backend)
-    key = cache_key(request, backend.compiler_identity(), backend.version)
-    artifact = backend.compile(request)
-    return BuiltEntry(
-        key.digest,
-        encode(key, request.kernel, request.backend, artifact),
-        f"{decl.describe()} for {arch}",
-    )
+    what = f"{decl.describe()} for {arch}"
+    stage = "finding a backend"
+    try:
+        backend = _backend_for(arch)
+        stage = f"backend {backend.name}: target"
+        target = _target(backend, arch)
+        stage = f"backend {backend.name}: render"
+        _, request = render_request(
+            decl.kernel.spec, backend, target, decl.inputs, decl.outputs, decl.template, False
+        )
+        stage = f"backend {backend.name}: compiler identity"
+        key = cache_key(request, backend.compiler_identity(), backend.version)
+        stage = f"backend {backend.name}: compile"
+        artifact = backend.compile(request)
+        stage = "encoding the entry"
+        data = encode(key, request.kernel, request.backend, artifact)
+    except CompileError as e:
+        raise PrecompileFailed(f"[precompile] {what}: {e}") from e
+    except (ValueError, TypeError) as e:  # the declaration asks for what cannot be built
+        raise PrecompileFailed(f"[precompile] {what}: {e}", status=2) from e
+    except Exception as e:  # noqa: BLE001 - any failure is reported with what and where
+        raise PrecompileFailed(
+            f"[precompile] {what}: {stage} failed: {type(e).__name__}: {e}"
+        ) from e
+    return BuiltEntry(key.digest, data, what)
 
 
 def build_entries(
@@ -109,12 +142,9 @@ def precompile(
         return 2
     try:
         built = build_entries(decls, archs, jobs, progress)
-    except CompileError as e:
-        print(f"[precompile] {e}", file=sys.stderr)
-        return 1
-    except (ValueError, NotImplementedError) as e:
-        print(f"[precompile] {e}", file=sys.stderr)
-        return 2
+    except PrecompileFailed as e:
+        print(e, file=sys.stderr)
+        return e.status
     manifest = write_bundle(output, [(b.digest, b.data) for b in built])
     size = os.path.getsize(output)
     print(

@@ -24,6 +24,9 @@ __all__ = [
 ]
 
 INCLUDE_DIR = Path(__file__).parent / "include"
+PRELUDE = "kk_cpu.h"
+PCH_AREA = "cpu-pch"  # <cache dir>/cpu-pch/<digest>/kk_cpu.h.gch
+PCH_FILE = PRELUDE + ".gch"
 _INSTALL_HINT = "install a C++17 compiler (e.g. `apt install g++`) or set KERNELKIT_CXX"
 _lock = threading.Lock()
 _identities: dict[str, str] = {}
@@ -76,33 +79,44 @@ def header_hashes() -> tuple[tuple[str, str], ...]:
 
 def precompiled_header_dir(cxx: str, options: tuple[str, ...]) -> Path | None:
     """A directory holding ``kk_cpu.h.gch`` for these options, built on first use; None if the
-    compiler cannot build one (compiling then simply parses the prelude)."""
+    compiler cannot build one (compiling then simply parses the prelude).
+
+    It is a build product of the cache (``_cache/products.py``): published whole by a rename,
+    checked against its checksums once per process, counted in the cache's size cap; with the
+    cache off it lives in a temporary directory of this process.
+    """
     key = (cxx, options)
     with _lock:
         if key in _pch_dirs:
             return _pch_dirs[key]
-    digest = hashlib.sha256(
+    from ..._cache import products
+
+    name = hashlib.sha256(
         repr((compiler_identity(cxx), options, header_hashes())).encode()
     ).hexdigest()[:24]
-    found = None
-    for base in _cache_bases():
-        target = base / "cpu-pch" / digest
-        if _is_file(target / "kk_cpu.h.gch") or _build_pch(cxx, options, target):
-            found = target
-            break
+    found = products.get(PCH_AREA, name, lambda d: _build_pch(cxx, options, d / PCH_FILE))
     with _lock:
         _pch_dirs[key] = found
     return found
 
 
-def _cache_bases() -> list[Path]:
-    bases = []
-    if _config.config.cache_dir:
-        bases.append(Path(_config.config.cache_dir))
-    xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    bases.append(Path(xdg) / "kernelkit")
-    bases.append(Path(tempfile.gettempdir()) / f"kernelkit-{os.getuid()}")
-    return bases
+def _forget_pch(cxx: str, options: tuple[str, ...], directory: Path) -> None:
+    """A compile could not use this PCH: remove it; the next compile builds a new one."""
+    from ..._cache import products
+
+    with _lock:
+        _pch_dirs.pop((cxx, options), None)
+    products.discard(directory)
+
+
+def _build_pch(cxx: str, options: tuple[str, ...], out: Path) -> bool:
+    flags = [o for o in options if o != "-shared"]
+    cmd = [cxx, *flags, *_include_flags(), "-x", "c++-header", str(INCLUDE_DIR / PRELUDE), "-o"]
+    try:
+        done = subprocess.run([*cmd, str(out)], capture_output=True, timeout=300)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return done.returncode == 0 and _is_file(out)
 
 
 def _is_file(path: Path) -> bool:
@@ -113,38 +127,6 @@ def _is_file(path: Path) -> bool:
         return False
 
 
-def _build_pch(cxx: str, options: tuple[str, ...], target: Path) -> bool:
-    try:
-        target.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=target, suffix=".gch.tmp")
-        os.close(fd)
-    except OSError:
-        return False
-    flags = [o for o in options if o != "-shared"]
-    cmd = [
-        cxx,
-        *flags,
-        *_include_flags(),
-        "-x",
-        "c++-header",
-        str(INCLUDE_DIR / "kk_cpu.h"),
-        "-o",
-        tmp,
-    ]
-    try:
-        ok = subprocess.run(cmd, capture_output=True, timeout=300).returncode == 0
-        if ok:
-            os.replace(tmp, target / "kk_cpu.h.gch")  # atomic: concurrent builders agree
-        return ok
-    except (OSError, subprocess.SubprocessError):
-        return False
-    finally:
-        try:
-            os.unlink(tmp)
-        except OSError:  # already renamed into place, or the directory went away
-            pass
-
-
 def _include_flags() -> list[str]:
     return ["-I", str(INCLUDE_DIR), "-I", str(INCLUDE_DIR / "compat")]
 
@@ -152,8 +134,28 @@ def _include_flags() -> list[str]:
 def build_shared_object(
     cxx: str, source: str, options: tuple[str, ...], file_stem: str
 ) -> tuple[bytes | None, str]:
-    """Compile ``source`` to a shared object: (its bytes or None on failure, compiler log)."""
+    """Compile ``source`` to a shared object: (its bytes or None on failure, compiler log).
+
+    A compile that fails over the precompiled prelude is retried without it, and when that one
+    succeeds the PCH is removed (damaged in a way its checksums cannot see) and built again later.
+    """
     pch = precompiled_header_dir(cxx, options)
+    binary, log = _build(cxx, source, options, file_stem, pch)
+    if binary is None and pch is not None and _mentions_pch(log):
+        binary, log = _build(cxx, source, options, file_stem, None)
+        if binary is not None:
+            _forget_pch(cxx, options, pch)
+    return binary, log
+
+
+def _mentions_pch(log: str) -> bool:
+    low = log.lower()
+    return ".gch" in low or "pch" in low or "precompiled header" in low
+
+
+def _build(
+    cxx: str, source: str, options: tuple[str, ...], file_stem: str, pch: Path | None
+) -> tuple[bytes | None, str]:
     includes = (["-I", str(pch)] if pch else []) + _include_flags()
     with tempfile.TemporaryDirectory(prefix="kernelkit-cpu-") as tmp:
         src = Path(tmp) / f"{file_stem}.cpp"
