@@ -72,15 +72,29 @@ def test_environment_switch_turns_checking_on(monkeypatch):
 
 
 def test_divergent_barrier_is_reported_not_hung():
+    # the other 16 threads still run: they wait at a warp operation that needs the first 16
     k = kernelkit.kernel(
         "ck_diverge",
         ["x"],
         ["y"],
-        GID + "if (threadIdx.x < 16) {\n  __syncthreads();\n}\ny[i] = x[i];",
+        GID + "if (threadIdx.x < 16) {\n  __syncthreads();\n}\n"
+        "y[i] = __shfl_sync(0xffffffffu, x[i], 0);",
     )
     x = np.ones(64, np.float32)
     with pytest.raises(kernelkit.KernelFault, match=r"ck_diverge:3.*16 of 32 threads"):
         _run(k, x)
+
+
+def test_threads_that_returned_do_not_make_a_barrier_divergent():
+    k = kernelkit.kernel(
+        "ck_exited",
+        ["x"],
+        ["y"],
+        GID + "if (threadIdx.x >= 16) return;\n__syncthreads();\ny[i] = x[i] + 1;",
+    )
+    x = np.arange(64, dtype=np.float32)
+    y = _run(k, x, check=True)
+    np.testing.assert_array_equal(y.reshape(2, 32)[:, :16], (x + 1).reshape(2, 32)[:, :16])
 
 
 def test_cuda_backend_refuses_checked_mode_clearly():

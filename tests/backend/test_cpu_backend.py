@@ -531,9 +531,10 @@ def test_checked_mode_pointer_arithmetic_and_atomics():
 
 @pytest.mark.parametrize("check", [False, True])
 def test_divergent_barrier_is_reported_not_hung(check):
+    # lanes 16.. of each warp still run: they wait at a warp operation with the barrier's lanes
     body = """
     uint t = threadIdx.x;
-    if (t >= 96) return;
+    if (t % 32 >= 16) { out[t] = __shfl_sync(0xffffffffu, 1.0f, 0); return; }
     __syncthreads();
     out[t] = 1;
     """
@@ -543,11 +544,25 @@ def test_divergent_barrier_is_reported_not_hung(check):
         _run_with_timeout(lambda: k(3, 128, out=out))
     msg = str(e.value)
     assert msg.startswith("[diverge] divergent __syncthreads() at diverge:4 in block (")
-    assert "96 of 128 threads arrived, 32 returned" in msg
+    assert "64 of 128 threads arrived, 0 returned without reaching it, 64 wait at a warp" in msg
+
+
+@pytest.mark.parametrize("check", [False, True])
+def test_threads_that_returned_no_longer_hold_a_barrier_back(check):
+    body = """
+    uint t = threadIdx.x;
+    if (t >= 96) return;
+    __syncthreads();
+    out[t] = 1;
+    """
+    k = Kernel("exited", (_out("out"),), body, check=check)
+    out = _poisoned(128)
+    _run_with_timeout(lambda: k(3, 128, out=out))
+    assert (out[:96] == 1).all() and np.isnan(out[96:]).all()
 
 
 def test_fault_stops_the_launch_and_the_library_stays_usable():
-    body = "if (threadIdx.x < n) __syncthreads();\nout[blockIdx.x] = 1;"
+    body = "if (threadIdx.x < n) __syncthreads();\nelse __syncwarp();\nout[blockIdx.x] = 1;"
     k = Kernel("maybe", (_scalar("n"), _out("out")), body)
     out = np.zeros(64, np.float32)
     with pytest.raises(KernelFault):

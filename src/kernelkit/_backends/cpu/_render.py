@@ -20,10 +20,13 @@ __all__ = ["RenderedKernel", "launch_symbol", "needs_fibers", "render_source"]
 
 PRELUDE = "kk_cpu.h"
 
-# Anything that must rendezvous with other threads of the block makes the kernel run as fibers.
+# Anything that must rendezvous with other threads of the block makes the kernel run as fibers
+# (tests/unit/test_cpu_fiber_detection.py checks this lists every rendezvous of the headers).
 _FIBER_RE = re.compile(
-    r"__sync|__shfl|__ballot|__any_sync|__all_sync|__activemask|__reduce_\w+_sync|"
-    r"\bsync\s*\(|\bshfl\w*\s*\(|\breduce\s*\(|_scan\s*\(|\bballot\s*\(|\bany\s*\(|\ball\s*\("
+    r"__sync|__shfl|__ballot|__any_sync|__all_sync|__activemask|__reduce_\w+_sync|__match_\w+_sync|"
+    r"\bcoalesced_threads\b|\b(?:labeled|binary)_partition\b|\bthread_group\b|"
+    r"\bsync\s*\(|\bshfl\w*\s*\(|\breduce\s*\(|_scan\s*\(|\bballot\s*\(|\bany\s*\(|\ball\s*\(|"
+    r"\bmatch_any\s*\("
 )
 # Helpers that read the thread index through the prelude's thread-locals (not the kernel's
 # parameters), so the loop runner must keep them current.
@@ -36,6 +39,19 @@ _FIBER_SYNC = (
     "#define __syncthreads() kk_syncthreads_in(kk_blk, __FILE__, __LINE__)",
     "#undef __syncthreads",
 )
+# A GPU refuses more static shared memory per block than this (ptxas "uses too much shared data").
+STATIC_SHARED_LIMIT_BYTES = 48 * 1024
+# Comments and literals (skipped), braces (scopes), `__shared__ ... ;` declarations.
+_SHARED_SCAN_RE = re.compile(
+    r"//[^\n]*|/\*.*?\*/|\"(?:\\.|[^\"\\\n])*\"|'(?:\\.|[^'\\\n])*'|([{}])|"
+    r"\b__shared__\b([^;{}]*);",
+    re.S,
+)
+# Checked-mode rewrite: what follows or precedes an array name.
+_INDEX_NEXT_RE = re.compile(r"\s*\[")
+_MOVE_NEXT_RE = re.compile(r"\s*(?:\+\+|--|[-+]=|=(?!=))")
+_DEREF_BEFORE_RE = re.compile(r"(?:[(\[,=;{}?:!&|+\-*/%<>~^]|\breturn)\s*\*\s*$")
+_AUTO_BEFORE_RE = re.compile(r"\bauto\s+(?:const\s+)?[A-Za-z_]\w*\s*=\s*$")
 _ALIGN_RE = re.compile(r"(__align__|alignas)\s*\([^)]*\)")
 # Comments and literals (kept as they are), or an identifier.
 _TOKEN_RE = re.compile(
@@ -72,8 +88,8 @@ def render_source(source: KernelSource, check: bool) -> RenderedKernel:
     members = [
         (p, _member_type(p, check)) for p in source.params if not (check and p.kind == "extent")
     ]
-    header = _rewrite_extern_shared(source.header)
-    body = _rewrite_extern_shared(source.body)
+    header = _limit_static_shared(_rewrite_extern_shared(source.header))
+    body = _limit_static_shared(_rewrite_extern_shared(source.body))
     if check:
         body = _rewrite_array_uses(body, {p.name for p in arrays})
     name = source.kernel
@@ -218,12 +234,78 @@ def _rewrite_extern_shared(code: str) -> str:
     return _EXTERN_SHARED_RE.sub(repl, code)
 
 
+def _limit_static_shared(code: str) -> str:
+    """After each ``__shared__`` declaration, a static_assert that the static shared memory in
+    scope there fits the GPU's 48 KB: a kernel the GPU refuses fails on the CPU too. (Arrays in
+    sibling scopes, or in the header and the body, are not added up.)"""
+    out, pos, scopes, next_scope = [], 0, [0], 1
+    seen: list[tuple[tuple[int, ...], str]] = []  # (scope path, name) of earlier declarations
+    for m in _SHARED_SCAN_RE.finditer(code):
+        if m.group(1) == "{":
+            scopes.append(next_scope)
+            next_scope += 1
+        elif m.group(1) == "}" and len(scopes) > 1:
+            scopes.pop()
+        elif m.group(2) is not None:
+            path = tuple(scopes)
+            seen.extend((path, n) for n in _declared_names(m.group(2)))
+            visible = [n for p, n in seen if path[: len(p)] == p]
+            if visible:
+                total = " + ".join(f"sizeof({n})" for n in visible)
+                out.append(code[pos : m.end()])
+                out.append(
+                    f' static_assert({total} <= {STATIC_SHARED_LIMIT_BYTES}, "kernelkit: more '
+                    f"than 48 KB ({STATIC_SHARED_LIMIT_BYTES} bytes) of static __shared__ memory "
+                    f'per block, which no GPU compiles; use extern __shared__ (dynamic) memory");'
+                )
+                pos = m.end()
+    out.append(code[pos:])
+    return "".join(out)
+
+
+def _declared_names(declaration: str) -> list[str]:
+    """The variable names of ``float a[N], b`` (text after ``__shared__``, before ``;``)."""
+    parts, depth, angle, cur = [], 0, 0, []
+    for ch in declaration:
+        if ch in "([":
+            depth += 1
+        elif ch in ")]":
+            depth -= 1
+        elif depth == 0 and ch in "<>":
+            angle += 1 if ch == "<" else -1
+        elif ch == "," and depth == 0 and angle == 0:
+            parts.append("".join(cur))
+            cur = []
+            continue
+        cur.append(ch)
+    parts.append("".join(cur))
+    names = []
+    for part in parts:
+        part = re.sub(r"\[[^\]]*\]|=.*", " ", part.split("=")[0])
+        idents = re.findall(r"[A-Za-z_]\w*", _ALIGN_RE.sub(" ", part))
+        if idents and idents[-1] not in ("const", "volatile"):
+            names.append(idents[-1])
+    return names
+
+
 def _rewrite_array_uses(body: str, names: set[str]) -> str:
-    """Tag every use of an array parameter with its source line (checked mode)."""
+    """Checked mode: rewrite each use of an array parameter by how it is used (see
+    kk_cpu_checked.h): element accesses are checked and tagged with their line, moves of the
+    pointer keep the checked pointer, every other use gets the plain pointer."""
 
     def repl(m: re.Match[str]) -> str:
-        if m.group(1) is None or m.group(1) not in names:
+        name = m.group(1)
+        if name is None or name not in names:
             return m.group(0)
-        return f"kk_at({m.group(1)}, __FILE__, __LINE__)"
+        start = max(0, m.start() - 80)
+        before = (";" if start == 0 else "") + body[start : m.start()]
+        checked = f"kk_at({name}, __FILE__, __LINE__)"
+        if _INDEX_NEXT_RE.match(body, m.end()) or _DEREF_BEFORE_RE.search(before):
+            return checked
+        if _MOVE_NEXT_RE.match(body, m.end()) or before.rstrip().endswith(("++", "--")):
+            return name
+        if _AUTO_BEFORE_RE.search(before):  # `auto p = x + n;`: p stays a checked pointer
+            return checked
+        return f"kk_raw({name})"
 
     return _TOKEN_RE.sub(repl, body)

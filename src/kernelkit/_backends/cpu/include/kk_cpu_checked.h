@@ -1,6 +1,12 @@
-// Checked mode: array parameters become kk_checked_ptr<T>, whose element references check the
-// index against the array's extent on every read and write. The body is rewritten so that every
-// use of an array name records its source line: `out[i]` -> `kk_at(out, __FILE__, __LINE__)[i]`.
+// Checked mode: array parameters become kk_checked_ptr<T>, whose element accesses check the
+// index against the array's extent. The body is rewritten (_render.py) by how each use of an
+// array name reads: `out[i]` and `*out` -> `kk_at(out, __FILE__, __LINE__)[i]` (checked, with the
+// source line); `out += n`, `++out`, `out = ...` -> `out` (the checked pointer moves);
+// `auto p = out + n` -> a checked pointer too; any other use -> `kk_raw(out)`, the plain `T*`
+// that unchecked code sees (so templates deduce `T*`, casts and helpers work). Checking never
+// changes a result: it only adds faults. Elements of an input (`const T`) are checked when
+// indexed and are then plain `const T&`; elements of an output are kk_ref, so that reads and
+// writes are told apart.
 #pragma once
 
 [[noreturn]] __attribute__((cold, noinline)) static void kk_oob(const char* what, const char* name,
@@ -29,8 +35,14 @@ struct kk_ref {  // one element of a checked array: reads and writes are checked
     if (__builtin_expect(idx < 0 || idx >= extent, 0)) kk_oob(what, name, idx, extent, file, line);
     return base + idx;
   }
-  operator V() const { return *addr("read of"); }
+  operator V&() const { return *addr("read of"); }
   T* operator&() const { return addr("address of"); }
+  // `(float)y[i]` on a half or bfloat16 array (two conversions: allowed only when spelled out)
+  template <class U, class = std::enable_if_t<std::is_arithmetic<U>::value &&
+                                              !std::is_arithmetic<V>::value>>
+  explicit operator U() const {
+    return (U)(V)(*addr("read of"));
+  }
   template <class U>
   kk_ref& operator=(const U& v) {
     *addr("write to") = (V)v;
@@ -67,12 +79,25 @@ struct kk_checked_ptr {  // an array parameter (or a pointer derived from it) wi
   const char* file;
   int line;
 
+  using elem = std::conditional_t<std::is_const<T>::value, T&, kk_ref<T>>;
+
   operator T*() const { return base + off; }
-  template <class I, class = std::enable_if_t<std::is_integral<I>::value>>
-  kk_ref<T> operator[](I i) const {
-    return kk_ref<T>{base, off + (long long)i, extent, name, file, line};
+  kk_checked_ptr& operator=(T* p) {  // `x = x + n` (the right side is the plain pointer)
+    off = p - base;
+    return *this;
   }
-  kk_ref<T> operator*() const { return kk_ref<T>{base, off, extent, name, file, line}; }
+  template <class I, class = std::enable_if_t<std::is_integral<I>::value>>
+  elem operator[](I i) const { return at(off + (long long)i); }
+  elem operator*() const { return at(off); }
+  elem at(long long idx) const {
+    if constexpr (std::is_const<T>::value) {
+      if (__builtin_expect(idx < 0 || idx >= extent, 0))
+        kk_oob("read of", name, idx, extent, file, line);
+      return base[idx];
+    } else {
+      return kk_ref<T>{base, idx, extent, name, file, line};
+    }
+  }
   template <class I, class = std::enable_if_t<std::is_integral<I>::value>>
   kk_checked_ptr operator+(I i) const {
     kk_checked_ptr r = *this;
@@ -98,27 +123,24 @@ template <class I, class T, class = std::enable_if_t<std::is_integral<I>::value>
 static inline kk_checked_ptr<T> operator+(I i, const kk_checked_ptr<T>& p) { return p + i; }
 
 template <class T>
-static inline kk_checked_ptr<T> kk_at(kk_checked_ptr<T> p, const char* file, int line) {
-  p.file = file;
-  p.line = line;
-  return p;
+static inline kk_checked_ptr<T> kk_at(const kk_checked_ptr<T>& p, const char* file, int line) {
+  kk_checked_ptr<T> r = p;
+  r.file = file;
+  r.line = line;
+  return r;
 }
 template <class T>
-static inline T kk_at(T v, const char*, int) {  // a name the rewrite hit that is no array param
-  return v;
+static inline kk_checked_ptr<T> kk_at(kk_checked_ptr<T>& p, const char* file, int line) {
+  return kk_at(static_cast<const kk_checked_ptr<T>&>(p), file, line);
 }
-
-// Atomics through a checked pointer check the element first.
-#define KK_CHECKED_ATOMIC(fn)                                             \
-  template <class T, class V>                                             \
-  static inline std::remove_const_t<T> fn(kk_checked_ptr<T> p, V v) {     \
-    return fn(&*p, (std::remove_const_t<T>)v);                            \
-  }
-KK_CHECKED_ATOMIC(atomicAdd) KK_CHECKED_ATOMIC(atomicSub) KK_CHECKED_ATOMIC(atomicMax)
-KK_CHECKED_ATOMIC(atomicMin) KK_CHECKED_ATOMIC(atomicExch) KK_CHECKED_ATOMIC(atomicAnd)
-KK_CHECKED_ATOMIC(atomicOr) KK_CHECKED_ATOMIC(atomicXor)
-#undef KK_CHECKED_ATOMIC
-template <class T, class V>
-static inline T atomicCAS(kk_checked_ptr<T> p, V cmp, V v) {
-  return atomicCAS(&*p, (T)cmp, (T)v);
+template <class T>
+static inline T&& kk_at(T&& v, const char*, int) {  // a local that shadows an array param
+  return static_cast<T&&>(v);
 }
+// The plain pointer, for every use that is not an element access or a move of the pointer.
+template <class T>
+static inline T* kk_raw(kk_checked_ptr<T>& p) { return p.base + p.off; }
+template <class T>
+static inline T* kk_raw(const kk_checked_ptr<T>& p) { return p.base + p.off; }
+template <class T>
+static inline T&& kk_raw(T&& v) { return static_cast<T&&>(v); }  // a shadowing local

@@ -80,10 +80,41 @@ typedef __half half;
 typedef __nv_bfloat16 nv_bfloat16;
 typedef __nv_bfloat16 bfloat16_t;
 
-struct alignas(4) __half2 { __half x, y; };
-struct alignas(4) __nv_bfloat162 { __nv_bfloat16 x, y; };
+// The pairs, with cuda_fp16.h / cuda_bf16.h's constructor (two halves; floats convert) and
+// lane-wise operators (comparisons are true when both lanes compare true, as __hbeq2).
+#define KK_HALF2_TYPE(H2, H)                                                                  \
+  struct alignas(4) H2 {                                                                      \
+    H x, y;                                                                                   \
+    H2() = default;                                                                           \
+    constexpr H2(const H& a, const H& b) : x(a), y(b) {}                                      \
+    H2& operator+=(const H2& o) { x += o.x; y += o.y; return *this; }                         \
+    H2& operator-=(const H2& o) { x -= o.x; y -= o.y; return *this; }                         \
+    H2& operator*=(const H2& o) { x *= o.x; y *= o.y; return *this; }                         \
+    H2& operator/=(const H2& o) { x /= o.x; y /= o.y; return *this; }                         \
+    H2& operator++() { ++x; ++y; return *this; }                                              \
+    H2& operator--() { --x; --y; return *this; }                                              \
+    H2 operator-() const { return H2(-x, -y); }                                               \
+    H2 operator+() const { return *this; }                                                    \
+  };                                                                                          \
+  static inline H2 operator+(const H2& a, const H2& b) { return H2(a.x + b.x, a.y + b.y); }   \
+  static inline H2 operator-(const H2& a, const H2& b) { return H2(a.x - b.x, a.y - b.y); }   \
+  static inline H2 operator*(const H2& a, const H2& b) { return H2(a.x * b.x, a.y * b.y); }   \
+  static inline H2 operator/(const H2& a, const H2& b) { return H2(a.x / b.x, a.y / b.y); }   \
+  static inline bool operator==(const H2& a, const H2& b) { return a.x == b.x && a.y == b.y; } \
+  static inline bool operator!=(const H2& a, const H2& b) { return a.x != b.x && a.y != b.y; } \
+  static inline bool operator<(const H2& a, const H2& b) { return a.x < b.x && a.y < b.y; }    \
+  static inline bool operator>(const H2& a, const H2& b) { return a.x > b.x && a.y > b.y; }    \
+  static inline bool operator<=(const H2& a, const H2& b) { return a.x <= b.x && a.y <= b.y; } \
+  static inline bool operator>=(const H2& a, const H2& b) { return a.x >= b.x && a.y >= b.y; }
+KK_HALF2_TYPE(__half2, __half)
+KK_HALF2_TYPE(__nv_bfloat162, __nv_bfloat16)
+#undef KK_HALF2_TYPE
 typedef __half2 half2;
 typedef __nv_bfloat162 nv_bfloat162;
+struct __half_raw { unsigned short x; };
+struct __half2_raw { unsigned short x, y; };
+struct __nv_bfloat16_raw { unsigned short x; };
+struct __nv_bfloat162_raw { unsigned short x, y; };
 
 #define KK_HALF_FUNCS(H, P, S)                                                                \
   static inline H __float2##S(float f) { return H(f); }                                       \
@@ -139,19 +170,55 @@ static inline __half hrsqrt(__half a) { return __half(1.0f / sqrtf(float(a))); }
 static inline __nv_bfloat16 hrsqrt(__nv_bfloat16 a) { return __nv_bfloat16(1.0f / sqrtf(float(a))); }
 #undef KK_HMATH
 
-static inline __half2 __floats2half2_rn(float a, float b) { return __half2{__half(a), __half(b)}; }
-static inline __half2 __float2half2_rn(float a) { return __half2{__half(a), __half(a)}; }
-static inline __half2 __halves2half2(__half a, __half b) { return __half2{a, b}; }
-static inline float2 __half22float2(__half2 h) { return float2{float(h.x), float(h.y)}; }
-static inline float __low2float(__half2 h) { return float(h.x); }
-static inline float __high2float(__half2 h) { return float(h.y); }
-static inline __half2 __hadd2(__half2 a, __half2 b) { return __half2{a.x + b.x, a.y + b.y}; }
-static inline __half2 __hmul2(__half2 a, __half2 b) { return __half2{a.x * b.x, a.y * b.y}; }
-static inline __half2 __hsub2(__half2 a, __half2 b) { return __half2{a.x - b.x, a.y - b.y}; }
-static inline __half2 __hfma2(__half2 a, __half2 b, __half2 c) {
-  return __half2{__hfma(a.x, b.x, c.x), __hfma(a.y, b.y, c.y)};
-}
-static inline __nv_bfloat162 __floats2bfloat162_rn(float a, float b) {
-  return __nv_bfloat162{__nv_bfloat16(a), __nv_bfloat16(b)};
-}
-static inline float2 __bfloat1622float2(__nv_bfloat162 h) { return float2{float(h.x), float(h.y)}; }
+// Pair functions of cuda_fp16.h / cuda_bf16.h: lane-wise through the scalar forms.
+#define KK_PAIR_FUNCS(H2, H, S)                                                               \
+  static inline H2 __floats2##S##2_rn(float a, float b) { return H2(H(a), H(b)); }            \
+  static inline H2 __float2##S##2_rn(float a) { return H2(H(a), H(a)); }                      \
+  static inline H2 __float22##S##2_rn(float2 f) { return H2(H(f.x), H(f.y)); }               \
+  static inline float2 __##S##22float2(H2 h) { return float2{float(h.x), float(h.y)}; }       \
+  static inline float __low2float(H2 h) { return float(h.x); }                                \
+  static inline float __high2float(H2 h) { return float(h.y); }                               \
+  static inline H __low2##S(H2 h) { return h.x; }                                             \
+  static inline H __high2##S(H2 h) { return h.y; }                                            \
+  static inline H2 __halves2##S##2(H a, H b) { return H2(a, b); }                             \
+  static inline H2 __##S##2##S##2(H a) { return H2(a, a); }                                   \
+  static inline H2 __lows2##S##2(H2 a, H2 b) { return H2(a.x, b.x); }                         \
+  static inline H2 __highs2##S##2(H2 a, H2 b) { return H2(a.y, b.y); }                        \
+  static inline H2 __low2##S##2(H2 a) { return H2(a.x, a.x); }                                \
+  static inline H2 __high2##S##2(H2 a) { return H2(a.y, a.y); }                               \
+  static inline H2 __lowhigh2highlow(H2 a) { return H2(a.y, a.x); }                           \
+  static inline H2 __hadd2(H2 a, H2 b) { return a + b; }                                      \
+  static inline H2 __hsub2(H2 a, H2 b) { return a - b; }                                      \
+  static inline H2 __hmul2(H2 a, H2 b) { return a * b; }                                      \
+  static inline H2 __h2div(H2 a, H2 b) { return a / b; }                                      \
+  static inline H2 __hfma2(H2 a, H2 b, H2 c) { return H2(__hfma(a.x, b.x, c.x), __hfma(a.y, b.y, c.y)); } \
+  static inline H2 __hneg2(H2 a) { return -a; }                                               \
+  static inline H2 __habs2(H2 a) { return H2(__habs(a.x), __habs(a.y)); }                     \
+  static inline H2 __hmax2(H2 a, H2 b) { return H2(__hmax(a.x, b.x), __hmax(a.y, b.y)); }     \
+  static inline H2 __hmin2(H2 a, H2 b) { return H2(__hmin(a.x, b.x), __hmin(a.y, b.y)); }     \
+  static inline bool __hbeq2(H2 a, H2 b) { return a == b; }                                   \
+  static inline bool __hbne2(H2 a, H2 b) { return a.x != b.x && a.y != b.y; }                 \
+  static inline bool __hblt2(H2 a, H2 b) { return a < b; }                                    \
+  static inline bool __hble2(H2 a, H2 b) { return a <= b; }                                   \
+  static inline bool __hbgt2(H2 a, H2 b) { return a > b; }                                    \
+  static inline bool __hbge2(H2 a, H2 b) { return a >= b; }                                   \
+  static inline H2 __heq2(H2 a, H2 b) { return H2(H(a.x == b.x ? 1.f : 0.f), H(a.y == b.y ? 1.f : 0.f)); } \
+  static inline H2 __hne2(H2 a, H2 b) { return H2(H(a.x != b.x ? 1.f : 0.f), H(a.y != b.y ? 1.f : 0.f)); } \
+  static inline H2 __hlt2(H2 a, H2 b) { return H2(H(a.x < b.x ? 1.f : 0.f), H(a.y < b.y ? 1.f : 0.f)); } \
+  static inline H2 __hgt2(H2 a, H2 b) { return H2(H(a.x > b.x ? 1.f : 0.f), H(a.y > b.y ? 1.f : 0.f)); } \
+  static inline H2 h2exp(H2 a) { return H2(hexp(a.x), hexp(a.y)); }                           \
+  static inline H2 h2exp2(H2 a) { return H2(hexp2(a.x), hexp2(a.y)); }                        \
+  static inline H2 h2log(H2 a) { return H2(hlog(a.x), hlog(a.y)); }                           \
+  static inline H2 h2log2(H2 a) { return H2(hlog2(a.x), hlog2(a.y)); }                        \
+  static inline H2 h2sqrt(H2 a) { return H2(hsqrt(a.x), hsqrt(a.y)); }                        \
+  static inline H2 h2rsqrt(H2 a) { return H2(hrsqrt(a.x), hrsqrt(a.y)); }                     \
+  static inline H2 h2rcp(H2 a) { return H2(hrcp(a.x), hrcp(a.y)); }                           \
+  static inline H2 h2sin(H2 a) { return H2(hsin(a.x), hsin(a.y)); }                           \
+  static inline H2 h2cos(H2 a) { return H2(hcos(a.x), hcos(a.y)); }                           \
+  static inline H2 h2floor(H2 a) { return H2(hfloor(a.x), hfloor(a.y)); }                     \
+  static inline H2 h2ceil(H2 a) { return H2(hceil(a.x), hceil(a.y)); }                        \
+  static inline H2 h2trunc(H2 a) { return H2(htrunc(a.x), htrunc(a.y)); }                     \
+  static inline H2 h2rint(H2 a) { return H2(hrint(a.x), hrint(a.y)); }
+KK_PAIR_FUNCS(__half2, __half, half)
+KK_PAIR_FUNCS(__nv_bfloat162, __nv_bfloat16, bfloat16)
+#undef KK_PAIR_FUNCS

@@ -128,6 +128,21 @@ static inline unsigned long long __umul64hi(unsigned long long a, unsigned long 
 static inline unsigned __sad(int a, int b, unsigned c) { return c + (unsigned)(a > b ? a - b : b - a); }
 template <class T>
 static inline T __ldg(const T* p) { return *p; }
+// Cache-hinted loads and stores (no caches to steer here). The stored value converts to the
+// pointee's type, as CUDA's per-type overloads do.
+template <class T>
+struct kk_ident { using type = T; };
+#define KK_LOAD_HINT(name) \
+  template <class T>       \
+  static inline T name(const T* p) { return *p; }
+#define KK_STORE_HINT(name) \
+  template <class T>        \
+  static inline void name(T* p, typename kk_ident<T>::type v) { *p = v; }
+KK_LOAD_HINT(__ldcg) KK_LOAD_HINT(__ldca) KK_LOAD_HINT(__ldcs) KK_LOAD_HINT(__ldlu)
+KK_LOAD_HINT(__ldcv)
+KK_STORE_HINT(__stcg) KK_STORE_HINT(__stcs) KK_STORE_HINT(__stwb) KK_STORE_HINT(__stwt)
+#undef KK_LOAD_HINT
+#undef KK_STORE_HINT
 static inline long long clock64() {
   timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);

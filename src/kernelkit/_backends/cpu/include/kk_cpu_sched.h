@@ -11,10 +11,22 @@
 //    barrier (measured by benchmarks/cpu_backend.py).
 //  * Warp operations: each lane deposits a value and a source lane; the last lane to arrive
 //    computes every lane's result, the others read theirs when resumed.
+//  * Exited threads no longer hold anything back (as on the GPU): a barrier waits for the
+//    threads that have not returned, a warp operation for the lanes of its mask that have not.
+//  * __activemask() is a rendezvous too: a lane waits there until every live lane of its warp
+//    waits somewhere (a barrier, a warp operation, another __activemask) or has returned; the
+//    lanes waiting at the same call (same return address) form the mask, as a converged branch
+//    does on the GPU. Limit: lanes that reach one call through different branches (a helper
+//    that is not inlined, called from both sides of an `if`) count as converged.
+//  * Tiles wider than a warp (thread_block_tile<64..1024>) synchronize through a per-tile
+//    counter indexed by the tile's first thread.
 #pragma once
 
 #ifndef KK_CPU_FIBER_STACK_BYTES
 #define KK_CPU_FIBER_STACK_BYTES (128 * 1024)
+#endif
+#ifndef KK_CPU_MAX_DYNAMIC_SHARED_BYTES
+#define KK_CPU_MAX_DYNAMIC_SHARED_BYTES (227 * 1024)  // an H100's opt-in maximum per block
 #endif
 #ifndef KK_CPU_IDLE_SECONDS
 #define KK_CPU_IDLE_SECONDS 2
@@ -128,7 +140,7 @@ static inline void kk_ctx_make(kk_ctx* c, char* stack, size_t size, void (*entry
 #endif
 
 // --- one block as fibers ----------------------------------------------------------------------
-enum : int { KK_RUN = 0, KK_BAR = 1, KK_WARP = 2, KK_DONE = 3 };
+enum : int { KK_RUN = 0, KK_BAR = 1, KK_WARP = 2, KK_DONE = 3, KK_TILE = 4 };
 
 struct kk_fiber {
   kk_ctx ctx;
@@ -136,16 +148,25 @@ struct kk_fiber {
   uint3 tid;
 };
 
+enum : unsigned char { KK_XCHG_SHFL = 0, KK_XCHG_MATCH = 1 };
+
 struct kk_warp_slot {  // one warp's rendezvous
   unsigned arrived, expected, pred, exited, valid;
+  unsigned am_wait;  // lanes waiting in __activemask()
+  unsigned char op;  // what the pending exchange computes (KK_XCHG_*)
   unsigned char src[32];
   unsigned long long val[32], res[32];
   unsigned res_ballot[32], res_group[32];
+  const void* am_key[32];  // the call site each __activemask() waiter is at
+  unsigned am_res[32];
 };
 
 struct kk_block {
   kk_fiber* fibers;
   kk_warp_slot* warps;
+  unsigned short* tile_arrived;  // wide-tile barriers: arrivals, by the tile's first thread
+  unsigned short* tile_size;
+  int tiles_pending;
   int n, done, arrived, cur;
   bool faulted;
   const char* bar_file;
@@ -163,6 +184,7 @@ struct kk_worker {  // per OS thread, reused across blocks and launches
   int cap = 0;
   kk_fiber* fibers = nullptr;
   kk_warp_slot* warps = nullptr;
+  unsigned short* tile_counts = nullptr;  // 2n: arrivals, then sizes
   unsigned char* dsmem = nullptr;
   size_t dsmem_cap = 0;
 
@@ -170,6 +192,7 @@ struct kk_worker {  // per OS thread, reused across blocks and launches
     if (stacks) munmap(stacks, map_bytes);
     delete[] fibers;
     delete[] warps;
+    delete[] tile_counts;
     free(dsmem);
   }
   void reserve_fibers(int n) {  // one mapping; a guard page below every stack
@@ -177,6 +200,7 @@ struct kk_worker {  // per OS thread, reused across blocks and launches
     if (stacks) munmap(stacks, map_bytes);
     delete[] fibers;
     delete[] warps;
+    delete[] tile_counts;
     const size_t page = (size_t)sysconf(_SC_PAGESIZE);
     stride = KK_CPU_FIBER_STACK_BYTES + 2 * page;
     map_bytes = stride * (size_t)n;
@@ -187,6 +211,7 @@ struct kk_worker {  // per OS thread, reused across blocks and launches
     for (int i = 0; i < n; ++i) mprotect(stacks + stride * (size_t)i, page, PROT_NONE);
     fibers = new kk_fiber[n];
     warps = new kk_warp_slot[(n + 31) / 32];
+    tile_counts = new unsigned short[2 * (size_t)n]();
     cap = n;
   }
   // Stack tops are staggered by 64 * (i % 61) bytes: equal strides would put every fiber's
@@ -216,17 +241,67 @@ static void kk_warp_resolve(kk_block* b, kk_warp_slot& W, int base, int self) {
   const unsigned got = W.arrived, ballot = W.pred & got;
   for (unsigned m = got; m; m &= m - 1) {
     const int l = __builtin_ctz(m), s = W.src[l];
-    W.res[l] = ((got >> s) & 1u) ? W.val[s] : W.val[l];
+    if (W.op == KK_XCHG_MATCH) {  // the lanes holding the same value
+      unsigned same = 0;
+      for (unsigned k = got; k; k &= k - 1)
+        if (W.val[__builtin_ctz(k)] == W.val[l]) same |= k & -k;
+      W.res[l] = same;
+    } else {
+      W.res[l] = ((got >> s) & 1u) ? W.val[s] : W.val[l];
+    }
     W.res_ballot[l] = ballot;
     W.res_group[l] = got;
     if (base + l != self) b->fibers[base + l].state = KK_RUN;
   }
   W.arrived = W.expected = W.pred = 0;
+  W.op = KK_XCHG_SHFL;
 }
 
 static inline bool kk_warp_ready(const kk_warp_slot& W) {
   const unsigned need = W.expected & ~W.exited;
   return W.arrived != 0 && (W.arrived & need) == need;
+}
+
+// __activemask() waiters of warp `W` are released once every live lane of the warp waits (or has
+// returned): each gets the set of waiters at its own call site. Called after a lane blocks.
+static void kk_activemask_settle(kk_block* b, kk_warp_slot& W, int base) {
+  const unsigned live = W.valid & ~W.exited;
+  for (unsigned m = live; m; m &= m - 1)
+    if (b->fibers[base + __builtin_ctz(m)].state == KK_RUN) return;  // a lane still runs
+  for (unsigned m = W.am_wait; m; m &= m - 1) {
+    const int l = __builtin_ctz(m);
+    unsigned same = 0;
+    for (unsigned k = W.am_wait; k; k &= k - 1)
+      if (W.am_key[__builtin_ctz(k)] == W.am_key[l]) same |= k & -k;
+    W.am_res[l] = same;
+    b->fibers[base + l].state = KK_RUN;
+  }
+  W.am_wait = 0;
+}
+static inline void kk_blocked(kk_block* b, int me) {  // `me` has just stopped running
+  kk_warp_slot& W = b->warps[me >> 5];
+  if (__builtin_expect(W.am_wait != 0, 0)) kk_activemask_settle(b, W, me & ~31);
+}
+
+static inline void kk_bar_release(kk_block* b) {
+  b->arrived = 0;
+  for (int t = 0; t < b->n; ++t)
+    if (b->fibers[t].state == KK_BAR) b->fibers[t].state = KK_RUN;
+}
+
+// Lanes of warps [first/32, (first+count)/32) that have not returned.
+static inline int kk_live_in(const kk_block* b, int first, int count) {
+  int live = 0;
+  for (int w = first >> 5; w < (first + count + 31) >> 5; ++w)
+    live += __builtin_popcount(b->warps[w].valid & ~b->warps[w].exited);
+  return live;
+}
+static inline void kk_tile_release(kk_block* b, int first) {
+  const int count = b->tile_size[first];
+  for (int t = first; t < first + count && t < b->n; ++t)
+    if (b->fibers[t].state == KK_TILE) b->fibers[t].state = KK_RUN;
+  b->tile_arrived[first] = 0;
+  --b->tiles_pending;
 }
 
 // Leaves fiber `me` (already marked waiting or done): switches straight to the next runnable
@@ -267,6 +342,13 @@ static void kk_fiber_main() {
   kk_warp_slot& W = b->warps[me >> 5];
   W.exited |= 1u << (me & 31);  // exited lanes no longer take part in warp operations
   if (kk_warp_ready(W)) kk_warp_resolve(b, W, me & ~31, -1);
+  // ... nor hold a barrier back (as on the GPU: bar.sync waits for non-exited threads only)
+  if (b->arrived && b->arrived == b->n - b->done) kk_bar_release(b);
+  if (b->tiles_pending)
+    for (int f = 0; f < b->n; f += 32)
+      if (b->tile_arrived[f] && b->tile_arrived[f] == kk_live_in(b, f, b->tile_size[f]))
+        kk_tile_release(b, f);
+  kk_blocked(b, me);
   kk_yield(b, me);
   __builtin_unreachable();
 }
@@ -275,7 +357,7 @@ static void kk_fiber_main() {
   int bar = 0, warp = 0;
   for (int t = 0; t < b.n; ++t) {
     bar += b.fibers[t].state == KK_BAR;
-    warp += b.fibers[t].state == KK_WARP;
+    warp += b.fibers[t].state == KK_WARP || b.fibers[t].state == KK_TILE;
   }
   if (bar)
     kk_fault_record(
@@ -297,6 +379,9 @@ static void kk_run_fibers(const kk_launch& L) {
   kk_block b;
   b.fibers = w.fibers;
   b.warps = w.warps;
+  b.tile_arrived = w.tile_counts;
+  b.tile_size = w.tile_counts + n;
+  b.tiles_pending = 0;
   b.n = n;
   b.done = b.arrived = b.cur = 0;
   b.faulted = false;
@@ -308,6 +393,7 @@ static void kk_run_fibers(const kk_launch& L) {
     memset(&w.warps[i], 0, offsetof(kk_warp_slot, src));
     w.warps[i].valid = (i == nw - 1 && (n & 31)) ? (1u << (n & 31)) - 1u : ~0u;
   }
+  memset(w.tile_counts, 0, sizeof(unsigned short) * (size_t)n);  // a fault may leave arrivals
   for (int t = 0; t < n; ++t) {
     kk_ctx_make(&b.fibers[t].ctx, w.stack(t), KK_CPU_FIBER_STACK_BYTES, kk_fiber_main);
     b.fibers[t].state = KK_RUN;
@@ -345,19 +431,33 @@ static inline kk_block* kk_fiber_block(const char* what) {
   return b;
 }
 
+[[noreturn]] __attribute__((cold)) static void kk_barrier_sites(const kk_block& b, const char* file,
+                                                                 int line) {
+  kk_fault_record("divergent __syncthreads() in block (%u,%u,%u): %d thread(s) wait at %s:%d while "
+                  "thread (%u,%u,%u) reaches %s:%d", blockIdx.x, blockIdx.y, blockIdx.z,
+                  b.arrived, b.bar_file, b.bar_line, threadIdx.x, threadIdx.y, threadIdx.z, file,
+                  line);
+  throw kk_fault{};
+}
+
 // `b` is the running block: the kernel body passes its own parameter (no TLS lookup per barrier;
-// see _render.py); helpers go through kk_syncthreads_at.
+// see _render.py); helpers go through kk_syncthreads_at. Threads that have returned do not count
+// (as on the GPU); threads waiting at another barrier's source line are a divergent barrier.
 static inline void kk_syncthreads_in(kk_block* b, const char* file, int line) {
-  if (++b->arrived == b->n) {  // last to arrive: release the others and keep running
-    b->arrived = 0;
-    for (int t = 0; t < b->n; ++t)
-      if (b->fibers[t].state == KK_BAR) b->fibers[t].state = KK_RUN;
+  if (b->arrived == 0) {
+    b->bar_file = file;
+    b->bar_line = line;
+  } else if (__builtin_expect(line != b->bar_line || (file != b->bar_file &&
+                                                      strcmp(file, b->bar_file) != 0), 0)) {
+    kk_barrier_sites(*b, file, line);
+  }
+  if (++b->arrived == b->n - b->done) {  // last to arrive: release the others and keep running
+    kk_bar_release(b);
     return;
   }
-  b->bar_file = file;
-  b->bar_line = line;
   const int me = b->cur;
   b->fibers[me].state = KK_BAR;
+  kk_blocked(b, me);
   kk_yield(b, me);
 }
 
@@ -365,20 +465,40 @@ static inline void kk_syncthreads_at(const char* file, int line) {
   kk_syncthreads_in(kk_fiber_block("__syncthreads"), file, line);
 }
 
+// Barrier of the `count` threads starting at `first` (a tile wider than a warp; warp-aligned).
+static void kk_tile_sync(int first, int count) {
+  kk_block* b = kk_fiber_block("thread_block_tile::sync");
+  const int me = b->cur;
+  if (b->tile_arrived[first] == 0) {
+    b->tile_size[first] = (unsigned short)count;
+    ++b->tiles_pending;
+  }
+  if (++b->tile_arrived[first] == kk_live_in(b, first, count)) {
+    kk_tile_release(b, first);
+    return;
+  }
+  b->fibers[me].state = KK_TILE;
+  kk_blocked(b, me);
+  kk_yield(b, me);
+}
+
 struct kk_xchg {
   unsigned long long value;
   unsigned ballot, group;
 };
 
-// Warp rendezvous: deposit (value, source lane, predicate); returns the source lane's value, the
-// ballot of predicates and the set of lanes that took part.
-static kk_xchg kk_warp_exchange(unsigned mask, unsigned long long v, int src, bool pred) {
+// Warp rendezvous: deposit (value, source lane, predicate); returns the source lane's value (or,
+// for KK_XCHG_MATCH, the lanes holding the same value), the ballot of predicates and the set of
+// lanes that took part.
+static kk_xchg kk_warp_exchange(unsigned mask, unsigned long long v, int src, bool pred,
+                                unsigned char op = KK_XCHG_SHFL) {
   kk_block* b = kk_fiber_block("a warp operation");
   const int me = b->cur, lane = me & 31;
   kk_warp_slot& W = b->warps[me >> 5];
   const unsigned bit = 1u << lane;
   W.val[lane] = v;
   W.src[lane] = (unsigned char)(src & 31);
+  W.op = op;
   if (pred) W.pred |= bit;
   W.arrived |= bit;
   W.expected |= (mask | bit) & W.valid;
@@ -386,9 +506,25 @@ static kk_xchg kk_warp_exchange(unsigned mask, unsigned long long v, int src, bo
     kk_warp_resolve(b, W, me & ~31, me);
   } else {
     b->fibers[me].state = KK_WARP;
+    kk_blocked(b, me);
     kk_yield(b, me);
   }
   return kk_xchg{W.res[lane], W.res_ballot[lane], W.res_group[lane]};
+}
+
+// The lanes of the caller's warp that are at this same call now (see the model at the top).
+// Not inlined: its return address tells call sites apart.
+__attribute__((noinline)) static unsigned kk_activemask() {
+  kk_block* b = kk_cur_block;
+  if (!b) return 0xffffffffu;  // (only fiber-mode kernels can diverge)
+  const int me = b->cur, lane = me & 31;
+  kk_warp_slot& W = b->warps[me >> 5];
+  W.am_key[lane] = __builtin_return_address(0);
+  W.am_wait |= 1u << lane;
+  b->fibers[me].state = KK_WARP;
+  kk_activemask_settle(b, W, me & ~31);
+  if (b->fibers[me].state != KK_RUN) kk_yield(b, me);
+  return W.am_res[lane];
 }
 
 // --- the worker pool and the launch -----------------------------------------------------------
@@ -470,10 +606,15 @@ static int kk_launch_grid(const void* args, kk_block_fn rb, kk_thread_fn rt, lon
   L.shmem_bytes = (size_t)shmem;
   L.message[0] = 0;
   const long long threads = bx * by * bz;
-  if (gx < 1 || gy < 1 || gz < 1 || threads < 1 || threads > 1024 || shmem < 0) {
+  // CUDA's limits (compute capability 7.0 and later), so what runs here launches on a GPU.
+  if (gx < 1 || gy < 1 || gz < 1 || gx > 2147483647LL || gy > 65535 || gz > 65535 || bx < 1 ||
+      by < 1 || bz < 1 || bx > 1024 || by > 1024 || bz > 64 || threads > 1024 || shmem < 0 ||
+      shmem > KK_CPU_MAX_DYNAMIC_SHARED_BYTES) {
     snprintf(kk_last_fault, sizeof(kk_last_fault),
-             "cpu: invalid launch: grid (%lld,%lld,%lld), block (%lld,%lld,%lld) (at most 1024 "
-             "threads), %lld bytes of dynamic shared memory", gx, gy, gz, bx, by, bz, shmem);
+             "cpu: invalid launch: grid (%lld,%lld,%lld) (at most (2^31-1,65535,65535)), block "
+             "(%lld,%lld,%lld) (at most (1024,1024,64) and 1024 threads), %lld bytes of dynamic "
+             "shared memory (at most %d)", gx, gy, gz, bx, by, bz, shmem,
+             KK_CPU_MAX_DYNAMIC_SHARED_BYTES);
     return 2;
   }
   if (nthreads < 1) nthreads = 1;

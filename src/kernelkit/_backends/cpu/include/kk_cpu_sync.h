@@ -100,35 +100,71 @@ static inline unsigned short atomicCAS(unsigned short* p, unsigned short cmp, un
 #define KK_FULL_MASK 0xffffffffu
 static inline unsigned kk_lane() { return kk_linear_tid() & 31u; }
 
+[[noreturn]] __attribute__((cold)) static void kk_shfl_fault(unsigned mask, unsigned group,
+                                                              int src, const char* file,
+                                                              int line) {
+  kk_fault_record("warp shuffle reads lane %d, which does not take part (mask 0x%08x, lanes "
+                  "present 0x%08x; the GPU returns an undefined value), by block (%u,%u,%u) "
+                  "thread (%u,%u,%u) at %s:%d", src, mask, group, blockIdx.x, blockIdx.y,
+                  blockIdx.z, threadIdx.x, threadIdx.y, threadIdx.z, file, line);
+  throw kk_fault{};
+}
+
+// A shuffle's source lane must take part; when it does not, the GPU's result is undefined. The
+// CPU returns the caller's own value, and checked mode reports it.
 template <class T>
-static inline T kk_shfl_from(unsigned mask, T v, int src) {
+static inline T kk_shfl_from(unsigned mask, T v, int src, const char* file, int line) {
   static_assert(sizeof(T) <= 8, "warp shuffles move values of at most 8 bytes");
   unsigned long long bits = 0;
   memcpy(&bits, &v, sizeof(T));
-  bits = kk_warp_exchange(mask, bits, src, false).value;
+  const kk_xchg x = kk_warp_exchange(mask, bits, src, false);
+#ifdef KK_CPU_CHECKED
+  const unsigned lane = kk_lane();
+  if (__builtin_expect((unsigned)src != lane && !(((x.group & (mask | 1u << lane)) >> src) & 1u), 0))
+    kk_shfl_fault(mask, x.group, src, file, line);
+#else
+  (void)file, (void)line;
+#endif
   T r;
-  memcpy(&r, &bits, sizeof(T));
+  memcpy(&r, &x.value, sizeof(T));
   return r;
 }
+#define KK_SITE const char *file = __builtin_FILE(), int line = __builtin_LINE()
 template <class T>
-static inline T __shfl_sync(unsigned mask, T v, int src, int width = 32) {
+static inline T __shfl_sync(unsigned mask, T v, int src, int width = 32, KK_SITE) {
   const int lane = (int)kk_lane(), seg = lane & ~(width - 1);
-  return kk_shfl_from(mask, v, seg + (src & (width - 1)));
+  return kk_shfl_from(mask, v, seg + (src & (width - 1)), file, line);
 }
 template <class T>
-static inline T __shfl_up_sync(unsigned mask, T v, unsigned d, int width = 32) {
+static inline T __shfl_up_sync(unsigned mask, T v, unsigned d, int width = 32, KK_SITE) {
   const int lane = (int)kk_lane(), seg = lane & ~(width - 1), s = lane - (int)d;
-  return kk_shfl_from(mask, v, s >= seg ? s : lane);
+  return kk_shfl_from(mask, v, s >= seg ? s : lane, file, line);
 }
 template <class T>
-static inline T __shfl_down_sync(unsigned mask, T v, unsigned d, int width = 32) {
+static inline T __shfl_down_sync(unsigned mask, T v, unsigned d, int width = 32, KK_SITE) {
   const int lane = (int)kk_lane(), seg = lane & ~(width - 1), s = lane + (int)d;
-  return kk_shfl_from(mask, v, s < seg + width ? s : lane);
+  return kk_shfl_from(mask, v, s < seg + width ? s : lane, file, line);
 }
 template <class T>
-static inline T __shfl_xor_sync(unsigned mask, T v, int lane_mask, int width = 32) {
+static inline T __shfl_xor_sync(unsigned mask, T v, int lane_mask, int width = 32, KK_SITE) {
   const int lane = (int)kk_lane(), seg = lane & ~(width - 1), s = lane ^ lane_mask;
-  return kk_shfl_from(mask, v, s < seg + width ? s : lane);
+  return kk_shfl_from(mask, v, s < seg + width ? s : lane, file, line);
+}
+#undef KK_SITE
+template <class T>
+static inline unsigned __match_any_sync(unsigned mask, T v) {
+  static_assert(sizeof(T) <= 8, "__match_any_sync compares values of at most 8 bytes");
+  unsigned long long bits = 0;
+  memcpy(&bits, &v, sizeof(T));
+  return (unsigned)kk_warp_exchange(mask, bits, (int)kk_lane(), false, KK_XCHG_MATCH).value;
+}
+template <class T>
+static inline unsigned __match_all_sync(unsigned mask, T v, int* pred) {
+  unsigned long long bits = 0;
+  memcpy(&bits, &v, sizeof(T));
+  const kk_xchg x = kk_warp_exchange(mask, bits, (int)kk_lane(), false, KK_XCHG_MATCH);
+  *pred = (unsigned)x.value == x.group;
+  return *pred ? x.group : 0u;
 }
 static inline unsigned __ballot_sync(unsigned mask, int pred) {
   return kk_warp_exchange(mask, 0, (int)kk_lane(), pred != 0).ballot;
@@ -141,12 +177,8 @@ static inline int __all_sync(unsigned mask, int pred) {
 static inline void __syncwarp(unsigned mask = KK_FULL_MASK) {
   kk_warp_exchange(mask, 0, (int)kk_lane(), false);
 }
-static inline unsigned __activemask() {
-  kk_block* b = kk_cur_block;
-  if (!b) return KK_FULL_MASK;
-  const kk_warp_slot& W = b->warps[b->cur >> 5];
-  return W.valid & ~W.exited;
-}
+// The lanes in the caller's branch (see kk_activemask in kk_cpu_sched.h for the emulation).
+static inline __attribute__((always_inline)) unsigned __activemask() { return kk_activemask(); }
 template <class T, class F>
 static inline T kk_warp_reduce(unsigned mask, T v, F f) {
   for (int o = 16; o > 0; o >>= 1) v = f(v, __shfl_xor_sync(mask, v, o));
@@ -163,6 +195,21 @@ static inline int __reduce_max_sync(unsigned m, int v) {
 }
 static inline int __reduce_min_sync(unsigned m, int v) {
   return kk_warp_reduce(m, v, [](int a, int b) { return a < b ? a : b; });
+}
+static inline unsigned __reduce_max_sync(unsigned m, unsigned v) {
+  return kk_warp_reduce(m, v, [](unsigned a, unsigned b) { return a > b ? a : b; });
+}
+static inline unsigned __reduce_min_sync(unsigned m, unsigned v) {
+  return kk_warp_reduce(m, v, [](unsigned a, unsigned b) { return a < b ? a : b; });
+}
+static inline unsigned __reduce_and_sync(unsigned m, unsigned v) {
+  return kk_warp_reduce(m, v, [](unsigned a, unsigned b) { return a & b; });
+}
+static inline unsigned __reduce_or_sync(unsigned m, unsigned v) {
+  return kk_warp_reduce(m, v, [](unsigned a, unsigned b) { return a | b; });
+}
+static inline unsigned __reduce_xor_sync(unsigned m, unsigned v) {
+  return kk_warp_reduce(m, v, [](unsigned a, unsigned b) { return a ^ b; });
 }
 static inline int __syncthreads_count(int pred, const char* file, int line) {
   // one shared counter per block: count, barrier, read, barrier (so it can be reused)
@@ -215,9 +262,64 @@ struct grid_group {
 };
 static inline grid_group this_grid() { return grid_group{}; }
 
+// Lane of the rank-th set bit of `m`.
+static inline int kk_nth_lane(unsigned m, unsigned rank) {
+  for (; rank && m; --rank) m &= m - 1;
+  return m ? __builtin_ctz(m) : -1;
+}
+static inline unsigned kk_lanes_below() { return (1u << kk_lane()) - 1u; }
+// The bits of `v` at the set positions of `m`, packed down (x86's pext).
+static inline unsigned kk_compress(unsigned v, unsigned m) {
+  unsigned r = 0, k = 0;
+  for (; m; m &= m - 1, ++k) r |= ((v >> __builtin_ctz(m)) & 1u) << k;
+  return r;
+}
+
+// A set of lanes of one warp: what coalesced_threads(), labeled_partition() and
+// binary_partition() give; ranks count the set lanes from the lowest.
+struct coalesced_group {
+  unsigned m;
+  unsigned mask() const { return m; }
+  unsigned size() const { return (unsigned)__builtin_popcount(m); }
+  unsigned num_threads() const { return size(); }
+  unsigned thread_rank() const { return (unsigned)__builtin_popcount(m & kk_lanes_below()); }
+  unsigned meta_group_rank() const { return 0; }
+  unsigned meta_group_size() const { return 1; }
+  void sync() const { __syncwarp(m); }
+  template <class T>
+  T shfl(T v, unsigned rank) const {
+    const int src = kk_nth_lane(m, rank);
+    return __shfl_sync(m, v, src < 0 ? (int)kk_lane() : src);
+  }
+  template <class T>
+  T shfl_down(T v, unsigned d) const {
+    const unsigned r = thread_rank() + d;
+    return r < size() ? shfl(v, r) : shfl(v, thread_rank());
+  }
+  template <class T>
+  T shfl_up(T v, unsigned d) const {
+    const unsigned r = thread_rank();
+    return shfl(v, r >= d ? r - d : r);
+  }
+  unsigned ballot(int pred) const { return kk_compress(__ballot_sync(m, pred), m); }
+  bool any(int pred) const { return __any_sync(m, pred); }
+  bool all(int pred) const { return __all_sync(m, pred); }
+  template <class T>
+  unsigned match_any(T v) const { return kk_compress(__match_any_sync(m, v), m); }
+};
+// The lanes that call it together (converged): see __activemask(). Always inlined, so each call
+// site is its own (see kk_activemask).
+static inline __attribute__((always_inline)) coalesced_group coalesced_threads() {
+  return coalesced_group{kk_activemask()};
+}
+
+// Tiles of at most a warp: lanes [base, base + N) of the warp. Wider tiles (64..1024 threads, as
+// CUDA allows) synchronize as a sub-block barrier and, as in CUDA, have no shuffles or votes.
+template <unsigned N, bool Narrow = (N <= 32)>
+struct thread_block_tile;
 template <unsigned N>
-struct thread_block_tile {
-  static_assert(N >= 1 && N <= 32 && (N & (N - 1)) == 0, "tile size must be a power of 2 <= 32");
+struct thread_block_tile<N, true> {
+  static_assert(N >= 1 && (N & (N - 1)) == 0, "tile size must be a power of 2");
   unsigned mask() const {
     const unsigned base = kk_lane() & ~(N - 1);
     return N == 32 ? KK_FULL_MASK : (((1u << N) - 1u) << base);
@@ -241,11 +343,86 @@ struct thread_block_tile {
   unsigned ballot(int pred) const { return __ballot_sync(mask(), pred) >> (kk_lane() & ~(N - 1)); }
   bool any(int pred) const { return __any_sync(mask(), pred); }
   bool all(int pred) const { return __all_sync(mask(), pred); }
+  template <class T>
+  unsigned match_any(T v) const {
+    return __match_any_sync(mask(), v) >> (kk_lane() & ~(N - 1));
+  }
+  operator coalesced_group() const { return coalesced_group{mask()}; }
+};
+template <unsigned N>
+struct thread_block_tile<N, false> {
+  static_assert(N <= 1024 && (N & (N - 1)) == 0, "tile size must be a power of 2 <= 1024");
+  unsigned thread_rank() const { return kk_linear_tid() & (N - 1); }
+  static constexpr unsigned size() { return N; }
+  static constexpr unsigned num_threads() { return N; }
+  unsigned meta_group_rank() const { return kk_linear_tid() / N; }
+  unsigned meta_group_size() const {
+    return (blockDim.x * blockDim.y * blockDim.z + N - 1) / N;
+  }
+  void sync() const { kk_tile_sync((int)(kk_linear_tid() & ~(N - 1)), (int)N); }
 };
 template <unsigned N, class Parent>
 static inline thread_block_tile<N> tiled_partition(const Parent&) { return {}; }
 template <unsigned N>
 using thread_block_tile_t = thread_block_tile<N>;
+
+// The type-erased group (cuda-samples' simpleCooperativeGroups): a block, a tile of any width, or
+// a coalesced set of lanes.
+class thread_group {
+ public:
+  thread_group(const thread_block&) : kind_(kBlock), size_(0), mask_(0) {}
+  template <unsigned N>
+  thread_group(const thread_block_tile<N>&) : thread_group(kTile, N) {}
+  thread_group(const coalesced_group& g) : kind_(kLanes), size_(g.size()), mask_(g.m) {}
+  unsigned size() const {
+    return kind_ == kBlock ? blockDim.x * blockDim.y * blockDim.z : size_;
+  }
+  unsigned num_threads() const { return size(); }
+  unsigned thread_rank() const {
+    if (kind_ == kBlock) return kk_linear_tid();
+    if (kind_ == kLanes) return (unsigned)__builtin_popcount(mask_ & kk_lanes_below());
+    return kk_linear_tid() & (size_ - 1);
+  }
+  bool is_valid() const { return true; }
+  void sync(const char* file = __builtin_FILE(), int line = __builtin_LINE()) const {
+    if (kind_ == kBlock) kk_syncthreads_at(file, line);
+    else if (kind_ == kLanes) __syncwarp(mask_);
+    else if (size_ <= 32) __syncwarp(size_ == 32 ? KK_FULL_MASK
+                                                 : ((1u << size_) - 1u) << (kk_lane() & ~(size_ - 1)));
+    else kk_tile_sync((int)(kk_linear_tid() & ~(size_ - 1)), (int)size_);
+  }
+  static thread_group tile(unsigned n) { return thread_group(kTile, n); }
+
+ private:
+  enum Kind : unsigned char { kBlock, kTile, kLanes };
+  thread_group(Kind k, unsigned n) : kind_(k), size_(n), mask_(0) {}
+  Kind kind_;
+  unsigned size_, mask_;
+};
+// tiled_partition(parent, n) with a run-time size (a power of 2 up to 1024).
+static inline thread_group tiled_partition(const thread_block&, unsigned n) {
+  if (n == 0 || n > 1024 || (n & (n - 1))) {
+    kk_fault_record("cooperative_groups::tiled_partition: tile size %u is not a power of 2 "
+                    "<= 1024", n);
+    throw kk_fault{};
+  }
+  return thread_group::tile(n);
+}
+static inline thread_group tiled_partition(const thread_group& parent, unsigned n) {
+  (void)parent;
+  return tiled_partition(thread_block{}, n);
+}
+
+// Lanes of `parent` with equal `label` (one warp-wide match).
+template <class Parent>
+static inline coalesced_group labeled_partition(const Parent& parent, int label) {
+  const unsigned m = coalesced_group(parent).m;
+  return coalesced_group{__match_any_sync(m, label)};
+}
+template <class Parent>
+static inline coalesced_group binary_partition(const Parent& parent, bool pred) {
+  return labeled_partition(parent, pred ? 1 : 0);
+}
 
 template <class T> struct plus { T operator()(T a, T b) const { return a + b; } };
 template <class T> struct less { T operator()(T a, T b) const { return b < a ? b : a; } };
@@ -256,8 +433,15 @@ template <class T> struct bit_xor { T operator()(T a, T b) const { return a ^ b;
 
 template <unsigned N, class T, class Op>
 static inline T reduce(const thread_block_tile<N>& g, T v, Op op) {
+  static_assert(N <= 32, "cg::reduce needs a tile of at most 32 threads");
   for (unsigned o = N / 2; o > 0; o >>= 1) v = op(v, g.shfl_xor(v, (int)o));
   return v;
+}
+template <class T, class Op>
+static inline T reduce(const coalesced_group& g, T v, Op op) {  // in rank order, as a tree would
+  T acc = g.shfl(v, 0);
+  for (unsigned r = 1; r < g.size(); ++r) acc = op(acc, g.shfl(v, r));
+  return acc;
 }
 template <unsigned N, class T, class Op>
 static inline T inclusive_scan(const thread_block_tile<N>& g, T v, Op op) {
@@ -283,5 +467,7 @@ static inline T exclusive_scan(const thread_block_tile<N>& g, T v) {
 static inline void sync(const thread_block& b) { b.sync(); }
 template <unsigned N>
 static inline void sync(const thread_block_tile<N>& t) { t.sync(); }
+static inline void sync(const coalesced_group& g) { g.sync(); }
+static inline void sync(const thread_group& g) { g.sync(); }
 }  // namespace cooperative_groups
 namespace cg = cooperative_groups;
