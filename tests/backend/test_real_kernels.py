@@ -568,4 +568,4 @@ def test_infinity_pi_and_null(arrays, backend):
         grid=(101, 1, 1),
         threadgroup=(32, 1, 1),
     )
-    np.testing.assert_allclose(y, x.astype(np.float64) * np.pi + 1, rtol=1e-6)
+    np.testing.assert_allclose(y, x.astype(np.float64) * np.pi + 1, rtol=1e-6, atol=1e-6)
