@@ -57,22 +57,25 @@ CPU_AVAILABLE = any(p.values[0] == "cpu" for p in BACKEND_PARAMS)
 class Arrays:
     """Makes arrays for one backend from NumPy arrays and brings results back to NumPy.
 
-    cpu (and any host backend): NumPy arrays; cuda: torch CUDA tensors.
+    cpu (and any host backend): NumPy arrays, or torch CPU tensors with ``framework="torch"``
+    (CPU-only torch builds included); cuda: torch CUDA tensors.
     """
 
-    def __init__(self, backend: str) -> None:
+    def __init__(self, backend: str, framework: str = "numpy") -> None:
         self.backend = backend
         self.on_gpu = backend == "cuda"
-        if self.on_gpu:
+        self.use_torch = self.on_gpu or framework == "torch"
+        if self.use_torch:
             self.torch = pytest.importorskip("torch")
 
     def put(self, a: np.ndarray) -> Any:
         """A device array holding ``a`` (same shape, dtype, and strides when ``a`` is a view)."""
-        if not self.on_gpu:
+        if not self.use_torch:
             return a
         a = np.asarray(a)
+        device = "cuda" if self.on_gpu else "cpu"
         if a.flags.c_contiguous:
-            return self.torch.from_numpy(np.array(a)).cuda()
+            return self.torch.from_numpy(np.array(a)).to(device)
         # keep a non-contiguous view non-contiguous on the device: copy its base, re-view it
         base = a
         while isinstance(base.base, np.ndarray):
@@ -80,7 +83,7 @@ class Arrays:
         if not base.flags.c_contiguous:
             raise ValueError("put() needs a view of a contiguous NumPy array")
         offset = a.__array_interface__["data"][0] - base.__array_interface__["data"][0]
-        t = self.torch.from_numpy(base.reshape(-1).copy()).cuda()
+        t = self.torch.from_numpy(base.reshape(-1).copy()).to(device)
         return t.as_strided(a.shape, [s // a.itemsize for s in a.strides], offset // a.itemsize)
 
     def get(self, x: Any) -> np.ndarray:
@@ -104,10 +107,13 @@ def backend(request: pytest.FixtureRequest) -> str:
     return request.param
 
 
-@pytest.fixture
-def arrays(backend: str) -> Arrays:
-    """Array helpers for ``backend``."""
-    return Arrays(backend)
+@pytest.fixture(params=["numpy", "torch"])
+def arrays(backend: str, request: pytest.FixtureRequest) -> Arrays:
+    """Array helpers for ``backend``: on the CPU backend once with NumPy arrays and once with
+    torch CPU tensors; on CUDA with torch CUDA tensors (once)."""
+    if backend == "cuda" and request.param == "numpy":
+        pytest.skip("the CUDA backend runs these tests on torch tensors (the 'torch' case)")
+    return Arrays(backend, request.param)
 
 
 @pytest.fixture
