@@ -20,7 +20,19 @@ def rand(*shape, dtype=np.float32):
 
 
 def run(k, arrays, inputs, outs, **kw):
-    """Run ``k`` on device copies of ``inputs`` into poisoned device ``outs``; NumPy results."""
+    """Run ``k`` on device copies of ``inputs`` into poisoned device ``outs``; NumPy results.
+
+    On the CPU backend the kernel runs again in checked mode, which must give the same results
+    (checking only adds faults)."""
+    results = [_run_once(k, arrays, inputs, outs, **kw)]
+    if arrays.backend == "cpu" and "check" not in kw:
+        results.append(_run_once(k, arrays, inputs, outs, check=True, **kw))
+        for a, b in zip(*results):
+            np.testing.assert_array_equal(a, b, err_msg="checked mode changed the result")
+    return results[0]
+
+
+def _run_once(k, arrays, inputs, outs, **kw):
     dev_in = [arrays.put(x) if isinstance(x, np.ndarray) else x for x in inputs]
     dev_out = [arrays.put(o.copy()) for o in outs]
     res = k(dev_in, out=dev_out, **kw)
