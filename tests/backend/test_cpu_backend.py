@@ -378,6 +378,43 @@ def test_half_and_bfloat16():
     np.testing.assert_array_equal(cmp, (h > hin).astype(np.int32) + 2 * (b32 < bin32))
 
 
+@pytest.mark.parametrize("check", [False, True])
+def test_bfloat16_arrays_as_pointers_in_both_modes(check):
+    # llm.c's spellings on bf16 arrays: casts of elements, a vector view, a helper taking T*
+    header = """
+    template <class T>
+    __device__ float sum2(const T* p) { return (float)p[0] + (float)p[1]; }
+    """
+    body = """
+    uint i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    const __nv_bfloat162* x2 = reinterpret_cast<const __nv_bfloat162*>(x);
+    float2 f = __bfloat1622float2(x2[i]);
+    float a = (float)x[2 * i], b = static_cast<float>(x[2 * i + 1]);
+    out[i] = a * b + f.x - f.y + sum2(x + 2 * i);
+    y[i] = __float2bfloat16(a + b);
+    float back = (float)y[i];
+    out[i] += back;
+    """
+    bf16 = lambda name, out=False: Param(name, "array", "bfloat16", out)  # noqa: E731
+    k = Kernel(
+        "bf16ptr", (bf16("x"), _scalar("n"), _out("out"), bf16("y", True)), body, header, check
+    )
+    n = 99
+    xf = _RNG.standard_normal(2 * n).astype(np.float32)
+    bits = (xf.view(np.uint32) >> 16).astype(np.uint16)  # exact bf16 values
+    out, y = _poisoned(n), np.zeros(n, np.uint16)
+    k(1, 128, x=bits, n=n, out=out, y=y)
+    v = (bits.astype(np.uint32) << 16).view(np.float32).astype(np.float64).reshape(n, 2)
+    s = (v[:, 0] + v[:, 1]).astype(np.float32)
+    s_bits = s.view(np.uint32).astype(np.uint64)
+    y_ref = ((s_bits + 0x7FFF + ((s_bits >> 16) & 1)) >> 16).astype(np.uint16)
+    np.testing.assert_array_equal(y, y_ref)
+    back = (y_ref.astype(np.uint32) << 16).view(np.float32)
+    ref = v[:, 0] * v[:, 1] + v[:, 0] - v[:, 1] + v[:, 0] + v[:, 1] + back
+    np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-6)
+
+
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_math_functions_match_numpy(dtype):
     c = "float" if dtype == "float32" else "double"
