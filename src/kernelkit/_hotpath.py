@@ -306,13 +306,13 @@ def _output_lines(
         a = r.adapter
         if a is None:  # allocated through another framework (JAX): look its adapter up
             lines.append(f"    s[{r.slot}].value = _optr{j}(o{j})")
-            ns[f"_optr{j}"] = _pointer_any
+            ns[f"_optr{j}"] = _output_pointer_any(r.what)
             if r.meta:
                 lines += meta_lines(f"o{j}", r.meta, _LookupAdapter(), ns, r.what)
             continue
         ns.update(
             {
-                f"_optr{j}": a.pointer,
+                f"_optr{j}": a.output_pointer(r.what),
                 f"_oisc{j}": a.is_contiguous,
             }
         )
@@ -324,8 +324,11 @@ def _output_lines(
     return lines
 
 
-def _pointer_any(x: Any) -> int:
-    return adapter_for(x, "output").pointer(x)
+def _output_pointer_any(what: str) -> Callable[[Any], int]:
+    def pointer(x: Any) -> int:
+        return adapter_for(x, what).output_pointer(what)(x)
+
+    return pointer
 
 
 class _LookupAdapter(Adapter):

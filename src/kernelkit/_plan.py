@@ -325,15 +325,17 @@ def _routes(spec: KernelSpec, bound: Bound, params: tuple[Param, ...]) -> tuple[
             )
         )
     outs = []
-    for oname, (adapter, dtype, info) in zip(spec.output_names, bound.outputs):
+    for j, (oname, (adapter, dtype, info)) in enumerate(zip(spec.output_names, bound.outputs)):
+        what = f"[{spec.name}] output {oname!r}"
         if info is None:  # allocated by kernelkit: the first input's framework, contiguous
             out_adapter = None if bound.out_adapter.synchronous else bound.out_adapter
             adapter, contiguous = out_adapter, False
         else:
             contiguous = f"{oname}_strides" not in spec.metadata_refs
+            what = f"[{spec.name}] out[{j}] ({oname!r})"
         outs.append(
             ArgRoute(
-                f"[{spec.name}] output {oname!r}",
+                what,
                 index[oname],
                 "array",
                 adapter,

@@ -223,7 +223,7 @@ CASES = [
         "out-not-contiguous",
         lambda a: COPY([f32(a)], out=[a.put(np.zeros((N, 2), np.float32))[:, 0]], grid=(N, 1, 1)),
         ValueError,
-        r"output 'y' must be row-contiguous",
+        r"out\[0\] \('y'\) must be row-contiguous",
     ),
     (
         "unknown-backend",
@@ -329,3 +329,45 @@ def test_out_on_another_device_than_the_inputs(arrays):
     with pytest.raises(ValueError, match=r"different devices.*out\[0\]"):
         COPY([f32(arrays)], out=[np.zeros(N, np.float32)], grid=(N, 1, 1))
     good_call(arrays)
+
+
+def test_read_only_output_is_refused_and_the_next_call_works():
+    x = np.arange(N, dtype=np.float32)  # NumPy: host memory, the CPU backend
+    frozen = np.frombuffer(bytes(4 * N), np.float32)  # read-only memory
+    view = np.lib.stride_tricks.as_strided(np.zeros(N, np.float32), writeable=False)
+    for out in (frozen, view):
+        assert not out.flags.writeable
+        with pytest.raises(kernelkit.ArgumentError, match=r"out\[0\].*read-only"):
+            COPY([x], out=[out], grid=(N, 1, 1), threadgroup=(32, 1, 1))
+        assert not out.any()  # nothing was written
+    y = np.full(N, np.nan, np.float32)
+    COPY([x], out=[y], grid=(N, 1, 1), threadgroup=(32, 1, 1))
+    np.testing.assert_array_equal(y, x)
+    with pytest.raises(kernelkit.ArgumentError, match="read-only"):  # after a plan exists too
+        COPY([x], out=[frozen], grid=(N, 1, 1), threadgroup=(32, 1, 1))
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "exc", "match"),
+    [
+        ({"init_value": "zero"}, TypeError, "init_value"),
+        ({"init_value": True}, TypeError, "init_value"),
+        ({"check": "yes"}, TypeError, "check must be True, False or None"),
+        ({"check": 1}, TypeError, "check must be True, False or None"),
+    ],
+)
+def test_bad_call_options_name_the_argument(arrays, kwargs, exc, match):
+    for _ in range(2):  # before and after a plan exists for this specialization
+        with pytest.raises(exc, match=match) as info:
+            COPY([f32(arrays)], **{**kw(), **kwargs})
+        assert isinstance(info.value, kernelkit.KernelkitError)
+        good_call(arrays)
+
+
+def test_argument_errors_are_kernelkit_errors_and_builtin_ones():
+    assert issubclass(kernelkit.ArgumentError, kernelkit.KernelkitError)
+    assert issubclass(kernelkit.ArgumentError, ValueError)
+    assert issubclass(kernelkit.ArgumentTypeError, kernelkit.KernelkitError)
+    assert issubclass(kernelkit.ArgumentTypeError, TypeError)
+    with pytest.raises(kernelkit.KernelkitError, match="output_dtypes"):
+        COPY([np.arange(3, dtype=np.float32)], grid=(3, 1, 1))

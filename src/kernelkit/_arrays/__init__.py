@@ -54,6 +54,11 @@ class Adapter:
     def pointer(self, x: Any) -> int:
         raise NotImplementedError
 
+    def output_pointer(self, what: str) -> Callable[[Any], int]:
+        """Like ``pointer``, for an array the kernel writes: refuses read-only memory with an
+        ArgumentError naming ``what`` (default: the framework's arrays are always writable)."""
+        return self.pointer
+
     def layout(self, x: Any) -> tuple[Sequence[int], Sequence[int]]:
         """(shape, strides in elements), cheaply: used per call when the body reads them."""
         info = self.info(x, "array")

@@ -26,6 +26,9 @@ class CupyAdapter(NumpyAdapter):
     def pointer(self, x: cupy.ndarray) -> int:
         return x.data.ptr
 
+    def output_pointer(self, what: str) -> Callable[[Any], int]:
+        return self.pointer  # CuPy arrays are always writable
+
     def contiguous(self, x: cupy.ndarray) -> cupy.ndarray:
         return cupy.ascontiguousarray(x)
 

@@ -63,6 +63,13 @@ class GenericAdapter(Adapter):
         a, v = self._inner(x)
         return a.pointer(v)
 
+    def output_pointer(self, what: str) -> Any:
+        def pointer(x: Any) -> int:
+            a, v = self._inner(x)
+            return a.output_pointer(what)(v)
+
+        return pointer
+
     def is_contiguous(self, x: Any) -> bool:
         a, v = self._inner(x)
         return a.is_contiguous(v)

@@ -54,6 +54,17 @@ class NumpyAdapter(Adapter):
     def pointer(self, x: np.ndarray) -> int:
         return x.__array_interface__["data"][0]
 
+    def output_pointer(self, what: str) -> Callable[[Any], int]:
+        def pointer(x: np.ndarray) -> int:
+            address, read_only = x.__array_interface__["data"]
+            if read_only:
+                raise ArgumentError(
+                    f"{what} is read-only (its writeable flag is off); pass a writable array"
+                )
+            return address
+
+        return pointer
+
     def layout(self, x: Any) -> tuple[Any, Any]:
         return x.shape, [s // x.itemsize for s in x.strides]
 
