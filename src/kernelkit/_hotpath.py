@@ -136,7 +136,7 @@ def generate_run(
         "_synchronize": synchronize,
         "_wrap": out_adapter.wrap,
         "_fill": _filler(kernel),
-        "_bad_shapes": _shape_error(kernel, len(outs)),
+        "_bad_shapes": _shape_error(kernel, len(outs), out_adapter.framework),
         "_check_shapes": _shape_check(kernel),
         "_KernelkitError": KernelkitError,
         "_launch_failed": _launch_error(kernel, backend),
@@ -297,7 +297,7 @@ def _output_lines(
             ns[f"_alloc{j}"] = allocators[j]
             lines.append(f"        o{j} = _alloc{j}(output_shapes[{j}])")
         lines += [
-            "    except (TypeError, ValueError, RuntimeError, OverflowError) as e:",
+            "    except Exception as e:",
             "        _bad_shapes(output_shapes, e)",
         ]
     outs_tuple = ", ".join(f"o{j}" for j in range(n))
@@ -352,8 +352,36 @@ def _filler(kernel: str) -> Callable[[tuple, Any], None]:
     return fill
 
 
-def _shape_error(kernel: str, n: int) -> Callable[[Any, Exception | None], None]:
+def _valid_shape(shape: Any) -> bool:
+    try:
+        return all(
+            not isinstance(d, bool) and isinstance(d, int) and d >= 0 for d in shape
+        ) and not isinstance(shape, str)
+    except TypeError:
+        return False
+
+
+def _shape_error(kernel: str, n: int, framework: str) -> Callable[[Any, Exception | None], None]:
+    """Why allocating the outputs failed: bad ``output_shapes``, or the framework's allocator
+    (out of memory, CUDA used in a forked child, a framework that cannot allocate there)."""
+
     def fail(shapes: Any, error: Exception | None) -> None:
+        if (
+            error is not None
+            and isinstance(shapes, list | tuple)
+            and len(shapes) == n
+            and all(_valid_shape(s) for s in shapes)
+        ):
+            hint = ""
+            if "fork" in str(error):
+                hint = (
+                    " (CUDA cannot be used in a process forked after CUDA was initialized: "
+                    "start workers with the 'spawn' method)"
+                )
+            raise LaunchError(
+                f"[{kernel}] allocating the outputs with {framework} failed{hint}: "
+                f"{type(error).__name__}: {error}"
+            ) from error
         detail = f": {error}" if error else ""
         raise ArgumentError(
             f"[{kernel}] output_shapes must be a list of {n} valid shapes, got {shapes!r}{detail}"

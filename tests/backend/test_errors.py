@@ -371,3 +371,15 @@ def test_argument_errors_are_kernelkit_errors_and_builtin_ones():
     assert issubclass(kernelkit.ArgumentTypeError, TypeError)
     with pytest.raises(kernelkit.KernelkitError, match="output_dtypes"):
         COPY([np.arange(3, dtype=np.float32)], grid=(3, 1, 1))
+
+
+def test_a_failing_allocator_is_reported_as_such_not_as_bad_shapes():
+    x = np.arange(N, dtype=np.float32)
+    call = dict(output_dtypes=[np.float32], grid=(N, 1, 1), threadgroup=(32, 1, 1))
+    with pytest.raises(kernelkit.LaunchError, match=r"allocating the outputs with numpy failed"):
+        COPY([x], output_shapes=[(2**62,)], **call)  # valid, but no memory holds it
+    for bad in ([(-1,)], [("a",)], [(N,), (N,)], "abc"):
+        with pytest.raises(kernelkit.ArgumentError, match="output_shapes"):
+            COPY([x], output_shapes=bad, **call)
+    (y,) = COPY([x], output_shapes=[(N,)], **call)
+    np.testing.assert_array_equal(y, x)

@@ -14,6 +14,25 @@ from typing import Any
 from ..._errors import BackendError, LaunchError
 
 _lock = threading.Lock()
+_forked_after_init = False  # this process was forked from one that had initialized CUDA
+
+FORK_MESSAGE = (
+    "[backend cuda] CUDA was initialized before this process was forked, and a forked child "
+    "cannot use it: start worker processes with the 'spawn' method (the CPU backend keeps "
+    "working in forked children)"
+)
+
+
+def _mark_fork() -> None:
+    global _forked_after_init
+    if init.cache_info().currsize:
+        _forked_after_init = True
+
+
+def check_not_forked() -> None:
+    """BackendError when CUDA was initialized in a parent of this forked process."""
+    if _forked_after_init:
+        raise BackendError(FORK_MESSAGE)
 
 
 @functools.cache
@@ -113,6 +132,7 @@ def _func_attr(fn: Any, name: str) -> int:
 
 
 def load(binary: bytes, entry: str, device: int, ptx_hint: str = "") -> Program:
+    check_not_forked()
     mod = drv()
     with _lock, on_device(device):
         err, module = mod.cuModuleLoadData(binary)
@@ -171,6 +191,7 @@ def make_launcher(program: Program):  # noqa: ANN201 - a backend.Launcher
         gx, gy, gz, bx, by, bz, shared = geometry
         (err,) = launch(fn, gx, gy, gz, bx, by, bz, shared, stream, params, 0)
         if err:
+            check_not_forked()
             with on_device(device):
                 (err,) = launch(fn, gx, gy, gz, bx, by, bz, shared, stream, params, 0)
             if err:
@@ -182,3 +203,6 @@ def make_launcher(program: Program):  # noqa: ANN201 - a backend.Launcher
 
     launcher.program = program  # type: ignore[attr-defined]  # keeps the module loaded
     return launcher
+
+
+os.register_at_fork(after_in_child=_mark_fork)
