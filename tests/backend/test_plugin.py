@@ -200,3 +200,24 @@ def test_sim_can_be_the_only_backend(clean_state):
         threadgroup=(8, 1, 1),
     )[0]
     np.testing.assert_allclose(y, np.e, rtol=1e-6)
+
+
+def test_two_backends_in_one_process_each_get_their_own_source():
+    """A kernel object used on one backend, then another, then the first again (issue 7,
+    item 9): nothing rendered for one backend is reused by the other."""
+    body = "uint i = blockIdx.x*blockDim.x+threadIdx.x; if (i < x_shape[0]) y[i] = x[i] + s;"
+    k = kernelkit.kernel("mixed_backends", ["x", "s"], ["y"], body)
+    x = np.random.default_rng(2).standard_normal(300).astype(np.float32)
+    call = dict(
+        output_shapes=[x.shape],
+        output_dtypes=[np.float32],
+        grid=(300, 1, 1),
+        threadgroup=(64, 1, 1),
+    )
+    for backend in ("sim", "cpu", "sim", None):
+        (y,) = k([x, 1.5], backend=backend, **call)
+        np.testing.assert_allclose(y, x + np.float32(1.5), rtol=0, atol=0)
+    sources = {p.request.backend: p.request.source for p in k._plans.values()}
+    assert set(sources) == {"sim", "cpu"} and sources["sim"] != sources["cpu"]
+    fresh = kernelkit.kernel("mixed_backends", ["x", "s"], ["y"], body)
+    np.testing.assert_array_equal(fresh([x, 1.5], **call)[0], x + np.float32(1.5))
