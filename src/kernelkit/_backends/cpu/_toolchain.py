@@ -88,7 +88,10 @@ def precompiled_header_dir(cxx: str, options: tuple[str, ...]) -> Path | None:
     key = (cxx, options)
     with _lock:
         if key in _pch_dirs:
-            return _pch_dirs[key]
+            known = _pch_dirs[key]
+            if known is None or _is_file(known / PCH_FILE):
+                return known
+            del _pch_dirs[key]  # removed since (cache clear, eviction): build it again
     from ..._cache import products
 
     name = hashlib.sha256(
