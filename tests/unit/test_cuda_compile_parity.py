@@ -1,5 +1,6 @@
-"""What the CPU backend accepts, NVRTC accepts: the real-kernel bodies of
-tests/backend/test_real_kernels.py compile for a GPU (no GPU needed), and so do bodies that use
+"""What the CPU backend accepts, NVRTC accepts: the kernel bodies of
+tests/backend/test_real_kernels.py and test_cpu_intrinsics.py compile for a GPU (no GPU needed),
+and so do bodies that use
 ``INFINITY``/``M_PI``/``NULL`` and ``using namespace cooperative_groups;``."""
 
 from __future__ import annotations
@@ -32,15 +33,16 @@ def cuda():
     return CUDABackend()
 
 
-def _real_kernels():
-    path = Path(__file__).parents[1] / "backend" / "test_real_kernels.py"
-    spec = importlib.util.spec_from_file_location("_real_kernels_for_nvrtc", path)
+def _load(name):
+    path = Path(__file__).parents[1] / "backend" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"_{name}_for_nvrtc", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
-RK = _real_kernels()
+RK, IN = _load("test_real_kernels"), _load("test_cpu_intrinsics")
+I64 = DTYPES["int64"]
 # kernel -> (inputs, output dtypes, template)
 CASES = {
     "popc_active": (RK.POPC_ACTIVE, [(A, F32)], [I32], ()),
@@ -61,6 +63,9 @@ CASES = {
     "advance": (RK.ADVANCE, [(A, F32), (A, F32), ("scalar", I32)], [F32], ()),
     "pointer_helpers": (RK.POINTER_HELPERS, [(A, F16), (A, F32)], [F32], ()),
     "constants": (RK.CONSTANTS, [(A, F32)], [F32], ()),
+    "integer_intrinsics": (IN.INTS, [(A, I32), (A, I32)], [I64], ()),
+    "math_and_conversions": (IN.MATH, [(A, F32)], [F32], ()),
+    "scoped_and_half2_atomics": (IN.ATOMICS, [(A, F32)], [I32, F16, I32], ()),
 }
 
 

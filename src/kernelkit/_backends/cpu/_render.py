@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from ..._codegen import signature
+from ..._codegen import launch_bounds, signature
 from ..._dtypes import DTYPES
 from ..._errors import BackendError
 from ..._records import KernelSource, Param
@@ -83,6 +83,7 @@ def render_source(source: KernelSource, check: bool) -> RenderedKernel:
     """The complete C++ source of one kernel specialization."""
     fibers = needs_fibers(source)
     tls = check or fibers or bool(_TLS_RE.search(source.header)) or "cg" in source.needs
+    tls = tls or "__trap" in source.body  # its fault message names the thread
     arrays = [p for p in source.params if p.kind == "array"]
     extents = _extent_params(source, arrays) if check else {}
     members = [
@@ -106,7 +107,8 @@ def render_source(source: KernelSource, check: bool) -> RenderedKernel:
         "struct kk_args {",
         *(f"  {t} {p.name};" for p, t in members),
         "};",
-        f"static {inline} void kk_thread({block_param}const uint3 threadIdx, const uint3 blockIdx,",
+        f"static {inline} void {launch_bounds(source)}kk_thread({block_param}const uint3 threadIdx, "
+        "const uint3 blockIdx,",
         f"    const dim3 blockDim, const dim3 gridDim{_lead(kernel_params)}) {{",
         sync_def,
         source.preamble,

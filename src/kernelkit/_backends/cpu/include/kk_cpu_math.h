@@ -63,6 +63,27 @@ static inline double __fma_rn(double a, double b, double c) { return fma(a, b, c
 static inline float normcdff(float x) { return 0.5f * erfcf(-x * 0.70710678118654752f); }
 static inline double normcdf(double x) { return 0.5 * erfc(-x * 0.70710678118654752); }
 
+// CUDA-only math functions (the C99 ones come from the host libm).
+static inline float sinpif(float x) { return sinf((float)M_PI * x); }
+static inline float cospif(float x) { return cosf((float)M_PI * x); }
+static inline void sincospif(float x, float* s, float* c) { sincosf((float)M_PI * x, s, c); }
+static inline double sinpi(double x) { return sin(M_PI * x); }
+static inline double cospi(double x) { return cos(M_PI * x); }
+static inline float rhypotf(float a, float b) { return 1.0f / hypotf(a, b); }
+static inline float norm3df(float a, float b, float c) { return sqrtf(a * a + b * b + c * c); }
+static inline float rnorm3df(float a, float b, float c) { return 1.0f / norm3df(a, b, c); }
+static inline float norm4df(float a, float b, float c, float d) {
+  return sqrtf(a * a + b * b + c * c + d * d);
+}
+static inline float rnorm4df(float a, float b, float c, float d) {
+  return 1.0f / norm4df(a, b, c, d);
+}
+static inline double rcbrt(double x) { return 1.0 / cbrt(x); }
+static inline double __dsub_rn(double a, double b) { return a - b; }
+static inline double __ddiv_rn(double a, double b) { return a / b; }
+static inline double __drcp_rn(double x) { return 1.0 / x; }
+static inline double __dsqrt_rn(double x) { return sqrt(x); }
+
 static inline int __float2int_rn(float x) { return (int)nearbyintf(x); }
 static inline int __float2int_rz(float x) { return (int)x; }
 static inline int __float2int_rd(float x) { return (int)floorf(x); }
@@ -78,6 +99,24 @@ static inline float __double2float_rn(double x) { return (float)x; }
 static inline int __double2int_rn(double x) { return (int)nearbyint(x); }
 static inline int __double2int_rz(double x) { return (int)x; }
 
+static inline unsigned __float2uint_rd(float x) { return (unsigned)floorf(x); }
+static inline unsigned __float2uint_ru(float x) { return (unsigned)ceilf(x); }
+static inline long long __float2ll_rd(float x) { return (long long)floorf(x); }
+static inline long long __float2ll_ru(float x) { return (long long)ceilf(x); }
+static inline unsigned long long __float2ull_rn(float x) { return (unsigned long long)nearbyintf(x); }
+static inline unsigned long long __float2ull_rz(float x) { return (unsigned long long)x; }
+static inline float __ull2float_rn(unsigned long long x) { return (float)x; }
+static inline double __int2double_rn(int x) { return (double)x; }
+static inline double __uint2double_rn(unsigned x) { return (double)x; }
+static inline double __ll2double_rn(long long x) { return (double)x; }
+static inline double __ull2double_rn(unsigned long long x) { return (double)x; }
+static inline unsigned __double2uint_rn(double x) { return (unsigned)nearbyint(x); }
+static inline unsigned __double2uint_rz(double x) { return (unsigned)x; }
+static inline long long __double2ll_rn(double x) { return (long long)nearbyint(x); }
+static inline long long __double2ll_rz(double x) { return (long long)x; }
+static inline unsigned long long __double2ull_rn(double x) { return (unsigned long long)nearbyint(x); }
+static inline unsigned long long __double2ull_rz(double x) { return (unsigned long long)x; }
+
 template <class To, class From>
 static inline To kk_bitcast(From f) {
   static_assert(sizeof(To) == sizeof(From), "bit cast needs equal sizes");
@@ -92,6 +131,7 @@ static inline float __uint_as_float(unsigned x) { return kk_bitcast<float>(x); }
 static inline long long __double_as_longlong(double x) { return kk_bitcast<long long>(x); }
 static inline double __longlong_as_double(long long x) { return kk_bitcast<double>(x); }
 
+static inline unsigned long long kk_bitcast_u64(double x) { return kk_bitcast<unsigned long long>(x); }
 static inline int __popc(unsigned x) { return __builtin_popcount(x); }
 static inline int __popcll(unsigned long long x) { return __builtin_popcountll(x); }
 static inline int __clz(int x) { return x ? __builtin_clz((unsigned)x) : 32; }
@@ -126,6 +166,52 @@ static inline unsigned long long __umul64hi(unsigned long long a, unsigned long 
   return (unsigned long long)(((unsigned __int128)a * b) >> 64);
 }
 static inline unsigned __sad(int a, int b, unsigned c) { return c + (unsigned)(a > b ? a - b : b - a); }
+static inline unsigned __usad(unsigned a, unsigned b, unsigned c) { return c + (a > b ? a - b : b - a); }
+static inline int __hadd(int a, int b) { return (int)(((long long)a + b) >> 1); }
+static inline int __rhadd(int a, int b) { return (int)(((long long)a + b + 1) >> 1); }
+static inline unsigned __uhadd(unsigned a, unsigned b) {
+  return (unsigned)(((unsigned long long)a + b) >> 1);
+}
+static inline unsigned __urhadd(unsigned a, unsigned b) {
+  return (unsigned)(((unsigned long long)a + b + 1) >> 1);
+}
+static inline unsigned __funnelshift_l(unsigned lo, unsigned hi, unsigned s) {
+  return (unsigned)((((unsigned long long)hi << 32 | lo) << (s & 31)) >> 32);
+}
+static inline unsigned __funnelshift_r(unsigned lo, unsigned hi, unsigned s) {
+  return (unsigned)(((unsigned long long)hi << 32 | lo) >> (s & 31));
+}
+static inline unsigned __funnelshift_lc(unsigned lo, unsigned hi, unsigned s) {
+  return (unsigned)((((unsigned long long)hi << 32 | lo) << (s < 32 ? s : 32)) >> 32);
+}
+static inline unsigned __funnelshift_rc(unsigned lo, unsigned hi, unsigned s) {
+  return (unsigned)(((unsigned long long)hi << 32 | lo) >> (s < 32 ? s : 32));
+}
+// 8- and 16-bit dot products with 32-bit accumulate (quantized kernels)
+static inline int __dp4a(int a, int b, int c) {
+  for (int k = 0; k < 32; k += 8) c += (int)(signed char)(a >> k) * (int)(signed char)(b >> k);
+  return c;
+}
+static inline unsigned __dp4a(unsigned a, unsigned b, unsigned c) {
+  for (int k = 0; k < 32; k += 8) c += ((a >> k) & 0xffu) * ((b >> k) & 0xffu);
+  return c;
+}
+static inline int __dp2a_lo(int a, int b, int c) {
+  return c + (int)(short)a * (int)(signed char)b + (int)(short)(a >> 16) * (int)(signed char)(b >> 8);
+}
+static inline int __dp2a_hi(int a, int b, int c) {
+  return c + (int)(short)a * (int)(signed char)(b >> 16) +
+         (int)(short)(a >> 16) * (int)(signed char)(b >> 24);
+}
+static inline int __double2hiint(double x) { return (int)(kk_bitcast_u64(x) >> 32); }
+static inline int __double2loint(double x) { return (int)kk_bitcast_u64(x); }
+static inline double __hiloint2double(int hi, int lo) {
+  const unsigned long long u = ((unsigned long long)(unsigned)hi << 32) | (unsigned)lo;
+  double d;
+  memcpy(&d, &u, 8);
+  return d;
+}
+static inline void __nanosleep(unsigned ns) { (void)ns; }
 template <class T>
 static inline T __ldg(const T* p) { return *p; }
 // Cache-hinted loads and stores (no caches to steer here). The stored value converts to the

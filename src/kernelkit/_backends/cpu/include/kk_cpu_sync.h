@@ -7,6 +7,11 @@ static inline void __syncthreads(const char* file = __builtin_FILE(), int line =
 }
 static inline int __syncthreads_count(int pred, const char* file = __builtin_FILE(),
                                       int line = __builtin_LINE());
+[[noreturn]] __attribute__((cold)) static void __trap() {  // a fault, as the GPU's launch error
+  kk_fault_record("__trap() called by block (%u,%u,%u) thread (%u,%u,%u)", blockIdx.x, blockIdx.y,
+                  blockIdx.z, threadIdx.x, threadIdx.y, threadIdx.z);
+  throw kk_fault{};
+}
 static inline void __threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 static inline void __threadfence_block() { __atomic_signal_fence(__ATOMIC_SEQ_CST); }
 static inline void __threadfence_system() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
@@ -88,13 +93,21 @@ static inline unsigned short atomicCAS(unsigned short* p, unsigned short cmp, un
   __atomic_compare_exchange_n(p, &cmp, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
   return cmp;
 }
+// Pairs of halves, as one 32-bit update (PyTorch's fastAtomicAdd).
+static inline __half2 atomicAdd(__half2* p, __half2 v) {
+  return kk_atomic_update_bits(p, [v](__half2 o) { return o + v; });
+}
+static inline __nv_bfloat162 atomicAdd(__nv_bfloat162* p, __nv_bfloat162 v) {
+  return kk_atomic_update_bits(p, [v](__nv_bfloat162 o) { return o + v; });
+}
 // Scoped variants: every scope is the whole machine here.
-#define atomicAdd_block atomicAdd
-#define atomicAdd_system atomicAdd
-#define atomicMax_block atomicMax
-#define atomicMin_block atomicMin
-#define atomicExch_block atomicExch
-#define atomicCAS_block atomicCAS
+#define KK_SCOPED(op) \
+  template <class... A> static inline auto op##_block(A... a) { return op(a...); }  \
+  template <class... A> static inline auto op##_system(A... a) { return op(a...); }
+KK_SCOPED(atomicAdd) KK_SCOPED(atomicSub) KK_SCOPED(atomicExch) KK_SCOPED(atomicMin)
+KK_SCOPED(atomicMax) KK_SCOPED(atomicInc) KK_SCOPED(atomicDec) KK_SCOPED(atomicCAS)
+KK_SCOPED(atomicAnd) KK_SCOPED(atomicOr) KK_SCOPED(atomicXor)
+#undef KK_SCOPED
 
 // --- warp intrinsics (fiber mode only; kernelkit compiles kernels that use them with fibers) ---
 #define KK_FULL_MASK 0xffffffffu
