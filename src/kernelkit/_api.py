@@ -8,12 +8,13 @@ specialization in ``_plan``.
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from . import _plan
 from ._arrays import _KEY_FN, adapter_for
 from ._codegen import check_identifier, scan_body
+from ._dtypes import normalize_dtype
 from ._errors import ArgumentError, ArgumentTypeError
 from ._hotpath import MISS
 from ._records import KernelSpec
@@ -204,13 +205,19 @@ def kernel(
     shared_memory: int = 0,
     backend: str | None = None,
     arch_specific: bool = False,
+    optional_inputs: Mapping[str, Any] | None = None,
+    launch_bounds: int | Sequence[int] | None = None,
 ) -> Kernel:
     """Define a kernel from the body of its function; nothing is compiled until it is called.
 
     The signature is generated: each input ``x`` becomes ``const T* x`` (T from its dtype), each
     output ``T* y``; ``x_shape``, ``x_strides`` (in elements) and ``x_ndim`` are passed when the
-    body mentions them. ``shared_memory`` is dynamic shared memory in bytes. ``arch_specific``
-    compiles for ``sm_XYa`` (needed for wgmma and friends).
+    body mentions them. ``shared_memory`` is dynamic shared memory in bytes (a call's
+    ``shared_memory=`` overrides it). ``arch_specific`` compiles for ``sm_XYa`` (needed for
+    wgmma and friends). ``optional_inputs={"bias": "float32"}`` lets a call pass ``None`` for
+    ``bias``: the body then sees a null ``const float* bias`` (test ``bias != NULL``).
+    ``launch_bounds=256`` or ``(256, 2)`` puts ``__launch_bounds__(256, 2)`` on the kernel and
+    refuses launches of more threads per block.
 
     Example::
 
@@ -246,6 +253,8 @@ def kernel(
         raise ArgumentTypeError(f"[{name}] backend must be a backend name (str) or None")
     refs, attrs = scan_body(source, ins + outs)
     spec = KernelSpec(
+        optional_inputs=_optional(optional_inputs, ins, name),
+        launch_bounds=_launch_bounds(launch_bounds, name),
         name=name,
         input_names=ins,
         output_names=outs,
@@ -259,6 +268,42 @@ def kernel(
         attribute_refs=attrs,
     )
     return Kernel(spec)
+
+
+def _optional(value: Any, inputs: tuple[str, ...], kernel_name: str) -> tuple[tuple[str, str], ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, Mapping):
+        raise ArgumentTypeError(
+            f"[{kernel_name}] optional_inputs must map input names to dtypes, got {value!r}"
+        )
+    out = []
+    for iname, dtype in value.items():
+        if iname not in inputs:
+            raise ArgumentError(
+                f"[{kernel_name}] optional_inputs names {iname!r}, which is not in input_names "
+                f"{list(inputs)}"
+            )
+        out.append(
+            (iname, normalize_dtype(dtype, f"[{kernel_name}] optional_inputs[{iname!r}]").name)
+        )
+    return tuple(sorted(out))
+
+
+def _launch_bounds(value: Any, kernel_name: str) -> tuple[int, ...]:
+    if value is None:
+        return ()
+    bounds = (value,) if isinstance(value, int) else value
+    if (
+        not isinstance(bounds, tuple | list)
+        or not 1 <= len(bounds) <= 3
+        or not all(isinstance(b, int) and not isinstance(b, bool) and b > 0 for b in bounds)
+    ):
+        raise ArgumentError(
+            f"[{kernel_name}] launch_bounds must be a positive int or a tuple of 1 to 3 "
+            f"positive ints (max threads per block, min blocks per SM, ...), got {value!r}"
+        )
+    return tuple(bounds)
 
 
 def _names(value: Any, what: str, kernel_name: str) -> tuple[str, ...]:

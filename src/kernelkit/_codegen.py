@@ -18,6 +18,7 @@ from ._records import KernelSource, KernelSpec, Param
 __all__ = [
     "METAL_ATTRIBUTES",
     "check_identifier",
+    "launch_bounds",
     "make_source",
     "scan_body",
     "signature",
@@ -167,7 +168,16 @@ def make_source(
         body=spec.source,
         needs=frozenset(needs),
         arch_specific=spec.arch_specific,
+        launch_bounds=spec.launch_bounds,
     )
+
+
+def launch_bounds(source: KernelSource) -> str:
+    """``__launch_bounds__(...) `` for the kernel function, or "" (a no-op macro on the CPU
+    backend, which still renders it so that kernels differing only in bounds differ in key)."""
+    if not source.launch_bounds:
+        return ""
+    return f"__launch_bounds__({', '.join(map(str, source.launch_bounds))}) "
 
 
 def signature(params: tuple[Param, ...]) -> str:

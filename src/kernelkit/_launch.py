@@ -133,10 +133,12 @@ def load(
     request: CompileRequest,
     artifact: Callable[[], Any],
     default_shared_bytes: int,
+    max_threads: int = 0,
 ) -> LoadedProgram:
     """The program for ``request`` on ``target``'s device, loaded once per process;
-    ``artifact()`` (compile through the caches) runs only when it is not loaded yet."""
-    key = (backend.name, target.device, default_shared_bytes, request)
+    ``artifact()`` (compile through the caches) runs only when it is not loaded yet.
+    ``max_threads`` (the kernel's launch bounds, 0: none) caps threads per block."""
+    key = (backend.name, target.device, default_shared_bytes, max_threads, request)
     found = _loaded.get(key)
     if found is not None:
         return found
@@ -144,18 +146,28 @@ def load(
     with _lock:
         found = _loaded.get(key)
         if found is None:
-            found = _load(backend, target, request.kernel, binary, default_shared_bytes)
+            found = _load(
+                backend, target, request.kernel, binary, default_shared_bytes, max_threads
+            )
             _loaded[key] = found
     return found
 
 
 def _load(
-    backend: Backend, target: Target, name: str, binary: Any, default_shared_bytes: int
+    backend: Backend,
+    target: Target,
+    name: str,
+    binary: Any,
+    default_shared_bytes: int,
+    max_threads: int,
 ) -> LoadedProgram:
     with backend_call(backend, "load"):
         program = backend.load(binary, target)
-        limits = backend.kernel_limits(program)
+        limits = dict(backend.kernel_limits(program))
         launch = backend.launcher(program, target)
+    if max_threads:
+        known = limits.get("max_threads_per_block", target.max_threads_per_block)
+        limits["max_threads_per_block"] = min(known, max_threads)
 
     def reserve(nbytes: int) -> None:
         with backend_call(backend, "reserving shared memory"):

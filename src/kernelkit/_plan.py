@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import _config
-from ._arrays import Adapter, ArrayInfo, adapter_for
+from ._arrays import NULL, Adapter, ArrayInfo, adapter_for
 from ._cache import compile_cached
 from ._codegen import make_source
 from ._dtypes import PY_SCALAR_DTYPES, DType, normalize_dtype
@@ -29,6 +29,7 @@ class Bound:
     out_adapter: Adapter
     backend: Backend
     target: Target
+    where: ArrayInfo  # the first array's facts: where outputs are allocated
 
 
 def _is_scalar(x: Any) -> bool:
@@ -54,8 +55,12 @@ def bind(
     bound_in: list[tuple[str, Adapter | None, Any]] = []
     arrays: list[tuple[str, ArrayInfo]] = []
     first_adapter: Adapter | None = None
+    optional = dict(spec.optional_inputs)
     for iname, x in zip(spec.input_names, inputs):
         what = f"input {iname!r}"
+        if x is None:
+            bound_in.append(("array", NULL, _null_info(name, iname, optional)))
+            continue
         if _is_scalar(x):
             dt = normalize_dtype(PY_SCALAR_DTYPES.get(type(x)) or x.dtype, f"[{name}] {what}")
             if type(x) is int and not -(2**31) <= x < 2**31:
@@ -97,7 +102,17 @@ def bind(
                 f"{backend.name!r} cannot use"
             )
     target = _target(backend, where.device_index, name)
-    return Bound(bound_in, bound_out, first_adapter, backend, target)
+    return Bound(bound_in, bound_out, first_adapter, backend, target, where)
+
+
+def _null_info(name: str, iname: str, optional: dict[str, str]) -> ArrayInfo:
+    """A None input: a null pointer of the dtype ``optional_inputs`` declares for it."""
+    if iname not in optional:
+        raise ArgumentError(
+            f"[{name}] input {iname!r} is None; declare it with "
+            f"kernel(..., optional_inputs={{{iname!r}: dtype}}) to pass a null pointer"
+        )
+    return ArrayInfo(normalize_dtype(optional[iname], iname), (0,), (1,), 0, -1, True)
 
 
 def _where(info: ArrayInfo) -> str:
@@ -265,12 +280,15 @@ def build(
     if verbose or _config.config.verbose:
         print(request.source)
     loaded = load(
-        backend, target, request, lambda: compile_cached(backend, request), spec.shared_memory_bytes
+        backend,
+        target,
+        request,
+        lambda: compile_cached(backend, request),
+        spec.shared_memory_bytes,
+        spec.launch_bounds[0] if spec.launch_bounds else 0,
     )
     ins, outs = _routes(spec, bound, params)
-    info0 = next((d for k, _, d in bound.inputs if k != "scalar"), None) or next(
-        i for _, _, i in bound.outputs if i
-    )
+    info0 = bound.where
     allocators = [_lazy_allocator(bound.out_adapter, dt, info0) for _, dt, _ in bound.outputs]
     run, run_source = generate_run(
         spec.name,

@@ -36,6 +36,8 @@ class KernelSpec:
     arch_specific: bool = False
     metadata_refs: frozenset[str] = frozenset()  # e.g. {"x_shape", "y_strides", "x_ndim"}
     attribute_refs: frozenset[str] = frozenset()  # Metal thread attribute names used in the body
+    optional_inputs: tuple[tuple[str, str], ...] = ()  # (input, dtype name): may be None (null)
+    launch_bounds: tuple[int, ...] = ()  # (max threads per block[, min blocks per SM])
 
 
 @dataclass(frozen=True)
@@ -73,6 +75,7 @@ class KernelSource:
     body: str
     needs: frozenset[str] = frozenset()  # prelude parts: "fp16", "bf16", "cg", "metal"
     arch_specific: bool = False  # needs arch-specific instructions (sm_90a: wgmma, setmaxnreg)
+    launch_bounds: tuple[int, ...] = ()  # render as __launch_bounds__(...) on the kernel function
 
 
 @dataclass(frozen=True)

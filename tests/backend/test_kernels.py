@@ -658,3 +658,54 @@ def test_python_scalar_deduces_as_plain_type(arrays):
         threadgroup=(32, 1, 1),
     )
     np.testing.assert_allclose(y, x.astype(np.float64) * 2.5, rtol=1e-6)
+
+
+# llm.c- and PyTorch-style optional pointers: `bias != NULL` decides at run time.
+BIAS_BODY = GLOBAL_ID + "if (i < x_shape[0]) y[i] = x[i] * 2.0f + (bias != NULL ? bias[i] : 0.0f);"
+
+
+def test_none_input_is_a_null_pointer_of_the_declared_dtype(arrays):
+    k = kernelkit.kernel(
+        "t_optional_bias", ["x", "bias"], ["y"], BIAS_BODY, optional_inputs={"bias": "float32"}
+    )
+    x, b = rand(77), rand(77)
+    call = dict(grid=(77, 1, 1), threadgroup=(32, 1, 1))
+    out = [np.full(77, np.nan, np.float32)]
+    (with_bias,) = run(k, arrays, [x, b], out, **call)
+    (without,) = run(k, arrays, [x, None], out, **call)
+    np.testing.assert_allclose(with_bias, x.astype(np.float64) * 2 + b, rtol=1e-6)
+    np.testing.assert_allclose(without, x.astype(np.float64) * 2, rtol=1e-6)
+    (with_bias,) = run(k, arrays, [x, b], out, **call)  # alternating: each its own plan
+    np.testing.assert_allclose(with_bias, x.astype(np.float64) * 2 + b, rtol=1e-6)
+    plain = kernelkit.kernel("t_not_optional", ["x", "bias"], ["y"], BIAS_BODY)
+    with pytest.raises(kernelkit.ArgumentError, match="optional_inputs"):
+        run(plain, arrays, [x, None], out, **call)
+    with pytest.raises(kernelkit.ArgumentError, match="not in input_names"):
+        kernelkit.kernel("t_bad_optional", ["x"], ["y"], "", optional_inputs={"b": "float32"})
+
+
+def test_launch_bounds_cap_threads_per_block(arrays):
+    k = kernelkit.kernel(
+        "t_bounds",
+        ["x"],
+        ["y"],
+        GLOBAL_ID + "if (i < x_shape[0]) y[i] = x[i];",
+        launch_bounds=(64, 2),
+    )
+    x = rand(200)
+    (y,) = run(
+        k, arrays, [x], [np.full(200, np.nan, np.float32)], grid=(200, 1, 1), threadgroup=(64, 1, 1)
+    )
+    np.testing.assert_array_equal(y, x)
+    with pytest.raises(kernelkit.ArgumentError, match="at most 64"):
+        run(
+            k,
+            arrays,
+            [x],
+            [np.full(200, np.nan, np.float32)],
+            grid=(200, 1, 1),
+            threadgroup=(128, 1, 1),
+        )
+    for bad in (0, (1, 2, 3, 4), "64", (64.0,)):
+        with pytest.raises(kernelkit.ArgumentError, match="launch_bounds"):
+            kernelkit.kernel("t_bad_bounds", ["x"], ["y"], "", launch_bounds=bad)

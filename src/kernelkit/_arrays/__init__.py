@@ -15,7 +15,7 @@ from typing import Any
 from .._dtypes import DType
 from .._errors import ArgumentTypeError
 
-__all__ = ["Adapter", "ArrayInfo", "DLPACK_CPU", "DLPACK_CUDA", "adapter_for"]
+__all__ = ["NULL", "Adapter", "ArrayInfo", "DLPACK_CPU", "DLPACK_CUDA", "adapter_for"]
 
 DLPACK_CPU = 1
 DLPACK_CUDA = 2
@@ -116,7 +116,29 @@ class ScalarAdapter(Adapter):
         return super().guard(var, key, tag)
 
 
+class NullAdapter(Adapter):
+    """``None`` for an input declared in ``optional_inputs``: a null pointer, no elements."""
+
+    framework = "none"
+    shape_attribute = False
+
+    def key(self, x: Any) -> Any:
+        return None
+
+    def pointer(self, x: Any) -> int:
+        return 0
+
+    def layout(self, x: Any) -> tuple[Sequence[int], Sequence[int]]:
+        return (0,), (1,)
+
+    def is_contiguous(self, x: Any) -> bool:
+        return True
+
+
+NULL = NullAdapter()
+
 _BY_TYPE: dict[type, Adapter] = {
+    type(None): NULL,
     bool: ScalarAdapter(),
     int: ScalarAdapter(),
     float: ScalarAdapter(),

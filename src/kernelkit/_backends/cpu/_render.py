@@ -107,8 +107,8 @@ def render_source(source: KernelSource, check: bool) -> RenderedKernel:
         "struct kk_args {",
         *(f"  {t} {p.name};" for p, t in members),
         "};",
-        f"static {inline} void {launch_bounds(source)}kk_thread({block_param}const uint3 threadIdx, "
-        "const uint3 blockIdx,",
+        f"static {inline} void {launch_bounds(source)}kk_thread({block_param}"
+        "const uint3 threadIdx, const uint3 blockIdx,",
         f"    const dim3 blockDim, const dim3 gridDim{_lead(kernel_params)}) {{",
         sync_def,
         source.preamble,

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from importlib.resources import files
 from typing import Any, ClassVar
 
-from ..._codegen import signature
+from ..._codegen import launch_bounds, signature
 from ..._records import Artifact, CompileRequest, KernelSource, Target
 from ...backend import Backend, Launcher
 from . import driver, nvrtc
@@ -114,7 +114,8 @@ class CUDABackend(Backend):
         if source.header:
             parts += [f'#line 1 "{source.kernel}.header"', source.header]
         parts += [
-            f'extern "C" __global__ void {source.entry}({signature(source.params)}) {{',
+            f'extern "C" __global__ void {launch_bounds(source)}{source.entry}'
+            f"({signature(source.params)}) {{",
             source.preamble,
             f'#line 1 "{source.kernel}"',
             source.body,
