@@ -14,7 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._errors import ArgumentError
+from ._cache import compile_cached, recompile_refused
+from ._errors import ArgumentError, KernelkitError
 from ._records import CompileRequest, Target
 from ._registry import backend_call
 from .backend import Backend, Geometry, Launcher
@@ -131,33 +132,35 @@ def load(
     backend: Backend,
     target: Target,
     request: CompileRequest,
-    artifact: Callable[[], Any],
     default_shared_bytes: int,
     max_threads: int = 0,
 ) -> LoadedProgram:
-    """The program for ``request`` on ``target``'s device, loaded once per process;
-    ``artifact()`` (compile through the caches) runs only when it is not loaded yet.
-    ``max_threads`` (the kernel's launch bounds, 0: none) caps threads per block."""
+    """The program for ``request`` on ``target``'s device, loaded once per process; the
+    caches are asked for its binary only when it is not loaded yet. ``max_threads`` (the
+    kernel's launch bounds, 0: none) caps threads per block."""
     key = (backend.name, target.device, default_shared_bytes, max_threads, request)
     found = _loaded.get(key)
     if found is not None:
         return found
-    binary = artifact()  # outside the lock: the caches let one thread compile, others wait
+    binary = compile_cached(backend, request)  # outside the lock: one thread compiles a key
     with _lock:
         found = _loaded.get(key)
         if found is None:
-            found = _load(
-                backend, target, request.kernel, binary, default_shared_bytes, max_threads
-            )
+            args = (backend, target, request.kernel, default_shared_bytes, max_threads)
+            try:
+                found = _load(binary, *args)
+            except KernelkitError as e:  # a bundle's binary the device refuses: compile it here
+                binary = recompile_refused(backend, request, binary, e)  # else re-raises e
+                found = _load(binary, *args)
             _loaded[key] = found
     return found
 
 
 def _load(
+    binary: Any,
     backend: Backend,
     target: Target,
     name: str,
-    binary: Any,
     default_shared_bytes: int,
     max_threads: int,
 ) -> LoadedProgram:

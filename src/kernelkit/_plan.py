@@ -9,7 +9,6 @@ from typing import Any
 
 from . import _config
 from ._arrays import NULL, Adapter, ArrayInfo, adapter_for
-from ._cache import compile_cached
 from ._codegen import make_source
 from ._dtypes import PY_SCALAR_DTYPES, DType, normalize_dtype
 from ._errors import ArgumentError, ArgumentTypeError, KernelkitError
@@ -283,7 +282,6 @@ def build(
         backend,
         target,
         request,
-        lambda: compile_cached(backend, request),
         spec.shared_memory_bytes,
         spec.launch_bounds[0] if spec.launch_bounds else 0,
     )
