@@ -1,20 +1,23 @@
 """Question: how much does a kernelkit call cost on the host, next to the floor and the peers?
 
 One process, one tiny kernel (out[i] = expf(inp[i]) on 1024 float32 torch CUDA tensors), µs per
-call (host wall time over many calls, synchronized per batch, median of 5), each as a ratio to
-the floor: raw cuLaunchKernel through cuda-bindings with prepacked arguments.
+call (host wall time over many calls, synchronized per batch, median of 9 interleaved rounds),
+each as a ratio to the floor: raw cuLaunchKernel through cuda-bindings with prepacked arguments.
+Also a call whose grid is new every time (a server seeing a new sequence length): it must not
+compile or load again, only check the new geometry.
 Run: PYTHONPATH=src python3 benchmarks/launch_overhead.py
+     PYTHONPATH=src python3 benchmarks/launch_overhead.py --backend cpu   (known vs new size only)
 """
 
 from __future__ import annotations
 
 import ctypes
+import itertools
 import sys
 from collections.abc import Callable
 
-import torch
+import numpy as np
 from _common import interleaved_us, table
-from cuda.bindings import driver, nvrtc
 
 import kernelkit
 
@@ -25,13 +28,21 @@ SRC = (
 )
 
 
+BODY = (
+    "uint i = blockIdx.x * blockDim.x + threadIdx.x; if (i < inp_shape[0]) out[i] = expf(inp[i]);"
+)
+
+
 def raw_function():
+    import torch
+    from cuda.bindings import driver, nvrtc
+
     major, minor = torch.cuda.get_device_capability()
     err, prog = nvrtc.nvrtcCreateProgram(SRC.encode(), b"k.cu", 0, [], [])
     opts = [f"--gpu-architecture=sm_{major}{minor}".encode()]
     assert int(nvrtc.nvrtcCompileProgram(prog, 1, opts)[0]) == 0
     _, size = nvrtc.nvrtcGetCUBINSize(prog)
-    cubin = b" " * size
+    cubin = bytearray(size)  # NVRTC writes it: never into a bytes object
     nvrtc.nvrtcGetCUBIN(prog, cubin)
     err, module = driver.cuModuleLoadData(cubin)
     assert int(err) == 0, err
@@ -40,7 +51,38 @@ def raw_function():
     return fn
 
 
+def new_grid_every_call(k, inputs, out) -> Callable[[], object]:
+    """A call whose grid was never seen before (the kernel guards with inp_shape[0])."""
+    grids = itertools.count(N + 1)
+    return lambda: k(inputs, grid=(next(grids), 1, 1), threadgroup=(256, 1, 1), out=out)
+
+
+def cpu_main() -> int:
+    """Known size vs a new size every call, NumPy arrays on the CPU backend."""
+    k = kernelkit.kernel("kexp_cpu", ["inp"], ["out"], BODY)
+    x = np.random.default_rng(0).standard_normal(N).astype(np.float32)
+    y = np.full(N, np.nan, np.float32)
+    k([x], grid=(N, 1, 1), threadgroup=(256, 1, 1), out=[y])
+    np.testing.assert_allclose(y, np.exp(x.astype(np.float64)), rtol=1e-6)
+    variants = {
+        "kernelkit cpu, out=, known size": lambda: k(
+            [x], grid=(N, 1, 1), threadgroup=(256, 1, 1), out=[y]
+        ),
+        "kernelkit cpu, out=, new grid every call": new_grid_every_call(k, [x], [y]),
+    }
+    us = interleaved_us(variants, lambda: None, calls=2000, rounds=5)
+    print(f"kernelkit {kernelkit.__version__}, CPU backend; median of 5 rounds of 2000 calls")
+    table([(n, v, "") for n, v in us.items()], "us/call", us["kernelkit cpu, out=, known size"])
+    print(f"programs loaded: {len(kernelkit._launch._loaded)}; specializations: {len(k._plans)}")
+    return 0
+
+
 def main() -> int:
+    if "--backend" in sys.argv and sys.argv[sys.argv.index("--backend") + 1] == "cpu":
+        return cpu_main()
+    import torch
+    from cuda.bindings import driver
+
     if not torch.cuda.is_available():
         print("needs a CUDA GPU")
         return 1
@@ -65,13 +107,7 @@ def main() -> int:
 
     variants["floor + torch.empty"] = raw_alloc
 
-    k = kernelkit.kernel(
-        "kexp",
-        ["inp"],
-        ["out"],
-        "uint i = blockIdx.x * blockDim.x + threadIdx.x;"
-        " if (i < inp_shape[0]) out[i] = expf(inp[i]);",
-    )
+    k = kernelkit.kernel("kexp", ["inp"], ["out"], BODY)
     y.fill_(float("nan"))
     k([x], grid=(N, 1, 1), threadgroup=(256, 1, 1), out=[y])
     torch.testing.assert_close(y, torch.exp(x))
@@ -80,6 +116,7 @@ def main() -> int:
     variants["kernelkit, allocating"] = lambda: k(
         [x], output_shapes=shapes, output_dtypes=dtypes, grid=(N, 1, 1), threadgroup=(256, 1, 1)
     )
+    variants["kernelkit, out=, new grid every call"] = new_grid_every_call(k, [x], [y])
     notes["kernelkit, out="] = "target <= 1.3x floor"
     notes["kernelkit, allocating"] = "target <= 1.3x (floor + torch.empty)"
 
@@ -121,10 +158,13 @@ def main() -> int:
     rows += [(name, None, note) for name, note in notes.items() if name not in us]
     table(rows, "us/call", floor)
     kk_out, kk_alloc = us["kernelkit, out="], us["kernelkit, allocating"]
+    kk_new = us["kernelkit, out=, new grid every call"]
     print(
         f"kernelkit out= / floor: {kk_out / floor:.2f}x; "
-        f"allocating / (floor + torch.empty): {kk_alloc / floor_alloc:.2f}x"
+        f"allocating / (floor + torch.empty): {kk_alloc / floor_alloc:.2f}x; "
+        f"new grid / known grid: {kk_new / kk_out:.2f}x"
     )
+    print(f"programs loaded: {len(kernelkit._launch._loaded)}; specializations: {len(k._plans)}")
     return 0
 
 
