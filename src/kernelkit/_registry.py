@@ -33,6 +33,10 @@ _BUILTIN = {
     "cpu": "kernelkit._backends.cpu:CPUBackend",
 }
 
+# The DLPack device types of the built-ins' ``dlpack_devices`` (a test checks they agree), so that
+# picking a backend for an array does not import the others.
+_BUILTIN_DEVICES = {"cuda": frozenset({2, 3, 13}), "cpu": frozenset({1})}
+
 _lock = threading.RLock()
 _loaded: dict[str, Backend] = {}
 _failed: dict[str, str] = {}
@@ -142,7 +146,8 @@ def backend_for_device_type(device_type: int, what: str) -> Backend:
     runs on this DLPack device type."""
 
     def candidates() -> Iterator[str]:  # plugins are scanned only if no built-in fits
-        yield from (n for n in _BUILTIN if _allowed(n))
+        # a built-in that cannot run there is not even imported (host arrays never load CUDA)
+        yield from (n for n in _BUILTIN if _allowed(n) and device_type in _BUILTIN_DEVICES[n])
         yield from (n for n in registered() if n not in _BUILTIN)
 
     for name in candidates():

@@ -222,3 +222,29 @@ def test_installed_metadata_lists_the_builtins():
         pytest.skip("kernelkit is not installed (running from a source tree)")
     names = {ep.name for ep in dist.entry_points if ep.group == "kernelkit.backends"}
     assert {"cuda", "cpu"} <= names
+
+
+def test_builtin_device_table_matches_the_backends():
+    from kernelkit._backends.cpu import CPUBackend
+    from kernelkit._backends.cuda import CUDABackend
+
+    assert _registry._BUILTIN_DEVICES == {
+        "cuda": CUDABackend.dlpack_devices,
+        "cpu": CPUBackend.dlpack_devices,
+    }
+
+
+def test_a_host_array_does_not_import_the_cuda_backend():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, numpy as np, kernelkit\n"
+        "k = kernelkit.kernel('host_only', ['x'], ['y'], 'y[threadIdx.x] = x[threadIdx.x];')\n"
+        "x = np.arange(4, dtype=np.float32)\n"
+        "k([x], output_shapes=[(4,)], output_dtypes=[x.dtype], grid=(4,1,1), threadgroup=(4,1,1))\n"
+        "print('kernelkit._backends.cuda' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"
