@@ -412,11 +412,13 @@ class thread_group {
   Kind kind_;
   unsigned size_, mask_;
 };
-// tiled_partition(parent, n) with a run-time size (a power of 2 up to 1024).
+// tiled_partition(parent, n) with a run-time size: a power of 2 up to 32, as CUDA's header
+// allows (it aborts the kernel otherwise); wider tiles need the static tiled_partition<N>.
 static inline thread_group tiled_partition(const thread_block&, unsigned n) {
-  if (n == 0 || n > 1024 || (n & (n - 1))) {
-    kk_fault_record("cooperative_groups::tiled_partition: tile size %u is not a power of 2 "
-                    "<= 1024", n);
+  if (n == 0 || n > 32 || (n & (n - 1))) {
+    kk_fault_record("cooperative_groups::tiled_partition: run-time tile size %u is not a power "
+                    "of 2 <= 32 (CUDA aborts the kernel; use tiled_partition<N> for wider tiles)",
+                    n);
     throw kk_fault{};
   }
   return thread_group::tile(n);
