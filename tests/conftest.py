@@ -116,6 +116,21 @@ def arrays(backend: str, request: pytest.FixtureRequest) -> Arrays:
     return Arrays(backend, request.param)
 
 
+@pytest.fixture(scope="session")
+def cuda() -> Any:
+    """A CUDA backend for compiling without a GPU (NVRTC from pip); skips where NVRTC is not
+    usable."""
+    pytest.importorskip("cuda.bindings.nvrtc", reason="cuda-bindings (NVRTC) is not installed")
+    from kernelkit._backends.cuda import CUDABackend, nvrtc
+
+    try:
+        nvrtc.version()
+        nvrtc.include_dirs()
+    except Exception as e:  # noqa: BLE001 - no NVRTC library: nothing to test here
+        pytest.skip(f"NVRTC is not usable here: {e}")
+    return CUDABackend()
+
+
 @pytest.fixture
 def clean_state(monkeypatch: pytest.MonkeyPatch) -> Iterator[pytest.MonkeyPatch]:
     """A monkeypatch for tests that change KERNELKIT_* variables or the registry; afterwards the

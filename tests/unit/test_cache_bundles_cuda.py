@@ -28,18 +28,6 @@ BODY = "uint i = blockIdx.x * blockDim.x + threadIdx.x; if (i < x_shape[0]) y[i]
 F32, F16 = DTYPES["float32"], DTYPES["float16"]
 
 
-@pytest.fixture(scope="module")
-def cuda():
-    from kernelkit._backends.cuda import CUDABackend, nvrtc
-
-    try:
-        nvrtc.version()
-        nvrtc.include_dirs()
-    except Exception as e:  # noqa: BLE001 - no NVRTC library: nothing to test here
-        pytest.skip(f"NVRTC is not usable here: {e}")
-    return CUDABackend()
-
-
 def _request(cuda, kernel, arch: str, dtype):  # noqa: ANN001, ANN202
     return render_request(
         kernel.spec, cuda, cuda.target_for_arch(arch), [("array", dtype)], [dtype], (), False

@@ -16,18 +16,6 @@ from kernelkit._plan import render_request
 pytest.importorskip("cuda.bindings.nvrtc", reason="cuda-bindings (NVRTC) is not installed")
 
 
-@pytest.fixture(scope="module")
-def cuda():
-    from kernelkit._backends.cuda import CUDABackend, nvrtc
-
-    try:
-        nvrtc.version()
-        nvrtc.include_dirs()
-    except Exception as e:  # noqa: BLE001 - no NVRTC library: nothing to test here
-        pytest.skip(f"NVRTC is not usable here: {e}")
-    return CUDABackend()
-
-
 BF16, F32, I32 = DTYPES["bfloat16"], DTYPES["float32"], DTYPES["int32"]
 
 # bf16 math through the prelude's headers: native bf16 instructions on sm_80+, float on sm_75

@@ -21,18 +21,6 @@ F16, F32, I32, U32 = (DTYPES[n] for n in ("float16", "float32", "int32", "uint32
 A = "array"
 
 
-@pytest.fixture(scope="module")
-def cuda():
-    from kernelkit._backends.cuda import CUDABackend, nvrtc
-
-    try:
-        nvrtc.version()
-        nvrtc.include_dirs()
-    except Exception as e:  # noqa: BLE001 - no NVRTC library: nothing to test here
-        pytest.skip(f"NVRTC is not usable here: {e}")
-    return CUDABackend()
-
-
 def _load(name):
     path = Path(__file__).parents[1] / "backend" / f"{name}.py"
     spec = importlib.util.spec_from_file_location(f"_{name}_for_nvrtc", path)
