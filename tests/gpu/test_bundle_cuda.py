@@ -116,24 +116,29 @@ def _use(tmp_path: Path, bundle: Path) -> dict:
     return {**json.loads(run.stdout.strip().splitlines()[-1]), "stderr": run.stderr}
 
 
+def _precompile_under_another_nvrtc(tmp_path: Path, bundle: Path) -> None:
+    """Build tests/gpu's DECL for this device's arch as if NVRTC were version 99.9."""
+    major, minor = torch.cuda.get_device_capability()
+    out = subprocess.run(
+        [sys.executable, "-c", PRECOMPILE_AS, "nvrtc-99.9", "precompile", "decl.py"]
+        + ["--arch", f"sm_{major}{minor}", "-o", str(bundle), "--quiet"],
+        cwd=tmp_path,
+        env=_env(KERNELKIT_CACHE_DIR=str(tmp_path / "build-cache")),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr
+
+
 def test_a_bundle_from_another_nvrtc_serves_the_device(tmp_path: Path):
     """Set KK_FOREIGN_BUNDLE to a bundle of tests/gpu's DECL built on another machine (e.g. NVRTC
     13.5 from pip, no GPU: `kernelkit precompile decl.py --arch sm_90 -o foreign.kkb`) for the
     real case; without it the bundle is built here under a faked NVRTC version."""
-    major, minor = torch.cuda.get_device_capability()
     (tmp_path / "decl.py").write_text(DECL)
     bundle = Path(os.environ.get("KK_FOREIGN_BUNDLE") or tmp_path / "foreign.kkb")
     if "KK_FOREIGN_BUNDLE" not in os.environ:
-        out = subprocess.run(
-            [sys.executable, "-c", PRECOMPILE_AS, "nvrtc-99.9", "precompile", "decl.py"]
-            + ["--arch", f"sm_{major}{minor}", "-o", str(bundle), "--quiet"],
-            cwd=tmp_path,
-            env=_env(KERNELKIT_CACHE_DIR=str(tmp_path / "build-cache")),
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-        assert out.returncode == 0, out.stderr
+        _precompile_under_another_nvrtc(tmp_path, bundle)
     stats = _use(tmp_path, bundle)
     assert stats["ok"] and stats["bundle_hits"] == 1 and stats["compiles"] == 0, stats
 
@@ -142,19 +147,9 @@ def test_a_cubin_the_driver_refuses_is_compiled_with_a_warning(tmp_path: Path):
     """A bundle entry of the right key whose cubin the driver cannot load (garbage here)."""
     import zipfile
 
-    major, minor = torch.cuda.get_device_capability()
     (tmp_path / "decl.py").write_text(DECL)
     good = tmp_path / "good.kkb"
-    out = subprocess.run(
-        [sys.executable, "-c", PRECOMPILE_AS, "nvrtc-99.9", "precompile", "decl.py"]
-        + ["--arch", f"sm_{major}{minor}", "-o", str(good), "--quiet"],
-        cwd=tmp_path,
-        env=_env(KERNELKIT_CACHE_DIR=str(tmp_path / "build-cache")),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert out.returncode == 0, out.stderr
+    _precompile_under_another_nvrtc(tmp_path, good)
     from kernelkit._cache import bundles, entry
     from kernelkit._cache.keys import CacheKey
 
