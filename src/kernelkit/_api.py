@@ -118,13 +118,11 @@ class Kernel:
 
     def _call_other(self, args: tuple, verbose: bool) -> list[Any]:
         """A call of another (or a new) specialization: dictionary lookup, else the slow path."""
-        inputs, _, output_dtypes, _, _, template, init_value, _, out, backend, check, _ = args
+        inputs, _, output_dtypes, _, _, template, _, _, out, backend, check, _ = args
         try:
             plan = self._plans[call_key(inputs, out, output_dtypes, template, backend, check)]
         except Exception:  # noqa: BLE001 - anything unusual takes the validating slow path
-            plan = self._specialize(
-                inputs, output_dtypes, template, init_value, out, backend, check, verbose
-            )
+            plan = self._specialize(inputs, output_dtypes, template, out, backend, check, verbose)
         else:
             if verbose:
                 print(plan.request.source)
@@ -160,7 +158,6 @@ class Kernel:
         inputs: Any,
         output_dtypes: Any,
         template: Any,
-        init_value: Any,
         out: Any,
         backend: Any,
         check: Any,

@@ -9,6 +9,7 @@ indices and helper names, never user text) and kept on the plan as ``run_source`
 from __future__ import annotations
 
 import functools
+import numbers
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -342,7 +343,7 @@ class _LookupAdapter(Adapter):
 
 def _filler(kernel: str) -> Callable[[tuple, Any], None]:
     def fill(arrays: tuple, value: Any) -> None:
-        if value.__class__ is bool or not isinstance(value, int | float):
+        if value.__class__ is bool or not isinstance(value, numbers.Real):  # NumPy's too
             raise ArgumentTypeError(
                 f"[{kernel}] init_value must be a number (int or float) or None, got {value!r}"
             )
