@@ -73,7 +73,7 @@ def cpu_main() -> int:
     us = interleaved_us(variants, lambda: None, calls=2000, rounds=5)
     print(f"kernelkit {kernelkit.__version__}, CPU backend; median of 5 rounds of 2000 calls")
     table([(n, v, "") for n, v in us.items()], "us/call", us["kernelkit cpu, out=, known size"])
-    print(f"programs loaded: {len(kernelkit._launch._loaded)}; specializations: {len(k._plans)}")
+    print(f"programs loaded: {kernelkit._launch.loaded_count()}; specializations: {len(k._plans)}")
     return 0
 
 
@@ -164,7 +164,7 @@ def main() -> int:
         f"allocating / (floor + torch.empty): {kk_alloc / floor_alloc:.2f}x; "
         f"new grid / known grid: {kk_new / kk_out:.2f}x"
     )
-    print(f"programs loaded: {len(kernelkit._launch._loaded)}; specializations: {len(k._plans)}")
+    print(f"programs loaded: {kernelkit._launch.loaded_count()}; specializations: {len(k._plans)}")
     return 0
 
 
