@@ -18,6 +18,16 @@ def _names(text: str) -> tuple[str, ...]:
     return tuple(t.strip() for t in text.split(",") if t.strip())
 
 
+TUNE_MODES = ("auto", "serve", "off")
+
+
+def _tune_mode(text: str) -> str:
+    mode = text.strip().lower() or "auto"
+    if mode not in TUNE_MODES:
+        raise ValueError(f"expected one of {', '.join(TUNE_MODES)}")
+    return mode
+
+
 @dataclass(frozen=True)
 class Var:
     """One environment variable: its name, parser, default and help line."""
@@ -66,6 +76,19 @@ VARS: tuple[Var, ...] = (
         "KERNELKIT_BUNDLE_PATH", _names, (), "precompiled bundles (.kkb) consulted before compiling"
     ),
     Var("KERNELKIT_VERBOSE", _bool, False, "print every generated source before it is compiled"),
+    Var(
+        "KERNELKIT_TUNE",
+        _tune_mode,
+        "auto",
+        "tuning database: auto (tune a missing key on first use), serve (replay it, never time "
+        "anything), off (ignore it)",
+    ),
+    Var(
+        "KERNELKIT_SELECT_FORCE",
+        str,
+        "",
+        "force choices: 'op=impl[:NAME=VALUE,threadgroup=128x1x1,shared_memory=N];op2=...'",
+    ),
 )
 
 
@@ -83,6 +106,8 @@ class Config:
     cache_max_bytes: int
     bundle_path: tuple[str, ...]
     verbose: bool
+    tune: str  # one of TUNE_MODES
+    select_force: str
 
 
 def _read() -> Config:

@@ -8,11 +8,13 @@ from typing import Any, Literal
 
 __all__ = [
     "MAX_NDIM",
+    "ArgFacts",
     "Artifact",
     "CompileRequest",
     "KernelSource",
     "KernelSpec",
     "Param",
+    "Problem",
     "Target",
 ]
 
@@ -124,3 +126,47 @@ class Artifact:
     arch: str
     metadata: dict[str, Any] = field(default_factory=dict, compare=False)
     log: str = field(default="", compare=False)
+
+
+@dataclass(frozen=True)
+class ArgFacts:
+    """One argument of a call as selection sees it (no pointers, no framework objects)."""
+
+    name: str
+    kind: Literal["array", "scalar", "scalar_array", "null"]
+    dtype: str
+    shape: tuple[int, ...] = ()
+    strides: tuple[int, ...] = ()  # in elements
+    contiguous: bool = True
+    is_output: bool = False
+
+
+@dataclass(frozen=True)
+class Problem:
+    """What a call asks for, as the selection stage sees it: its arguments' dtypes, shapes and
+    layouts, named dimensions and attributes (an op's ``M``, ``N``, ``K``, ``activation``), and
+    where it runs. Built by bind (or by an op from its arrays); frozen and hashable."""
+
+    name: str  # the kernel's or op's name
+    args: tuple[ArgFacts, ...] = ()
+    attrs: tuple[tuple[str, Any], ...] = ()
+    device_type: int = 1  # DLPack device type
+    device_index: int = 0
+
+    def arg(self, name: str) -> ArgFacts:
+        """The argument called ``name``; KeyError naming the ones there are."""
+        for a in self.args:
+            if a.name == name:
+                return a
+        raise KeyError(
+            f"{self.name} has no argument {name!r} (it has {[a.name for a in self.args]})"
+        )
+
+    def attr(self, name: str) -> Any:
+        """The attribute (named dimension) ``name``; KeyError naming the ones there are."""
+        for k, v in self.attrs:
+            if k == name:
+                return v
+        raise KeyError(
+            f"{self.name} has no attribute {name!r} (it has {[k for k, _ in self.attrs]})"
+        )

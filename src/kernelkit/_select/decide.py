@@ -1,0 +1,75 @@
+"""``decide``: ``select`` wired to the stores (override, tuning database, shipped tables) with
+decisions cached per (op, problem key, target), so a repeated problem costs one dictionary
+lookup. ``explain`` reports a decision and how it was reached."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .._records import Problem, Target
+from ..backend import Backend
+from .override import forced
+from .records import Config, KernelChoice
+from .registry import Op
+from .select import Selection, select
+
+__all__ = ["decide", "explain_selection"]
+
+
+def _database(backend: Backend) -> Any:
+    """A lookup into the tuning database for this backend, or None when the database is off."""
+    from .._tune import db as tuning
+
+    if tuning.tune_mode() == "off":
+        return None
+    store = tuning.current_db()
+
+    def lookup(problem: Problem, target: Target, key: tuple) -> tuple[str, Config, str] | None:
+        env = tuning.Environment.of(backend, target)
+        record = store.get(problem.name, env, key)
+        if record is None:
+            return None
+        return record.impl, record.config, f"tuned {record.created}"
+
+    return lookup
+
+
+def _table(problem: Problem, target: Target, key: tuple) -> tuple[str, Config, str] | None:
+    from .tables import shipped_tables
+
+    entry = shipped_tables().lookup(problem.name, target, problem)
+    if entry is None:
+        return None
+    return entry.impl, entry.config, f"table {entry.where}"
+
+
+def selection(op: Op, problem: Problem, target: Target, backend: Backend) -> Selection:
+    """The full selection (not cached): for ``explain`` and the first call of a key."""
+    return select(
+        op,
+        problem,
+        target,
+        override=forced(op.name),
+        database=_database(backend),
+        table=_table,
+    )
+
+
+def decide(op: Op, problem: Problem, target: Target, backend: Backend) -> KernelChoice:
+    """The choice for ``problem`` on ``target``: decided once per (key bucket, target,
+    override); only the grid is derived again for each problem (sizes vary within a bucket)."""
+    override = forced(op.name)
+    cache_key = (op.key.of(problem), target, override)  # type: ignore[union-attr]
+    found = op._decisions.get(cache_key)
+    if found is None:
+        found = selection(op, problem, target, backend).choice
+        with op._lock:
+            op._decisions[cache_key] = found
+        return found
+    impl, config = op.get(found.impl), found.config
+    return found.with_grid(impl.grid_for(problem, config))  # type: ignore[union-attr]
+
+
+def explain_selection(op: Op, problem: Problem, target: Target, backend: Backend) -> Selection:
+    """What ``decide`` would choose, with every rule and candidate considered."""
+    return selection(op, problem, target, backend)

@@ -1,0 +1,175 @@
+"""``select``: the pure decision. Given an op, a problem, a target and what the stores say, return
+the ``KernelChoice`` and everything that was considered on the way (for ``explain``).
+
+Precedence, highest first: a user override > the tuning database > a shipped table > the
+highest-priority matching microkernel > a heuristic > a default that always works. A candidate
+any rule returns is checked against the implementation's own rule and the target's limits before
+it is taken; one that fails is recorded with why, and the next rule decides.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from .._errors import ArgumentError
+from .._records import Problem, Target
+from .records import Config, KernelChoice
+from .registry import Implementation, Op
+
+__all__ = ["Considered", "Override", "Selection", "select"]
+
+# key -> (implementation id, config, where) or None; "where" describes the record for explain
+Lookup = Callable[[Problem, Target, tuple], "tuple[str, Config, str] | None"]
+
+
+@dataclass(frozen=True)
+class Override:
+    """A forced choice: an implementation, and optionally its config (else its default)."""
+
+    impl: str
+    config: Config | None = None
+    where: str = "kernelkit.force"
+
+
+@dataclass(frozen=True)
+class Considered:
+    """One rule or candidate looked at, and what became of it."""
+
+    source: str
+    impl: str | None
+    verdict: str  # "chosen", or why it was passed over
+
+
+@dataclass(frozen=True)
+class Selection:
+    """A decision and how it was reached."""
+
+    choice: KernelChoice
+    considered: tuple[Considered, ...]
+
+    def explain(self) -> str:
+        """The choice, then every rule and candidate considered, in order."""
+        lines = [f"{self.choice.op}: {self.choice.describe()}"]
+        if self.choice.key:
+            lines.append("  key: " + ", ".join(f"{f}={v}" for f, v in self.choice.key))
+        for c in self.considered:
+            who = f" {c.impl}" if c.impl else ""
+            lines.append(f"  {c.source}{who}: {c.verdict}")
+        return "\n".join(lines)
+
+
+def _limits(config: Config, target: Target) -> str | None:
+    threads = config.threadgroup[0] * config.threadgroup[1] * config.threadgroup[2]
+    if threads > target.max_threads_per_block:
+        limit = target.max_threads_per_block
+        return f"threadgroup has {threads} threads; {target.name} allows {limit}"
+    for axis, (b, lim) in enumerate(zip(config.threadgroup, target.max_block_dims)):
+        if b > lim:
+            return f"threadgroup[{axis}] = {b} exceeds {target.name}'s limit {lim}"
+    if config.shared_memory > target.max_shared_memory_optin_bytes:
+        return (
+            f"shared_memory {config.shared_memory} exceeds {target.name}'s "
+            f"{target.max_shared_memory_optin_bytes} bytes"
+        )
+    return None
+
+
+def _legal(
+    op: Op, impl_id: str, config: Config | None, problem: Problem, target: Target
+) -> tuple[Implementation | None, Config | None, str | None]:
+    """(implementation, config to use, None) when legal, else (None, None, why not)."""
+    impl = op.get(impl_id)
+    if impl is None:
+        names = [i.name for i in op.implementations]
+        return None, None, f"no implementation {impl_id!r} in {op.name} (it has {names})"
+    why = impl.check(problem, target)
+    if why is not None:
+        return None, None, why
+    if impl.kind == "generic":
+        config = config or impl.default
+        assert config is not None  # generic implementations always have a default
+        why = _limits(config, target)
+        if why is not None:
+            return None, None, why
+    else:
+        config = config or Config()
+    return impl, config, None
+
+
+def select(
+    op: Op,
+    problem: Problem,
+    target: Target,
+    *,
+    override: Override | None = None,
+    database: Lookup | None = None,
+    table: Lookup | None = None,
+) -> Selection:
+    """Decide which implementation and config run ``problem`` on ``target``. Pure: the same
+    arguments (and store contents) give the same choice. Raises ``ArgumentError`` only for an
+    override that cannot run the problem, or an op with no implementation that can."""
+    key = op.key.of(problem)  # type: ignore[union-attr]
+    seen: list[Considered] = []
+
+    def choose(impl: Implementation, config: Config, source: Any, reason: str) -> Selection:
+        seen.append(Considered(source, op.impl_id(impl), "chosen"))
+        if impl.pads:
+            reason = f"{reason}; {impl.pads}" if reason else impl.pads
+        choice = KernelChoice(
+            op=op.name,
+            impl=op.impl_id(impl),
+            config=config,
+            grid=impl.grid_for(problem, config),
+            source=source,
+            key=key,
+            reason=reason,
+        )
+        return Selection(choice, tuple(seen))
+
+    if override is not None:
+        impl, config, why = _legal(op, override.impl, override.config, problem, target)
+        if impl is None or config is None:
+            raise ArgumentError(f"[{op.name}] forced {override.impl!r} ({override.where}): {why}")
+        return choose(impl, config, "override", f"forced by {override.where}")
+
+    for source, lookup in (("database", database), ("table", table)):
+        found = lookup(problem, target, key) if lookup is not None else None
+        if found is None:
+            seen.append(Considered(source, None, "no entry" if lookup else "not consulted"))
+            continue
+        impl_id, config, where = found
+        impl, config, why = _legal(op, impl_id, config, problem, target)
+        if impl is None or config is None:
+            seen.append(Considered(source, impl_id, f"refused: {why} ({where})"))
+            continue
+        return choose(impl, config, source, where)
+
+    for impl in op.by_kind("microkernel"):
+        why = impl.check(problem, target)
+        if why is None:
+            return choose(impl, Config(), "microkernel", f"priority {impl.priority}")
+        seen.append(Considered("microkernel", op.impl_id(impl), f"does not match: {why}"))
+
+    generic = list(op.by_kind("generic"))
+    for impl in generic:
+        if impl.heuristic is None:
+            continue
+        why = impl.check(problem, target)
+        config = impl.heuristic(problem, target) if why is None else None
+        if config is not None:
+            why = _limits(config, target)
+            if why is None:
+                return choose(impl, config, "heuristic", "")
+        seen.append(Considered("heuristic", op.impl_id(impl), why or "no config for this problem"))
+
+    for impl in generic:
+        got, config, why = _legal(op, impl.name, None, problem, target)
+        if got is not None and config is not None:
+            return choose(got, config, "default", "")
+        seen.append(Considered("default", op.impl_id(impl), f"does not match: {why}"))
+    raise ArgumentError(
+        f"[{op.name}] no implementation can run this problem on {target.name}:\n"
+        + "\n".join(f"  {c.source} {c.impl or ''}: {c.verdict}" for c in seen)
+    )

@@ -1,0 +1,310 @@
+"""The selection stage without a device: records, keys and bucketing, precedence and provenance,
+legality of every candidate a rule returns, overrides, and golden decisions."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import kernelkit
+from kernelkit._records import ArgFacts, Problem, Target
+from kernelkit._select.keys import Feature, KeySpec
+from kernelkit._select.override import force, forced, parse_force
+from kernelkit._select.records import PROVENANCE, Config, KernelChoice
+from kernelkit._select.registry import Implementation, Op
+from kernelkit._select.select import Override, select
+
+
+def target(arch="sm_90", features=("bf16", "cp_async"), name="H100") -> Target:
+    return Target(
+        backend="fake",
+        device=0,
+        arch=arch,
+        name=name,
+        max_threads_per_block=1024,
+        max_block_dims=(1024, 1024, 64),
+        max_grid_dims=(2**31 - 1, 65535, 65535),
+        max_shared_memory_bytes=48 * 1024,
+        max_shared_memory_optin_bytes=227 * 1024,
+        features=frozenset(features),
+    )
+
+
+def problem(m=1, n=4096, k=4096, dtype="bfloat16") -> Problem:
+    a = ArgFacts("a", "array", dtype, (m, k), (k, 1))
+    b = ArgFacts("b", "array", dtype, (n, k), (k, 1))
+    return Problem("mm", (a, b), (("M", m), ("N", n), ("K", k)))
+
+
+def grid_rule(p: Problem, c: Config) -> tuple[int, int, int]:
+    return (p.attr("N"), -(-p.attr("M") // c.values.get("BM", 1)), 1)
+
+
+def make_op() -> Op:
+    op = Op("mm", key=["a.dtype", "M:ranges(1,17,129)", "N", "K"])
+    op.register(
+        Implementation(
+            "tiled",
+            run=lambda choice, call: ("tiled", choice),
+            grid=grid_rule,
+            configs=(Config({"BM": 64}, (128,)), Config({"BM": 128}, (256,))),
+            heuristic=lambda p, t: Config({"BM": 16}, (64,)) if p.attr("M") <= 16 else None,
+        )
+    )
+    op.register(
+        Implementation(
+            "gemv",
+            run=lambda choice, call: ("gemv", choice),
+            kind="microkernel",
+            priority=10,
+            match=lambda p, t: None if p.attr("M") <= 16 else f"M = {p.attr('M')} > 16",
+            pads="pads K to a multiple of 8",
+        )
+    )
+    op.register(
+        Implementation(
+            "wgmma",
+            run=lambda choice, call: ("wgmma", choice),
+            kind="microkernel",
+            priority=20,
+            requires={"arch_specific"},
+        )
+    )
+    return op
+
+
+# --- records --------------------------------------------------------------------------------
+
+
+def test_config_is_canonical_hashable_and_round_trips():
+    a = Config({"B": 2, "A": "float32"}, (128,), 1024)
+    b = Config((("A", "float32"), ("B", 2)), (128, 1, 1), 1024)
+    assert a == b and hash(a) == hash(b)
+    assert Config.from_dict(json.loads(json.dumps(a.to_dict()))) == a
+    assert a.describe() == "A=float32 B=2 threadgroup=128x1x1 shared=1024"
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"template": {"A": 1.5}},
+        {"template": [("A", 1), ("A", 2)]},
+        {"threadgroup": (0,)},
+        {"threadgroup": (1, 2, 3, 4)},
+        {"shared_memory": -1},
+        {"shared_memory": True},
+    ],
+)
+def test_config_refuses_bad_values(bad):
+    with pytest.raises(kernelkit.KernelkitError):
+        Config(**bad)
+
+
+def test_kernel_choice_round_trips_through_json_exactly():
+    c = KernelChoice(
+        "mm", "mm/tiled", Config({"BM": 64}, (128,)), (4096, 1), "table", (("M", "1"),)
+    )
+    again = KernelChoice.from_json(c.to_json())
+    assert again == c and again.to_json() == c.to_json() and hash(again) == hash(c)
+    with pytest.raises(kernelkit.ArgumentError, match="source"):
+        KernelChoice("mm", "mm/tiled", Config(), (1,), "guess")
+
+
+# --- keys -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("feature", "values", "labels"),
+    [
+        (
+            "M:pow2",
+            [1, 2, 3, 4, 5, 1000, 1024, 1025],
+            ["1", "2", "4", "4", "8", "1024", "1024", "2048"],
+        ),
+        (
+            "M:ranges(1,17,129)",
+            [1, 16, 17, 128, 129, 10**6],
+            ["[1,17)"] * 2 + ["[17,129)"] * 2 + ["[129,inf)"] * 2,
+        ),
+        ("M:ranges(4)", [1, 4], ["[-inf,4)", "[4,inf)"]),
+        ("M", [7], ["7"]),
+    ],
+)
+def test_bucketing(feature, values, labels):
+    f = Feature.parse(feature)
+    assert [f.label(v) for v in values] == labels
+
+
+def test_key_reads_args_and_attributes():
+    spec = KeySpec.parse(["a.dtype", "a.shape[-1]", "b.ndim", "a.contiguous", "M:pow2"])
+    assert spec.of(problem(m=5)) == (
+        ("a.dtype", "bfloat16"),
+        ("a.shape[-1]", "4096"),
+        ("b.ndim", "2"),
+        ("a.contiguous", "True"),
+        ("M:pow2", "8"),
+    )
+    with pytest.raises(KeyError, match="no argument 'c'"):
+        KeySpec.parse(["c.dtype"]).of(problem())
+
+
+@pytest.mark.parametrize(
+    "bad", ["a.dtype:pow2", "a.shape", "M:ranges(9,3)", "1M", "a.size", "M:log", ["M", "M"]]
+)
+def test_bad_features_are_refused_with_the_spelling(bad):
+    with pytest.raises(kernelkit.ArgumentError):
+        KeySpec.parse(bad)
+
+
+# --- precedence -----------------------------------------------------------------------------
+
+
+def lookup_of(impl, config, where="test"):
+    return lambda p, t, key: (impl, config, where)
+
+
+def test_precedence_and_provenance():
+    op, p, t = make_op(), problem(m=1), target()
+    tuned = Config({"BM": 32}, (64,))
+    tabled = Config({"BM": 128}, (256,))
+    db, table = lookup_of("tiled", tuned), lookup_of("mm/tiled", tabled)
+    # database beats table beats microkernel beats heuristic beats default
+    assert select(op, p, t, database=db, table=table).choice.source == "database"
+    assert select(op, p, t, database=db, table=table).choice.config == tuned
+    assert select(op, p, t, table=table).choice.config == tabled
+    assert select(op, p, t).choice.impl == "mm/gemv"  # microkernel, M <= 16
+    c = select(op, problem(m=8, n=100), target()).choice
+    assert (c.source, c.reason) == ("microkernel", "priority 10; pads K to a multiple of 8")
+    c = select(op, problem(m=1000), t).choice
+    assert (c.impl, c.source, c.config) == ("mm/tiled", "default", Config({"BM": 64}, (128,)))
+    assert c.grid == (4096, 16, 1)
+    # an override beats everything
+    o = Override("tiled", Config({"BM": 8}, (32,)))
+    c = select(op, p, t, override=o, database=db, table=table).choice
+    assert (c.source, c.config, c.grid) == ("override", Config({"BM": 8}, (32,)), (4096, 1, 1))
+    assert PROVENANCE.index("override") < PROVENANCE.index("database") < PROVENANCE.index("default")
+
+
+def test_heuristic_when_no_microkernel_matches():
+    op = make_op()
+    op.implementations = [i for i in op.implementations if i.kind == "generic"]
+    c = select(op, problem(m=3), target()).choice
+    assert (c.source, c.config) == ("heuristic", Config({"BM": 16}, (64,)))
+
+
+def test_every_candidate_a_rule_returns_is_legal_or_refused_with_why():
+    op, p, t = make_op(), problem(m=1), target()
+    cases = [
+        (lookup_of("gone", None, "db record"), "no implementation 'gone'"),
+        (lookup_of("wgmma", None), "needs arch_specific"),
+        (lookup_of("tiled", Config({"BM": 1}, (2048,))), "2048 threads"),
+        (lookup_of("tiled", Config({"BM": 1}, (32,), 1 << 20)), "shared_memory"),
+    ]
+    for db, why in cases:
+        sel = select(op, p, t, database=db)
+        assert sel.choice.source == "microkernel"  # the next rule decided
+        (refused,) = [c for c in sel.considered if c.source == "database"]
+        assert why in refused.verdict
+        assert why in sel.explain()
+
+
+def test_microkernels_by_priority_and_requirements():
+    op = make_op()
+    hopper = target(features=("bf16", "arch_specific"))
+    assert select(op, problem(m=1), hopper).choice.impl == "mm/wgmma"  # priority 20
+    sel = select(op, problem(m=1), target(arch="sm_80", name="A100"))
+    assert sel.choice.impl == "mm/gemv"
+    assert "needs arch_specific, which A100 (sm_80) lacks" in sel.explain()
+
+
+def test_an_illegal_override_is_an_error_not_a_silent_replacement():
+    op = make_op()
+    with pytest.raises(kernelkit.ArgumentError, match="forced 'gemv'.*M = 1000 > 16"):
+        select(op, problem(m=1000), target(), override=Override("gemv"))
+    with pytest.raises(kernelkit.ArgumentError, match="no implementation 'nope'"):
+        select(op, problem(), target(), override=Override("nope"))
+
+
+def test_no_implementation_at_all_is_a_clear_error():
+    op = Op("empty", key=["M"])
+    op.register(
+        Implementation(
+            "only_small",
+            run=lambda c, x: None,
+            grid=grid_rule,
+            configs=(Config(),),
+            match=lambda p, t: "too big",
+        )
+    )
+    with pytest.raises(kernelkit.ArgumentError, match="(?s)no implementation can run.*too big"):
+        select(op, problem(), target())
+
+
+def test_selection_is_pure_and_golden():
+    op = make_op()
+    first = select(op, problem(m=100), target()).choice
+    again = select(op, problem(m=100), target()).choice
+    assert first == again
+    assert json.loads(first.to_json()) == {
+        "op": "mm",
+        "impl": "mm/tiled",
+        "config": {"template": [["BM", 64]], "threadgroup": [128, 1, 1], "shared_memory": 0},
+        "grid": [4096, 2, 1],
+        "source": "default",
+        "key": [
+            ["a.dtype", "bfloat16"],
+            ["M:ranges(1,17,129)", "[17,129)"],
+            ["N", "4096"],
+            ["K", "4096"],
+        ],
+        "reason": "",
+    }
+
+
+def test_registration_errors():
+    op = make_op()
+    with pytest.raises(kernelkit.ArgumentError, match="registered twice"):
+        op.register(Implementation("tiled", run=print, grid=grid_rule, configs=(Config(),)))
+    with pytest.raises(kernelkit.ArgumentError, match="grid rule"):
+        Implementation("g", run=print, configs=(Config(),))
+    with pytest.raises(kernelkit.ArgumentError, match="configs or a default"):
+        Implementation("g", run=print, grid=grid_rule)
+
+
+# --- overrides ------------------------------------------------------------------------------
+
+
+def test_force_context_manager_nests_and_unwinds():
+    assert forced("mm") is None
+    with force("mm", "tiled", {"BM": 8, "threadgroup": (32,)}):
+        assert forced("mm") == Override("tiled", Config({"BM": 8}, (32,)), "kernelkit.force")
+        with force("mm", "gemv"):
+            assert forced("mm").impl == "gemv"
+        assert forced("mm").impl == "tiled"
+        assert forced("other") is None
+    assert forced("mm") is None
+
+
+def test_force_from_the_environment(monkeypatch):
+    from kernelkit import _config
+
+    monkeypatch.setenv("KERNELKIT_SELECT_FORCE", "mm=tiled:BM=8,threadgroup=32x2,T=float16;x=y")
+    _config.reload()
+    try:
+        o = forced("mm")
+        assert o == Override(
+            "tiled", Config({"BM": 8, "T": "float16"}, (32, 2)), "KERNELKIT_SELECT_FORCE"
+        )
+        assert forced("x").impl == "y" and forced("z") is None
+        with force("mm", "gemv"):  # code beats the environment
+            assert forced("mm").impl == "gemv"
+    finally:
+        monkeypatch.delenv("KERNELKIT_SELECT_FORCE")
+        _config.reload()
+
+
+@pytest.mark.parametrize("bad", ["mm", "mm=", "=tiled", "mm=tiled:BM", "mm=tiled:threadgroup=0"])
+def test_bad_force_text_names_the_entry(bad):
+    with pytest.raises(kernelkit.KernelkitError):
+        parse_force(bad)
