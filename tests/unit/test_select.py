@@ -308,3 +308,18 @@ def test_force_from_the_environment(monkeypatch):
 def test_bad_force_text_names_the_entry(bad):
     with pytest.raises(kernelkit.KernelkitError):
         parse_force(bad)
+
+
+def test_a_stored_config_that_does_not_fit_the_problem_is_refused():
+    op = make_op()
+    small = op.get("tiled")
+    op.implementations[op.implementations.index(small)] = Implementation(
+        "tiled",
+        run=small.run,
+        grid=grid_rule,
+        configs=small.configs,
+        fits=lambda p, c: None if p.attr("M") <= 4 * c.values["BM"] else "M too large for BM",
+    )
+    sel = select(op, problem(m=200), target(), database=lookup_of("tiled", Config({"BM": 2})))
+    assert "M too large for BM" in sel.explain()
+    assert sel.choice.source == "default" and sel.choice.config.values["BM"] == 64

@@ -38,7 +38,9 @@ class Implementation:
     (dtypes, layouts, shapes, exact arch). Generic implementations have ``configs`` (the tuning
     space) and a ``default`` that runs every problem they match; ``heuristic`` may pick a config
     for shapes no table covers. ``pads`` says what tiling or padding the implementation imposes
-    when chosen (recorded in the choice's reason).
+    when chosen (recorded in the choice's reason). ``fits(problem, config)`` says why a config
+    cannot run a problem (e.g. a row longer than the registers it keeps), or None; a default
+    must fit every problem the implementation matches.
     """
 
     name: str
@@ -52,6 +54,7 @@ class Implementation:
     match: MatchRule | None = None
     priority: int = 0
     pads: str = ""
+    fits: Callable[[Problem, Config], str | None] | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in ("generic", "microkernel"):
@@ -79,6 +82,15 @@ class Implementation:
             except (KeyError, IndexError, TypeError, ValueError) as e:
                 return f"its match rule cannot read this problem ({type(e).__name__}: {e})"
         return None
+
+    def check_config(self, problem: Problem, config: Config) -> str | None:
+        """None when ``config`` can run ``problem``, else why not (``fits``)."""
+        if self.fits is None:
+            return None
+        try:
+            return self.fits(problem, config)
+        except (KeyError, IndexError, TypeError, ValueError) as e:
+            return f"its fits rule cannot read this problem ({type(e).__name__}: {e})"
 
     def grid_for(self, problem: Problem, config: Config) -> tuple[int, int, int]:
         """The launch grid (in threads) for ``problem`` with ``config``; (1, 1, 1) for a

@@ -90,7 +90,7 @@ def _legal(
     if impl.kind == "generic":
         config = config or impl.default
         assert config is not None  # generic implementations always have a default
-        why = _limits(config, target)
+        why = _limits(config, target) or impl.check_config(problem, config)
         if why is not None:
             return None, None, why
     else:
@@ -159,7 +159,7 @@ def select(
         why = impl.check(problem, target)
         config = impl.heuristic(problem, target) if why is None else None
         if config is not None:
-            why = _limits(config, target)
+            why = _limits(config, target) or impl.check_config(problem, config)
             if why is None:
                 return choose(impl, config, "heuristic", "")
         seen.append(Considered("heuristic", op.impl_id(impl), why or "no config for this problem"))
