@@ -37,7 +37,7 @@ KK_CHILD = textwrap.dedent("""
     import json, sys, time
     t_import = time.perf_counter()
     import numpy as np, kernelkit
-    from kernelkit import _launch, _plan, _registry
+    from kernelkit import _bind, _launch, _render, _registry
     t_import = time.perf_counter() - t_import
     stages = {}  # where the first call's time goes (seconds, first call of each)
     def timed(module, attr, stage):
@@ -50,8 +50,8 @@ KK_CHILD = textwrap.dedent("""
                 stages.setdefault(stage, time.perf_counter() - t)
         setattr(module, attr, wrapper)
     timed(_registry, "_load", "backend import")
-    timed(_plan, "_target", "device probe")
-    timed(_plan, "render_request", "render")
+    timed(_bind, "_target", "device probe")
+    timed(_render, "render_request", "render")
     timed(_launch, "compile_cached", "cache lookup (compiler identity, disk read)")
     timed(_launch, "_load", "module load")
     backend, body, name = sys.argv[1], sys.argv[2], sys.argv[3]

@@ -2,7 +2,7 @@
 
 The hot path of a repeated call is one key built from the arguments' types and dtypes, one
 dictionary lookup, then ``LaunchPlan.run`` (pack pointers, launch). Everything else runs once per
-specialization in ``_plan``.
+specialization in ``_plan`` (bind, render, compile, load).
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from typing import Any
 
 from . import _plan
 from ._arrays import _KEY_FN, adapter_for
+from ._bind import bind
 from ._codegen import check_identifier, scan_body
 from ._dtypes import normalize_dtype
 from ._errors import ArgumentError, ArgumentTypeError
@@ -172,7 +173,7 @@ class Kernel:
             raise ArgumentTypeError(
                 f"[{self.name}] check must be True, False or None, got {check!r}"
             )
-        bound = _plan.bind(self.spec, inputs, output_dtypes, out, backend)
+        bound = bind(self.spec, inputs, output_dtypes, out, backend)
         for x in (*inputs, *(out or ())):  # bind registered every argument's adapter
             adapter_for(x, "argument")
         try:

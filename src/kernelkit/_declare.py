@@ -9,9 +9,9 @@ from typing import TYPE_CHECKING, Any
 
 from ._dtypes import PY_SCALAR_DTYPES, DType, normalize_dtype
 from ._errors import ArgumentError
-from ._plan import render_request
 from ._records import CompileRequest
 from ._registry import backends
+from ._render import render_request
 
 if TYPE_CHECKING:
     from ._api import Kernel

@@ -19,7 +19,7 @@ from test_cache_support import SRC, cache_dir  # noqa: F401
 import kernelkit
 from kernelkit._cache import bundles, cache_stats, compile_cached
 from kernelkit._dtypes import DTYPES
-from kernelkit._plan import render_request
+from kernelkit._render import render_request
 
 pytest.importorskip("cuda.bindings.nvrtc", reason="cuda-bindings (NVRTC) is not installed")
 

@@ -15,8 +15,8 @@ from kernelkit._codegen import (
     template_lines,
 )
 from kernelkit._dtypes import DTYPES
-from kernelkit._plan import make_params
 from kernelkit._records import Param
+from kernelkit._render import make_params
 
 F32, F16, BF16, I32 = (DTYPES[n] for n in ("float32", "float16", "bfloat16", "int32"))
 

@@ -1,4 +1,4 @@
-"""The CPU backend picks fiber mode by a regular expression over the source (_render._FIBER_RE);
+"""The CPU backend picks fiber mode by a regular expression over the source (_source._FIBER_RE);
 a rendezvous the expression misses would only fail at run time ("called in a kernel compiled
 without fibers"). This reads the CPU headers, finds every function that can wait for other
 threads (it reaches kk_yield or kk_fiber_block), and checks the expression sees each public one."""
@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from kernelkit._backends.cpu import _render
+from kernelkit._backends.cpu import _source
 from kernelkit._codegen import make_source
 from kernelkit._records import KernelSpec
 
-INCLUDE = Path(_render.__file__).parent / "include"
+INCLUDE = Path(_source.__file__).parent / "include"
 HEADERS = sorted(INCLUDE.glob("kk_cpu*.h"))
 _DEF_RE = re.compile(r"\b([A-Za-z_]\w*)\s*\(([^;{}()]|\([^()]*\))*\)\s*(?:const\s*)?\{")
 _NOT_FUNCTIONS = {"if", "for", "while", "switch", "catch", "sizeof", "return", "defined"}
@@ -60,7 +60,7 @@ PUBLIC = sorted(n for n in RENDEZVOUS if not n.startswith("kk_") and n != "opera
 
 def _fibers(body: str, header: str = "") -> bool:
     spec = KernelSpec(name="k", input_names=(), output_names=(), source=body, header=header)
-    return _render.needs_fibers(make_source(spec, (), ()))
+    return _source.needs_fibers(make_source(spec, (), ()))
 
 
 def test_the_headers_were_read():

@@ -13,7 +13,7 @@ import pytest
 import kernelkit
 from kernelkit._codegen import make_source
 from kernelkit._dtypes import DTYPES
-from kernelkit._plan import render_request
+from kernelkit._render import render_request
 
 pytest.importorskip("cuda.bindings.nvrtc", reason="cuda-bindings (NVRTC) is not installed")
 

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 
 from .._declare import Declaration, declared
 from .._errors import CompileError
-from .._plan import render_request
 from .._records import Target
 from .._registry import backends
+from .._render import render_request
 from ..backend import Backend
 from .bundles import write_bundle
 from .entry import encode

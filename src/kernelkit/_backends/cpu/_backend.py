@@ -11,7 +11,7 @@ from ..._records import Artifact, CompileRequest, KernelSource, Target
 from ...backend import Backend, Launcher
 from . import _toolchain
 from ._program import CPUProgram, load_program, make_launcher, worker_count
-from ._render import render_source
+from ._source import render_source
 
 __all__ = ["CPUBackend"]
 

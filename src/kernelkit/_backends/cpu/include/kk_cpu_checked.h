@@ -1,5 +1,5 @@
 // Checked mode: array parameters become kk_checked_ptr<T>, whose element accesses check the
-// index against the array's extent. The body is rewritten (_render.py) by how each use of an
+// index against the array's extent. The body is rewritten (_source.py) by how each use of an
 // array name reads: `out[i]` and `*out` -> `kk_at(out, __FILE__, __LINE__)[i]` (checked, with the
 // source line); `out += n`, `++out`, `out = ...` -> `out` (the checked pointer moves);
 // `auto p = out + n` -> a checked pointer too; any other use -> `kk_raw(out)`, the plain `T*`

@@ -441,7 +441,7 @@ static inline kk_block* kk_fiber_block(const char* what) {
 }
 
 // `b` is the running block: the kernel body passes its own parameter (no TLS lookup per barrier;
-// see _render.py); helpers go through kk_syncthreads_at. Threads that have returned do not count
+// see _source.py); helpers go through kk_syncthreads_at. Threads that have returned do not count
 // (as on the GPU); threads waiting at another barrier's source line are a divergent barrier.
 static inline void kk_syncthreads_in(kk_block* b, const char* file, int line) {
   if (b->arrived == 0) {
