@@ -1,0 +1,140 @@
+"""Question: do kernelkit's memory-bound ops run at the bandwidth limit, next to torch eager and
+torch.compile on the same inputs?
+
+One process, one GPU. For each op and shape: time per call (CUDA events around batches of 20
+back-to-back calls, median of 15 batches, after warm-up), the fraction of the device-to-device
+copy rate measured in the same run (bytes read + written once each), the ratio to torch eager and
+to torch.compile, and the KernelChoice behind kernelkit's result. Inputs of these sizes (32-256
+MiB) are far larger than L2, so every batch reads from HBM.
+
+    PYTHONPATH=src python3 benchmarks/ops.py [--no-compile] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+
+import torch
+
+import kernelkit
+from kernelkit import ops
+
+SHAPES = [
+    ((4096, 4096), torch.bfloat16),
+    ((16384, 1024), torch.bfloat16),
+    ((8192, 8192), torch.bfloat16),
+    ((8192, 8192), torch.float32),
+]
+
+
+def time_us(fn, batch: int = 20, reps: int = 15) -> float:
+    """Median µs per call over ``reps`` batches of ``batch`` calls, timed with CUDA events."""
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    samples = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(batch):
+            fn()
+        end.record()
+        end.synchronize()
+        samples.append(start.elapsed_time(end) * 1e3 / batch)
+    return statistics.median(samples)
+
+
+def copy_rate_gbs() -> float:
+    """Device-to-device copy of 1 GiB, read + write counted."""
+    a = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
+    b = torch.empty_like(a)
+    us = time_us(lambda: b.copy_(a), batch=5, reps=9)
+    return 2 * a.numel() / (us * 1e-6) / 1e9
+
+
+def cases(shape, dtype):
+    x = torch.randn(shape, device="cuda", dtype=dtype)
+    n = shape[-1]
+    w = torch.randn(n, device="cuda", dtype=dtype)
+    b = torch.randn(n, device="cuda", dtype=dtype)
+    nbytes = 2 * x.numel() * x.element_size()  # x read once, y written once
+    return [
+        (
+            "softmax",
+            lambda: ops.softmax(x),
+            lambda: torch.softmax(x, -1),
+            lambda: ops.softmax.explain(x),
+            lambda: (ops.softmax(x).float(), torch.softmax(x.float(), -1)),
+        ),
+        (
+            "rms_norm",
+            lambda: ops.rms_norm(x, w, 1e-6),
+            lambda: torch.nn.functional.rms_norm(x, (n,), w, 1e-6),
+            lambda: ops.rms_norm.explain(x, w, 1e-6),
+            lambda: (
+                ops.rms_norm(x, w, 1e-6).float(),
+                torch.nn.functional.rms_norm(x.float(), (n,), w.float(), 1e-6),
+            ),
+        ),
+        (
+            "layer_norm",
+            lambda: ops.layer_norm(x, w, b, 1e-5),
+            lambda: torch.nn.functional.layer_norm(x, (n,), w, b, 1e-5),
+            lambda: ops.layer_norm.explain(x, w, b, 1e-5),
+            lambda: (
+                ops.layer_norm(x, w, b, 1e-5).float(),
+                torch.nn.functional.layer_norm(x.float(), (n,), w.float(), b.float(), 1e-5),
+            ),
+        ),
+    ], nbytes
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--no-compile", action="store_true", help="skip torch.compile")
+    parser.add_argument("--quick", action="store_true", help="the first shape only")
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        print("needs a CUDA GPU")
+        return 1
+    rate = copy_rate_gbs()
+    print(
+        f"device: {torch.cuda.get_device_name()}; torch {torch.__version__}; kernelkit "
+        f"{kernelkit.__version__}; copy rate {rate:.0f} GB/s; CUDA events, batches of 20, "
+        "median of 15; inputs larger than L2"
+    )
+    print(
+        f"{'op':<11}{'shape':<22}{'kk us':>9}{'eager us':>10}{'comp us':>9}"
+        f"{'kk %copy':>10}{'eager %':>9}{'comp %':>8}{'eager/kk':>10}{'comp/kk':>9}  max err"
+    )
+    for shape, dtype in SHAPES[:1] if args.quick else SHAPES:
+        rows, nbytes = cases(shape, dtype)
+        for name, kk, eager, explain, check in rows:
+            got, want = check()
+            err = (got - want).abs().max().item()
+            t_kk, t_eager = time_us(kk), time_us(eager)
+            t_comp = None
+            if not args.no_compile:
+                compiled = torch.compile(eager, dynamic=False)
+                t_comp = time_us(compiled)
+
+            def pct(t: float, nbytes: int = nbytes) -> float:
+                return 100 * nbytes / (t * 1e-6) / 1e9 / rate
+
+            comp = f"{t_comp:9.1f}" if t_comp else f"{'-':>9}"
+            comp_pct = f"{pct(t_comp):7.0f}%" if t_comp else f"{'-':>8}"
+            ratio_c = f"{t_comp / t_kk:8.2f}x" if t_comp else f"{'-':>9}"
+            label = f"{'x'.join(map(str, shape))} {str(dtype).split('.')[-1]}"
+            print(
+                f"{name:<11}{label:<22}{t_kk:9.1f}{t_eager:10.1f}{comp}"
+                f"{pct(t_kk):9.0f}%{pct(t_eager):8.0f}%{comp_pct}{t_eager / t_kk:9.2f}x{ratio_c}"
+                f"  {err:.2e}"
+            )
+            print(f"{'':<11}choice: {explain().choice.describe()}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

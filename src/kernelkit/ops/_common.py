@@ -1,0 +1,113 @@
+"""How a built-in op runs: bind its arrays (once per signature), decide through the selection
+stage, and carry the choice out with a kernelkit kernel. Nothing here is op-specific."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from .._bind import bind
+from .._errors import ArgumentError
+from .._records import KernelSpec, Problem
+from .._select.decide import decide, explain_selection
+from .._select.records import KernelChoice
+from .._select.registry import Op
+from .._select.select import Selection
+
+__all__ = ["OpRunner", "signature_of", "vec_width"]
+
+_ITEMSIZE = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
+
+
+def vec_width(dtype: str) -> int:
+    """Elements per 16-byte vector load of ``dtype``."""
+    return 16 // _ITEMSIZE[dtype]
+
+
+def signature_of(x: Any) -> Any:
+    """A cheap, hashable description of an array or scalar for the per-signature cache:
+    framework type, dtype, shape, strides, device. Never the data."""
+    if x is None or isinstance(x, bool | int | float):
+        return (type(x),)
+    shape = tuple(x.shape)
+    stride = x.stride() if callable(getattr(x, "stride", None)) else getattr(x, "strides", None)
+    device = x.get_device() if hasattr(x, "get_device") else str(getattr(x, "device", ""))
+    return (type(x), str(x.dtype), shape, tuple(stride) if stride is not None else None, device)
+
+
+@dataclasses.dataclass
+class OpRunner:
+    """Runs one op: ``spec`` names its inputs and outputs for binding, ``attrs`` turns the bound
+    problem into the op's named dimensions (rows, N, ...), ``op`` decides."""
+
+    op: Op
+    spec: KernelSpec
+    attrs: Callable[[Problem, dict[str, Any]], dict[str, Any]]
+    _lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
+    _bound: dict[Any, Any] = dataclasses.field(default_factory=dict)
+
+    def problem(
+        self, inputs: Sequence[Any], output_dtype: Any, out: Any, options: dict[str, Any]
+    ) -> tuple[Problem, Any, Any]:
+        """(problem, target, backend) for these arguments, bound once per signature."""
+        key = (
+            tuple(signature_of(x) for x in inputs),
+            None if out is None else signature_of(out),
+            str(output_dtype),
+            tuple(sorted(options.items())),
+        )
+        found = self._bound.get(key)
+        if found is None:
+            outs = None if out is None else [out]
+            b = bind(self.spec, list(inputs), [output_dtype], outs, None)
+            attrs = self.attrs(b.problem, options)
+            problem = dataclasses.replace(
+                b.problem, name=self.op.name, attrs=tuple(sorted(attrs.items()))
+            )
+            found = (problem, b.target, b.backend)
+            with self._lock:
+                if len(self._bound) > 4096:
+                    self._bound.clear()
+                self._bound[key] = found
+        return found
+
+    def choose(
+        self, inputs: Sequence[Any], output_dtype: Any, out: Any, options: dict[str, Any]
+    ) -> tuple[Problem, KernelChoice]:
+        problem, target, backend = self.problem(inputs, output_dtype, out, options)
+        return problem, decide(self.op, problem, target, backend)
+
+    def run(
+        self, inputs: Sequence[Any], output_dtype: Any, out: Any, options: dict[str, Any]
+    ) -> Any:
+        problem, choice = self.choose(inputs, output_dtype, out, options)
+        impl = self.op.get(choice.impl)
+        if impl is None:  # cannot happen: select only returns registered implementations
+            raise ArgumentError(f"[{self.op.name}] no implementation {choice.impl!r}")
+        return impl.run(choice, (problem, list(inputs), output_dtype, out))
+
+    def explain(
+        self, inputs: Sequence[Any], output_dtype: Any, out: Any, options: dict[str, Any]
+    ) -> Selection:
+        problem, target, backend = self.problem(inputs, output_dtype, out, options)
+        return explain_selection(self.op, problem, target, backend)
+
+
+def move_last(x: Any, dim: Any, name: str) -> tuple[Any, Callable[[Any], Any] | None]:
+    """``x`` with ``dim`` moved last (a view), and how to move a result back (None: already
+    last). Works for torch (movedim) and NumPy-style frameworks (moveaxis)."""
+    ndim = len(x.shape)
+    if isinstance(dim, bool) or not isinstance(dim, int) or not -ndim <= dim < max(ndim, 1):
+        raise ArgumentError(f"[{name}] dim must be an int in [{-ndim}, {ndim}), got {dim!r}")
+    dim %= max(ndim, 1)
+    if dim == ndim - 1 or ndim == 0:
+        return x, None
+    if hasattr(x, "movedim"):
+        return x.movedim(dim, -1), lambda y: y.movedim(-1, dim)
+    import importlib
+
+    xp = importlib.import_module(type(x).__module__.split(".")[0])
+    xp = getattr(xp, "numpy", xp) if xp.__name__ == "jax" else xp
+    return xp.moveaxis(x, dim, -1), lambda y: xp.moveaxis(y, -1, dim)

@@ -1,0 +1,81 @@
+"""``rms_norm`` and ``layer_norm`` over the last dimension, fp32 statistics, one read and one
+write of ``x`` when the row fits in registers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .._errors import ArgumentError
+from .._select.select import Selection
+from . import _rows
+from ._rowops import make_row_op
+
+__all__ = ["layer_norm", "rms_norm"]
+
+RMS_OP, _RMS = make_row_op(
+    "rms_norm",
+    ["x", "w", "eps"],
+    "kk_norm_row<T, WT, BLOCK, ITEMS, VECTOR, false>(xr, yr, n, kk_red, w, w, eps)",
+    _rows.NORM,
+    lambda p: (("T", p.arg("x").dtype), ("WT", p.arg("w").dtype)),
+)
+LAYER_OP, _LAYER = make_row_op(
+    "layer_norm",
+    ["x", "w", "b", "eps"],
+    "kk_norm_row<T, WT, BLOCK, ITEMS, VECTOR, true>(xr, yr, n, kk_red, w, b, eps)",
+    _rows.NORM,
+    lambda p: (("T", p.arg("x").dtype), ("WT", p.arg("w").dtype)),
+)
+
+
+def _check(name: str, x: Any, params: dict[str, Any], eps: Any) -> float:
+    n = x.shape[-1] if len(x.shape) else None
+    for pname, p in params.items():
+        if tuple(p.shape) != (n,):
+            raise ArgumentError(
+                f"[{name}] {pname} must have shape ({n},) (x's last dimension), "
+                f"got {tuple(p.shape)}"
+            )
+    dtypes = {str(p.dtype) for p in params.values()}
+    if len(dtypes) > 1:
+        raise ArgumentError(f"[{name}] weight and bias must have one dtype, got {sorted(dtypes)}")
+    if isinstance(eps, bool) or not isinstance(eps, int | float) or not eps >= 0:
+        raise ArgumentError(f"[{name}] eps must be a non-negative float, got {eps!r}")
+    return float(eps)
+
+
+def rms_norm(x: Any, weight: Any, eps: float = 1e-6, *, out: Any = None) -> Any:
+    """``x / sqrt(mean(x**2, -1) + eps) * weight`` over the last dimension, in ``x``'s dtype
+    (float16, bfloat16 or float32; statistics in float32).
+
+    Example::
+
+        >>> import numpy as np
+        >>> from kernelkit.ops import rms_norm
+        >>> x = np.array([[3.0, 4.0]], np.float32)
+        >>> bool(np.allclose(rms_norm(x, np.ones(2, np.float32), eps=0.0), x / np.sqrt(12.5)))
+        True
+    """
+    eps = _check("rms_norm", x, {"weight": weight}, eps)
+    return _RMS.run([x, weight, eps], x.dtype, out, {})
+
+
+def layer_norm(x: Any, weight: Any, bias: Any, eps: float = 1e-5, *, out: Any = None) -> Any:
+    """``(x - mean) / sqrt(var + eps) * weight + bias`` over the last dimension (biased
+    variance, as torch), in ``x``'s dtype; statistics in float32."""
+    eps = _check("layer_norm", x, {"weight": weight, "bias": bias}, eps)
+    return _LAYER.run([x, weight, bias, eps], x.dtype, out, {})
+
+
+def _explain_rms_norm(x: Any, weight: Any, eps: float = 1e-6) -> Selection:
+    """The choice ``rms_norm(x, weight, eps)`` makes, and why."""
+    return _RMS.explain([x, weight, float(eps)], x.dtype, None, {})
+
+
+def _explain_layer_norm(x: Any, weight: Any, bias: Any, eps: float = 1e-5) -> Selection:
+    """The choice ``layer_norm(x, weight, bias, eps)`` makes, and why."""
+    return _LAYER.explain([x, weight, bias, float(eps)], x.dtype, None, {})
+
+
+rms_norm.explain = _explain_rms_norm  # type: ignore[attr-defined]  # kernelkit.explain(op, ...)
+layer_norm.explain = _explain_layer_norm  # type: ignore[attr-defined]

@@ -1,0 +1,122 @@
+"""The row-wise op family (softmax, rms_norm, layer_norm) on the selection stage: one generic
+implementation, ``rows``, whose configs are (BLOCK threads per row, ITEMS vector loads per
+thread kept in registers; ITEMS=0 loops over long rows)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from .._api import kernel
+from .._errors import ArgumentError
+from .._records import Problem, Target
+from .._select.records import Config, KernelChoice
+from .._select.registry import Implementation, Op
+from . import _rows
+from ._common import OpRunner, vec_width
+
+__all__ = ["CONFIGS", "make_row_op"]
+
+BLOCKS = (32, 64, 128, 256, 512, 1024)
+ITEMS = (0, 1, 2, 4, 8)
+CONFIGS = tuple(Config({"BLOCK": b, "ITEMS": i}, (b,)) for b in BLOCKS for i in ITEMS)
+DTYPES = ("float16", "bfloat16", "float32")
+
+
+def _pow2_at_least(n: int) -> int:
+    return 1 << max(0, (n - 1).bit_length())
+
+
+def grid(problem: Problem, config: Config) -> tuple[int, int, int]:
+    """One block of BLOCK threads per row."""
+    return (max(1, problem.attr("rows")) * config.values["BLOCK"], 1, 1)  # type: ignore[operator]
+
+
+def fits(problem: Problem, config: Config) -> str | None:
+    """A register-resident config must hold the whole row."""
+    items, block = config.values["ITEMS"], config.values["BLOCK"]
+    if items == 0:
+        return None
+    cap = block * items * vec_width(problem.arg("x").dtype)  # type: ignore[operator]
+    n = problem.attr("N")
+    return None if n <= cap else f"a row of {n} elements does not fit {cap} in registers"
+
+
+def heuristic(problem: Problem, target: Target) -> Config | None:
+    """The smallest block that keeps the row in at most 8 vectors per thread, at least 4 per
+    thread where the row allows (fewer, wider threads reduce faster); else the loop."""
+    vectors = -(-problem.attr("N") // vec_width(problem.arg("x").dtype))
+    block = min(1024, max(32, _pow2_at_least(-(-vectors // 4))))
+    items = _pow2_at_least(-(-vectors // block))
+    if items > 8:
+        return Config({"BLOCK": 1024, "ITEMS": 0}, (1024,))
+    return Config({"BLOCK": block, "ITEMS": items}, (block,))
+
+
+def match(problem: Problem, target: Target) -> str | None:
+    dtype = problem.arg("x").dtype
+    if dtype not in DTYPES:
+        return f"dtype {dtype} is not one of {', '.join(DTYPES)}"
+    if problem.attr("N") == 0:
+        return "rows of length 0"
+    return None
+
+
+def make_row_op(
+    name: str, inputs: Sequence[str], row_call: str, source: str, template: Any
+) -> tuple[Op, OpRunner]:
+    """An op over rows of ``x``'s last dimension. ``row_call`` calls the row function (with
+    ``VECTOR``), ``source`` defines it, ``template(problem)`` gives the dtype template values."""
+    k = kernel(
+        f"ops_{name}",
+        list(inputs),
+        ["y"],
+        _rows.body(row_call),
+        header=_rows.HEADER + source,
+    )
+
+    def run(choice: KernelChoice, call: Any) -> Any:
+        problem, arrays, output_dtype, out = call
+        values = tuple(choice.config.template) + tuple(template(problem))
+        shape = problem.arg("x").shape
+        kw: dict[str, Any] = (
+            {"out": [out]}
+            if out is not None
+            else {
+                "output_shapes": [shape],
+                "output_dtypes": [output_dtype],
+            }
+        )
+        (y,) = k(
+            arrays,
+            grid=choice.grid,
+            threadgroup=choice.config.threadgroup,
+            template=values,
+            **kw,
+        )
+        return y
+
+    op = Op(name, key=["x.dtype", "N", "rows:pow2"])
+    op.register(
+        Implementation(
+            "rows",
+            run=run,
+            grid=grid,
+            configs=CONFIGS,
+            default=Config({"BLOCK": 256, "ITEMS": 0}, (256,)),
+            heuristic=heuristic,
+            match=match,
+            fits=fits,
+        )
+    )
+
+    def attrs(problem: Problem, options: dict[str, Any]) -> dict[str, Any]:
+        shape = problem.arg("x").shape
+        if len(shape) == 0:
+            raise ArgumentError(f"[{name}] x must have at least one dimension, got a 0-d array")
+        rows = 1
+        for d in shape[:-1]:
+            rows *= d
+        return {"rows": rows, "N": shape[-1], **options}
+
+    return op, OpRunner(op, k.spec, attrs)
