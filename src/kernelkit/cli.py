@@ -123,7 +123,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--backend", default=None)
     p.set_defaults(func=_demo)
     try:
-        from ._cache.commands import register
+        from ._workflows.commands import register
     except ImportError:
         pass
     else:

@@ -10,9 +10,9 @@ import time
 from typing import Any
 
 from .. import _config
+from .._cache import stats
+from .._cache.disk import DiskCache, cache_dir
 from .._errors import BundleError
-from . import stats
-from .disk import DiskCache, cache_dir
 
 __all__ = ["register"]
 
@@ -122,8 +122,8 @@ def _verify(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
-    from .bundles import write_bundle
-    from .entry import BadEntry, decode
+    from .._cache.bundles import write_bundle
+    from .._cache.entry import BadEntry, decode
 
     disk = _disk()
     pairs = []
@@ -142,8 +142,8 @@ def _export(args: argparse.Namespace) -> int:
 
 
 def _import(args: argparse.Namespace) -> int:
-    from .bundles import Bundle
-    from .entry import BadEntry, decode
+    from .._cache.bundles import Bundle
+    from .._cache.entry import BadEntry, decode
 
     try:
         bundle = Bundle(args.bundle)
