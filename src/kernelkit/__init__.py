@@ -19,21 +19,30 @@ from ._errors import (
     KernelkitError,
     LaunchError,
 )
+from ._select.override import force
+from ._select.records import Config, KernelChoice
+from ._tune.autotune import AutotunedKernel, autotune, explain
 from ._version import __version__
 
 __all__ = [
     "ArgumentError",
     "ArgumentTypeError",
+    "AutotunedKernel",
     "BackendError",
     "BundleError",
     "CompileError",
+    "Config",
     "Kernel",
+    "KernelChoice",
     "KernelFault",
     "KernelkitError",
     "LaunchError",
     "__version__",
     "add_bundle",
+    "autotune",
     "cache_stats",
     "cuda_kernel",
+    "explain",
+    "force",
     "kernel",
 ]

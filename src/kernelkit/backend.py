@@ -13,6 +13,7 @@ Example (a third-party package's ``pyproject.toml``)::
 
 from __future__ import annotations
 
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
@@ -33,6 +34,7 @@ __all__ = [
     "MAX_NDIM",
     "Param",
     "Target",
+    "Timer",
     "c_type",
     "render_signature",
 ]
@@ -59,6 +61,44 @@ Geometry = tuple[int, int, int, int, int, int, int]
 # launcher(params_address, stream, geometry) -> None.
 # params_address: a void** to one pointer per parameter, each pointing at the value (CUDA's layout).
 Launcher = Callable[[int, int, Geometry], None]
+
+
+class Timer:
+    """Times launches on one stream, for the autotuner (made by ``Backend.timer``).
+
+    The default reads the host clock between two ``Backend.synchronize`` calls: right for
+    backends whose launches finish before they return (cpu). A backend with device-side clocks
+    overrides ``start``/``stop`` (CUDA: events), and may offer ``capture`` (CUDA: graphs) so that
+    kernels of a few microseconds are timed without the launch gaps between them.
+    ``cache_bytes`` is the device cache that rotated copies of the inputs must exceed so that a
+    timing does not measure the cache (0: the tuner keeps two copies and does not rotate further).
+    """
+
+    cache_bytes: int = 0
+
+    def __init__(self, backend: Backend, stream: int = 0) -> None:
+        self.backend = backend
+        self.stream = stream  # the stream timed launches must go on
+        self._t0 = 0.0
+
+    def start(self) -> None:
+        """Wait for all work issued so far (restored inputs are in place), then start the clock."""
+        self.backend.synchronize(self.stream)
+        self._t0 = time.perf_counter()
+
+    def stop(self) -> float:
+        """Seconds from ``start`` until the work issued on ``stream`` since then finished."""
+        self.backend.synchronize(self.stream)
+        return time.perf_counter() - self._t0
+
+    def capture(self, launches: Callable[[int], None]) -> Callable[[], None] | None:
+        """Record ``launches(stream)`` once as a unit that replays without the host (a CUDA
+        graph); returns the replay callable (it runs on ``stream``), or None when the backend
+        cannot (the default) or the launches could not be captured."""
+        return None
+
+    def close(self) -> None:  # noqa: B027 - optional
+        """Free what the timer holds (streams, events, graphs)."""
 
 
 class Backend(ABC):
@@ -120,6 +160,11 @@ class Backend(ABC):
     def synchronize(self, stream: int) -> None:  # noqa: B027 - optional hook
         """Wait for work on ``stream`` (for frameworks that cannot share a stream, e.g. JAX).
         Backends whose launches are synchronous keep this no-op."""
+
+    def timer(self, target: Target) -> Timer:
+        """A ``Timer`` for launches on ``target`` (the autotuner's clock; slow path only).
+        Default: the host clock around ``synchronize`` on the default stream."""
+        return Timer(self)
 
     def resolve_check(self, requested: bool | None) -> bool:
         """Whether a launch runs in checked mode (bounds-checked arrays, ``kk_extent_*`` params).

@@ -14,17 +14,23 @@ def test_kernelkit_all_snapshot():
     assert sorted(kernelkit.__all__) == [
         "ArgumentError",
         "ArgumentTypeError",
+        "AutotunedKernel",
         "BackendError",
         "BundleError",
         "CompileError",
+        "Config",
         "Kernel",
+        "KernelChoice",
         "KernelFault",
         "KernelkitError",
         "LaunchError",
         "__version__",
         "add_bundle",
+        "autotune",
         "cache_stats",
         "cuda_kernel",
+        "explain",
+        "force",
         "kernel",
     ]
     for name in kernelkit.__all__:
@@ -43,6 +49,7 @@ def test_backend_all_snapshot():
         "MAX_NDIM",
         "Param",
         "Target",
+        "Timer",
         "c_type",
         "render_signature",
     ]

@@ -9,7 +9,7 @@ from typing import Any, ClassVar
 
 from ..._codegen import launch_bounds, signature
 from ..._records import Artifact, CompileRequest, KernelSource, Target
-from ...backend import Backend, Launcher
+from ...backend import Backend, Launcher, Timer
 from . import driver, nvrtc
 
 __all__ = ["CUDABackend"]
@@ -166,6 +166,11 @@ class CUDABackend(Backend):
 
     def synchronize(self, stream: int) -> None:
         driver.check(driver.drv().cuStreamSynchronize(stream), "cuStreamSynchronize")
+
+    def timer(self, target: Target) -> Timer:
+        from .timing import CUDATimer
+
+        return CUDATimer(self, target)
 
     def kernel_limits(self, program: Any) -> dict[str, int]:
         return {

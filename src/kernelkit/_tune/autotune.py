@@ -1,0 +1,644 @@
+"""``kernelkit.autotune``: a kernel whose template values, block shape, grid and shared memory are
+chosen per problem by the selection stage, tuned on first use and remembered in the database.
+
+A call of the returned object: a compiled key function reads the arguments' types, shapes and
+dtypes (and the values of int/bool scalars) into one tuple; a dictionary maps it to the launch
+settings decided earlier (the hot path: one lookup, then the kernel call). A new tuple takes the
+slow path: bind the arguments into a ``Problem``, ``decide`` (override > database > table >
+default), tune first when the database has no record for the key and ``KERNELKIT_TUNE=auto``
+(once per key across threads), and remember the settings.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import threading
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from .._api import Kernel
+from .._errors import ArgumentTypeError
+from .._records import Problem
+from .._select.decide import decide, explain_selection
+from .._select.override import _config_of, _forced, forced
+from .._select.records import Config, KernelChoice
+from .._select.registry import GridRule, Implementation, Op
+from .._select.select import Selection
+from . import db as tuning
+from .tuner import Session, TuneResult, tune_session
+
+__all__ = ["AutotunedKernel", "KernelCall", "autotune", "explain"]
+
+MAX_FAST = 4096  # distinct argument layouts remembered per kernel (then forgotten at once)
+
+
+@dataclass(frozen=True)
+class KernelCall:
+    """A call's arguments except what the config decides: what the implementation's ``run``
+    takes beside the ``KernelChoice``."""
+
+    inputs: Sequence[Any]
+    output_shapes: Sequence[Sequence[int]] | None = None
+    output_dtypes: Sequence[Any] | None = None
+    out: Sequence[Any] | None = None
+    stream: Any = None
+    init_value: Any = None
+    backend: str | None = None
+    check: bool | None = None
+    verbose: bool = False
+
+
+def _launch_settings(choice: KernelChoice) -> tuple[Any, tuple[int, ...], tuple[int, ...], Any]:
+    """(template, threadgroup, grid, shared_memory) as ``Kernel.__call__`` takes them; shared
+    memory 0 leaves the kernel's own."""
+    c = choice.config
+    template = list(c.template) or None
+    return template, c.threadgroup, choice.grid, c.shared_memory or None
+
+
+class _AutotunedOp(Op):
+    """An op whose ``forget`` also drops its kernel's remembered launch settings."""
+
+    on_forget: Callable[[], None] | None = None
+
+    def forget(self) -> None:
+        super().forget()
+        if self.on_forget is not None:
+            self.on_forget()
+
+
+def grid_rule(grid: Any, inputs: Sequence[str]) -> GridRule:
+    """A grid rule from its simple forms: a callable ``(problem, config) -> grid``; a tuple of
+    ints (fixed grid in threads); an argument name (one thread per element of that array)."""
+    if callable(grid):
+        return grid  # type: ignore[no-any-return]
+    if isinstance(grid, str):
+        name = grid
+
+        def per_element(problem: Problem, config: Config) -> tuple[int, int, int]:
+            return (max(1, math.prod(problem.arg(name).shape)), 1, 1)
+
+        return per_element
+    if (
+        isinstance(grid, list | tuple)
+        and 1 <= len(grid) <= 3
+        and all(isinstance(g, int) and not isinstance(g, bool) and g > 0 for g in grid)
+    ):
+        fixed = tuple(grid) + (1,) * (3 - len(grid))
+        return lambda problem, config: fixed
+    raise ArgumentTypeError(
+        f"[autotune] grid must be a callable (problem, config) -> grid, a tuple of 1 to 3 "
+        f"positive ints, or the name of an argument (one thread per element); got {grid!r}. "
+        f"Arguments: {list(inputs)}"
+    )
+
+
+def _configs(configs: Any, name: str) -> tuple[Config, ...]:
+    if configs is None or isinstance(configs, Config | Mapping | str):
+        raise ArgumentTypeError(f"[{name}] configs must be a list of Config or dicts")
+    return tuple(_config_of(c, name) for c in configs)  # type: ignore[misc]
+
+
+class AutotunedKernel:
+    """A kernel with its launch settings selected per problem (see ``kernelkit.autotune``)."""
+
+    def __init__(
+        self,
+        kernel: Kernel,
+        configs: Sequence[Config | Mapping[str, Any]],
+        key: Sequence[str],
+        grid: Any,
+        *,
+        default: Config | Mapping[str, Any] | None = None,
+        name: str | None = None,
+        budget_s: float | None = None,
+        quiet: bool = False,
+    ) -> None:
+        if not isinstance(kernel, Kernel):
+            raise ArgumentTypeError(
+                f"[autotune] expects a kernelkit kernel, got {type(kernel).__name__}"
+            )
+        self.kernel = kernel
+        self.name = name or kernel.name
+        self.budget_s = budget_s
+        self.quiet = quiet
+        spec = kernel.spec
+        args = (*spec.input_names, *spec.output_names)
+        tuned = _configs(configs, self.name)
+        fallback = _config_of(default, self.name) if default is not None else None
+        if not tuned:
+            warnings.warn(
+                f"[{self.name}] autotune got an empty config list: every call runs the default "
+                f"config ({(fallback or Config()).describe()}) and nothing is tuned",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+            fallback = fallback or Config()
+        self.op = _AutotunedOp(self.name, key=key)
+        self.impl = self.op.register(
+            Implementation(
+                "generic",
+                run=functools.partial(_run_choice, kernel),
+                grid=grid_rule(grid, args),
+                configs=tuned,
+                default=fallback,
+            )
+        )
+        self._fast: dict[Any, tuple] = {}
+        self._fast_key: Callable[..., Any] = _no_key
+        self._keys: dict[tuple, Callable[..., Any]] = {}  # argument pattern -> key function
+        self._locks: dict[Any, threading.Lock] = {}
+        self._lock = threading.Lock()
+        self._warned: set[str] = set()
+        self.op.on_forget = self._fast.clear
+        self.tunings = 0  # tunings this object ran (tests, benchmarks)
+
+    def __repr__(self) -> str:
+        return (
+            f"AutotunedKernel({self.name!r}, configs={len(self.impl.configs)}, "
+            f"key={list(self.op.key.texts)})"  # type: ignore[union-attr]
+        )
+
+    # the hot path ------------------------------------------------------------------------------
+    def __call__(
+        self,
+        inputs: Sequence[Any],
+        output_shapes: Sequence[Sequence[int]] | None = None,
+        output_dtypes: Sequence[Any] | None = None,
+        out: Sequence[Any] | None = None,
+        stream: Any = None,
+        init_value: float | int | None = None,
+        backend: str | None = None,
+        check: bool | None = None,
+        verbose: bool = False,
+    ) -> list[Any]:
+        """Run the kernel with the launch settings selected for these arguments. Takes the
+        kernel's call arguments, less ``template``, ``threadgroup``, ``grid`` and
+        ``shared_memory`` (the config decides them)."""
+        try:
+            hit = self._fast.get(self._fast_key(inputs, out, output_shapes, output_dtypes, backend))
+        except Exception:  # noqa: BLE001 - an unusual call is understood on the slow path
+            hit = None
+        if hit is None and len(self._keys) > 1:
+            hit = self._other_pattern(inputs, out, output_shapes, output_dtypes, backend)
+        if hit is None or _forced.get():
+            hit = self._settle(
+                inputs, output_shapes, output_dtypes, out, init_value, backend, check
+            )
+        template, threadgroup, grid, shared = hit
+        return self.kernel(
+            inputs,
+            output_shapes,
+            output_dtypes,
+            grid,
+            threadgroup,
+            template,
+            init_value,
+            verbose,
+            stream,
+            out,
+            backend,
+            check,
+            shared,
+        )
+
+    # the slow path -----------------------------------------------------------------------------
+    def problem(
+        self,
+        inputs: Sequence[Any],
+        output_shapes: Any = None,
+        output_dtypes: Any = None,
+        out: Any = None,
+        backend: str | None = None,
+    ) -> tuple[Problem, Any]:
+        """The call's ``Problem`` (named after this op; int/bool scalars are attributes, so a
+        key or a grid rule can read them) and the bind result (backend, target, adapters)."""
+        from .._bind import bind
+
+        bound = bind(self.kernel.spec, inputs, output_dtypes, out, backend)
+        p = bound.problem
+        attrs = tuple(
+            (n, x if isinstance(x, bool) else int(x))
+            for n, x in zip(self.kernel.spec.input_names, inputs)
+            if _is_int_scalar(x)
+        )
+        args = list(p.args)
+        if out is None and output_shapes is not None:
+            outs = [i for i, a in enumerate(args) if a.is_output]
+            if len(outs) == len(output_shapes):
+                for i, shape in zip(outs, output_shapes):
+                    s = tuple(int(v) for v in shape)
+                    args[i] = replace(args[i], shape=s, strides=_row_strides(s))
+        return replace(p, name=self.name, args=tuple(args), attrs=p.attrs + attrs), bound
+
+    def _settle(
+        self,
+        inputs: Any,
+        output_shapes: Any,
+        output_dtypes: Any,
+        out: Any,
+        init_value: Any,
+        backend: Any,
+        check: Any,
+    ) -> tuple:
+        problem, bound = self.problem(inputs, output_shapes, output_dtypes, out, backend)
+        call = KernelCall(
+            inputs, output_shapes, output_dtypes, out, None, init_value, backend, check
+        )
+        choice = self._choose(problem, bound, call)
+        settings = _launch_settings(choice)
+        if forced(self.op.name) is None:
+            self._remember(inputs, out, output_shapes, output_dtypes, backend, settings)
+        return settings
+
+    def _choose(self, problem: Problem, bound: Any, call: KernelCall) -> KernelChoice:
+        try:
+            key = self.op.key.of(problem)  # type: ignore[union-attr]
+        except KeyError as e:
+            return self._without_key(problem, e)
+        choice = decide(self.op, problem, bound.target, bound.backend)
+        if choice.source in ("heuristic", "default") and self.impl.configs:
+            if tuning.tune_mode() == "auto":
+                self._tune_once(key, problem, bound, call)
+                choice = decide(self.op, problem, bound.target, bound.backend)
+        return choice
+
+    def _without_key(self, problem: Problem, error: KeyError) -> KernelChoice:
+        why = str(error.args[0]) if error.args else str(error)
+        if why not in self._warned:
+            self._warned.add(why)
+            warnings.warn(
+                f"[{self.name}] cannot compute the tuning key for this call ({why}); running "
+                "the default config, untuned",
+                RuntimeWarning,
+                stacklevel=5,
+            )
+        config = self.impl.default or Config()
+        return KernelChoice(
+            self.name,
+            self.op.impl_id(self.impl),
+            config,
+            self.impl.grid_for(problem, config),
+            "default",
+            reason=f"key not computable: {why}",
+        )
+
+    def _tune_once(self, key: Any, problem: Problem, bound: Any, call: KernelCall) -> None:
+        with self._lock:
+            lock = self._locks.setdefault(key, threading.Lock())
+        with lock:
+            store = tuning.current_db()
+            env = tuning.Environment.of(bound.backend, bound.target)
+            if store.get(self.name, env, key) is not None:
+                return  # another thread tuned it while this one waited
+            try:
+                result = self._tune_problem(problem, bound, call, budget_s=self.budget_s)
+            except Exception as e:  # noqa: BLE001 - a failed tuning runs the default
+                warnings.warn(
+                    f"[{self.name}] tuning failed ({type(e).__name__}: {e}); running the "
+                    "default config",
+                    RuntimeWarning,
+                    stacklevel=6,
+                )
+                return
+            if result.record is None:
+                warnings.warn(
+                    f"[{self.name}] no candidate config ran correctly for this problem "
+                    f"({result.note}); running the default config:\n{result.table()}",
+                    RuntimeWarning,
+                    stacklevel=6,
+                )
+                return
+            store.put(result.record)
+            self.op.forget()
+
+    def _tune_problem(
+        self,
+        problem: Problem,
+        bound: Any,
+        call: KernelCall,
+        configs: Sequence[Config] | None = None,
+        budget_s: float | None = None,
+        quiet: bool | None = None,
+    ) -> TuneResult:
+        session = self.session(problem, bound, call)
+        self.tunings += 1
+        try:
+            return tune_session(
+                session,
+                self.impl.configs if configs is None else configs,
+                budget_s=budget_s,
+                quiet=self.quiet if quiet is None else quiet,
+            )
+        finally:
+            session.close()
+
+    def session(self, problem: Problem, bound: Any, call: KernelCall) -> Session:
+        """A tuning session over copies of ``call``'s arguments (outputs allocated when the call
+        gives no ``out=``)."""
+        outputs = list(call.out) if call.out is not None else self._allocate(problem, bound)
+        backend, check = call.backend, call.check
+
+        def make_call(ins: list[Any], outs: list[Any], stream: int) -> KernelCall:
+            return KernelCall(ins, None, None, outs, stream, None, backend, check)
+
+        return Session(
+            self.op,
+            self.impl,
+            problem,
+            bound.target,
+            bound.backend,
+            list(call.inputs),
+            outputs,
+            make_call,
+            fill=call.init_value,
+        )
+
+    def _allocate(self, problem: Problem, bound: Any) -> list[Any]:
+        from .._dtypes import normalize_dtype
+
+        adapter = bound.adapters.result
+        outs = []
+        for a in problem.args:
+            if a.is_output:
+                alloc = adapter.allocator(
+                    normalize_dtype(a.dtype), problem.device_type, problem.device_index
+                )
+                outs.append(alloc(a.shape))
+        return outs
+
+    def _other_pattern(self, *args: Any) -> tuple | None:
+        """A call of another argument pattern than the last (``out=`` and allocating calls
+        alternate): its key function becomes the first one tried."""
+        for fn in self._keys.values():
+            if fn is self._fast_key:
+                continue
+            try:
+                hit = self._fast.get(fn(*args))
+            except Exception:  # noqa: BLE001
+                continue
+            if hit is not None:
+                self._fast_key = fn
+                return hit
+        return None
+
+    def _remember(
+        self, inputs: Any, out: Any, shapes: Any, dtypes: Any, backend: Any, s: tuple
+    ) -> None:
+        pattern = _pattern(inputs, out, shapes, dtypes)
+        fn = self._keys.get(pattern)
+        if fn is None:
+            if len(self._keys) >= 8:  # call patterns are few; more means something odd
+                self._keys.clear()
+                self._fast.clear()
+            texts = self.op.key.texts  # type: ignore[union-attr]
+            fn = self._keys[pattern] = _compile_key(pattern, texts, len(self._keys))
+        self._fast_key = fn
+        try:
+            k = self._fast_key(inputs, out, shapes, dtypes, backend)
+        except Exception:  # noqa: BLE001
+            return
+        if len(self._fast) >= MAX_FAST:
+            self._fast.clear()
+        self._fast[k] = s
+
+    # explain and explicit tuning ---------------------------------------------------------------
+    def explain(
+        self,
+        inputs: Sequence[Any],
+        output_shapes: Any = None,
+        output_dtypes: Any = None,
+        out: Any = None,
+        backend: str | None = None,
+    ) -> Selection:
+        """The ``Selection`` a call with these arguments gets (choice and every rule consulted);
+        tunes nothing, runs nothing."""
+        problem, bound = self.problem(inputs, output_shapes, output_dtypes, out, backend)
+        return explain_selection(self.op, problem, bound.target, bound.backend)
+
+    def tune(
+        self,
+        inputs: Sequence[Any],
+        output_shapes: Any = None,
+        output_dtypes: Any = None,
+        out: Any = None,
+        *,
+        init_value: Any = None,
+        backend: str | None = None,
+        configs: Sequence[Config | Mapping[str, Any]] | None = None,
+        budget_s: float | None = None,
+        store: bool = True,
+        quiet: bool | None = None,
+    ) -> TuneResult:
+        """Tune now for these arguments (whatever the database holds) and store the winner
+        (``store=False``: only report). Returns every candidate's result."""
+        problem, bound = self.problem(inputs, output_shapes, output_dtypes, out, backend)
+        call = KernelCall(inputs, output_shapes, output_dtypes, out, None, init_value, backend)
+        chosen = None if configs is None else _configs(configs, self.name)
+        result = self._tune_problem(problem, bound, call, chosen, budget_s, quiet)
+        if store and result.record is not None:
+            tuning.current_db().put(result.record)
+            self.op.forget()
+        return result
+
+
+def _is_int_scalar(x: Any) -> bool:
+    if type(x) in (int, bool):
+        return True
+    import numpy as np
+
+    return isinstance(x, np.integer | np.bool_)
+
+
+def _no_key(*args: Any) -> Any:
+    raise LookupError
+
+
+def _row_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    strides, acc = [], 1
+    for d in reversed(shape):
+        strides.append(acc)
+        acc *= d
+    return tuple(reversed(strides))
+
+
+def _kind(x: Any) -> str:
+    if x is None:
+        return "none"
+    if type(x) in (int, bool):
+        return "value"
+    if type(x) is float:
+        return "type"
+    if hasattr(x, "shape") and hasattr(x, "dtype"):
+        return "array"
+    return "value"  # a NumPy scalar: its dtype is its type
+
+
+def _pattern(inputs: Any, out: Any, shapes: Any, dtypes: Any) -> tuple:
+    """What the compiled key function is specialized for: each argument's kind and counts."""
+    return (
+        tuple(_kind(x) for x in inputs),
+        None if out is None else len(out),
+        None if shapes is None else len(shapes),
+        None if dtypes is None else len(dtypes),
+    )
+
+
+def _compile_key(pattern: tuple, features: Sequence[str], tag: int) -> Callable[..., Any]:
+    """Generated code (kept in ``run_source``): the tuple of everything a decision and its grid
+    can depend on, for calls of this pattern; anything else raises (slow path)."""
+    from .._arrays import _KEY_FN
+
+    kinds, n_out, n_shapes, n_dtypes = pattern
+    layout = any(f.split(":")[0].endswith(".contiguous") for f in features)
+    names = [f"x{i}" for i in range(len(kinds))]
+    parts = [str(tag)]  # keys of two patterns never collide
+    for name, kind in zip(names, kinds):
+        parts.append(f"type({name})")
+        if kind == "array":
+            parts += [f"{name}.shape", f"kf[type({name})]({name})"]
+            if layout:
+                parts.append(f"contig({name})")
+        elif kind == "value":
+            parts.append(name)
+    lines = ["def key(inputs, out, output_shapes, output_dtypes, backend):"]
+    lines.append(f"    ({', '.join(names)}{',' if len(names) == 1 else ''}) = inputs")
+    if n_out is None:
+        parts.append("out")
+    else:
+        lines.append(f"    if len(out) != {n_out}: raise LookupError")
+        for j in range(n_out):
+            parts += [f"type(out[{j}])", f"out[{j}].shape", f"kf[type(out[{j}])](out[{j}])"]
+            if layout:
+                parts.append(f"contig(out[{j}])")
+    if n_shapes is None:
+        parts.append("output_shapes")
+    else:
+        lines.append(f"    if len(output_shapes) != {n_shapes}: raise LookupError")
+        parts += [f"tuple(output_shapes[{j}])" for j in range(n_shapes)]
+    if n_dtypes is None:
+        parts.append("output_dtypes")
+    else:
+        lines.append(f"    if len(output_dtypes) != {n_dtypes}: raise LookupError")
+        parts += [f"output_dtypes[{j}]" for j in range(n_dtypes)]
+    parts.append("backend")
+    lines.append(f"    return ({', '.join(parts)},)")
+    source = "\n".join(lines) + "\n"
+    namespace: dict[str, Any] = {"kf": _KEY_FN, "contig": _contiguous}
+    exec(compile(source, "<kernelkit autotune key>", "exec"), namespace)  # noqa: S102
+    fn = namespace["key"]
+    fn.run_source = source
+    return fn  # type: ignore[no-any-return]
+
+
+def _contiguous(x: Any) -> Any:
+    from .._arrays import adapter_for
+
+    return adapter_for(x, "argument").is_contiguous(x)
+
+
+def autotune(
+    kernel: Kernel | None = None,
+    *,
+    configs: Sequence[Config | Mapping[str, Any]],
+    key: Sequence[str] = (),
+    grid: Any,
+    default: Config | Mapping[str, Any] | None = None,
+    name: str | None = None,
+    budget_s: float | None = None,
+    quiet: bool = False,
+) -> Any:
+    """A kernel whose config (template values, threadgroup, shared memory) and grid are chosen
+    per problem: tuned over ``configs`` on the first call of each ``key`` bucket, then replayed
+    from the tuning database.
+
+    ``key`` names what a decision depends on (``"x.dtype"``, ``"x.shape[0]:pow2"``,
+    ``"n:ranges(1,1024)"`` for an int scalar ``n``; see ``kernelkit._select.keys``). ``grid``
+    is a callable ``(problem, config) -> grid in threads``, a fixed tuple, or an input name (one
+    thread per element). A config is a ``kernelkit.Config`` or a dict of template values with
+    optional ``threadgroup`` and ``shared_memory``. ``budget_s`` caps the time spent timing
+    candidates per key. Without ``kernel``, returns a decorator (for a kernel or a function
+    returning one).
+
+    Example::
+
+        >>> import numpy as np, kernelkit
+        >>> k = kernelkit.kernel("twice", ["x"], ["y"], "uint i = blockIdx.x * blockDim.x"
+        ...     " + threadIdx.x; for (; i < x_shape[0]; i += U) y[i] = 2 * x[i];")
+        >>> twice = kernelkit.autotune(k, configs=[{"U": 64, "threadgroup": (64,)},
+        ...     {"U": 128, "threadgroup": (128,)}], key=["x.shape[0]:pow2"], grid="x")
+        >>> x = np.arange(1000, dtype=np.float32)
+        >>> bool((twice([x], output_shapes=[x.shape], output_dtypes=[x.dtype])[0] == 2 * x).all())
+        True
+    """
+    options = dict(
+        configs=configs,
+        key=key,
+        grid=grid,
+        default=default,
+        name=name,
+        budget_s=budget_s,
+        quiet=quiet,
+    )
+    if kernel is None:
+
+        def decorate(obj: Any) -> AutotunedKernel:
+            k = obj if isinstance(obj, Kernel) else obj()
+            return AutotunedKernel(k, **options)  # type: ignore[arg-type]
+
+        return decorate
+    return AutotunedKernel(kernel, **options)  # type: ignore[arg-type]
+
+
+def _run_choice(kernel: Kernel, choice: KernelChoice, call: KernelCall) -> Any:
+    """``Implementation.run`` of an autotuned kernel: carry out the choice, deciding nothing."""
+    template, threadgroup, grid, shared = _launch_settings(choice)
+    return kernel(
+        call.inputs,
+        call.output_shapes,
+        call.output_dtypes,
+        grid,
+        threadgroup,
+        template,
+        call.init_value,
+        call.verbose,
+        call.stream,
+        call.out,
+        call.backend,
+        call.check,
+        shared,
+    )
+
+
+def known(ops: Mapping[str, AutotunedKernel]) -> Callable[[str, str], bool]:
+    """``known_impl`` for database imports: whether ``impl`` exists in the named op."""
+
+    def check(op: str, impl: str) -> bool:
+        obj = ops.get(op)
+        return obj is not None and obj.op.get(impl) is not None
+
+    return check
+
+
+def explain(obj: Any, *args: Any, **kwargs: Any) -> Any:
+    """Print and return what ``obj.explain(*args, **kwargs)`` gives: for an autotuned kernel,
+    the ``Selection`` a call with these arguments gets (the choice, its source, every rule and
+    candidate considered). A ``Selection`` itself is printed as it is.
+
+    Example::
+
+        >>> import numpy as np, kernelkit
+        >>> k = kernelkit.kernel("inc", ["x"], ["y"], "uint i = blockIdx.x * blockDim.x"
+        ...     " + threadIdx.x; if (i < x_shape[0]) y[i] = x[i] + 1;")
+        >>> inc = kernelkit.autotune(k, configs=[{"threadgroup": (64,)}], grid="x")
+        >>> x = np.zeros(10, np.float32)
+        >>> sel = kernelkit.explain(inc, [x], output_shapes=[x.shape], output_dtypes=[x.dtype])
+        ... # doctest: +ELLIPSIS
+        inc: inc/generic [threadgroup=64x1x1] grid=10x1x1 from ...
+    """
+    found = obj if isinstance(obj, Selection) else obj.explain(*args, **kwargs)
+    print(found.explain() if hasattr(found, "explain") else found)
+    return found
