@@ -193,6 +193,13 @@ class Backend(ABC):
         """Facts for ``kernelkit info`` (compiler, paths, ...)."""
         return {}
 
+    def environment_facts(self) -> dict[str, int | str]:
+        """Facts about this machine's software, beyond the device and ``compiler_identity``,
+        that make a timing taken here invalid elsewhere (the tuning database keeps records per
+        environment). ``"driver_major"`` (an int) is the one kernelkit names; other keys are kept
+        as they are. Called once per target, never on the hot path; default: none."""
+        return {}
+
     def check_params(self, params: tuple[Param, ...]) -> None:  # noqa: B027 - optional hook
         """Reject parameter kinds/dtypes this backend cannot pass with a TypeError or ValueError
         naming the parameter (default: accept all). Other methods' unexpected exceptions reach

@@ -46,7 +46,7 @@ __all__ = [
 SUMS = "SHA256SUMS"
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,127}")
 _FILE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")  # no separator, never "." or ".."
-_NOT_AREAS = frozenset({"entries", "locks"})
+_NOT_AREAS = frozenset({"entries", "locks", "tuning"})  # tuning/: _tune/db.py, not products
 _lock = threading.Lock()
 _process_dir: tuple[int, Path] | None = None
 

@@ -101,6 +101,9 @@ class CUDABackend(Backend):
     def compiler_identity(self) -> str:
         return "nvrtc-%d.%d" % nvrtc.version()
 
+    def environment_facts(self) -> dict[str, int | str]:
+        return {"driver_major": driver.driver_version()[0]}
+
     # render + compile ----------------------------------------------------------------------
     def render(self, source: KernelSource, target: Target, check: bool = False) -> CompileRequest:
         arch = target.arch
