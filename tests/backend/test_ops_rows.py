@@ -156,3 +156,21 @@ def test_explain_reports_the_choice(arrays):
     x = arrays.put(np.ones((4, 2048), np.float32))
     text = ops.softmax.explain(x).explain()
     assert "softmax/rows" in text and "N=2048" in text and "heuristic" in text
+
+
+def test_norm_weights_of_another_dtype_or_misaligned(arrays):
+    a = RNG.standard_normal((3, 1024)).astype(np.float32)
+    w_full = RNG.standard_normal(1025).astype(np.float32)
+    x = arrays.put(a.astype(np.float16))
+    xd = arrays.get(x).astype(np.float64)
+    for w in (w_full[1:], w_full[:1024]):  # a weight view 4 bytes off alignment, and aligned
+        wx = arrays.put(w)  # float32 weight for a float16 x: the scalar weight path
+        y = ops.rms_norm(x, wx, eps=1e-5)
+        ref = _rms(xd, w.astype(np.float64), 1e-5)
+        np.testing.assert_allclose(arrays.get(y).astype(np.float64), ref, atol=4e-3, rtol=4e-3)
+    xf = arrays.put(a)
+    offset = arrays.put(w_full)[1:]  # same dtype, misaligned: vector x, scalar weight
+    bias = arrays.put(w_full)[:1024]
+    y = ops.layer_norm(xf, offset, bias)
+    ref = _layer(a.astype(np.float64), w_full[1:].astype(np.float64), w_full[:1024], 1e-5)
+    np.testing.assert_allclose(arrays.get(y), ref, atol=2e-5, rtol=2e-5)

@@ -34,13 +34,21 @@ def _database(backend: Backend) -> Any:
     return lookup
 
 
-def _table(problem: Problem, target: Target, key: tuple) -> tuple[str, Config, str] | None:
+def _table(op: Op) -> Any:
+    """A lookup into the shipped tables; an entry naming an implementation ``op`` lacks is
+    passed over for the next-best entry."""
     from .tables import shipped_tables
 
-    entry = shipped_tables().lookup(problem.name, target, problem)
-    if entry is None:
-        return None
-    return entry.impl, entry.config, f"table {entry.where}"
+    def known(op_name: str, impl: str) -> bool:
+        return op.get(impl) is not None
+
+    def lookup(problem: Problem, target: Target, key: tuple) -> tuple[str, Config, str] | None:
+        entry = shipped_tables().lookup(problem.name, target, problem, known_impl=known)
+        if entry is None:
+            return None
+        return entry.impl, entry.config, f"table {entry.where}"
+
+    return lookup
 
 
 def selection(op: Op, problem: Problem, target: Target, backend: Backend) -> Selection:
@@ -51,7 +59,7 @@ def selection(op: Op, problem: Problem, target: Target, backend: Backend) -> Sel
         target,
         override=forced(op.name),
         database=_database(backend),
-        table=_table,
+        table=_table(op),
     )
 
 

@@ -18,6 +18,7 @@ RMS_OP, _RMS = make_row_op(
     "kk_norm_row<T, WT, BLOCK, ITEMS, VECTOR, false>(xr, yr, n, kk_red, w, w, eps)",
     _rows.NORM,
     lambda p: (("T", p.arg("x").dtype), ("WT", p.arg("w").dtype)),
+    aligned=("w",),
 )
 LAYER_OP, _LAYER = make_row_op(
     "layer_norm",
@@ -25,6 +26,7 @@ LAYER_OP, _LAYER = make_row_op(
     "kk_norm_row<T, WT, BLOCK, ITEMS, VECTOR, true>(xr, yr, n, kk_red, w, b, eps)",
     _rows.NORM,
     lambda p: (("T", p.arg("x").dtype), ("WT", p.arg("w").dtype)),
+    aligned=("w", "b"),
 )
 
 

@@ -63,7 +63,12 @@ def match(problem: Problem, target: Target) -> str | None:
 
 
 def make_row_op(
-    name: str, inputs: Sequence[str], row_call: str, source: str, template: Any
+    name: str,
+    inputs: Sequence[str],
+    row_call: str,
+    source: str,
+    template: Any,
+    aligned: tuple[str, ...] = (),
 ) -> tuple[Op, OpRunner]:
     """An op over rows of ``x``'s last dimension. ``row_call`` calls the row function (with
     ``VECTOR``), ``source`` defines it, ``template(problem)`` gives the dtype template values."""
@@ -71,7 +76,7 @@ def make_row_op(
         f"ops_{name}",
         list(inputs),
         ["y"],
-        _rows.body(row_call),
+        _rows.body(row_call, aligned),
         header=_rows.HEADER + source,
     )
 

@@ -96,7 +96,7 @@ const long long n = x_shape[x_ndim - 1];
 const long long r = blockIdx.x;
 const T* xr = x + r * n;
 T* yr = y + r * n;
-if (n % kk_pack<T>::N == 0 && kk_aligned16(xr) && kk_aligned16(yr)) {
+if (n % kk_pack<T>::N == 0 && kk_aligned16(xr) && kk_aligned16(yr) EXTRA_ALIGN) {
   CALL_ROW(true);
 } else {
   CALL_ROW(false);
@@ -172,16 +172,32 @@ __device__ void kk_norm_row(const T* xr, T* yr, long long n, float* red, const W
         q += d * d;
       }
     const float rstd = rsqrtf(kk_block_reduce<BLOCK, false>(q, red) / (float)n + eps);
-    for (int it = 0; it < K; ++it)
+    // weight (and bias) in 16-byte vectors too when they have T's width (the row's alignment
+    // was checked for them as well): scalar loads at a stride of 16 bytes cost 2x here
+    constexpr bool WVEC = VECTOR && sizeof(W) == sizeof(T);
+    for (int it = 0; it < K; ++it) {
+      const long long base = ((long long)it * BLOCK + threadIdx.x) * VEC;
+      if (WVEC) {
+        if (base >= n) continue;
+        const kk_vec<W> wv = *reinterpret_cast<const kk_vec<W>*>(w + base);
+        kk_vec<W> bv;
+        if (CENTER) bv = *reinterpret_cast<const kk_vec<W>*>(b + base);
+        for (int j = 0; j < VEC; ++j) {
+          float o = (v[it][j] - mean) * rstd * (float)wv.v[j];
+          if (CENTER) o += (float)bv.v[j];
+          v[it][j] = o;
+        }
+        continue;
+      }
       for (int j = 0; j < VEC; ++j) {
-        const long long e = VECTOR ? ((long long)it * BLOCK + threadIdx.x) * VEC + j
-                                   : ((long long)it * VEC + j) * BLOCK + threadIdx.x;
+        const long long e = VECTOR ? base + j : ((long long)it * VEC + j) * BLOCK + threadIdx.x;
         if (e < n) {
           float o = (v[it][j] - mean) * rstd * (float)w[e];
           if (CENTER) o += (float)b[e];
           v[it][j] = o;
         }
       }
+    }
     kk_store_row<T, BLOCK, K, VECTOR>(yr, n, v);
     return;
   }
@@ -206,9 +222,12 @@ __device__ void kk_norm_row(const T* xr, T* yr, long long n, float* red, const W
 """
 
 
-def body(call: str) -> str:
+def body(call: str, aligned: tuple[str, ...] = ()) -> str:
     """The kernel body calling a row function: ``call`` uses ``VECTOR`` for its vector flag,
-    e.g. ``"kk_softmax_row<T, BLOCK, ITEMS, VECTOR>(xr, yr, n, kk_red)"``."""
-    return _ROW.replace("CALL_ROW(true)", call.replace("VECTOR", "true")).replace(
+    e.g. ``"kk_softmax_row<T, BLOCK, ITEMS, VECTOR>(xr, yr, n, kk_red)"``; the vector path also
+    needs the pointers named in ``aligned`` (e.g. a weight) 16-byte aligned."""
+    extra = "".join(f" && kk_aligned16({p})" for p in aligned)
+    text = _ROW.replace(" EXTRA_ALIGN", extra)
+    return text.replace("CALL_ROW(true)", call.replace("VECTOR", "true")).replace(
         "CALL_ROW(false)", call.replace("VECTOR", "false")
     )
