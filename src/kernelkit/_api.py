@@ -1,8 +1,9 @@
 """``kernelkit.kernel``: define once (validates, compiles nothing), call many times.
 
-The hot path of a repeated call is one key built from the arguments' types and dtypes, one
-dictionary lookup, then ``LaunchPlan.run`` (pack pointers, launch). Everything else runs once per
-specialization in ``_plan`` (bind, render, compile, load).
+The hot path of a repeated call is the last plan's guard, else one key built from the
+arguments' types and dtypes (both derived from ``_key.KEY``) and one dictionary lookup, then
+``LaunchPlan.run`` (pack pointers, launch). Everything else runs once per specialization in
+``_plan`` (bind, render, compile, load).
 """
 
 from __future__ import annotations
@@ -12,38 +13,15 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from . import _plan
-from ._arrays import _KEY_FN, adapter_for
+from ._arrays import adapter_for
 from ._bind import bind
 from ._codegen import check_identifier, scan_body
 from ._dtypes import normalize_dtype
 from ._errors import ArgumentError, ArgumentTypeError
-from ._hotpath import MISS
+from ._key import MISS, CallArgs, call_key, guard_of
 from ._records import KernelSpec
 
 __all__ = ["Kernel", "cuda_kernel", "kernel"]
-
-
-def call_key(
-    inputs: Any,
-    out: Any,
-    output_dtypes: Any,
-    template: Any,
-    backend: Any,
-    check: Any,
-) -> tuple:
-    """What decides the specialization: argument types and dtypes (never shapes, values or the
-    launch geometry). A plan's generated ``run`` checks the same thing without building the
-    tuple."""
-    key = _KEY_FN
-    return (
-        type(inputs),
-        tuple([key[type(x)](x) for x in inputs]),
-        None if out is None else tuple([key[type(o)](o) for o in out]),
-        None if output_dtypes is None else tuple(output_dtypes),
-        None if template is None else tuple(template),
-        backend,
-        check,
-    )
 
 
 def _no_plan(*args: Any) -> Any:
@@ -97,7 +75,7 @@ class Kernel:
         ``shared_memory=`` sets this launch's dynamic shared memory in bytes (default: the
         kernel's). A new grid, threadgroup or shared memory size never compiles or loads again.
         """
-        args = (
+        args = (  # in CallArgs' order (a plain tuple: building a NamedTuple costs a call)
             inputs,
             output_shapes,
             output_dtypes,
@@ -119,11 +97,10 @@ class Kernel:
 
     def _call_other(self, args: tuple, verbose: bool) -> list[Any]:
         """A call of another (or a new) specialization: dictionary lookup, else the slow path."""
-        inputs, _, output_dtypes, _, _, template, _, _, out, backend, check, _ = args
         try:
-            plan = self._plans[call_key(inputs, out, output_dtypes, template, backend, check)]
+            plan = self._plans[call_key(*args)]
         except Exception:  # noqa: BLE001 - anything unusual takes the validating slow path
-            plan = self._specialize(inputs, output_dtypes, template, out, backend, check, verbose)
+            plan = self._specialize(CallArgs._make(args), verbose)
         else:
             if verbose:
                 print(plan.request.source)
@@ -154,17 +131,15 @@ class Kernel:
 
         return declare(self, inputs, output_dtypes, template)
 
-    def _specialize(
-        self,
-        inputs: Any,
-        output_dtypes: Any,
-        template: Any,
-        out: Any,
-        backend: Any,
-        check: Any,
-        verbose: bool,
-    ) -> Any:
+    def _specialize(self, args: CallArgs, verbose: bool) -> Any:
         """The slow path: validate everything, then build (or find) the plan for this call."""
+        inputs, out, template, backend, check = (
+            args.inputs,
+            args.out,
+            args.template,
+            args.backend,
+            args.check,
+        )
         if template is not None and not isinstance(template, list | tuple):
             raise ArgumentTypeError(f"[{self.name}] template must be a list of (name, value) pairs")
         if backend is not None and not isinstance(backend, str):
@@ -173,15 +148,11 @@ class Kernel:
             raise ArgumentTypeError(
                 f"[{self.name}] check must be True, False or None, got {check!r}"
             )
-        bound = bind(self.spec, inputs, output_dtypes, out, backend)
+        bound = bind(self.spec, inputs, args.output_dtypes, out, backend)
         for x in (*inputs, *(out or ())):  # bind registered every argument's adapter
             adapter_for(x, "argument")
-        try:
-            key: Any = call_key(inputs, out, output_dtypes, template, backend, check)
-            hash(key)
-            guard = (key, [type(x) for x in inputs], [type(o) for o in out or ()])
-        except TypeError:
-            key = guard = None  # unhashable arguments (a list template value): plan not kept
+        guard = guard_of(args)  # None: unhashable arguments (a list template value), not kept
+        key = guard.key if guard is not None else None
         with self._lock:
             plan = self._plans.get(key) if key is not None else None
             if plan is None:

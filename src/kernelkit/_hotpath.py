@@ -15,8 +15,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._arrays import _BY_TYPE, _KEY_FN, Adapter, adapter_for
+from ._arrays import Adapter, adapter_for
 from ._errors import ArgumentError, ArgumentTypeError, KernelkitError, LaunchError
+from ._key import CALL_ARGS, Guard, guard_lines
 from ._launch import LoadedProgram
 from ._pack import ArgPack, scalar_bits
 from ._records import MAX_NDIM, Param
@@ -118,13 +119,12 @@ def generate_run(
     where: tuple[int, int],
     synchronize: Callable[[int], None],
     backend: str,
-    guard: tuple | None,
+    guard: Guard | None,
 ) -> tuple[Callable, str]:
-    """Write and compile ``run(inputs, output_shapes, output_dtypes, grid, threadgroup,
-    template, init_value, stream, out, backend, check, shared_memory) -> outputs``, which
-    first checks that the call is this plan's specialization (``key``, as ``_api.call_key``
-    builds it) and returns ``MISS`` if not. Without a guard (unhashable arguments) the check is
-    left out. ``where`` is the (DLPack device type, index) the plan runs on."""
+    """Write and compile ``run(*CallArgs) -> outputs``, which first checks that the call is
+    this plan's specialization (``_key.guard_lines``: the same test as ``_key.call_key``'s
+    dictionary lookup) and returns ``MISS`` if not. Without a guard (unhashable arguments) the
+    check is left out. ``where`` is the (DLPack device type, index) the plan runs on."""
     local = threading.local()
     ns: dict[str, Any] = {
         "_local": local,
@@ -144,8 +144,7 @@ def generate_run(
         "_not_contiguous": _contiguity_error(outs),
     }
     code = [
-        "def run(inputs, output_shapes, output_dtypes, grid, threadgroup, template, init_value,"
-        " stream, out, backend, check, shared_memory):",
+        f"def run({CALL_ARGS}):",
         *(guard_lines(guard, ns) if guard is not None else []),
         "    try:",
         "        geo = _geo[grid, threadgroup, shared_memory]",
@@ -180,74 +179,6 @@ def generate_run(
     source = "\n".join(code) + "\n"
     exec(_compiled(source), ns)  # noqa: S102 - kernelkit's own text only
     return ns["run"], source
-
-
-MISS = object()  # returned by a plan's run when the call belongs to another specialization
-
-
-def guard_lines(guard: tuple, ns: dict[str, Any]) -> list[str]:
-    """Lines returning MISS unless the call matches this plan's key exactly: the same test as
-    the plan dictionary's, without building and hashing a key. ``guard`` is (key, input types,
-    output types) of the call the plan was built for."""
-    key, in_types, out_types = guard
-    in_type, in_keys, out_keys, out_dtypes, template, backend, check = key
-    ns.update(
-        _MISS=MISS,
-        _key_of=_key_of,
-        _in_type=in_type,
-        _backend=backend,
-        _template=template,
-        _out_dtypes=out_dtypes,
-        _check=check,
-    )
-    tests = ["inputs.__class__ is _in_type", f"len(inputs) == {len(in_keys)}"]
-    tests += [
-        _arg_test(f"inputs[{i}]", t, k, f"_g{i}_", ns)
-        for i, (t, k) in enumerate(zip(in_types, in_keys))
-    ]
-    if out_keys is None:
-        tests.append("out is None")
-    else:
-        tests += ["out is not None", f"len(out) == {len(out_keys)}"]
-        tests += [
-            _arg_test(f"out[{j}]", t, k, f"_h{j}_", ns)
-            for j, (t, k) in enumerate(zip(out_types, out_keys))
-        ]
-    tests.append(
-        "output_dtypes is None"
-        if out_dtypes is None
-        else "output_dtypes is not None and tuple(output_dtypes) == _out_dtypes"
-    )
-    tests.append(
-        "template is None"
-        if template is None
-        else "template is not None and tuple(template) == _template"
-    )
-    tests += [
-        "backend == _backend",
-        "check == _check",
-    ]
-    body = " and\n            ".join(tests)
-    return [
-        "    try:",
-        f"        if not ({body}):",
-        "            return _MISS",
-        "    except Exception:",
-        "        return _MISS",
-    ]
-
-
-def _arg_test(var: str, tp: type, key: Any, tag: str, ns: dict[str, Any]) -> str:
-    """For the type seen at build time, the adapter's own cheap test; any other type is
-    compared the generic way (its adapter's key), exactly as the dictionary would."""
-    expr, extra = _BY_TYPE[tp].guard(var, key, tag)
-    ns.update(extra)
-    ns[f"{tag}t"], ns[f"{tag}k"] = tp, key
-    return f"(({expr}) if {var}.__class__ is {tag}t else _key_of({var}) == {tag}k)"
-
-
-def _key_of(x: Any) -> Any:
-    return _KEY_FN[type(x)](x)
 
 
 @functools.lru_cache(maxsize=256)

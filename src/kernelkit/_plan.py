@@ -28,7 +28,7 @@ class LaunchPlan:
     request: CompileRequest
     params: tuple[Param, ...]
     loaded: LoadedProgram  # shared with every plan of the same binary and device
-    run: Callable[..., Any]  # the call's arguments -> outputs, or _hotpath.MISS
+    run: Callable[..., Any]  # the call's arguments (_key.CallArgs) -> outputs, or _key.MISS
     guarded: bool  # run checks that a call is this specialization's (else it never returns MISS)
     run_source: str
 

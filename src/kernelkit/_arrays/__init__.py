@@ -1,8 +1,9 @@
 """Array adapters: one per framework, found by the array's type with one dictionary lookup.
 
 An adapter answers, for arrays of its framework: a small hashable key for the specialization
-(dtype, device, 0-d), full facts (shape, strides in elements, device) on the slow path, the data
-pointer on the hot path, allocation of outputs, and the framework's current stream.
+(dtype, device, 0-d: described once as ``key_fields``, from which both the key function and the
+hot path's inline test are derived), full facts (shape, strides in elements, device) on the slow
+path, the data pointer on the hot path, allocation of outputs, and the framework's current stream.
 """
 
 from __future__ import annotations
@@ -33,12 +34,31 @@ class ArrayInfo:
     contiguous: bool
 
 
+CLASS = "{x}.__class__"  # a key field that the guard has already tested (see Adapter.guard)
+
+
 class Adapter:
-    """Base adapter; subclasses implement one framework. Methods take the array first."""
+    """Base adapter; subclasses implement one framework. Methods take the array first.
+
+    The specialization key is described once, by ``key_fields``: Python expressions over
+    ``{x}`` (the argument), each of bool, int or otherwise hashable value, or a tuple of
+    mutually exclusive flags (the index of the true one, -1 for none: one test when one is
+    true); the key is their tuple. ``key`` (the plan dictionary's) and ``guard`` (the generated
+    hot path's inline test) are both derived from it. An adapter whose key is not a few
+    attribute reads (a view through another framework) leaves ``key_fields`` None and defines
+    ``key``; its guard calls it."""
 
     framework: str = "?"
     synchronous: bool = False  # the framework cannot share a stream: sync after launch
     shape_attribute: bool = True  # arrays have a ``.shape`` tuple (cheaper than ``layout``)
+    key_fields: tuple[str | tuple[str, ...], ...] | None = None
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        fields = cls.__dict__.get("key_fields")
+        if fields is not None:  # a plain function: no bound method on the hot path
+            text = f"lambda x: ({''.join(_key_expr(f) + ', ' for f in fields)})"
+            cls.key = staticmethod(eval(text, {}))  # type: ignore[method-assign]  # noqa: S307
 
     def key(self, x: Any) -> Any:
         raise NotImplementedError
@@ -47,9 +67,31 @@ class Adapter:
         raise NotImplementedError
 
     def guard(self, var: str, key: Any, tag: str) -> tuple[str, dict[str, Any]]:
-        """A Python expression, true exactly when ``self.key(var) == key``, for the generated
-        hot path; names it needs are returned in a namespace, each starting with ``tag``."""
-        return f"{tag}kf({var}) == {tag}k", {f"{tag}kf": self.key, f"{tag}k": key}
+        """A Python expression, true exactly when ``self.key(var) == key`` for an argument
+        whose class was already found to be this adapter's, for the generated hot path; names
+        it needs are returned in a namespace, each starting with ``tag``. Derived from
+        ``key_fields``: a constant field or the class needs no test, a bool or int is inlined."""
+        if self.key_fields is None:
+            return f"{tag}kf({var}) == {tag}k", {f"{tag}kf": self.key, f"{tag}k": key}
+        tests, ns = [], {}
+        for i, (field, value) in enumerate(zip(self.key_fields, key)):
+            if isinstance(field, tuple):  # exclusive flags: the true one implies the others
+                flags = [f.format(x=var) for f in field]
+                tests += [f"({flags[value]})"] if value >= 0 else [f"not ({f})" for f in flags]
+                continue
+            expr = field.format(x=var)
+            if field == CLASS or "{x}" not in field:
+                continue
+            if value is True or value is False:
+                tests.append(f"({expr})" if value else f"not ({expr})")
+            elif value is None:
+                tests.append(f"{expr} is None")
+            elif type(value) is int:
+                tests.append(f"{expr} == {value!r}")
+            else:
+                tests.append(f"{expr} == {tag}f{i}")
+                ns[f"{tag}f{i}"] = value
+        return " and ".join(tests) or "True", ns
 
     def pointer(self, x: Any) -> int:
         raise NotImplementedError
@@ -98,22 +140,28 @@ class Adapter:
         return x
 
 
+def _key_expr(field: str | tuple[str, ...]) -> str:
+    """One key field as an expression of ``x`` (exclusive flags: the true one's index, or -1)."""
+    if isinstance(field, str):
+        return field.format(x="x")
+    return "".join(f"{i} if ({f.format(x='x')}) else " for i, f in enumerate(field)) + "-1"
+
+
 def _no_stream() -> int:
     return 0
 
 
 class ScalarAdapter(Adapter):
-    """Python and NumPy scalars: passed by value; only their type (or dtype) is in the key."""
+    """Python scalars: passed by value; only their type is in the key."""
 
     framework = "scalar"
+    key_fields = (CLASS,)
 
-    def key(self, x: Any) -> Any:
-        return getattr(x, "dtype", type(x))
 
-    def guard(self, var: str, key: Any, tag: str) -> tuple[str, dict[str, Any]]:
-        if isinstance(key, type):  # Python scalars: the (already checked) type is the whole key
-            return "True", {}
-        return super().guard(var, key, tag)
+class NumpyScalarAdapter(ScalarAdapter):
+    """NumPy scalars: passed by value; only their dtype is in the key."""
+
+    key_fields = ("{x}.dtype",)
 
 
 class NullAdapter(Adapter):
@@ -121,9 +169,7 @@ class NullAdapter(Adapter):
 
     framework = "none"
     shape_attribute = False
-
-    def key(self, x: Any) -> Any:
-        return None
+    key_fields = ()
 
     def pointer(self, x: Any) -> int:
         return 0
@@ -168,7 +214,7 @@ def _is_numpy_scalar(x: Any) -> bool:
 def _resolve(tp: type, x: Any, what: str) -> Adapter:
     module = tp.__module__.split(".")[0]
     if _is_numpy_scalar(x):
-        return ScalarAdapter()
+        return NumpyScalarAdapter()
     if module == "torch":
         from ._torch import TorchAdapter
 

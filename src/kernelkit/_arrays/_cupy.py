@@ -16,9 +16,7 @@ class CupyAdapter(NumpyAdapter):
     """CuPy arrays: NumPy's layout rules (byte strides, flags), in CUDA memory."""
 
     framework = "cupy"
-
-    def key(self, x: cupy.ndarray) -> Any:
-        return (x.dtype, x.device.id, x.ndim == 0)
+    key_fields = ("{x}.dtype", "{x}.device.id", "{x}.ndim == 0")
 
     def device(self, x: Any) -> tuple[int, int]:
         return DLPACK_CUDA, x.device.id

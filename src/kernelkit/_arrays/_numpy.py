@@ -28,9 +28,7 @@ def numpy_dtype(dtype: DType) -> Any:
 
 class NumpyAdapter(Adapter):
     framework = "numpy"
-
-    def key(self, x: np.ndarray) -> Any:
-        return (x.dtype, -1, x.ndim == 0)
+    key_fields = ("{x}.dtype", "-1", "{x}.ndim == 0")  # dtype, device (host), 0-d
 
     def device(self, x: Any) -> tuple[int, int]:
         """(DLPack device type, index) of the array's memory."""

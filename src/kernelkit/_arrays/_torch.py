@@ -33,24 +33,8 @@ _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
 
 class TorchAdapter(Adapter):
     framework = "torch"
-
-    def key(self, x: torch.Tensor) -> Any:
-        # get_device() is -1 for CPU, meta and other non-CUDA tensors alike: is_cuda/is_cpu tell
-        return (x.dtype, x.get_device(), x.dim() == 0, x.is_cuda, x.is_cpu)
-
-    def guard(self, var: str, key: Any, tag: str) -> tuple[str, dict[str, Any]]:
-        dtype, device, zero_dim, is_cuda, is_cpu = key  # kernelkit's own ints and bools
-        expr = (
-            f"{var}.dtype == {tag}dt and {var}.get_device() == {int(device)} "
-            f"and ({var}.dim() == 0) is {bool(zero_dim)}"
-        )
-        if is_cuda:
-            expr += f" and {var}.is_cuda"
-        elif is_cpu:
-            expr += f" and {var}.is_cpu"
-        else:
-            expr += f" and not {var}.is_cuda and not {var}.is_cpu"
-        return expr, {f"{tag}dt": dtype}
+    # get_device() is -1 for CPU, meta and other non-CUDA tensors alike: is_cuda/is_cpu tell
+    key_fields = ("{x}.dtype", "{x}.get_device()", "{x}.dim() == 0", ("{x}.is_cuda", "{x}.is_cpu"))
 
     def info(self, x: torch.Tensor, what: str) -> ArrayInfo:
         dev = x.device
