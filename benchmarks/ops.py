@@ -7,7 +7,10 @@ copy rate measured in the same run (bytes read + written once each), the ratio t
 to torch.compile, and the KernelChoice behind kernelkit's result. Inputs of these sizes (32-256
 MiB) are far larger than L2, so every batch reads from HBM.
 
-    PYTHONPATH=src python3 benchmarks/ops.py [--no-compile] [--quick]
+    PYTHONPATH=src python3 benchmarks/ops.py [--no-compile] [--quick] [--sweep]
+
+``--sweep`` also times every legal row config (forced) per op and shape and prints the best next
+to the heuristic's choice: how far the untuned choice is from an exhaustive sweep.
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ import torch
 
 import kernelkit
 from kernelkit import ops
+from kernelkit._select.override import force
+from kernelkit.ops._rowops import CONFIGS
 
 SHAPES = [
     ((4096, 4096), torch.bfloat16),
@@ -44,6 +49,23 @@ def time_us(fn, batch: int = 20, reps: int = 15) -> float:
         end.synchronize()
         samples.append(start.elapsed_time(end) * 1e3 / batch)
     return statistics.median(samples)
+
+
+def graph_us(fn, batch: int = 20, reps: int = 15) -> float | None:
+    """Median µs per call of ``batch`` calls captured in one CUDA graph and replayed: the
+    device time alone, without the host's per-call cost (None if the call cannot be captured)."""
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    try:
+        with torch.cuda.graph(g):
+            for _ in range(batch):
+                fn()
+    except Exception as e:  # noqa: BLE001 - report, do not stop the benchmark
+        print(f"  (graph capture failed: {type(e).__name__}: {e})")
+        return None
+    return time_us(g.replay, batch=1, reps=reps) / batch
 
 
 def copy_rate_gbs() -> float:
@@ -95,6 +117,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--no-compile", action="store_true", help="skip torch.compile")
     parser.add_argument("--quick", action="store_true", help="the first shape only")
+    parser.add_argument("--sweep", action="store_true", help="time every legal row config too")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         print("needs a CUDA GPU")
@@ -133,7 +156,24 @@ def main() -> int:
                 f"  {err:.2e}"
             )
             print(f"{'':<11}choice: {explain().choice.describe()}")
+            if args.sweep:
+                sweep(name, kk, t_kk)
     return 0
+
+
+def sweep(name: str, kk, t_chosen: float) -> None:
+    """Every config of the row op, forced; the best three and the chosen one's ratio."""
+    times = []
+    for config in CONFIGS:
+        forced = {**config.values, "threadgroup": config.threadgroup}
+        try:
+            with force(name, "rows", forced):
+                times.append((time_us(kk, batch=10, reps=5), config.describe()))
+        except kernelkit.KernelkitError:
+            continue  # a config that cannot hold this row
+    times.sort()
+    best = ", ".join(f"{d} {t:.1f}" for t, d in times[:3])
+    print(f"{'':<11}sweep of {len(times)}: best {best}; chosen/best {t_chosen / times[0][0]:.2f}x")
 
 
 if __name__ == "__main__":

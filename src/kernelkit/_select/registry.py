@@ -131,6 +131,7 @@ class Op:
             self.register(impl)
         self._lock = threading.Lock()
         self._decisions: dict[Any, Any] = {}  # (key, target, switches) -> KernelChoice
+        self.generation = 0  # bumped by forget(): callers' own caches of decisions expire
 
     def register(self, impl: Implementation) -> Implementation:
         """Add an implementation (names are unique within the op); returns it."""
@@ -158,3 +159,4 @@ class Op:
         if hasattr(self, "_decisions"):
             with self._lock:
                 self._decisions.clear()
+                self.generation += 1

@@ -12,6 +12,7 @@ from .._bind import bind
 from .._errors import ArgumentError
 from .._records import KernelSpec, Problem
 from .._select.decide import decide, explain_selection
+from .._select.override import forced
 from .._select.records import KernelChoice
 from .._select.registry import Op
 from .._select.select import Selection
@@ -26,15 +27,39 @@ def vec_width(dtype: str) -> int:
     return 16 // _ITEMSIZE[dtype]
 
 
-def signature_of(x: Any) -> Any:
-    """A cheap, hashable description of an array or scalar for the per-signature cache:
-    framework type, dtype, shape, strides, device. Never the data."""
+def _torch_signature(x: Any) -> Any:
+    return (x.__class__, x.dtype, x.shape, x.stride(), x.get_device(), x.is_cuda)
+
+
+def _numpy_signature(x: Any) -> Any:
+    return (x.__class__, x.dtype, x.shape, x.strides)
+
+
+def _generic_signature(x: Any) -> Any:
     if x is None or isinstance(x, bool | int | float):
-        return (type(x),)
-    shape = tuple(x.shape)
-    stride = x.stride() if callable(getattr(x, "stride", None)) else getattr(x, "strides", None)
+        return (x.__class__,)
     device = x.get_device() if hasattr(x, "get_device") else str(getattr(x, "device", ""))
-    return (type(x), str(x.dtype), shape, tuple(stride) if stride is not None else None, device)
+    strides = getattr(x, "strides", None)
+    return (x.__class__, str(x.dtype), tuple(x.shape), strides, device)
+
+
+_SIGNATURES: dict[type, Callable[[Any], Any]] = {}
+
+
+def signature_of(x: Any) -> Any:
+    """A cheap, hashable description of an array or scalar for the per-signature caches:
+    framework type, dtype, shape, strides, device. Never the data."""
+    fn = _SIGNATURES.get(x.__class__)
+    if fn is None:
+        module = x.__class__.__module__.split(".")[0]
+        if module == "torch":
+            fn = _torch_signature
+        elif module == "numpy" and hasattr(x, "strides") and hasattr(x, "shape"):
+            fn = _numpy_signature
+        else:
+            fn = _generic_signature
+        _SIGNATURES[x.__class__] = fn
+    return fn(x)
 
 
 @dataclasses.dataclass
@@ -47,6 +72,7 @@ class OpRunner:
     attrs: Callable[[Problem, dict[str, Any]], dict[str, Any]]
     _lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
     _bound: dict[Any, Any] = dataclasses.field(default_factory=dict)
+    _ready: dict[Any, Any] = dataclasses.field(default_factory=dict)
 
     def problem(
         self, inputs: Sequence[Any], output_dtype: Any, out: Any, options: dict[str, Any]
@@ -82,11 +108,30 @@ class OpRunner:
     def run(
         self, inputs: Sequence[Any], output_dtype: Any, out: Any, options: dict[str, Any]
     ) -> Any:
-        problem, choice = self.choose(inputs, output_dtype, out, options)
-        impl = self.op.get(choice.impl)
-        if impl is None:  # cannot happen: select only returns registered implementations
-            raise ArgumentError(f"[{self.op.name}] no implementation {choice.impl!r}")
-        return impl.run(choice, (problem, list(inputs), output_dtype, out))
+        """Run the op: a repeated signature costs its signature, one dictionary lookup and the
+        kernel call; the decision is remembered per exact signature (and override) until the
+        op forgets its decisions (tuning, imports)."""
+        key = (
+            tuple([signature_of(x) for x in inputs]),
+            None if out is None else signature_of(out),
+            output_dtype,
+            tuple(options.items()) if options else (),
+            forced(self.op.name),
+        )
+        entry = self._ready.get(key)
+        if entry is None or entry[0] != self.op.generation:
+            generation = self.op.generation
+            problem, choice = self.choose(inputs, output_dtype, out, options)
+            impl = self.op.get(choice.impl)
+            if impl is None:  # cannot happen: select only returns registered implementations
+                raise ArgumentError(f"[{self.op.name}] no implementation {choice.impl!r}")
+            entry = (generation, impl.run, choice, problem)
+            with self._lock:
+                if len(self._ready) > 4096:
+                    self._ready.clear()
+                self._ready[key] = entry
+        _, run, choice, problem = entry
+        return run(choice, (problem, inputs, output_dtype, out))
 
     def explain(
         self, inputs: Sequence[Any], output_dtype: Any, out: Any, options: dict[str, Any]
