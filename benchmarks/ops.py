@@ -129,6 +129,10 @@ def main() -> int:
         "median of 15; inputs larger than L2"
     )
     print(
+        "per call: the host's cost included (what a caller gets); graph: the same calls replayed "
+        "from a CUDA graph (device time alone)"
+    )
+    print(
         f"{'op':<11}{'shape':<22}{'kk us':>9}{'eager us':>10}{'comp us':>9}"
         f"{'kk %copy':>10}{'eager %':>9}{'comp %':>8}{'eager/kk':>10}{'comp/kk':>9}  max err"
     )
@@ -155,6 +159,12 @@ def main() -> int:
                 f"{pct(t_kk):9.0f}%{pct(t_eager):8.0f}%{comp_pct}{t_eager / t_kk:9.2f}x{ratio_c}"
                 f"  {err:.2e}"
             )
+            g_kk, g_eager = graph_us(kk), graph_us(eager)
+            if g_kk and g_eager:
+                print(
+                    f"{'':<11}graph: kk {g_kk:.1f} us ({pct(g_kk):.0f}% of copy), eager "
+                    f"{g_eager:.1f} us ({pct(g_eager):.0f}%), eager/kk {g_eager / g_kk:.2f}x"
+                )
             print(f"{'':<11}choice: {explain().choice.describe()}")
             if args.sweep:
                 sweep(name, kk, t_kk)
