@@ -1,4 +1,5 @@
-"""The ``kernelkit`` command: ``info``, ``demo``, ``cache ...``, ``precompile ...``."""
+"""The ``kernelkit`` command: ``info``, ``demo``, ``cache ...``, ``precompile ...``, ``tune``,
+``explain``."""
 
 from __future__ import annotations
 
@@ -128,6 +129,9 @@ def build_parser() -> argparse.ArgumentParser:
         pass
     else:
         register(sub)
+    from ._workflows.tune import register as register_tune
+
+    register_tune(sub)
     return parser
 
 

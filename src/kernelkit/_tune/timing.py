@@ -70,17 +70,17 @@ def copy_into(dst: Any, src: Any) -> None:
 
 
 def to_host(x: Any) -> Any:
-    """``x`` as a NumPy array (float types that NumPy lacks become float32)."""
+    """A NumPy copy of ``x`` (float types that NumPy lacks become float32)."""
     import numpy as np
 
     if hasattr(x, "detach"):  # torch
         t = x.detach().cpu()
         if not t.dtype.is_complex and t.is_floating_point() and t.element_size() == 2:
             t = t.float()  # bfloat16 has no NumPy dtype
-        return t.numpy()
+        return t.numpy().copy()
     if hasattr(x, "get") and not isinstance(x, np.ndarray):  # CuPy
         return x.get()
-    return np.asarray(x)
+    return np.array(x, copy=True)
 
 
 class ArgumentSets:
