@@ -9,7 +9,8 @@ runs on the CPU backend) and return arrays of the same framework.
 [[0.25, 0.25, 0.25, 0.25], [0.25, 0.25, 0.25, 0.25]]
 """
 
+from ._elementwise import elementwise
 from ._norms import layer_norm, rms_norm
 from ._softmax import softmax
 
-__all__ = ["layer_norm", "rms_norm", "softmax"]
+__all__ = ["elementwise", "layer_norm", "rms_norm", "softmax"]

@@ -62,6 +62,14 @@ def signature_of(x: Any) -> Any:
     return fn(x)
 
 
+def _out_signature(out: Any) -> Any:
+    if out is None:
+        return None
+    if isinstance(out, list | tuple):
+        return tuple(signature_of(o) for o in out)
+    return signature_of(out)
+
+
 @dataclasses.dataclass
 class OpRunner:
     """Runs one op: ``spec`` names its inputs and outputs for binding, ``attrs`` turns the bound
@@ -80,14 +88,15 @@ class OpRunner:
         """(problem, target, backend) for these arguments, bound once per signature."""
         key = (
             tuple(signature_of(x) for x in inputs),
-            None if out is None else signature_of(out),
+            _out_signature(out),
             str(output_dtype),
             tuple(sorted(options.items())),
         )
         found = self._bound.get(key)
         if found is None:
-            outs = None if out is None else [out]
-            b = bind(self.spec, list(inputs), [output_dtype], outs, None)
+            outs = None if out is None else list(out) if isinstance(out, list | tuple) else [out]
+            dtypes = [output_dtype] * len(self.spec.output_names)
+            b = bind(self.spec, list(inputs), dtypes, outs, None)
             attrs = self.attrs(b.problem, options)
             problem = dataclasses.replace(
                 b.problem, name=self.op.name, attrs=tuple(sorted(attrs.items()))
@@ -113,7 +122,7 @@ class OpRunner:
         op forgets its decisions (tuning, imports)."""
         key = (
             tuple([signature_of(x) for x in inputs]),
-            None if out is None else signature_of(out),
+            _out_signature(out),
             output_dtype,
             tuple(options.items()) if options else (),
             forced(self.op.name),

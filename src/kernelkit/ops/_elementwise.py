@@ -1,0 +1,431 @@
+"""``elementwise``: a fused kernel from a C expression over named inputs.
+
+``elementwise("y = a * silu(b)")`` returns a callable ``f(a=..., b=...)``. The expression is
+checked token by token (names of inputs, an allowlisted set of math functions, numbers and
+operators; nothing else reaches the generated source), inputs are read as float and results
+written in the output dtype. Two implementations, chosen by the selection stage: ``flat`` when
+every array is contiguous with the output's shape (16-byte vector loads and stores where
+aligned, a grid-stride loop, 32-bit indexing when the size allows), ``strided`` otherwise
+(broadcasting of size-1 dims through stride-0 views, any layout).
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+from .._api import kernel
+from .._dtypes import normalize_dtype
+from .._errors import ArgumentError, ArgumentTypeError
+from .._records import Problem
+from .._select.records import Config, KernelChoice
+from .._select.registry import Implementation, Op
+from .._select.select import Selection
+from . import _rows
+from ._common import OpRunner, vec_width
+
+__all__ = ["Elementwise", "elementwise"]
+
+# Functions an expression may call (all take and return float). The first group are kernelkit's
+# own (defined in HEADER); the second are CUDA's float math, which both backends provide.
+_OWN = {
+    "silu": "x / (1.0f + expf(-x))",
+    "sigmoid": "1.0f / (1.0f + expf(-x))",
+    "relu": "fmaxf(x, 0.0f)",
+    "gelu": "0.5f * x * (1.0f + erff(x * 0.70710678118654752f))",
+    "gelu_tanh": "0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)))",
+}
+_MATH = {
+    "exp": "expf", "exp2": "exp2f", "log": "logf", "log2": "log2f", "log1p": "log1pf",
+    "sqrt": "sqrtf", "rsqrt": "rsqrtf", "tanh": "tanhf", "erf": "erff", "sin": "sinf",
+    "cos": "cosf", "abs": "fabsf", "floor": "floorf", "ceil": "ceilf", "min": "fminf",
+    "max": "fmaxf", "pow": "powf", "fma": "fmaf",
+}  # fmt: skip
+FUNCTIONS = frozenset(_OWN) | frozenset(_MATH)
+HEADER = _rows.HEADER + "".join(
+    f"__device__ __forceinline__ float kk_ew_{n}(float x) {{ return {body}; }}\n"
+    for n, body in _OWN.items()
+)
+_TOKEN = re.compile(
+    r"\s*(?:(?P<num>(?:\d+\.\d*|\.\d+|\d+)(?:[eE][+-]?\d+)?f?)|(?P<name>[A-Za-z_]\w*)"
+    r"|(?P<op>[-+*/%()<>=!&|^?:,~]))"
+)
+_STATEMENT = re.compile(r"\s*([A-Za-z_]\w*)\s*=(?!=)(.*)\Z", re.S)
+_VEC_DTYPES = ("float16", "bfloat16", "float32")
+
+
+def _translate(expr: str, inputs: dict[str, int], where: str) -> str:
+    """The expression as C++ over the float locals ``v0, v1, ...``; ArgumentError naming what
+    is not allowed. New names are added to ``inputs`` in order of first use."""
+    out, pos = [], 0
+    while pos < len(expr):
+        m = _TOKEN.match(expr, pos)
+        if m is None or m.end() == pos:
+            if expr[pos:].strip() == "":
+                break
+            raise ArgumentError(
+                f"[elementwise] {where}: unexpected {expr[pos:].strip()[:20]!r}; an expression "
+                "may use input names, numbers, operators and the functions "
+                f"{', '.join(sorted(FUNCTIONS))}"
+            )
+        pos = m.end()
+        if m["num"]:
+            num = m["num"]
+            out.append(num if num.endswith("f") or not re.search(r"[.eE]", num) else num + "f")
+        elif m["name"]:
+            name = m["name"]
+            following = expr[pos:].lstrip()[:1]
+            if following == "(":
+                if name not in FUNCTIONS:
+                    raise ArgumentError(
+                        f"[elementwise] {where}: unknown function {name!r}; known: "
+                        f"{', '.join(sorted(FUNCTIONS))}"
+                    )
+                out.append(f"kk_ew_{name}" if name in _OWN else _MATH[name])
+            else:
+                if name in FUNCTIONS:
+                    raise ArgumentError(f"[elementwise] {where}: {name!r} is a function")
+                if name.startswith(("kk_", "__")):
+                    raise ArgumentError(f"[elementwise] {where}: name {name!r} is reserved")
+                index = inputs.setdefault(name, len(inputs))
+                out.append(f"v{index}")
+        else:
+            out.append(m["op"])
+    if not out:
+        raise ArgumentError(f"[elementwise] {where}: empty expression")
+    return " ".join(out)
+
+
+def _parse(text: str) -> tuple[list[str], dict[str, int], list[str]]:
+    """(output names, input names -> index, C++ expressions) of ``"y = ...; z = ..."``."""
+    if not isinstance(text, str):
+        raise ArgumentTypeError(f"[elementwise] the expression must be a str, got {text!r}")
+    outputs, inputs, exprs = [], {}, []  # type: ignore[var-annotated]
+    for i, stmt in enumerate(s for s in text.split(";") if s.strip()):
+        m = _STATEMENT.match(stmt)
+        if m is None:
+            raise ArgumentError(f"[elementwise] statement {i} {stmt.strip()!r} is not 'out = expr'")
+        name, expr = m.group(1), m.group(2)
+        if name in outputs or name in FUNCTIONS:
+            raise ArgumentError(f"[elementwise] output {name!r} is assigned twice or is a function")
+        exprs.append(_translate(expr, inputs, f"{name} = ..."))
+        outputs.append(name)
+    if not outputs:
+        raise ArgumentError("[elementwise] no 'out = expr' statement in the expression")
+    clash = set(outputs) & set(inputs)
+    if clash:
+        raise ArgumentError(f"[elementwise] {sorted(clash)[0]!r} is both an input and an output")
+    return outputs, inputs, exprs
+
+
+def _body(n_in: int, exprs: list[str], scalars: Sequence[bool], flat: bool) -> str:
+    """The kernel body: locals v_i read as float, outputs y_j written in their dtype."""
+
+    def load(i: int, at: str) -> str:
+        return f"(float)x{i}" if scalars[i] else f"(float)x{i}[{at}]"
+
+    if flat:  # 16-byte vectors over the aligned bulk (VEC > 1), then one element at a time
+        arrays = [i for i in range(n_in) if not scalars[i]]
+        aligned = " && ".join(
+            [f"kk_aligned16(x{i})" for i in arrays]
+            + [f"kk_aligned16(y{j})" for j in range(len(exprs))]
+        )
+        vloads = "\n".join(
+            f"    const kk_vec<TX{i}> a{i} = "
+            f"*reinterpret_cast<const kk_vec<TX{i}>*>(x{i} + q * VEC);"
+            for i in arrays
+        )
+        vreads = "\n".join(
+            f"      const float v{i} = {'(float)x%d' % i if scalars[i] else '(float)a%d.v[j]' % i};"
+            for i in range(n_in)
+        )
+        vdecl = "\n".join(f"    kk_vec<TY{j}> o{j};" for j in range(len(exprs)))
+        vcompute = "\n".join(f"      o{j}.v[j] = (TY{j})({x});" for j, x in enumerate(exprs))
+        vstores = "\n".join(
+            f"    *reinterpret_cast<kk_vec<TY{j}>*>(y{j} + q * VEC) = o{j};"
+            for j in range(len(exprs))
+        )
+        reads = "\n".join(f"  const float v{i} = {load(i, 'e')};" for i in range(n_in))
+        writes = "\n".join(f"  y{j}[e] = (TY{j})({x});" for j, x in enumerate(exprs))
+        return f"""
+const IDX n = (IDX)y0_shape[0];
+const IDX stride = (IDX)gridDim.x * blockDim.x;
+const IDX first = (IDX)blockIdx.x * blockDim.x + threadIdx.x;
+const IDX nv = (VEC > 1 && {aligned}) ? n / VEC : 0;
+for (IDX q = first; q < nv; q += stride) {{
+{vloads}
+{vdecl}
+    for (int j = 0; j < VEC; ++j) {{
+{vreads}
+{vcompute}
+    }}
+{vstores}
+}}
+for (IDX e = nv * VEC + first; e < n; e += stride) {{
+{reads}
+{writes}
+}}
+"""
+    reads = "\n".join(
+        f"    const float v{i} = {load(i, f'elem_to_loc(e, x{i}_shape, x{i}_strides, x{i}_ndim)')};"
+        for i in range(n_in)
+    )
+    writes = "\n".join(f"    y{j}[e] = (TY{j})({x});" for j, x in enumerate(exprs))
+    return f"""
+const long long n = ELEMS;
+const long long stride = (long long)gridDim.x * blockDim.x;
+for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += stride) {{
+{reads}
+{writes}
+}}
+"""
+
+
+def _pow2_at_least(n: int) -> int:
+    return 1 << max(0, (n - 1).bit_length())
+
+
+class Elementwise:
+    """A fused elementwise op; call it with the inputs by name (or in order of first use)."""
+
+    def __init__(self, expression: str, output_dtype: Any = None) -> None:
+        self.expression = expression
+        self.outputs, inputs, self._exprs = _parse(expression)
+        self.inputs = list(inputs)
+        self.output_dtype = (
+            None
+            if output_dtype is None
+            else normalize_dtype(output_dtype, "[elementwise] output_dtype").name
+        )
+        self._kernels: dict[Any, Any] = {}
+        self._lock = threading.Lock()
+        self.op = Op(f"elementwise({expression})", key=["ndim", "dtypes", "layout"])
+        blocks = (128, 256, 512, 1024)
+        configs = tuple(Config({"BLOCK": b}, (b,)) for b in blocks)
+        self.op.register(
+            Implementation(
+                "flat",
+                run=self._run,
+                grid=self._grid,
+                configs=configs,
+                default=Config({"BLOCK": 256}, (256,)),
+                match=lambda p, t: (
+                    None
+                    if p.attr("layout") == "flat"
+                    else "needs contiguous arrays of the output's shape"
+                ),
+            )
+        )
+        self.op.register(
+            Implementation(
+                "strided",
+                run=self._run,
+                grid=self._grid,
+                configs=configs,
+                default=Config({"BLOCK": 256}, (256,)),
+            )
+        )
+        # binding only needs the argument names: x0..xk in, y0.. out
+        spec_kernel = kernel(
+            "ops_elementwise_bind",
+            [f"x{i}" for i in range(len(self.inputs))],
+            [f"y{j}" for j in range(len(self.outputs))],
+            "",
+        )
+        self._runner = OpRunner(self.op, spec_kernel.spec, self._attrs)
+
+    def __repr__(self) -> str:
+        return f"elementwise({self.expression!r})"
+
+    @staticmethod
+    def _grid(problem: Problem, config: Config) -> tuple[int, int, int]:
+        # one element per thread, capped (the body loops over the rest)
+        block = config.values["BLOCK"]
+        blocks = min(max(1, -(-problem.attr("elements") // block)), 1 << 16)  # type: ignore[operator]
+        return (blocks * block, 1, 1)  # type: ignore[operator]
+
+    def _attrs(self, problem: Problem, options: dict[str, Any]) -> dict[str, Any]:
+        return dict(options)
+
+    def _kernel(self, flat: bool, scalars: tuple[bool, ...]) -> Any:
+        key = (flat, scalars)
+        with self._lock:
+            k = self._kernels.get(key)
+            if k is None:
+                k = kernel(
+                    "ops_elementwise",
+                    [f"x{i}" for i in range(len(self.inputs))],
+                    [f"y{j}" for j in range(len(self.outputs))],
+                    _body(len(self.inputs), self._exprs, scalars, flat),
+                    header=HEADER,
+                    ensure_row_contiguous=False,
+                )
+                self._kernels[key] = k
+        return k
+
+    def _run(self, choice: KernelChoice, call: Any) -> Any:
+        problem, arrays, output_dtype, out = call
+        flat = choice.impl.endswith("/flat")
+        scalars = tuple(not hasattr(a, "shape") for a in arrays)
+        k = self._kernel(flat, scalars)
+        shape = problem.attr("shape")
+        n = problem.attr("elements")
+        template: list[tuple[str, Any]] = [
+            (f"TY{j}", output_dtype) for j in range(len(self.outputs))
+        ]
+        if flat:
+            template.append(("IDX", "int32" if n < 2**31 else "int64"))
+            array_dtypes = [problem.args[i].dtype for i, s in enumerate(scalars) if not s]
+            template += [(f"TX{i}", problem.args[i].dtype) for i, s in enumerate(scalars) if not s]
+            widths = {vec_width(d) for d in (*array_dtypes, output_dtype) if d in _VEC_DTYPES}
+            same = len(widths) == 1 and all(d in _VEC_DTYPES for d in (*array_dtypes, output_dtype))
+            template.append(("VEC", widths.pop() if same else 1))
+        else:
+            template.append(("ELEMS", n))
+        kw: dict[str, Any] = (
+            {"out": list(out)}
+            if out is not None
+            else {
+                "output_shapes": [shape] * len(self.outputs),
+                "output_dtypes": [output_dtype] * len(self.outputs),
+            }
+        )
+        if flat:  # the body reads y0_shape[0]: give the kernel flat views
+            arrays = [a if s else a.reshape(-1) for a, s in zip(arrays, scalars)]
+            if out is not None:
+                kw["out"] = [o.reshape(-1) for o in out]
+            else:
+                kw["output_shapes"] = [(n,)] * len(self.outputs)
+        results = k(
+            arrays,
+            grid=choice.grid,
+            threadgroup=choice.config.threadgroup,
+            template=template,
+            **kw,
+        )
+        if out is not None:
+            return list(out)
+        return [r.reshape(shape) for r in results] if flat else results
+
+    def _prepare(self, args: tuple, kwargs: dict[str, Any]) -> tuple[list[Any], tuple, str]:
+        if args and kwargs:
+            raise ArgumentError(f"[{self}] pass the inputs by name or in order, not both")
+        if args:
+            if len(args) != len(self.inputs):
+                raise ArgumentError(
+                    f"[{self}] expected {len(self.inputs)} inputs {self.inputs}, got {len(args)}"
+                )
+            values = list(args)
+        else:
+            missing = [n for n in self.inputs if n not in kwargs]
+            extra = sorted(set(kwargs) - set(self.inputs))
+            if missing or extra:
+                raise ArgumentError(
+                    f"[{self}] inputs are {self.inputs}; missing {missing}, unexpected {extra}"
+                )
+            values = [kwargs[n] for n in self.inputs]
+        arrays = [v for v in values if hasattr(v, "shape")]
+        if not arrays:
+            raise ArgumentError(f"[{self}] at least one input must be an array")
+        shape = _broadcast_shape([tuple(a.shape) for a in arrays], str(self))
+        dtypes = [str(getattr(a, "dtype", "")).split(".")[-1] for a in arrays]
+        dtype = self.output_dtype or _promote(dtypes, str(self))
+        return values, shape, dtype
+
+    def _bind_args(self, args: tuple, kwargs: dict[str, Any], out: Any) -> tuple:
+        """(views broadcast to the output shape, output dtype, problem attributes, outs)."""
+        values, shape, dtype = self._prepare(args, kwargs)
+        if out is not None:
+            out = [out] if not isinstance(out, list | tuple) else list(out)
+            if len(out) != len(self.outputs):
+                raise ArgumentError(f"[{self}] out= needs {len(self.outputs)} arrays")
+        views = [_broadcast_to(v, shape) if hasattr(v, "shape") else float(v) for v in values]
+        flat = all(
+            not hasattr(v, "shape") or (_contiguous(v) and tuple(v.shape) == shape) for v in values
+        ) and all(_contiguous(o) for o in out or ())
+        options = {
+            "shape": shape,
+            "elements": _size(shape),
+            "layout": "flat" if flat else "strided",
+            "ndim": len(shape),
+            "dtypes": ",".join(str(getattr(v, "dtype", "scalar")) for v in views) + f"->{dtype}",
+        }
+        return views, dtype, options, out
+
+    def __call__(self, *args: Any, out: Any = None, **kwargs: Any) -> Any:
+        """Run on arrays of one framework (and Python scalars); returns the output, or a list
+        when the expression has several."""
+        views, dtype, options, outs = self._bind_args(args, kwargs, out)
+        results = self._runner.run(views, dtype, outs, options)
+        return results[0] if len(self.outputs) == 1 else results
+
+    def explain(self, *args: Any, **kwargs: Any) -> Selection:
+        """The choice a call with these arguments makes, and why."""
+        views, dtype, options, _ = self._bind_args(args, kwargs, None)
+        return self._runner.explain(views, dtype, None, options)
+
+
+def elementwise(expression: str, output_dtype: Any = None) -> Elementwise:
+    """A fused elementwise op from ``"out = expr"`` statements (``;``-separated) over named
+    inputs; inputs broadcast as NumPy does, compute in float32, outputs in ``output_dtype``
+    (default: the inputs' common floating dtype).
+
+    Example::
+
+        >>> import numpy as np
+        >>> from kernelkit import ops
+        >>> swiglu = ops.elementwise("y = a * silu(b)")
+        >>> a, b = np.ones(4, np.float32), np.zeros(4, np.float32)
+        >>> swiglu(a=a, b=b).tolist()
+        [0.0, 0.0, 0.0, 0.0]
+    """
+    return Elementwise(expression, output_dtype)
+
+
+def _size(shape: tuple[int, ...]) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def _broadcast_shape(shapes: list[tuple[int, ...]], what: str) -> tuple[int, ...]:
+    ndim = max(len(s) for s in shapes)
+    out = []
+    for axis in range(ndim):
+        sizes = {s[axis - ndim + len(s)] for s in shapes if axis - ndim + len(s) >= 0} - {1}
+        if len(sizes) > 1:
+            raise ArgumentError(f"[{what}] shapes {shapes} do not broadcast (axis {axis})")
+        out.append(sizes.pop() if sizes else 1)
+    return tuple(out)
+
+
+def _promote(dtypes: list[str], what: str) -> str:
+    order = ["bfloat16", "float16", "float32", "float64"]
+    floats = [d for d in dtypes if d in order]
+    if not floats:
+        raise ArgumentError(f"[{what}] give output_dtype= for inputs of dtypes {dtypes}")
+    if "bfloat16" in floats and "float16" in floats:
+        return "float32"
+    return max(floats, key=order.index)
+
+
+def _contiguous(x: Any) -> bool:
+    if hasattr(x, "is_contiguous"):
+        return bool(x.is_contiguous())
+    flags = getattr(x, "flags", None)
+    return bool(flags["C_CONTIGUOUS"]) if flags is not None else True
+
+
+def _broadcast_to(x: Any, shape: tuple[int, ...]) -> Any:
+    if tuple(x.shape) == shape:
+        return x
+    if hasattr(x, "expand"):  # torch
+        return x.expand(shape)
+    import importlib
+
+    xp = importlib.import_module(type(x).__module__.split(".")[0])
+    xp = getattr(xp, "numpy", xp) if xp.__name__ == "jax" else xp
+    return xp.broadcast_to(x, shape)
