@@ -11,19 +11,45 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from . import _records
 from ._dtypes import DTYPES, normalize_dtype
 from ._errors import ArgumentError, ArgumentTypeError
 from ._records import KernelSource, KernelSpec, Param
 
 __all__ = [
+    "METADATA",
     "METAL_ATTRIBUTES",
+    "abi_options",
     "check_identifier",
+    "extent_param",
     "launch_bounds",
     "make_source",
+    "metadata_param",
     "scan_body",
     "signature",
     "template_lines",
 ]
+
+# The parameter ABI, defined here once: what an array's metadata parameters are called and how
+# they travel (Param kinds), and the defines every backend's render passes to its prelude.
+METADATA = (("shape", "dims"), ("strides", "dims"), ("ndim", "ndim"))  # x_shape, x_strides, x_ndim
+
+
+def metadata_param(array: str, field: str) -> str:
+    """The parameter carrying ``field`` ("shape", "strides" or "ndim") of ``array``."""
+    return f"{array}_{field}"
+
+
+def extent_param(array: str) -> str:
+    """The checked-mode parameter carrying the elements reachable through ``array``."""
+    return f"kk_extent_{array}"
+
+
+def abi_options() -> tuple[str, ...]:
+    """Compiler defines that size the prelude's parameter types (``kk_dims`` holds
+    ``KK_MAX_NDIM`` int64): every backend's render passes them, so MAX_NDIM is written once."""
+    return (f"-DKK_MAX_NDIM={_records.MAX_NDIM}",)
+
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
@@ -100,9 +126,9 @@ def scan_body(source: str, names: Iterable[str]) -> tuple[frozenset[str], frozen
     """(referenced ``x_shape``/``x_strides``/``x_ndim`` names, referenced Metal attributes)."""
     refs = set()
     for name in names:
-        for suffix in ("shape", "strides", "ndim"):
-            if re.search(rf"\b{name}_{suffix}\b", source):
-                refs.add(f"{name}_{suffix}")
+        for field, _ in METADATA:
+            if re.search(rf"\b{metadata_param(name, field)}\b", source):
+                refs.add(metadata_param(name, field))
     return frozenset(refs), frozenset(_ATTR_RE.findall(source))
 
 

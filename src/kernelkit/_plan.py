@@ -11,6 +11,7 @@ from typing import Any
 from . import _config, _render
 from ._arrays import Adapter
 from ._bind import Bound
+from ._codegen import METADATA, extent_param, metadata_param
 from ._dtypes import DTYPES
 from ._hotpath import ArgRoute, generate_run
 from ._launch import LoadedProgram, load
@@ -106,14 +107,9 @@ def _routes(spec: KernelSpec, bound: Bound, params: tuple[Param, ...]) -> tuple[
     index = {p.name: i for i, p in enumerate(params)}
 
     def meta_of(pname: str) -> dict[str, int]:
-        m = {
-            s: index[f"{pname}_{s}"]
-            for s in ("shape", "strides", "ndim")
-            if f"{pname}_{s}" in index
-        }
-        if f"kk_extent_{pname}" in index:
-            m["extent"] = index[f"kk_extent_{pname}"]
-        return m
+        names = {field: metadata_param(pname, field) for field, _ in METADATA}
+        names["extent"] = extent_param(pname)
+        return {field: index[name] for field, name in names.items() if name in index}
 
     args, adapters = bound.problem.args, bound.adapters
     n_in = len(spec.input_names)
@@ -138,7 +134,7 @@ def _routes(spec: KernelSpec, bound: Bound, params: tuple[Param, ...]) -> tuple[
             adapter, contiguous = (None if result.synchronous else result), False
         else:
             adapter = adapters.outputs[j]
-            contiguous = f"{oname}_strides" not in spec.metadata_refs
+            contiguous = metadata_param(oname, "strides") not in spec.metadata_refs
             what = f"[{spec.name}] out[{j}] ({oname!r})"
         outs.append(
             ArgRoute(

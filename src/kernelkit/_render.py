@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ._codegen import make_source
+from ._codegen import METADATA, extent_param, make_source, metadata_param
 from ._dtypes import DTYPES, DType
 from ._errors import ArgumentError, ArgumentTypeError, KernelkitError
 from ._records import CompileRequest, KernelSpec, Param, Problem, Target
@@ -44,10 +44,10 @@ def make_params(
     for i, (pname, kind, dtype) in enumerate(rows):
         params.append(Param(pname, kind, dtype.name, is_output=i >= n_in))  # type: ignore[arg-type]
         if kind == "array" and checked:
-            params.append(Param(f"kk_extent_{pname}", "extent"))
-        for suffix, pkind in (("shape", "dims"), ("strides", "dims"), ("ndim", "ndim")):
-            if f"{pname}_{suffix}" in spec.metadata_refs:
-                params.append(Param(f"{pname}_{suffix}", pkind))  # type: ignore[arg-type]
+            params.append(Param(extent_param(pname), "extent"))
+        for field, pkind in METADATA:
+            if metadata_param(pname, field) in spec.metadata_refs:
+                params.append(Param(metadata_param(pname, field), pkind))  # type: ignore[arg-type]
     seen: set[str] = set()
     for p in params:
         if p.name in seen:

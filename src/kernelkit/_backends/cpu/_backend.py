@@ -6,6 +6,7 @@ import platform
 import threading
 from typing import Any, ClassVar
 
+from ..._codegen import abi_options
 from ..._errors import CompileError
 from ..._records import Artifact, CompileRequest, KernelSource, Target
 from ...backend import Backend, Launcher
@@ -91,7 +92,7 @@ class CPUBackend(Backend):
             entry=rendered.symbol,
             arch=target.arch,
             source=rendered.text,
-            options=_CHECKED_OPTIONS if check else _OPTIONS,
+            options=(*(_CHECKED_OPTIONS if check else _OPTIONS), *abi_options()),
             headers=_toolchain.header_hashes(),
             param_kinds=tuple(p.kind for p in source.params),
         )

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from ..._codegen import launch_bounds, signature
+from ..._codegen import extent_param, launch_bounds, signature
 from ..._dtypes import DTYPES
 from ..._errors import BackendError
 from ..._records import KernelSource, Param
@@ -142,10 +142,11 @@ def _extent_params(source: KernelSource, arrays: list[Param]) -> dict[str, int]:
     index = {p.name: i for i, p in enumerate(source.params) if p.kind == "extent"}
     found = {}
     for p in arrays:
-        i = index.get(f"kk_extent_{p.name}")
+        i = index.get(extent_param(p.name))
         if i is None:
             raise BackendError(
-                f"[{source.kernel}] cpu: checked mode needs an extent param 'kk_extent_{p.name}' "
+                f"[{source.kernel}] cpu: checked mode needs an extent param "
+                f"{extent_param(p.name)!r} "
                 f"for array {p.name!r}; got params {[q.name for q in source.params]}"
             )
         found[p.name] = i

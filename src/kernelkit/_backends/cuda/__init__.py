@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from importlib.resources import files
 from typing import Any, ClassVar
 
-from ..._codegen import launch_bounds, signature
+from ..._codegen import abi_options, launch_bounds, signature
 from ..._records import Artifact, CompileRequest, KernelSource, Target
 from ...backend import Backend, Launcher, Timer
 from . import driver, nvrtc
@@ -130,6 +130,7 @@ class CUDABackend(Backend):
             "--std=c++17",
             "-default-device",
             "-diag-suppress=20283",
+            *abi_options(),
         ]
         if source.needs & {"fp16", "bf16", "cg"}:
             options.append("-pch")  # NVRTC reuses parsed CUDA headers within the process

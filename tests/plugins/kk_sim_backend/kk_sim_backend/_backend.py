@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 import kernelkit
 from kernelkit.backend import (
     BACKEND_API_VERSION,
+    MAX_NDIM,
     Artifact,
     Backend,
     CompileRequest,
@@ -48,7 +49,7 @@ static thread_local uint3 threadIdx, blockIdx;
 static thread_local dim3 blockDim, gridDim;
 static const int warpSize = 32;
 struct kk_dims {
-  long long v[8];
+  long long v[KK_MAX_NDIM];
   operator const long long*() const { return v; }
   const long long* data() const { return v; }
 };
@@ -155,7 +156,7 @@ class SimBackend(Backend):
     def render(self, source: KernelSource, target: Target, check: bool = False) -> CompileRequest:
         if check:
             raise NotImplementedError("backend 'sim' has no checked mode")
-        parts = [PRELUDE]
+        parts = [f"#define KK_MAX_NDIM {MAX_NDIM}", PRELUDE]
         if source.header:
             parts += [f'#line 1 "{source.kernel}.header"', source.header]
         parts += [

@@ -70,8 +70,11 @@ static thread_local dim3 gridDim;
   ((unsigned)(threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)))
 
 // --- parameter wrappers (layouts fixed by the packer: see kernelkit/_records.py) ---------------
-struct kk_dims {  // MAX_NDIM int64 by value
-  long long v[8];
+#ifndef KK_MAX_NDIM  // set by every backend's render from kernelkit's MAX_NDIM (_codegen.abi_options)
+#error "KK_MAX_NDIM is not defined: kernelkit's render passes -DKK_MAX_NDIM"
+#endif
+struct kk_dims {  // KK_MAX_NDIM int64 by value
+  long long v[KK_MAX_NDIM];
   template <class I>
   constexpr const long long& operator[](I i) const { return v[i]; }
   operator const long long*() const { return v; }

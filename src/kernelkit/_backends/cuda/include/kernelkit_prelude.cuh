@@ -64,9 +64,12 @@ typedef unsigned int uint32_t;
 typedef unsigned long long uint64_t;
 typedef unsigned int uint;
 
-// x_shape / x_strides: 8 int64 by value; x_shape[i], x_shape.data(), or pass to elem_to_loc.
+#ifndef KK_MAX_NDIM  // set by every backend's render from kernelkit's MAX_NDIM (_codegen.abi_options)
+#error "KK_MAX_NDIM is not defined: kernelkit's render passes -DKK_MAX_NDIM"
+#endif
+// x_shape / x_strides: KK_MAX_NDIM int64 by value; x_shape[i], x_shape.data(), or elem_to_loc.
 struct kk_dims {
-  long long v[8];
+  long long v[KK_MAX_NDIM];
   __device__ __forceinline__ operator const long long*() const { return v; }
   __device__ __forceinline__ const long long* data() const { return v; }
 };
