@@ -57,6 +57,18 @@ def new_grid_every_call(k, inputs, out) -> Callable[[], object]:
     return lambda: k(inputs, grid=(next(grids), 1, 1), threadgroup=(256, 1, 1), out=out)
 
 
+def autotuned(k):
+    """``k`` autotuned over two block sizes, its decision for N already made and stored: a call
+    then costs the selection's lookup on top of the kernel call (target: at most 2 µs)."""
+    return kernelkit.autotune(
+        k,
+        configs=[{"threadgroup": (256,)}, {"threadgroup": (128,)}],
+        key=["inp.dtype", "inp.shape[0]:pow2"],
+        grid="inp",
+        quiet=True,
+    )
+
+
 def cpu_main() -> int:
     """Known size vs a new size every call, NumPy arrays on the CPU backend."""
     k = kernelkit.kernel("kexp_cpu", ["inp"], ["out"], BODY)
@@ -64,15 +76,19 @@ def cpu_main() -> int:
     y = np.full(N, np.nan, np.float32)
     k([x], grid=(N, 1, 1), threadgroup=(256, 1, 1), out=[y])
     np.testing.assert_allclose(y, np.exp(x.astype(np.float64)), rtol=1e-6)
+    tuned = autotuned(k)
+    tuned([x], out=[y])  # tunes (or finds the stored decision)
+    tg = tuned.explain([x], out=[y]).choice.config.threadgroup
     variants = {
-        "kernelkit cpu, out=, known size": lambda: k(
-            [x], grid=(N, 1, 1), threadgroup=(256, 1, 1), out=[y]
-        ),
+        "kernelkit cpu, out=, known size": lambda: k([x], grid=(N, 1, 1), threadgroup=tg, out=[y]),
         "kernelkit cpu, out=, new grid every call": new_grid_every_call(k, [x], [y]),
+        "autotuned, stored decision, out=": lambda: tuned([x], out=[y]),
     }
     us = interleaved_us(variants, lambda: None, calls=2000, rounds=5)
     print(f"kernelkit {kernelkit.__version__}, CPU backend; median of 5 rounds of 2000 calls")
     table([(n, v, "") for n, v in us.items()], "us/call", us["kernelkit cpu, out=, known size"])
+    sel = us["autotuned, stored decision, out="] - us["kernelkit cpu, out=, known size"]
+    print(f"selection of a stored decision: +{sel:.2f} us per call (target <= 2)")
     print(f"programs loaded: {kernelkit._launch.loaded_count()}; specializations: {len(k._plans)}")
     return 0
 
@@ -117,6 +133,14 @@ def main() -> int:
         [x], output_shapes=shapes, output_dtypes=dtypes, grid=(N, 1, 1), threadgroup=(256, 1, 1)
     )
     variants["kernelkit, out=, new grid every call"] = new_grid_every_call(k, [x], [y])
+    tuned = autotuned(k)
+    tuned([x], out=[y])  # tunes (or finds the stored decision)
+    tg = tuned.explain([x], out=[y]).choice.config.threadgroup
+    variants["kernelkit, out=, the autotuned config"] = lambda: k(
+        [x], grid=(N, 1, 1), threadgroup=tg, out=[y]
+    )
+    variants["autotuned, stored decision, out="] = lambda: tuned([x], out=[y])
+    notes["autotuned, stored decision, out="] = "target <= 2 us over the bare call"
     notes["kernelkit, out="] = "target <= 1.3x floor"
     notes["kernelkit, allocating"] = "target <= 1.3x (floor + torch.empty)"
 
@@ -164,6 +188,8 @@ def main() -> int:
         f"allocating / (floor + torch.empty): {kk_alloc / floor_alloc:.2f}x; "
         f"new grid / known grid: {kk_new / kk_out:.2f}x"
     )
+    sel = us["autotuned, stored decision, out="] - us["kernelkit, out=, the autotuned config"]
+    print(f"selection of a stored decision: +{sel:.2f} us per call (target <= 2)")
     print(f"programs loaded: {kernelkit._launch.loaded_count()}; specializations: {len(k._plans)}")
     return 0
 

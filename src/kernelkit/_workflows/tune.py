@@ -330,7 +330,7 @@ def _collect(workers: list[_Worker], answers: dict, timeout_s: float, bar: Any) 
     for conn in wait(list(busy), timeout=0.2):
         w = busy[conn]
         try:
-            answers[w.task] = conn.recv()  # type: ignore[index]
+            answers[w.task] = w.conn.recv()  # type: ignore[index]
             w.task = None
         except (EOFError, OSError):
             w.proc.join(1)
@@ -385,7 +385,7 @@ def record_of(obj: Any, result: ShapeResult) -> Any:
         measurements=tuple(
             (r[0].describe(), None if r[2] is None else round(r[2] * 1e6, 4)) for r in result.rows
         ),
-        best_us=round(best[2] * 1e6, 4),
+        best_us=round(float(best[2] or 0.0) * 1e6, 4),
         candidates=len(result.rows),
         tuning_s=round(result.tuning_s, 4),
     )
@@ -425,7 +425,7 @@ def plot(obj: Any, spec: TuneSpec, results: list[ShapeResult], path: str) -> Non
         if r.winner is not None:
             ax.plot(
                 [r.winner],
-                [r.rows[r.winner][2] * 1e6],
+                [float(r.rows[r.winner][2] or 0.0) * 1e6],
                 marker="*",
                 markersize=16,  # type: ignore[operator]
                 color=line.get_color(),
@@ -484,7 +484,7 @@ def main_tune(args: Any) -> int:
     if spec.table or args.table:
         from .._select.tables import Table
 
-        path = args.table or spec.table
+        path = str(args.table or spec.table)
         Table.write(path, table_entries(obj, results))
         print(f"table written to {path}")
     if args.plot:
