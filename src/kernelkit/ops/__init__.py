@@ -10,7 +10,8 @@ runs on the CPU backend) and return arrays of the same framework.
 """
 
 from ._elementwise import elementwise
+from ._matmul import matmul
 from ._norms import layer_norm, rms_norm
 from ._softmax import softmax
 
-__all__ = ["elementwise", "layer_norm", "rms_norm", "softmax"]
+__all__ = ["elementwise", "layer_norm", "matmul", "rms_norm", "softmax"]

@@ -1,0 +1,262 @@
+"""``matmul``: ``a @ b`` (``b`` as [K, N]) or ``a @ b.T`` (``transpose_b=True``: a linear layer's
+weight [N, K]), with bias and activation fused, through the selection stage.
+
+Implementations (see ``_matmul_kernels``): ``gemv`` for decode shapes (M <= 16, weight [N, K]),
+``tiled`` for everything (any backend, the CPU too), and ``framework``: the arrays' own framework
+(torch: cuBLAS) for M > 16 on a GPU, where a vendor library's tensor-core kernels win.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .._api import kernel
+from .._errors import ArgumentError
+from .._records import Problem, Target
+from .._select.records import Config, KernelChoice
+from .._select.registry import Implementation, Op
+from .._select.select import Selection
+from . import _matmul_kernels as K
+from ._common import OpRunner
+
+__all__ = ["matmul"]
+
+ACTIVATIONS = {None: 0, "relu": 1, "silu": 2, "gelu": 3}
+DTYPES = ("float16", "bfloat16", "float32")
+GEMV_MAX_M = 16
+
+_INPUTS = ["x", "w", "bias"]
+_GEMV = kernel(
+    "ops_matmul_gemv", _INPUTS, ["y"], K.GEMV_BODY, header=K.GEMV,
+    optional_inputs={"bias": "float32"},
+)  # fmt: skip
+_TILED = kernel(
+    "ops_matmul_tiled", _INPUTS, ["y"], K.TILED_BODY, header=K.TILED,
+    optional_inputs={"bias": "float32"},
+)  # fmt: skip
+
+
+def _common_template(problem: Problem) -> list[tuple[str, Any]]:
+    bias = problem.attr("bias")
+    return [
+        ("T", problem.arg("x").dtype),
+        ("TB", bias or "float32"),
+        ("TY", problem.arg("x").dtype),
+        ("ACT", ACTIVATIONS[problem.attr("activation")]),
+        ("HAS_BIAS", bias is not None),
+    ]
+
+
+def _launch(k: Any, choice: KernelChoice, call: Any, extra: list[tuple[str, Any]]) -> Any:
+    problem, arrays, output_dtype, out = call
+    template = tuple(choice.config.template) + tuple(_common_template(problem)) + tuple(extra)
+    kw: dict[str, Any] = (
+        {"out": [out]}
+        if out is not None
+        else {
+            "output_shapes": [(problem.attr("M"), problem.attr("N"))],
+            "output_dtypes": [output_dtype],
+        }
+    )
+    (y,) = k(
+        arrays, grid=choice.grid, threadgroup=choice.config.threadgroup, template=template, **kw
+    )
+    return y
+
+
+# --- gemv --------------------------------------------------------------------------------------
+
+GEMV_CONFIGS = tuple(
+    Config({"ROWS": r, "WARPS": w}, (32 * w,)) for r in (1, 2, 4, 8) for w in (2, 4, 8)
+)
+
+
+def _gemv_match(p: Problem, t: Target) -> str | None:
+    if p.attr("M") > GEMV_MAX_M:
+        return f"M = {p.attr('M')} > {GEMV_MAX_M}"
+    if not p.attr("transpose_b"):
+        return "needs the weight as [N, K] (transpose_b=True)"
+    vec = 16 // {"float16": 2, "bfloat16": 2, "float32": 4}[p.arg("x").dtype]
+    if p.attr("K") % vec:
+        return f"K = {p.attr('K')} is not a multiple of {vec} (16-byte rows)"
+    return None
+
+
+def _gemv_grid(p: Problem, c: Config) -> tuple[int, int, int]:
+    blocks = -(-p.attr("N") // c.values["ROWS"])  # type: ignore[operator]
+    return (blocks * c.threadgroup[0], 1, 1)
+
+
+def _gemv_heuristic(p: Problem, t: Target) -> Config:
+    # more rows per block reuse each x vector more (larger M); enough blocks to fill the device
+    rows = 1 if p.attr("M") == 1 else 2 if p.attr("M") <= 4 else 4
+    return Config({"ROWS": rows, "WARPS": 4}, (128,))
+
+
+def _gemv_run(choice: KernelChoice, call: Any) -> Any:
+    return _launch(_GEMV, choice, call, [("M", call[0].attr("M"))])
+
+
+# --- tiled -------------------------------------------------------------------------------------
+
+TILED_CONFIGS = tuple(
+    Config({"BM": bm, "BN": bn, "BK": 16, "TM": tm, "TN": tn}, ((bm // tm) * (bn // tn),))
+    for bm, bn, tm, tn in ((64, 64, 4, 4), (32, 32, 2, 2), (128, 64, 8, 4), (16, 64, 1, 4))
+)
+
+
+def _tiled_grid(p: Problem, c: Config) -> tuple[int, int, int]:
+    v = c.values
+    return (-(-p.attr("N") // v["BN"]) * c.threadgroup[0], -(-p.attr("M") // v["BM"]), 1)  # type: ignore[operator]
+
+
+def _tiled_run(choice: KernelChoice, call: Any) -> Any:
+    return _launch(_TILED, choice, call, [("W_KN", not call[0].attr("transpose_b"))])
+
+
+# --- the arrays' framework --------------------------------------------------------------------
+
+
+def _framework_match(p: Problem, t: Target) -> str | None:
+    if p.attr("framework") != "torch" or p.device_type != 2:
+        return "only for torch CUDA tensors"
+    if p.attr("M") <= GEMV_MAX_M:
+        return f"M = {p.attr('M')} <= {GEMV_MAX_M}: the gemv kernel reads the weight faster"
+    return None
+
+
+def _framework_run(choice: KernelChoice, call: Any) -> Any:
+    import torch
+    import torch.nn.functional as F
+
+    problem, (x, w, bias), _, out = call
+    y = F.linear(x, w, bias) if problem.attr("transpose_b") else torch.matmul(x, w)
+    if problem.attr("transpose_b") is False and bias is not None:
+        y = y + bias
+    act = problem.attr("activation")
+    if act is not None:
+        y = {"relu": F.relu, "silu": F.silu, "gelu": F.gelu}[act](y)
+    if out is not None:
+        out.copy_(y)
+        return out
+    return y
+
+
+OP = Op("matmul", key=["x.dtype", "N", "K", "M:ranges(1,2,3,5,9,17,65,257)", "transpose_b",
+                       "bias", "activation", "framework"])  # fmt: skip
+OP.register(
+    Implementation(
+        "framework",
+        run=_framework_run,
+        kind="microkernel",
+        priority=10,
+        match=_framework_match,
+        pads="the framework's own kernel (cuBLAS for torch)",
+    )
+)
+OP.register(
+    Implementation(
+        "gemv",
+        run=_gemv_run,
+        grid=_gemv_grid,
+        configs=GEMV_CONFIGS,
+        default=Config({"ROWS": 2, "WARPS": 4}, (128,)),
+        heuristic=_gemv_heuristic,
+        match=_gemv_match,
+        priority=10,
+    )
+)
+OP.register(
+    Implementation(
+        "tiled",
+        run=_tiled_run,
+        grid=_tiled_grid,
+        configs=TILED_CONFIGS,
+        default=TILED_CONFIGS[0],
+    )
+)
+
+
+def _attrs(problem: Problem, options: dict[str, Any]) -> dict[str, Any]:
+    x, w = problem.arg("x"), problem.arg("w")
+    transpose_b = options["transpose_b"]
+    n = w.shape[0] if transpose_b else w.shape[1]
+    return {"M": x.shape[0], "K": x.shape[1], "N": n, **options}
+
+
+_RUNNER = OpRunner(OP, _GEMV.spec, _attrs)
+
+
+def _prepare(a: Any, b: Any, bias: Any, activation: Any, transpose_b: Any) -> tuple:
+    if activation not in ACTIVATIONS:
+        raise ArgumentError(
+            f"[matmul] activation must be one of {list(ACTIVATIONS)}, got {activation!r}"
+        )
+    if not isinstance(transpose_b, bool):
+        raise ArgumentError(f"[matmul] transpose_b must be True or False, got {transpose_b!r}")
+    if len(b.shape) != 2:
+        raise ArgumentError(f"[matmul] b must be 2-D, got shape {tuple(b.shape)}")
+    if len(a.shape) not in (2, 3):
+        raise ArgumentError(f"[matmul] a must be 2-D or 3-D (batched), got shape {tuple(a.shape)}")
+    k = a.shape[-1]
+    bk, n = (b.shape[1], b.shape[0]) if transpose_b else (b.shape[0], b.shape[1])
+    if bk != k:
+        layout = "[N, K]" if transpose_b else "[K, N]"
+        raise ArgumentError(
+            f"[matmul] a has K = {k} but b {tuple(b.shape)} as {layout} has K = {bk}"
+        )
+    if str(a.dtype).split(".")[-1] != str(b.dtype).split(".")[-1]:
+        raise ArgumentError(f"[matmul] a and b must have one dtype, got {a.dtype} and {b.dtype}")
+    if bias is not None and tuple(bias.shape) != (n,):
+        raise ArgumentError(f"[matmul] bias must have shape ({n},), got {tuple(bias.shape)}")
+    lead = tuple(a.shape[:-1])
+    x = a.reshape(-1, k) if len(a.shape) == 3 else a
+    options = {
+        "transpose_b": transpose_b,
+        "activation": activation,
+        "bias": None if bias is None else str(bias.dtype).split(".")[-1],
+        "framework": type(a).__module__.split(".")[0],
+    }
+    return x, lead, n, options
+
+
+def matmul(
+    a: Any,
+    b: Any,
+    *,
+    bias: Any = None,
+    activation: str | None = None,
+    transpose_b: bool = False,
+    out: Any = None,
+) -> Any:
+    """``activation(a @ b + bias)`` (``b`` [K, N]), or with ``transpose_b=True`` ``a @ b.T`` for
+    a linear layer's weight ``b`` [N, K]; ``a`` [M, K] or batched [B, S, K]; float16, bfloat16
+    (float32 accumulation) or float32; ``activation`` None, "relu", "silu" or "gelu".
+
+    Example::
+
+        >>> import numpy as np
+        >>> from kernelkit import ops
+        >>> a, w = np.ones((2, 8), np.float32), np.full((3, 8), 0.5, np.float32)
+        >>> ops.matmul(a, w, transpose_b=True).tolist()
+        [[4.0, 4.0, 4.0], [4.0, 4.0, 4.0]]
+    """
+    x, lead, n, options = _prepare(a, b, bias, activation, transpose_b)
+    if out is not None and tuple(out.shape) != (*lead, n):
+        raise ArgumentError(f"[matmul] out must have shape {(*lead, n)}, got {tuple(out.shape)}")
+    flat_out = out.reshape(-1, n) if out is not None and len(lead) == 2 else out
+    y = _RUNNER.run([x, b, bias], x.dtype, flat_out, options)
+    if out is not None:
+        return out
+    return y.reshape(*lead, n) if len(lead) == 2 else y
+
+
+def _explain(
+    a: Any, b: Any, *, bias: Any = None, activation: str | None = None, transpose_b: bool = False
+) -> Selection:
+    """The choice ``matmul`` makes for these arguments, and why."""
+    x, _, _, options = _prepare(a, b, bias, activation, transpose_b)
+    return _RUNNER.explain([x, b, bias], x.dtype, None, options)
+
+
+matmul.explain = _explain  # type: ignore[attr-defined]

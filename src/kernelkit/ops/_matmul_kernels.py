@@ -1,0 +1,156 @@
+"""Kernel sources for ``matmul`` (``y[M, N] = x[M, K] @ w[N, K]^T``, or ``w`` given as [K, N]).
+
+``GEMV``: the decode-shape microkernel (M <= 16, weight as [N, K]). Reading the weight once is
+the whole cost, so each block owns ROWS output columns (weight rows) and its WARPS warps split K
+between them: every warp streams its slice of those rows with 16-byte loads (the lanes of a warp
+cover 512 contiguous bytes), keeps ROWS x M float accumulators in registers (each x vector is
+loaded once and used for all ROWS rows), then the warps' partial sums are added in shared memory
+in a fixed order: deterministic, no atomics, no workspace. N / ROWS blocks keep every SM busy.
+
+``TILED``: the generic kernel for any shape, dtype and layout, and the CPU backend: a BM x BN
+output tile per block, K in steps of BK staged through shared memory, float accumulation.
+"""
+
+from __future__ import annotations
+
+# Epilogue shared by both kernels: bias (per column) and activation, in float.
+EPILOGUE = r"""
+template <int ACT>
+__device__ __forceinline__ float kk_mm_act(float v) {
+  if (ACT == 1) return fmaxf(v, 0.0f);                                   // relu
+  if (ACT == 2) return v / (1.0f + expf(-v));                            // silu
+  if (ACT == 3) return 0.5f * v * (1.0f + erff(v * 0.70710678118654752f));  // gelu
+  return v;
+}
+"""
+
+GEMV = (
+    EPILOGUE
+    + r"""
+template <class T> struct kk_mm_pack { static constexpr int N = 16 / sizeof(T); };
+template <class T> struct alignas(16) kk_mm_vec { T v[kk_mm_pack<T>::N]; };
+
+// y[m, n] for m < M, n in [n0, n0 + ROWS): warp `warp` takes K elements [k0, k1).
+template <class T, class TB, class TY, int M, int ROWS, int WARPS, int ACT, bool HAS_BIAS>
+__device__ __forceinline__ void kk_gemv(const T* x, const T* w, const TB* bias, TY* y,
+                                        long long N, long long K) {
+  constexpr int VEC = kk_mm_pack<T>::N;
+  __shared__ float part[WARPS][ROWS * M];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const long long n0 = (long long)blockIdx.x * ROWS;
+  const long long chunks = K / VEC;  // K % VEC == 0 (the match rule)
+  const long long per_warp = (chunks + WARPS - 1) / WARPS;
+  const long long c0 = warp * per_warp;
+  const long long c1 = c0 + per_warp < chunks ? c0 + per_warp : chunks;
+  float acc[ROWS][M];
+  for (int r = 0; r < ROWS; ++r)
+    for (int m = 0; m < M; ++m) acc[r][m] = 0.0f;
+  // 16-byte loads need 16-byte aligned rows (K % VEC == 0 is the match rule; a view may start
+  // anywhere): the same loop reads element by element otherwise (uniform per launch)
+  const bool vector = (((unsigned long long)x | (unsigned long long)w) & 15ull) == 0;
+  for (long long c = c0 + lane; c < c1; c += 32) {
+    const long long k = c * VEC;
+    float wf[ROWS][VEC];
+    for (int r = 0; r < ROWS; ++r) {
+      const long long n = n0 + r < N ? n0 + r : N - 1;  // a clamped row is computed, not stored
+      if (vector) {
+        const kk_mm_vec<T> wv = *reinterpret_cast<const kk_mm_vec<T>*>(w + n * K + k);
+        for (int j = 0; j < VEC; ++j) wf[r][j] = (float)wv.v[j];
+      } else {
+        for (int j = 0; j < VEC; ++j) wf[r][j] = (float)w[n * K + k + j];
+      }
+    }
+    for (int m = 0; m < M; ++m) {
+      float xf[VEC];
+      if (vector) {
+        const kk_mm_vec<T> xv = *reinterpret_cast<const kk_mm_vec<T>*>(x + (long long)m * K + k);
+        for (int j = 0; j < VEC; ++j) xf[j] = (float)xv.v[j];
+      } else {
+        for (int j = 0; j < VEC; ++j) xf[j] = (float)x[(long long)m * K + k + j];
+      }
+      for (int r = 0; r < ROWS; ++r)
+        for (int j = 0; j < VEC; ++j) acc[r][m] += xf[j] * wf[r][j];
+    }
+  }
+  for (int r = 0; r < ROWS; ++r)
+    for (int m = 0; m < M; ++m) {
+      float v = acc[r][m];
+      for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+      if (lane == 0) part[warp][r * M + m] = v;
+    }
+  __syncthreads();
+  for (int i = threadIdx.x; i < ROWS * M; i += blockDim.x) {
+    const int r = i / M, m = i % M;
+    const long long n = n0 + r;
+    if (n >= N) continue;
+    float v = 0.0f;
+    for (int q = 0; q < WARPS; ++q) v += part[q][i];  // fixed order: deterministic
+    if (HAS_BIAS) v += (float)bias[n];
+    y[(long long)m * N + n] = TY(kk_mm_act<ACT>(v));
+  }
+}
+"""
+)
+
+GEMV_BODY = r"""
+const long long K = x_shape[x_ndim - 1];
+const long long N = w_shape[0];
+kk_gemv<T, TB, TY, M, ROWS, WARPS, ACT, HAS_BIAS>(x, w, bias, y, N, K);
+"""
+
+TILED = (
+    EPILOGUE
+    + r"""
+// One BM x BN tile of y per block of BM/TM x BN/TN threads; each thread a TM x TN sub-tile.
+template <class T, class TB, class TY, int BM, int BN, int BK, int TM, int TN, int ACT,
+          bool HAS_BIAS, bool W_KN>
+__device__ __forceinline__ void kk_tiled(const T* x, const T* w, const TB* bias, TY* y,
+                                         long long M, long long N, long long K) {
+  __shared__ float xs[BK][BM + 1];
+  __shared__ float ws[BK][BN + 1];
+  constexpr int TX = BN / TN, TY_ = BM / TM, THREADS = TX * TY_;
+  const int tid = threadIdx.x, tx = tid % TX, ty = tid / TX;
+  const long long m0 = (long long)blockIdx.y * BM, n0 = (long long)blockIdx.x * BN;
+  float acc[TM][TN];
+  for (int i = 0; i < TM; ++i)
+    for (int j = 0; j < TN; ++j) acc[i][j] = 0.0f;
+  for (long long k0 = 0; k0 < K; k0 += BK) {
+    for (int i = tid; i < BM * BK; i += THREADS) {
+      const int mm = i / BK, kk = i % BK;
+      const long long m = m0 + mm, k = k0 + kk;
+      xs[kk][mm] = m < M && k < K ? (float)x[m * K + k] : 0.0f;
+    }
+    for (int i = tid; i < BN * BK; i += THREADS) {
+      const int nn = W_KN ? i % BN : i / BK, kk = W_KN ? i / BN : i % BK;
+      const long long n = n0 + nn, k = k0 + kk;
+      ws[kk][nn] = n < N && k < K ? (float)(W_KN ? w[k * N + n] : w[n * K + k]) : 0.0f;
+    }
+    __syncthreads();
+    for (int kk = 0; kk < BK; ++kk) {
+      float a[TM], b[TN];
+      for (int i = 0; i < TM; ++i) a[i] = xs[kk][ty * TM + i];
+      for (int j = 0; j < TN; ++j) b[j] = ws[kk][tx * TN + j];
+      for (int i = 0; i < TM; ++i)
+        for (int j = 0; j < TN; ++j) acc[i][j] += a[i] * b[j];
+    }
+    __syncthreads();
+  }
+  for (int i = 0; i < TM; ++i)
+    for (int j = 0; j < TN; ++j) {
+      const long long m = m0 + ty * TM + i, n = n0 + tx * TN + j;
+      if (m < M && n < N) {
+        float v = acc[i][j];
+        if (HAS_BIAS) v += (float)bias[n];
+        y[m * N + n] = TY(kk_mm_act<ACT>(v));
+      }
+    }
+}
+"""
+)
+
+TILED_BODY = r"""
+const long long K = x_shape[x_ndim - 1];
+const long long M = x_shape[0];
+const long long N = W_KN ? w_shape[1] : w_shape[0];
+kk_tiled<T, TB, TY, BM, BN, BK, TM, TN, ACT, HAS_BIAS, W_KN>(x, w, bias, y, M, N, K);
+"""

@@ -1,0 +1,118 @@
+"""``ops.matmul`` against a float64 reference: every implementation (forced), both weight
+layouts, bias and activations, batched inputs, odd sizes, dtypes, out=, and bad arguments."""
+
+from __future__ import annotations
+
+from math import erf
+
+import numpy as np
+import pytest
+
+import kernelkit
+from kernelkit import ops
+from kernelkit._select.override import force
+
+RNG = np.random.default_rng(21)
+ACT = {
+    None: lambda v: v,
+    "relu": lambda v: np.maximum(v, 0),
+    "silu": lambda v: v / (1 + np.exp(-v)),
+    "gelu": lambda v: 0.5 * v * (1 + np.vectorize(erf)(v / np.sqrt(2))),
+}
+
+
+def reference(a, w, bias, activation, transpose_b):
+    y = a.astype(np.float64) @ (w.T if transpose_b else w).astype(np.float64)
+    if bias is not None:
+        y = y + bias
+    return ACT[activation](y)
+
+
+@pytest.mark.parametrize(
+    ("m", "n", "k"), [(1, 37, 64), (3, 64, 136), (16, 40, 256), (17, 33, 72), (70, 9, 40)]
+)
+@pytest.mark.parametrize("activation", [None, "silu"])
+def test_linear_layer_shapes(arrays, m, n, k, activation):
+    a = RNG.standard_normal((m, k)).astype(np.float32)
+    w = RNG.standard_normal((n, k)).astype(np.float32)
+    b = RNG.standard_normal(n).astype(np.float32)
+    y = ops.matmul(
+        arrays.put(a), arrays.put(w), bias=arrays.put(b), activation=activation, transpose_b=True
+    )
+    np.testing.assert_allclose(
+        arrays.get(y), reference(a, w, b, activation, True), rtol=2e-5, atol=2e-4
+    )
+    choice = ops.matmul.explain(
+        arrays.put(a), arrays.put(w), bias=arrays.put(b), activation=activation, transpose_b=True
+    ).choice
+    if not arrays.on_gpu:
+        assert choice.impl == ("matmul/gemv" if m <= 16 else "matmul/tiled")
+
+
+@pytest.mark.parametrize("impl", ["gemv", "tiled"])
+@pytest.mark.parametrize("activation", ["relu", "gelu"])
+def test_every_implementation_forced(arrays, impl, activation):
+    a = RNG.standard_normal((5, 48)).astype(np.float32)
+    w = RNG.standard_normal((30, 48)).astype(np.float32)
+    for config in ops._matmul.GEMV_CONFIGS if impl == "gemv" else ops._matmul.TILED_CONFIGS:
+        forced = {**config.values, "threadgroup": config.threadgroup}
+        with force("matmul", impl, forced):
+            y = ops.matmul(arrays.put(a), arrays.put(w), activation=activation, transpose_b=True)
+        np.testing.assert_allclose(
+            arrays.get(y),
+            reference(a, w, None, activation, True),
+            rtol=2e-5,
+            atol=2e-4,
+            err_msg=str(forced),
+        )
+
+
+def test_kn_layout_batched_and_out(arrays):
+    a = RNG.standard_normal((2, 3, 40)).astype(np.float32)
+    b = RNG.standard_normal((40, 24)).astype(np.float32)
+    out = arrays.put(np.full((2, 3, 24), np.nan, np.float32))
+    y = ops.matmul(arrays.put(a), arrays.put(b), out=out)
+    assert y is out
+    np.testing.assert_allclose(arrays.get(out), a.astype(np.float64) @ b, rtol=2e-5, atol=2e-4)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_half_dtypes_accumulate_in_float(arrays, dtype):
+    if not arrays.use_torch:
+        pytest.skip("half dtypes through torch tensors")
+    torch = arrays.torch
+    tdt = getattr(torch, dtype)
+    dev = "cuda" if arrays.on_gpu else "cpu"
+    for m in (1, 4, 16, 33):
+        a = torch.randn(m, 264, device=dev).to(tdt)
+        w = torch.randn(72, 264, device=dev).to(tdt)
+        y = ops.matmul(a, w, transpose_b=True)
+        assert y.dtype == tdt
+        ref = a.double() @ w.double().T
+        tol = 0.05 if dtype == "bfloat16" else 0.01
+        torch.testing.assert_close(y.double(), ref, rtol=tol, atol=tol * 4)
+
+
+def test_misaligned_views_are_correct(arrays):
+    a = RNG.standard_normal(3 * 64 + 1).astype(np.float32)
+    w = RNG.standard_normal(20 * 64 + 1).astype(np.float32)
+    av = arrays.put(a)[1:].reshape(3, 64)  # 4 bytes off 16-byte alignment
+    wv = arrays.put(w)[1:].reshape(20, 64)
+    y = ops.matmul(av, wv, transpose_b=True)
+    ref = a[1:].reshape(3, 64).astype(np.float64) @ w[1:].reshape(20, 64).T
+    np.testing.assert_allclose(arrays.get(y), ref, rtol=2e-5, atol=2e-4)
+
+
+def test_bad_arguments_name_themselves(arrays):
+    a, w = arrays.put(np.ones((2, 8), np.float32)), arrays.put(np.ones((3, 8), np.float32))
+    cases = [
+        (dict(b=w), "K = 8 but b"),  # [3, 8] as [K, N] has K = 3
+        (dict(b=w, transpose_b=True, activation="tanh"), "activation"),
+        (dict(b=w, transpose_b="yes"), "transpose_b"),
+        (dict(b=w, transpose_b=True, bias=arrays.put(np.ones(2, np.float32))), "bias"),
+        (dict(b=arrays.put(np.ones((3, 8), np.float16)), transpose_b=True), "one dtype"),
+    ]
+    for kwargs, match in cases:
+        with pytest.raises(kernelkit.ArgumentError, match=match):
+            ops.matmul(a, **kwargs)
+    np.testing.assert_allclose(arrays.get(ops.matmul(a, w, transpose_b=True)), np.full((2, 3), 8))
