@@ -7,7 +7,11 @@ copy rate measured in the same run (bytes read + written once each), the ratio t
 to torch.compile, and the KernelChoice behind kernelkit's result. Inputs of these sizes (32-256
 MiB) are far larger than L2, so every batch reads from HBM.
 
-    PYTHONPATH=src python3 benchmarks/ops.py [--no-compile] [--quick] [--sweep]
+    PYTHONPATH=src python3 benchmarks/ops.py [--no-compile] [--quick] [--sweep] [--only rows|matmul]
+
+matmul: ``x[M, K] @ w[N, K].T`` in bfloat16 for the anchor shapes, kernelkit vs torch (cuBLAS),
+with the weights rotated among copies that together exceed twice L2 (each call reads its weight
+from HBM), per-call time and the fraction of the copy rate for reading the weight once.
 
 ``--sweep`` also times every legal row config (forced) per op and shape and prints the best next
 to the heuristic's choice: how far the untuned choice is from an exhaustive sweep.
@@ -135,6 +139,7 @@ def main() -> int:
     parser.add_argument("--no-compile", action="store_true", help="skip torch.compile")
     parser.add_argument("--quick", action="store_true", help="the first shape only")
     parser.add_argument("--sweep", action="store_true", help="time every legal row config too")
+    parser.add_argument("--only", choices=("rows", "matmul"), help="one family only")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         print("needs a CUDA GPU")
@@ -153,6 +158,8 @@ def main() -> int:
         f"{'op':<11}{'shape':<22}{'kk us':>9}{'eager us':>10}{'comp us':>9}"
         f"{'kk %copy':>10}{'eager %':>9}{'comp %':>8}{'eager/kk':>10}{'comp/kk':>9}  max err"
     )
+    if args.only == "matmul":
+        return bench_matmul(rate, args)
     for shape, dtype in SHAPES[:1] if args.quick else SHAPES:
         for name, kk, eager, explain, check, nbytes in cases(shape, dtype):
             got, want = check()
@@ -184,6 +191,55 @@ def main() -> int:
             print(f"{'':<11}choice: {explain().choice.describe()}")
             if args.sweep and name in ("softmax", "rms_norm", "layer_norm"):
                 sweep(name, kk, t_kk)
+    return 0
+
+
+MATMUL_NK = [(4096, 4096), (8192, 8192), (14336, 4096)]
+MATMUL_M = [1, 4, 16, 128, 3500]
+
+
+def rotating(fn, x, weights):
+    """A no-argument call of ``fn(x, w)`` taking the next weight each time."""
+    state = {"i": 0}
+
+    def call():
+        state["i"] = (state["i"] + 1) % len(weights)
+        return fn(x, weights[state["i"]])
+
+    return call
+
+
+def bench_matmul(rate: float, args: argparse.Namespace) -> int:
+    """kernelkit's matmul (its choice per shape) vs cuBLAS through torch, weights rotated."""
+    l2 = torch.cuda.get_device_properties(0).L2_cache_size
+    print(f"\nmatmul, bfloat16, x[M,K] @ w[N,K].T; weights rotated past 2x L2 ({l2 >> 20} MiB)")
+    print(
+        f"{'N, K':<14}{'M':>6}{'kk us':>9}{'cuBLAS us':>11}{'cuBLAS/kk':>11}{'kk %copy':>10}"
+        f"{'cuBLAS %':>10}  max rel err  choice"
+    )
+    kk_fn = lambda x, w: ops.matmul(x, w, transpose_b=True)  # noqa: E731
+    ref_fn = torch.nn.functional.linear
+    for n, k in MATMUL_NK[:1] if args.quick else MATMUL_NK:
+        wbytes = n * k * 2
+        copies = max(2, -(-2 * l2 // wbytes) + 1)
+        weights = [torch.randn(n, k, device="cuda", dtype=torch.bfloat16) for _ in range(copies)]
+        for m in MATMUL_M:
+            x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+            got = kk_fn(x, weights[0]).double()
+            want = x.double() @ weights[0].double().T
+            err = ((got - want).abs().max() / want.abs().max()).item()
+            t_kk = time_us(rotating(kk_fn, x, weights))
+            t_ref = time_us(rotating(ref_fn, x, weights))
+            moved = wbytes + 2 * m * (n + k)
+            pct_kk = 100 * moved / (t_kk * 1e-6) / 1e9 / rate
+            pct_ref = 100 * moved / (t_ref * 1e-6) / 1e9 / rate
+            choice = ops.matmul.explain(x, weights[0], transpose_b=True).choice
+            print(
+                f"{f'{n}, {k}':<14}{m:>6}{t_kk:9.1f}{t_ref:11.1f}{t_ref / t_kk:10.2f}x"
+                f"{pct_kk:9.0f}%{pct_ref:9.0f}%  {err:.1e}  {choice.describe()}"
+            )
+        weights.clear()
+        torch.cuda.empty_cache()
     return 0
 
 
