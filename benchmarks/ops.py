@@ -195,7 +195,7 @@ def main() -> int:
 
 
 MATMUL_NK = [(4096, 4096), (8192, 8192), (14336, 4096)]
-MATMUL_M = [1, 4, 16, 128, 3500]
+MATMUL_M = [1, 4, 8, 16, 128, 3500]
 
 
 def rotating(fn, x, weights):
@@ -238,9 +238,27 @@ def bench_matmul(rate: float, args: argparse.Namespace) -> int:
                 f"{f'{n}, {k}':<14}{m:>6}{t_kk:9.1f}{t_ref:11.1f}{t_ref / t_kk:10.2f}x"
                 f"{pct_kk:9.0f}%{pct_ref:9.0f}%  {err:.1e}  {choice.describe()}"
             )
+            if args.sweep and m <= 16:
+                gemv_sweep(x, weights, kk_fn, t_ref)
         weights.clear()
         torch.cuda.empty_cache()
     return 0
+
+
+def gemv_sweep(x, weights, kk_fn, t_ref: float) -> None:
+    """Every gemv config (forced) for this M, N, K: the best three, next to cuBLAS."""
+    from kernelkit.ops._matmul import GEMV_CONFIGS
+
+    times = []
+    for config in GEMV_CONFIGS:
+        forced = {**config.values, "threadgroup": config.threadgroup}
+        with force("matmul", "gemv", forced):
+            times.append(
+                (time_us(rotating(kk_fn, x, weights), batch=10, reps=5), config.describe())
+            )
+    times.sort()
+    best = ", ".join(f"[{d}] {t:.1f}" for t, d in times[:3])
+    print(f"{'':<20}gemv sweep of {len(times)}: {best}; cuBLAS/best {t_ref / times[0][0]:.2f}x")
 
 
 def sweep(name: str, kk, t_chosen: float) -> None:

@@ -67,7 +67,10 @@ def _launch(k: Any, choice: KernelChoice, call: Any, extra: list[tuple[str, Any]
 # --- gemv --------------------------------------------------------------------------------------
 
 GEMV_CONFIGS = tuple(
-    Config({"ROWS": r, "WARPS": w}, (32 * w,)) for r in (1, 2, 4, 8) for w in (2, 4, 8)
+    Config({"ROWS": r, "WARPS": w, "U": u}, (32 * w,))
+    for r in (1, 2, 4, 8)
+    for w in (2, 4, 8)
+    for u in (1, 2, 4)
 )
 
 
@@ -90,7 +93,7 @@ def _gemv_grid(p: Problem, c: Config) -> tuple[int, int, int]:
 def _gemv_heuristic(p: Problem, t: Target) -> Config:
     # more rows per block reuse each x vector more (larger M); enough blocks to fill the device
     rows = 1 if p.attr("M") == 1 else 2 if p.attr("M") <= 4 else 4
-    return Config({"ROWS": rows, "WARPS": 4}, (128,))
+    return Config({"ROWS": rows, "WARPS": 4, "U": 4 if rows <= 2 else 2}, (128,))
 
 
 def _gemv_run(choice: KernelChoice, call: Any) -> Any:
@@ -160,7 +163,7 @@ OP.register(
         run=_gemv_run,
         grid=_gemv_grid,
         configs=GEMV_CONFIGS,
-        default=Config({"ROWS": 2, "WARPS": 4}, (128,)),
+        default=Config({"ROWS": 2, "WARPS": 4, "U": 2}, (128,)),
         heuristic=_gemv_heuristic,
         match=_gemv_match,
         priority=10,

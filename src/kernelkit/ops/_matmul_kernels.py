@@ -31,7 +31,8 @@ template <class T> struct kk_mm_pack { static constexpr int N = 16 / sizeof(T); 
 template <class T> struct alignas(16) kk_mm_vec { T v[kk_mm_pack<T>::N]; };
 
 // y[m, n] for m < M, n in [n0, n0 + ROWS): warp `warp` takes K elements [k0, k1).
-template <class T, class TB, class TY, int M, int ROWS, int WARPS, int ACT, bool HAS_BIAS>
+template <class T, class TB, class TY, int M, int ROWS, int WARPS, int U, int ACT,
+          bool HAS_BIAS>
 __device__ __forceinline__ void kk_gemv(const T* x, const T* w, const TB* bias, TY* y,
                                         long long N, long long K) {
   constexpr int VEC = kk_mm_pack<T>::N;
@@ -46,30 +47,38 @@ __device__ __forceinline__ void kk_gemv(const T* x, const T* w, const TB* bias, 
   for (int r = 0; r < ROWS; ++r)
     for (int m = 0; m < M; ++m) acc[r][m] = 0.0f;
   // 16-byte loads need 16-byte aligned rows (K % VEC == 0 is the match rule; a view may start
-  // anywhere): the same loop reads element by element otherwise (uniform per launch)
+  // anywhere): element-by-element loads otherwise (uniform per launch). Each lane first issues
+  // the weight loads of U chunks (ROWS x U x 16 bytes in flight), then uses them.
   const bool vector = (((unsigned long long)x | (unsigned long long)w) & 15ull) == 0;
-  for (long long c = c0 + lane; c < c1; c += 32) {
-    const long long k = c * VEC;
-    float wf[ROWS][VEC];
-    for (int r = 0; r < ROWS; ++r) {
-      const long long n = n0 + r < N ? n0 + r : N - 1;  // a clamped row is computed, not stored
-      if (vector) {
-        const kk_mm_vec<T> wv = *reinterpret_cast<const kk_mm_vec<T>*>(w + n * K + k);
-        for (int j = 0; j < VEC; ++j) wf[r][j] = (float)wv.v[j];
-      } else {
-        for (int j = 0; j < VEC; ++j) wf[r][j] = (float)w[n * K + k + j];
+  for (long long c = c0 + lane; c < c1; c += 32 * U) {
+    kk_mm_vec<T> wv[U][ROWS];
+    for (int u = 0; u < U; ++u) {
+      const long long cu = c + 32 * u < c1 ? c + 32 * u : c;  // a repeated chunk is not used
+      for (int r = 0; r < ROWS; ++r) {
+        const long long n = n0 + r < N ? n0 + r : N - 1;  // a clamped row is computed, not stored
+        const T* src = w + n * K + cu * VEC;
+        if (vector) {
+          wv[u][r] = *reinterpret_cast<const kk_mm_vec<T>*>(src);
+        } else {
+          for (int j = 0; j < VEC; ++j) wv[u][r].v[j] = src[j];
+        }
       }
     }
-    for (int m = 0; m < M; ++m) {
-      float xf[VEC];
-      if (vector) {
-        const kk_mm_vec<T> xv = *reinterpret_cast<const kk_mm_vec<T>*>(x + (long long)m * K + k);
-        for (int j = 0; j < VEC; ++j) xf[j] = (float)xv.v[j];
-      } else {
-        for (int j = 0; j < VEC; ++j) xf[j] = (float)x[(long long)m * K + k + j];
+    for (int u = 0; u < U; ++u) {
+      if (c + 32 * u >= c1) break;
+      const long long k = (c + 32 * u) * VEC;
+      for (int m = 0; m < M; ++m) {
+        float xf[VEC];
+        const T* xs = x + (long long)m * K + k;
+        if (vector) {
+          const kk_mm_vec<T> xv = *reinterpret_cast<const kk_mm_vec<T>*>(xs);
+          for (int j = 0; j < VEC; ++j) xf[j] = (float)xv.v[j];
+        } else {
+          for (int j = 0; j < VEC; ++j) xf[j] = (float)xs[j];
+        }
+        for (int r = 0; r < ROWS; ++r)
+          for (int j = 0; j < VEC; ++j) acc[r][m] += xf[j] * (float)wv[u][r].v[j];
       }
-      for (int r = 0; r < ROWS; ++r)
-        for (int j = 0; j < VEC; ++j) acc[r][m] += xf[j] * wf[r][j];
     }
   }
   for (int r = 0; r < ROWS; ++r)
@@ -95,7 +104,7 @@ __device__ __forceinline__ void kk_gemv(const T* x, const T* w, const TB* bias, 
 GEMV_BODY = r"""
 const long long K = x_shape[x_ndim - 1];
 const long long N = w_shape[0];
-kk_gemv<T, TB, TY, M, ROWS, WARPS, ACT, HAS_BIAS>(x, w, bias, y, N, K);
+kk_gemv<T, TB, TY, M, ROWS, WARPS, U, ACT, HAS_BIAS>(x, w, bias, y, N, K);
 """
 
 TILED = (
