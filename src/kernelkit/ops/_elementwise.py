@@ -24,7 +24,7 @@ from .._select.records import Config, KernelChoice
 from .._select.registry import Implementation, Op
 from .._select.select import Selection
 from . import _rows
-from ._common import OpRunner, vec_width
+from ._common import OpRunner, signature_of, vec_width
 
 __all__ = ["Elementwise", "elementwise"]
 
@@ -200,6 +200,7 @@ class Elementwise:
             else normalize_dtype(output_dtype, "[elementwise] output_dtype").name
         )
         self._kernels: dict[Any, Any] = {}
+        self._known: dict[Any, Any] = {}  # argument signature -> (dtype, options, no views)
         self._lock = threading.Lock()
         self.op = Op(f"elementwise({expression})", key=["ndim", "dtypes", "layout"])
         blocks = (128, 256, 512, 1024)
@@ -241,9 +242,16 @@ class Elementwise:
 
     @staticmethod
     def _grid(problem: Problem, config: Config) -> tuple[int, int, int]:
-        # one element per thread, capped (the body loops over the rest)
+        # one 16-byte vector (flat path) or element per thread, capped: the body loops over
+        # the rest (a grid of idle threads costs more than the loop)
         block = config.values["BLOCK"]
-        blocks = min(max(1, -(-problem.attr("elements") // block)), 1 << 16)  # type: ignore[operator]
+        per_thread = 1
+        if problem.attr("layout") == "flat":
+            dtypes = {a.dtype for a in problem.args if a.kind == "array"}
+            if len(dtypes) == 1 and next(iter(dtypes)) in _VEC_DTYPES:
+                per_thread = vec_width(next(iter(dtypes)))
+        work = -(-problem.attr("elements") // per_thread)  # type: ignore[operator]
+        blocks = min(max(1, -(-work // block)), 1 << 16)  # type: ignore[operator]
         return (blocks * block, 1, 1)  # type: ignore[operator]
 
     def _attrs(self, problem: Problem, options: dict[str, Any]) -> dict[str, Any]:
@@ -357,7 +365,19 @@ class Elementwise:
     def __call__(self, *args: Any, out: Any = None, **kwargs: Any) -> Any:
         """Run on arrays of one framework (and Python scalars); returns the output, or a list
         when the expression has several."""
-        views, dtype, options, outs = self._bind_args(args, kwargs, out)
+        values = args if args else tuple(kwargs.get(n) for n in self.inputs)
+        sig = (len(args), tuple(kwargs), tuple([signature_of(v) for v in values]), out is None)
+        known = self._known.get(sig) if out is None and len(kwargs) <= len(self.inputs) else None
+        if known is None:  # validate, broadcast and describe once per argument signature
+            views, dtype, options, outs = self._bind_args(args, kwargs, out)
+            if out is None:
+                direct = all(v is w for v, w in zip(values, views) if hasattr(v, "shape"))
+                with self._lock:
+                    self._known[sig] = (dtype, options, direct)
+        else:
+            dtype, options, direct = known
+            views = list(values) if direct else self._bind_args(args, kwargs, None)[0]
+            outs = None
         results = self._runner.run(views, dtype, outs, options)
         return results[0] if len(self.outputs) == 1 else results
 
