@@ -498,7 +498,17 @@ def main_tune(args: Any) -> int:
 
 
 def main_explain(args: Any) -> int:
-    """``kernelkit explain SPEC [--shape I]``: the choice for each shape and why."""
+    """``kernelkit explain SPEC [--shape I]``: the choice for each shape and why; or
+    ``kernelkit explain OP --dims ... [--dtype] [--device]`` for a built-in op."""
+    from .explain_op import OPS, explain_op
+
+    if args.spec in OPS:
+        try:
+            print(explain_op(args.spec, args.dims or "", args.dtype, args.device).explain())
+        except (ValueError, ImportError) as e:
+            print(f"kernelkit explain: {e}", file=sys.stderr)
+            return 2
+        return 0
     try:
         spec = load_spec(args.spec)
         obj = load_object(spec)
@@ -524,7 +534,12 @@ def register(subparsers: Any) -> None:
     p.add_argument("--no-database", action="store_true", help="do not store records")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=main_tune)
-    p = subparsers.add_parser("explain", help="print the choice for a tune spec's shapes and why")
-    p.add_argument("spec")
+    p = subparsers.add_parser(
+        "explain", help="print the choice for a tune spec's shapes, or a built-in op's, and why"
+    )
+    p.add_argument("spec", help="a tune spec, or a built-in op: softmax, rms_norm, ...")
     p.add_argument("--shape", type=int, help="only this shape (index in the spec)")
+    p.add_argument("--dims", help="a built-in op's shape, e.g. 4096x4096 or MxNxK for matmul")
+    p.add_argument("--dtype", default="float32", help="a built-in op's dtype (default float32)")
+    p.add_argument("--device", default="cpu", help="cpu, or cuda for a GPU (needs torch)")
     p.set_defaults(func=main_explain)
