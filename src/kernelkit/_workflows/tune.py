@@ -432,7 +432,8 @@ def plot(obj: Any, spec: TuneSpec, results: list[ShapeResult], path: str) -> Non
             )
     ax.set_xticks(range(len(configs)))
     ax.set_xticklabels([c.describe() for c in configs], rotation=60, ha="right", fontsize=7)
-    ax.set_ylabel("time per launch (us)")
+    ax.set_ylabel("time per launch (us, log scale)")
+    ax.set_yscale("log")  # shapes of very different sizes share one axis
     ax.set_title(f"{obj.name}: time per config and shape (star: chosen)")
     ax.legend(fontsize=8)
     fig.tight_layout()
