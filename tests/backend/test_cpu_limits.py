@@ -3,6 +3,7 @@ barriers only for threads still running, and checked mode flags shuffles from ab
 
 from __future__ import annotations
 
+import os
 import re
 
 import numpy as np
@@ -190,3 +191,58 @@ def test_checked_mode_flags_a_shuffle_from_a_lane_outside_its_mask():
     for check in (False, True):
         y = _call(k, x, n_out=4, check=check, template=[("OFFSET", 2), ("WIDTH", 4)])
         np.testing.assert_array_equal(y, [x[2], x[3], x[2], x[3]])
+
+
+def _maps() -> int:
+    with open("/proc/self/maps") as f:
+        return sum(1 for _ in f)
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/maps"), reason="needs /proc (Linux)")
+def test_fiber_kernels_do_not_exhaust_the_process_map_count():
+    """Each kernel library keeps its own fiber stacks; with a guard page per stack a few hundred
+    fiber kernels in one process exceeded vm.max_map_count (dlopen then failed)."""
+    x = np.ones(256, np.float32)
+    before = _maps()
+    for i in range(12):
+        k = kernelkit.kernel(
+            f"lim_maps_{i}",
+            ["x"],
+            ["y"],
+            f"__shared__ float s[256]; s[threadIdx.x] = x[threadIdx.x]; __syncthreads();"
+            f" y[threadIdx.x] = s[255 - threadIdx.x] + {i};",
+        )
+        (y,) = k(
+            [x],
+            output_shapes=[x.shape],
+            output_dtypes=[x.dtype],
+            grid=(256, 1, 1),
+            threadgroup=(256, 1, 1),
+            backend="cpu",
+        )
+        assert y[0] == 1 + i
+    assert (_maps() - before) / 12 < 30  # was about 2 per fiber per worker (500+ here)
+
+
+def test_a_fiber_stack_overflow_is_a_fault_and_the_next_launch_works():
+    x = np.ones(32, np.float32)
+    deep = kernelkit.kernel(
+        "lim_deep",
+        ["x"],
+        ["y"],
+        "volatile float big[33000]; for (int i = 0; i < 33000; ++i) big[i] = x[0] + i;"
+        " __syncthreads(); y[threadIdx.x] = big[32999];",
+    )
+    call = dict(
+        output_shapes=[x.shape],
+        output_dtypes=[x.dtype],
+        grid=(32, 1, 1),
+        threadgroup=(32, 1, 1),
+        backend="cpu",
+    )
+    with pytest.raises(kernelkit.KernelFault, match="overflowed its .*fiber stack"):
+        deep([x], **call)
+    ok = kernelkit.kernel(
+        "lim_after_deep", ["x"], ["y"], "__syncthreads(); y[threadIdx.x] = 3 * x[threadIdx.x];"
+    )
+    np.testing.assert_array_equal(ok([x], **call)[0], 3 * x)

@@ -178,6 +178,9 @@ struct kk_block {
 
 static thread_local kk_block* kk_cur_block;  // non-null while a block runs as fibers
 
+#define KK_STACK_CANARY 0xA5
+#define KK_STACK_CANARY_BYTES 1024  // below each stack, inside the stride's two spare pages
+
 struct kk_worker {  // per OS thread, reused across blocks and launches
   char* stacks = nullptr;
   size_t map_bytes = 0, stride = 0;
@@ -195,7 +198,12 @@ struct kk_worker {  // per OS thread, reused across blocks and launches
     delete[] tile_counts;
     free(dsmem);
   }
-  void reserve_fibers(int n) {  // one mapping; a guard page below every stack
+  // One mapping, one VMA: each kernel library keeps its own workers, so per-stack guard pages
+  // (two VMAs per fiber) ran a process out of vm.max_map_count after a few hundred fiber
+  // kernels. Instead a canary fills the gap below every stack; kk_check_stacks reports a
+  // thread that wrote into it, after its block (an overflow past the canary can still corrupt
+  // the stack below before it is seen).
+  void reserve_fibers(int n) {
     if (n <= cap) return;
     if (stacks) munmap(stacks, map_bytes);
     delete[] fibers;
@@ -208,7 +216,8 @@ struct kk_worker {  // per OS thread, reused across blocks and launches
                    -1, 0);
     if (m == MAP_FAILED) throw std::bad_alloc();
     stacks = (char*)m;
-    for (int i = 0; i < n; ++i) mprotect(stacks + stride * (size_t)i, page, PROT_NONE);
+    mprotect(stacks, page, PROT_NONE);  // below the lowest stack: a fault, as on a guard page
+    for (int i = 0; i < n; ++i) memset(canary(i), KK_STACK_CANARY, KK_STACK_CANARY_BYTES);
     fibers = new kk_fiber[n];
     warps = new kk_warp_slot[(n + 31) / 32];
     tile_counts = new unsigned short[2 * (size_t)n]();
@@ -218,6 +227,16 @@ struct kk_worker {  // per OS thread, reused across blocks and launches
   // hot frames in the same cache sets.
   char* stack(int i) const {
     return stacks + stride * (size_t)i + (stride - KK_CPU_FIBER_STACK_BYTES) - 64 * (i % 61);
+  }
+  char* canary(int i) const { return stack(i) - KK_STACK_CANARY_BYTES; }
+  // the first fiber (of n) whose canary was written, or -1
+  int overflowed(int n) const {
+    for (int i = 0; i < n; ++i) {
+      const unsigned char* c = (const unsigned char*)canary(i);
+      for (int j = 0; j < KK_STACK_CANARY_BYTES; ++j)
+        if (c[j] != KK_STACK_CANARY) return i;
+    }
+    return -1;
   }
   void reserve_dsmem(size_t bytes) {
     if (bytes <= dsmem_cap) return;
@@ -372,6 +391,20 @@ static void kk_fiber_main() {
   throw kk_fault{};
 }
 
+// A thread that used more stack than a fiber has wrote into the canary below it: a fault
+// (the canary is restored, so the next launch starts clean).
+static void kk_check_stacks(kk_worker& w, int n, const kk_launch& L) {
+  const int t = w.overflowed(n);
+  if (t < 0) return;
+  for (int i = 0; i < n; ++i) memset(w.canary(i), KK_STACK_CANARY, KK_STACK_CANARY_BYTES);
+  const uint3 tid = kk_tid_of(L.block, t);
+  kk_fault_record(
+      "thread (%u,%u,%u) of block (%u,%u,%u) overflowed its %d-byte fiber stack (large local "
+      "arrays or deep recursion; compile with -DKK_CPU_FIBER_STACK_BYTES=... for more)",
+      tid.x, tid.y, tid.z, blockIdx.x, blockIdx.y, blockIdx.z, (int)KK_CPU_FIBER_STACK_BYTES);
+  throw kk_fault{};
+}
+
 static void kk_run_fibers(const kk_launch& L) {
   kk_worker& w = kk_this_worker();
   const int n = (int)(L.block.x * L.block.y * L.block.z), nw = (n + 31) / 32;
@@ -405,6 +438,7 @@ static void kk_run_fibers(const kk_launch& L) {
     while (t < n && b.fibers[t].state != KK_RUN) ++t;
     if (t == n) {
       kk_cur_block = nullptr;
+      kk_check_stacks(w, n, L);
       if (b.done == n) return;
       kk_deadlock(b);
     }
@@ -414,6 +448,7 @@ static void kk_run_fibers(const kk_launch& L) {
     kk_ctx_swap(&b.sched, &b.fibers[t].ctx);
     if (b.faulted) {
       kk_cur_block = nullptr;
+      kk_check_stacks(w, n, L);
       throw kk_fault{};
     }
   }
