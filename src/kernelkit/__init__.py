@@ -19,6 +19,7 @@ from ._errors import (
     KernelkitError,
     LaunchError,
 )
+from ._metal_api import MetalKernel, metal_kernel
 from ._select.override import force
 from ._select.records import Config, KernelChoice
 from ._tune.autotune import AutotunedKernel, autotune, explain
@@ -37,6 +38,7 @@ __all__ = [
     "KernelFault",
     "KernelkitError",
     "LaunchError",
+    "MetalKernel",
     "__version__",
     "add_bundle",
     "autotune",
@@ -45,4 +47,5 @@ __all__ = [
     "explain",
     "force",
     "kernel",
+    "metal_kernel",
 ]

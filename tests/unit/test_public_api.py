@@ -24,6 +24,7 @@ def test_kernelkit_all_snapshot():
         "KernelFault",
         "KernelkitError",
         "LaunchError",
+        "MetalKernel",
         "__version__",
         "add_bundle",
         "autotune",
@@ -32,6 +33,7 @@ def test_kernelkit_all_snapshot():
         "explain",
         "force",
         "kernel",
+        "metal_kernel",
     ]
     for name in kernelkit.__all__:
         assert hasattr(kernelkit, name)

@@ -1,0 +1,1 @@
+"""Source dialects translated to kernelkit's CUDA dialect before render (DESIGN.md)."""

@@ -1,0 +1,285 @@
+"""``kernelkit.metal_kernel``: MLX's ``mx.fast.metal_kernel``, on every kernelkit backend.
+
+The factory and the call take MLX's arguments (and the older dict form of MLX's documentation).
+A call translates the Metal body once per input layout (which inputs are 0-d arrays, which
+Metal reads by reference) through ``_dialects.metal`` and runs the result as a CUDA-dialect
+``Kernel``: from there on, signature, keys, caches and backends are the CUDA path's own.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ._api import Kernel
+from ._bind import _is_scalar
+from ._codegen import check_identifier, scan_body
+from ._dialects import metal as _metal
+from ._errors import ArgumentError, ArgumentTypeError, CompileError
+from ._records import KernelSpec
+
+__all__ = ["MetalKernel", "metal_kernel"]
+
+
+def _is_mlx(x: Any) -> bool:
+    return type(x).__module__.split(".", 1)[0] == "mlx"
+
+
+def _dtype(value: Any) -> Any:
+    """An MLX dtype (``mx.float32``) as its name; anything else as it is."""
+    if _is_mlx(value):
+        return str(value).rsplit(".", 1)[-1]
+    return value
+
+
+class MetalKernel:
+    """A Metal kernel; call it with MLX's arguments (see ``metal_kernel``)."""
+
+    def __init__(
+        self,
+        name: str,
+        input_names: tuple[str, ...] | None,
+        output_names: tuple[str, ...] | None,
+        source: str,
+        header: str,
+        ensure_row_contiguous: bool,
+        atomic_outputs: bool,
+    ) -> None:
+        self.name = name
+        self.input_names = input_names
+        self.output_names = output_names
+        self.source = source
+        self.header = header
+        self.ensure_row_contiguous = ensure_row_contiguous
+        self.atomic_outputs = atomic_outputs
+        self._kernels: dict[Any, Kernel] = {}
+        self._lock = threading.Lock()
+        _metal.translate(name, source, header)  # refuses unsupported constructs now
+
+    def __repr__(self) -> str:
+        return (
+            f"MetalKernel({self.name!r}, inputs={self.input_names}, outputs={self.output_names}, "
+            f"translations={len(self._kernels)})"
+        )
+
+    def __call__(
+        self,
+        inputs: Sequence[Any] | Mapping[str, Any],
+        output_shapes: Sequence[Sequence[int]] | Mapping[str, Sequence[int]] | None = None,
+        output_dtypes: Sequence[Any] | Mapping[str, Any] | None = None,
+        grid: Sequence[int] = (1, 1, 1),
+        threadgroup: Sequence[int] = (1, 1, 1),
+        template: Sequence[tuple[str, Any]] | Mapping[str, Any] | None = None,
+        init_value: float | int | None = None,
+        verbose: bool = False,
+        stream: Any = None,
+        ensure_row_contiguous: bool | None = None,
+        out: Sequence[Any] | None = None,
+        backend: str | None = None,
+        check: bool | None = None,
+    ) -> list[Any] | dict[str, Any]:
+        """Run the kernel: a list of outputs (a dict by name for the dict form of the call).
+
+        ``grid`` counts threads, exactly as Metal's ``dispatchThreads``: threads past it do not
+        run, and the last threadgroup may be partial. ``out=``, ``backend=`` and ``check=`` are
+        kernelkit's (see ``Kernel.__call__``).
+        """
+        as_dict = isinstance(inputs, Mapping)
+        ins, in_names, outs_names, shapes, dtypes = self._normalize(
+            inputs, output_shapes, output_dtypes
+        )
+        if isinstance(template, Mapping):
+            template = list(template.items())
+        if template is not None:
+            template = [(n, _dtype(v)) for n, v in template]
+        mlx = any(_is_mlx(x) for x in ins)
+        if mlx:
+            import numpy as np
+
+            ins = [np.asarray(x) if _is_mlx(x) else x for x in ins]
+        zero_d = tuple(
+            n for n, x in zip(in_names, ins) if getattr(x, "ndim", None) == 0 and not _is_scalar(x)
+        )
+        contiguous = (
+            self.ensure_row_contiguous if ensure_row_contiguous is None else ensure_row_contiguous
+        )
+        kernel = self._kernel(in_names, outs_names, zero_d, bool(contiguous))
+        g = tuple(int(v) for v in grid)
+        if len(g) != 3 or len(tuple(threadgroup)) != 3:
+            raise ArgumentError(f"[{self.name}] grid and threadgroup need 3 values each")
+        tg = tuple(max(1, min(int(t), v)) for t, v in zip(threadgroup, g))  # as MLX dispatches
+        if verbose:
+            print(f"Metal source of `{self.name}`:\n```\n{self.header}\n{self.source}\n```")
+            print(f"The CUDA it became (`{self.name}`):")
+        try:
+            results = kernel(
+                [*ins, *g],
+                output_shapes=shapes,
+                output_dtypes=dtypes,
+                grid=g,
+                threadgroup=tg,
+                template=template,
+                init_value=init_value,
+                verbose=verbose,
+                stream=stream,
+                out=out,
+                backend=backend,
+                check=check,
+            )
+        except CompileError as e:
+            raise self._metal_error(e, kernel) from None
+        if mlx:
+            import mlx.core as mx  # type: ignore[import-not-found]
+
+            results = [mx.array(r) for r in results]
+        return dict(zip(outs_names, results)) if as_dict else results
+
+    def _normalize(
+        self, inputs: Any, output_shapes: Any, output_dtypes: Any
+    ) -> tuple[list[Any], tuple[str, ...], tuple[str, ...], Any, Any]:
+        """(inputs, input names, output names, shapes, dtypes) of either form of the call."""
+        name = self.name
+        if isinstance(inputs, Mapping):
+            in_names = self.input_names or tuple(inputs)
+            missing = set(in_names) ^ set(inputs)
+            if missing:
+                raise ArgumentError(
+                    f"[{name}] inputs must name exactly the inputs {list(in_names)}, "
+                    f"got {list(inputs)}"
+                )
+            ins = [inputs[n] for n in in_names]
+        else:
+            if self.input_names is None:
+                raise ArgumentTypeError(
+                    f"[{name}] this kernel was defined without input_names: pass inputs as a "
+                    "dict {name: array}"
+                )
+            in_names, ins = self.input_names, list(inputs)
+        if isinstance(output_shapes, Mapping) or isinstance(output_dtypes, Mapping):
+            if not (isinstance(output_shapes, Mapping) and isinstance(output_dtypes, Mapping)):
+                raise ArgumentTypeError(
+                    f"[{name}] output_shapes and output_dtypes must both be dicts or both lists"
+                )
+            outs = self.output_names or tuple(output_shapes)
+            if set(outs) ^ set(output_shapes) or set(outs) ^ set(output_dtypes):
+                raise ArgumentError(
+                    f"[{name}] output_shapes and output_dtypes must name exactly the outputs "
+                    f"{list(outs)}, got {list(output_shapes)} and {list(output_dtypes)}"
+                )
+            shapes = [tuple(output_shapes[n]) for n in outs]
+            dtypes = [_dtype(output_dtypes[n]) for n in outs]
+        else:
+            if self.output_names is None:
+                raise ArgumentTypeError(
+                    f"[{name}] this kernel was defined without output_names: pass output_shapes "
+                    "and output_dtypes as dicts {name: ...}"
+                )
+            outs = self.output_names
+            shapes = output_shapes
+            dtypes = None if output_dtypes is None else [_dtype(d) for d in output_dtypes]
+        return ins, tuple(in_names), tuple(outs), shapes, dtypes
+
+    def _kernel(
+        self, ins: tuple[str, ...], outs: tuple[str, ...], zero_d: tuple[str, ...], rc: bool
+    ) -> Kernel:
+        """The CUDA-dialect kernel of one input layout (translated once, then looked up)."""
+        key = (ins, outs, zero_d, rc)
+        kernel = self._kernels.get(key)
+        if kernel is None:
+            with self._lock:
+                kernel = self._kernels.get(key)
+                if kernel is None:
+                    kernel = self._kernels[key] = self._define(ins, outs, zero_d, rc)
+        return kernel
+
+    def _define(
+        self, ins: tuple[str, ...], outs: tuple[str, ...], zero_d: tuple[str, ...], rc: bool
+    ) -> Kernel:
+        _check_names(self.name, ins, outs)
+        t = _metal.translate(
+            self.name, self.source, self.header, tuple((n, "auto") for n in zero_d)
+        )
+        refs, _ = scan_body(self.source, ins + outs)
+        spec = KernelSpec(
+            name=self.name,
+            input_names=ins + _metal.GRID_INPUTS,
+            output_names=outs,
+            source=t.body,
+            header=t.header,
+            ensure_row_contiguous=rc,
+            metadata_refs=refs,
+            attribute_refs=frozenset(),  # the translation binds Metal's own (typed) attributes
+        )
+        return Kernel(spec)
+
+    def _metal_error(self, e: CompileError, kernel: Kernel) -> CompileError:
+        """The compile error, with the Metal lines its log points at quoted under it."""
+        quoted = []
+        for where, text in (("source", self.source), ("header", self.header)):
+            file = self.name if where == "source" else f"{self.name}.header"
+            lines = text.split("\n")
+            rx = rf"(?<![\w.]){re.escape(file)}(?:\((\d+)\)|:(\d+))"
+            for m in dict.fromkeys(re.findall(rx, e.log)):
+                n = int(m[0] or m[1])
+                if 1 <= n <= len(lines):
+                    quoted.append(f"  Metal {where} line {n}: {lines[n - 1].strip()}")
+        log = e.log + ("\n" + "\n".join(dict.fromkeys(quoted)) if quoted else "")
+        return CompileError(e.kernel, log, e.source, e.options)
+
+
+def _check_names(kernel: str, ins: tuple[str, ...], outs: tuple[str, ...]) -> None:
+    for i, n in enumerate(ins):
+        check_identifier(n, f"input name at input_names[{i}]", kernel)
+    for i, n in enumerate(outs):
+        check_identifier(n, f"output name at output_names[{i}]", kernel)
+    if not outs:
+        raise ArgumentError(f"[{kernel}] a kernel needs at least one output")
+    dup = sorted({n for n in ins + outs if (ins + outs).count(n) > 1})
+    if dup:
+        raise ArgumentError(f"[{kernel}] name {dup[0]!r} is used more than once in inputs/outputs")
+
+
+def metal_kernel(
+    name: str,
+    input_names: Sequence[str] | None = None,
+    output_names: Sequence[str] | None = None,
+    source: str = "",
+    header: str = "",
+    ensure_row_contiguous: bool = True,
+    atomic_outputs: bool = False,
+) -> MetalKernel:
+    """Define a kernel from a Metal Shading Language body, as ``mx.fast.metal_kernel`` does.
+
+    The body sees MLX's signature: inputs as ``const device T*`` (0-d arrays and Python scalars
+    as values), outputs as ``device T*`` (``device atomic<T>*`` with ``atomic_outputs``),
+    ``x_shape``/``x_strides``/``x_ndim`` and Metal's thread attributes when it names them.
+    It is translated to kernelkit's CUDA dialect and runs on every backend (an NVIDIA GPU, or
+    the CPU). ``input_names``/``output_names`` may be left out for the older call form that
+    passes dicts keyed by name. Unsupported constructs (simdgroup matrices, textures,
+    samplers) raise ``ArgumentError`` naming the construct and its line.
+
+    Example::
+
+        >>> import numpy as np, kernelkit
+        >>> k = kernelkit.metal_kernel("myexp", ["inp"], ["out"],
+        ...     "uint i = thread_position_in_grid.x; out[i] = metal::exp(inp[i]);")
+        >>> x = np.zeros(4, dtype=np.float32)
+        >>> k([x], output_shapes=[x.shape], output_dtypes=[x.dtype], grid=(4, 1, 1),
+        ...   threadgroup=(32, 1, 1))[0]
+        array([1., 1., 1., 1.], dtype=float32)
+    """
+    check_identifier(name, "kernel name")
+    if not isinstance(source, str) or not isinstance(header, str):
+        raise ArgumentTypeError(f"[{name}] source and header must be str")
+    names = []
+    for what, value in (("input_names", input_names), ("output_names", output_names)):
+        if value is not None and (isinstance(value, str) or not isinstance(value, list | tuple)):
+            raise ArgumentTypeError(f"[{name}] {what} must be a list of names, got {value!r}")
+        names.append(None if value is None else tuple(value))
+    if names[0] is not None and names[1] is not None:
+        _check_names(name, names[0], names[1])
+    return MetalKernel(
+        name, names[0], names[1], source, header, bool(ensure_row_contiguous), bool(atomic_outputs)
+    )

@@ -1,0 +1,356 @@
+"""Metal kernels (``kernelkit.metal_kernel``) run on every backend against float64 NumPy
+references: random inputs, outputs poisoned with NaN so an unwritten element fails."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from metal_catalog import (
+    EXP,
+    GATED_DELTA,
+    GRID_SAMPLE,
+    GRID_SAMPLE_GRAD,
+    RMS_NORM,
+    RMS_NORM_HEADER,
+    ROPE,
+    ROW_SUM,
+    STRIDED_EXP,
+    TOPK_ROUTER,
+    UNCHANGED,
+)
+
+import kernelkit
+
+RNG = np.random.default_rng(11)
+
+
+def poisoned(arrays, shape, dtype=np.float32):
+    return arrays.full(shape, np.nan, dtype)
+
+
+def test_every_catalog_kernel_ran_unchanged():
+    assert all(UNCHANGED.values()), {k: v for k, v in UNCHANGED.items() if not v}
+
+
+def test_exp(arrays):
+    k = kernelkit.metal_kernel("myexp", ["inp"], ["out"], EXP)
+    a = RNG.standard_normal((37, 29)).astype(np.float32)
+    (y,) = k(
+        [arrays.put(a)],
+        output_shapes=[a.shape],
+        output_dtypes=[np.float32],
+        grid=(a.size, 1, 1),
+        threadgroup=(256, 1, 1),
+        template=[("T", np.float32)],
+        out=[poisoned(arrays, a.shape)],
+    )
+    np.testing.assert_allclose(arrays.get(y), np.exp(a.astype(np.float64)), rtol=1e-6)
+
+
+def test_exp_in_the_older_dict_form(arrays):
+    k = kernelkit.metal_kernel(name="myexp", source=EXP)
+    a = RNG.standard_normal(1000).astype(np.float32)
+    out = k(
+        inputs={"inp": arrays.put(a)},
+        template={"T": np.float32},
+        grid=(a.size, 1, 1),
+        threadgroup=(256, 1, 1),
+        output_shapes={"out": a.shape},
+        output_dtypes={"out": np.float32},
+        ensure_row_contiguous=True,
+    )
+    assert list(out) == ["out"]
+    np.testing.assert_allclose(arrays.get(out["out"]), np.exp(a.astype(np.float64)), rtol=1e-6)
+
+
+def test_strided_exp_reads_a_transposed_view(arrays):
+    k = kernelkit.metal_kernel(
+        "myexp_strided", ["inp"], ["out"], STRIDED_EXP, ensure_row_contiguous=False
+    )
+    base = RNG.standard_normal((33, 20)).astype(np.float32)
+    a = base.T  # not row-contiguous: the body walks its strides
+    (y,) = k(
+        [arrays.put(a)],
+        output_shapes=[a.shape],
+        output_dtypes=[np.float32],
+        grid=(a.size, 1, 1),
+        threadgroup=(256, 1, 1),
+        template=[("T", np.float32)],
+        out=[poisoned(arrays, a.shape)],
+    )
+    np.testing.assert_allclose(arrays.get(y), np.exp(a.astype(np.float64)), rtol=1e-6)
+
+
+def _grid_sample_ref(x, grid):
+    x, grid = x.astype(np.float64), grid.astype(np.float64)
+    n, h, w, _ = x.shape
+    ix = ((grid[..., 0] + 1) * w - 1) / 2
+    iy = ((grid[..., 1] + 1) * h - 1) / 2
+    x0, y0 = np.floor(ix).astype(int), np.floor(iy).astype(int)
+    out = np.zeros((*grid.shape[:3], x.shape[3]))
+    b = np.arange(n)[:, None, None]
+    for dx in (0, 1):
+        for dy in (0, 1):
+            xi, yi = x0 + dx, y0 + dy
+            wgt = (1 - np.abs(ix - xi)) * (1 - np.abs(iy - yi))
+            ok = (xi >= 0) & (xi < w) & (yi >= 0) & (yi < h)
+            val = x[b, np.clip(yi, 0, h - 1), np.clip(xi, 0, w - 1)] * ok[..., None]
+            out += wgt[..., None] * val
+    return out
+
+
+def _grid_inputs(c=5):
+    x = RNG.standard_normal((2, 9, 11, c)).astype(np.float32)
+    # sample points whose four corners stay in the image (the forward reads them unmasked)
+    g = RNG.uniform(-0.8, 0.8, (2, 4, 6, 2)).astype(np.float32)
+    return x, g
+
+
+def test_grid_sample_forward(arrays):
+    k = kernelkit.metal_kernel("grid_sample", ["x", "grid"], ["out"], GRID_SAMPLE)
+    x, g = _grid_inputs()
+    shape = (*g.shape[:3], x.shape[3])
+    (y,) = k(
+        [arrays.put(x), arrays.put(g)],
+        template=[("T", np.float32)],
+        output_shapes=[shape],
+        output_dtypes=[np.float32],
+        grid=(int(np.prod(shape)), 1, 1),
+        threadgroup=(256, 1, 1),
+        out=[poisoned(arrays, shape)],
+    )
+    np.testing.assert_allclose(arrays.get(y), _grid_sample_ref(x, g), rtol=1e-5, atol=1e-5)
+
+
+def test_grid_sample_backward_with_atomic_outputs(arrays):
+    k = kernelkit.metal_kernel(
+        "grid_sample_grad",
+        ["x", "grid", "cotangent"],
+        ["x_grad", "grid_grad"],
+        GRID_SAMPLE_GRAD,
+        atomic_outputs=True,
+    )
+    x, g = _grid_inputs(c=5)
+    cot = RNG.standard_normal((*g.shape[:3], x.shape[3])).astype(np.float32)
+    c_padded = 32
+    x_grad, grid_grad = k(
+        [arrays.put(x), arrays.put(g), arrays.put(cot)],
+        template=[("T", np.float32)],
+        output_shapes=[x.shape, g.shape],
+        output_dtypes=[np.float32, np.float32],
+        grid=(int(np.prod(g.shape[:3])) * c_padded, 1, 1),
+        threadgroup=(256, 1, 1),
+        init_value=0,
+    )
+    # reference gradients by central differences of the float64 forward (it is piecewise
+    # bilinear; points stay off the pixel lines, so the difference is exact up to rounding)
+    x64, g64, c64 = x.astype(np.float64), g.astype(np.float64), cot.astype(np.float64)
+    ref_x = np.zeros_like(x64)
+    eye = np.eye(x64.size).reshape(x64.size, *x64.shape)
+    for i in range(x64.size):  # the forward is linear in x
+        ref_x.flat[i] = np.sum(_grid_sample_ref(eye[i], g64) * c64)
+    ref_g = np.zeros_like(g64)
+    eps = 1e-6
+    for i in range(g64.size):
+        d = np.zeros_like(g64)
+        d.flat[i] = eps
+        up = np.sum(_grid_sample_ref(x64, g64 + d) * c64)
+        down = np.sum(_grid_sample_ref(x64, g64 - d) * c64)
+        ref_g.flat[i] = (up - down) / (2 * eps)
+    np.testing.assert_allclose(arrays.get(x_grad), ref_x, rtol=1e-4, atol=1e-4)
+    # MLX's kernel scales by W / 2 and H / 2 in integer arithmetic (the documentation's body)
+    w, h = x.shape[2], x.shape[1]
+    scale = np.array([(w // 2) / (w / 2), (h // 2) / (h / 2)])
+    np.testing.assert_allclose(arrays.get(grid_grad), ref_g * scale, rtol=1e-3, atol=1e-3)
+
+
+@pytest.mark.parametrize("threads", [256, 96])
+def test_row_sum_threadgroup_memory_and_simd_sum(arrays, threads):
+    k = kernelkit.metal_kernel("row_sum", ["x"], ["out"], ROW_SUM)
+    x = RNG.standard_normal((7, 1000)).astype(np.float32)
+    (y,) = k(
+        [arrays.put(x)],
+        template=[("T", np.float32)],
+        output_shapes=[(7,)],
+        output_dtypes=[np.float32],
+        grid=(threads, 7, 1),
+        threadgroup=(threads, 1, 1),
+        out=[poisoned(arrays, (7,))],
+    )
+    np.testing.assert_allclose(arrays.get(y), x.astype(np.float64).sum(1), rtol=1e-4, atol=1e-4)
+
+
+def test_rms_norm_with_simd_sums_scalar_and_0d_inputs(arrays):
+    k = kernelkit.metal_kernel(
+        "rms_norm", ["x", "w", "eps", "scale"], ["y"], RMS_NORM, header=RMS_NORM_HEADER
+    )
+    x = RNG.standard_normal((5, 512)).astype(np.float32)
+    w = RNG.standard_normal(512).astype(np.float32)
+    scale = np.array(1.5, dtype=np.float32)  # 0-d: Metal reads it as `const constant float&`
+    (y,) = k(
+        [arrays.put(x), arrays.put(w), 1e-5, arrays.put(scale)],
+        template=[("T", np.float32)],
+        output_shapes=[x.shape],
+        output_dtypes=[np.float32],
+        grid=(128, 5, 1),
+        threadgroup=(128, 1, 1),
+        out=[poisoned(arrays, x.shape)],
+    )
+    x64 = x.astype(np.float64)
+    ref = x64 / np.sqrt((x64**2).mean(1, keepdims=True) + 1e-5) * 1.5 * w
+    np.testing.assert_allclose(arrays.get(y), ref, rtol=1e-5, atol=1e-5)
+
+
+def test_topk_router_with_simd_max(arrays):
+    k = kernelkit.metal_kernel("topk_router", ["logits"], ["indices", "weights"], TOPK_ROUTER)
+    tokens, experts, top = 6, 64, 4
+    logits = RNG.standard_normal((tokens, experts)).astype(np.float32)
+    idx, wts = k(
+        [arrays.put(logits)],
+        template=[("T", np.float32), ("E", experts), ("K", top)],
+        output_shapes=[(tokens, top), (tokens, top)],
+        output_dtypes=[np.int32, np.float32],
+        grid=(32, tokens, 1),
+        threadgroup=(32, 1, 1),
+        out=[arrays.full((tokens, top), 7777, np.int32), poisoned(arrays, (tokens, top))],
+    )
+    ref_idx = np.argsort(-logits.astype(np.float64), axis=1, kind="stable")[:, :top]
+    sel = np.take_along_axis(logits.astype(np.float64), ref_idx, 1)
+    ref_w = np.exp(sel - sel[:, :1]) / np.exp(sel - sel[:, :1]).sum(1, keepdims=True)
+    np.testing.assert_array_equal(arrays.get(idx).astype(np.int64), ref_idx)
+    np.testing.assert_allclose(arrays.get(wts), ref_w, rtol=1e-5, atol=1e-6)
+
+
+def test_rope_with_simd_shuffle_xor(arrays):
+    k = kernelkit.metal_kernel("rope", ["x", "base", "offset"], ["out"], ROPE)
+    tokens, heads, dims = 5, 3, 64
+    x = RNG.standard_normal((tokens, heads, dims)).astype(np.float32)
+    (y,) = k(
+        [arrays.put(x), 10000.0, 7],
+        template=[("T", np.float32)],
+        output_shapes=[x.shape],
+        output_dtypes=[np.float32],
+        grid=(dims, heads, tokens),
+        threadgroup=(dims, 1, 1),
+        out=[poisoned(arrays, x.shape)],
+    )
+    x64 = x.astype(np.float64)
+    pos = (np.arange(tokens) + 7)[:, None, None]
+    inv = 10000.0 ** (-np.arange(0, dims, 2) / dims)
+    th = pos * inv[None, None, :]
+    even, odd = x64[..., 0::2], x64[..., 1::2]
+    ref = np.empty_like(x64)
+    ref[..., 0::2] = even * np.cos(th) - odd * np.sin(th)
+    ref[..., 1::2] = odd * np.cos(th) + even * np.sin(th)
+    np.testing.assert_allclose(arrays.get(y), ref, rtol=1e-4, atol=1e-4)
+
+
+def test_gated_delta_recurrent_step_keeps_lane_state(arrays):
+    names = ["q", "k", "v", "g", "beta", "state_in"]
+    k = kernelkit.metal_kernel("gated_delta", names, ["y", "state_out"], GATED_DELTA)
+    b, t, hh, n_per, dv = 2, 6, 3, 2, 8
+    dk = 32 * n_per
+    q = RNG.standard_normal((b, t, hh, dk)).astype(np.float32) / 8
+    kk = RNG.standard_normal((b, t, hh, dk)).astype(np.float32) / 8
+    v = RNG.standard_normal((b, t, hh, dv)).astype(np.float32)
+    g = RNG.uniform(0.8, 1.0, (b, t, hh)).astype(np.float32)
+    beta = RNG.uniform(0.1, 0.9, (b, t, hh)).astype(np.float32)
+    s0 = RNG.standard_normal((b, hh, dv, dk)).astype(np.float32) / 4
+    y, s1 = k(
+        [arrays.put(a) for a in (q, kk, v, g, beta, s0)],
+        template=[("N_PER", n_per)],
+        output_shapes=[v.shape, s0.shape],
+        output_dtypes=[np.float32, np.float32],
+        grid=(32, dv, b * hh),
+        threadgroup=(32, 1, 1),
+        out=[poisoned(arrays, v.shape), poisoned(arrays, s0.shape)],
+    )
+    s = s0.astype(np.float64).copy()
+    ref_y = np.zeros(v.shape)
+    for ti in range(t):
+        s *= g[:, ti, :, None, None]
+        kv = np.einsum("bhvk,bhk->bhv", s, kk[:, ti].astype(np.float64))
+        delta = (v[:, ti] - kv) * beta[:, ti, :, None]
+        s += delta[..., None] * kk[:, ti, :, None, :]
+        ref_y[:, ti] = np.einsum("bhvk,bhk->bhv", s, q[:, ti].astype(np.float64))
+    np.testing.assert_allclose(arrays.get(y), ref_y, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(arrays.get(s1), s, rtol=1e-4, atol=1e-5)
+
+
+# Every catalog kernel also compiles with NVRTC (no GPU needed), so a GPU run is not the first
+# time its CUDA translation meets the CUDA compiler.
+F32, I32 = "float32", "int32"
+NVRTC_CASES = {
+    "exp": (EXP, "", ["inp"], ["out"], [F32], [F32], [("T", F32)]),
+    "grid_sample": (GRID_SAMPLE, "", ["x", "grid"], ["out"], [F32, F32], [F32], [("T", F32)]),
+    "grid_sample_grad": (
+        GRID_SAMPLE_GRAD,
+        "",
+        ["x", "grid", "cotangent"],
+        ["x_grad", "grid_grad"],
+        [F32] * 3,
+        [F32, F32],
+        [("T", F32)],
+    ),
+    "row_sum": (ROW_SUM, "", ["x"], ["out"], [F32], [F32], [("T", F32)]),
+    "rms_norm": (
+        RMS_NORM,
+        RMS_NORM_HEADER,
+        ["x", "w", "eps", "scale"],
+        ["y"],
+        [F32, F32, ("scalar", F32), ("scalar_array", F32)],
+        [F32],
+        [("T", F32)],
+    ),
+    "topk_router": (
+        TOPK_ROUTER,
+        "",
+        ["logits"],
+        ["indices", "weights"],
+        [F32],
+        [I32, F32],
+        [("T", F32), ("E", 64), ("K", 4)],
+    ),
+    "rope": (
+        ROPE,
+        "",
+        ["x", "base", "offset"],
+        ["out"],
+        [F32, ("scalar", F32), ("scalar", I32)],
+        [F32],
+        [("T", F32)],
+    ),
+    "gated_delta": (
+        GATED_DELTA,
+        "",
+        ["q", "k", "v", "g", "beta", "state_in"],
+        ["y", "state_out"],
+        [F32] * 6,
+        [F32, F32],
+        [("N_PER", 2)],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(NVRTC_CASES))
+def test_catalog_kernel_compiles_with_nvrtc(cuda, case):
+    from kernelkit._dtypes import DTYPES
+    from kernelkit._render import render_request
+
+    source, header, ins, outs, in_types, out_types, template = NVRTC_CASES[case]
+    mk = kernelkit.metal_kernel(f"mtl_{case}", ins, outs, source, header=header)
+    zero_d = tuple(n for n, t in zip(ins, in_types) if isinstance(t, tuple) and t[0] != "scalar")
+    k = mk._kernel(tuple(ins), tuple(outs), zero_d, True)
+    kinds = [t if isinstance(t, tuple) else ("array", t) for t in in_types]
+    kinds += [("scalar", I32)] * 3  # the grid
+    _, req = render_request(
+        k.spec,
+        cuda,
+        cuda.target_for_arch("sm_80"),
+        [(kind, DTYPES[d]) for kind, d in kinds],
+        [DTYPES[d] for d in out_types],
+        [(n, DTYPES[v] if isinstance(v, str) else v) for n, v in template],
+        False,
+    )
+    artifact = cuda.compile(req)
+    assert artifact.binary
