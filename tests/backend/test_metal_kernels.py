@@ -281,6 +281,15 @@ def test_gated_delta_recurrent_step_keeps_lane_state(arrays):
 # time its CUDA translation meets the CUDA compiler.
 F32, I32 = "float32", "int32"
 NVRTC_CASES = {
+    "features": (
+        "FEATURES",
+        "",
+        ["inp"],
+        ["out", "counts", "fmax_out"],
+        [F32],
+        [F32, I32, F32],
+        [],
+    ),
     "exp": (EXP, "", ["inp"], ["out"], [F32], [F32], [("T", F32)]),
     "grid_sample": (GRID_SAMPLE, "", ["x", "grid"], ["out"], [F32, F32], [F32], [("T", F32)]),
     "grid_sample_grad": (
@@ -338,6 +347,7 @@ def test_catalog_kernel_compiles_with_nvrtc(cuda, case):
     from kernelkit._render import render_request
 
     source, header, ins, outs, in_types, out_types, template = NVRTC_CASES[case]
+    source = FEATURES if source == "FEATURES" else source  # defined below the table
     mk = kernelkit.metal_kernel(f"mtl_{case}", ins, outs, source, header=header)
     zero_d = tuple(n for n, t in zip(ins, in_types) if isinstance(t, tuple) and t[0] != "scalar")
     k = mk._kernel(tuple(ins), tuple(outs), zero_d, True)
@@ -354,3 +364,122 @@ def test_catalog_kernel_compiles_with_nvrtc(cuda, case):
     )
     artifact = cuda.compile(req)
     assert artifact.binary
+
+
+# One SIMD-group exercising the rest of the subset; each output row is one feature.
+FEATURES = """
+    uint lane = thread_index_in_simdgroup;
+    float x = inp[lane];
+    float4 v = float4(x, 2.0f * x, float2(x + 1, x - 1));
+    v.zw = v.xy * 0.5f;
+    v.xy += float2(1);
+    float3 c = v.xyz;
+    out[0 * 32 + lane] = dot(c, float3(1, 2, 3)) + length(float2(3, 4));
+    out[1 * 32 + lane] = clamp(x, -0.5f, 0.5f) + mix(0.0f, 10.0f, 0.25f)
+                        + select(1.0f, 2.0f, x > 0);
+    out[2 * 32 + lane] = simd_prefix_inclusive_sum(x);
+    out[3 * 32 + lane] = simd_prefix_exclusive_sum(x);
+    out[4 * 32 + lane] = simd_shuffle_up(x, 3) + simd_shuffle_down(x, 5) + simd_broadcast(x, 7);
+    out[5 * 32 + lane] = float(simd_any(x > 1.0f)) + 2 * float(simd_all(x > -100.0f))
+                        + 4 * float(static_cast<simd_vote::vote_t>(simd_ballot(lane < 4)) == 15);
+    out[6 * 32 + lane] = as_type<float>(as_type<uint>(x)) + numeric_limits<float>::max() / 1e38f
+                        + float(isnan(numeric_limits<float>::quiet_NaN()));
+    half h = static_cast<half>(x) * 2.0h;
+    half4 hv = half4(h);
+    out[7 * 32 + lane] = float(hv.w) + float(metal::max(simd_max(x), simd_min(x)));
+    atomic_fetch_add_explicit(&counts[lane % 4], 1, memory_order_relaxed);
+    atomic_fetch_max_explicit(&fmax_out[0], x, memory_order_relaxed);
+"""
+
+
+def test_the_rest_of_the_msl_subset(arrays):
+    k = kernelkit.metal_kernel(
+        "features", ["inp"], ["out", "counts", "fmax_out"], FEATURES, atomic_outputs=True
+    )
+    x = RNG.standard_normal(32).astype(np.float32)
+    out, counts, fmax = k(
+        [arrays.put(x)],
+        output_shapes=[(8, 32), (4,), (1,)],
+        output_dtypes=[np.float32, np.int32, np.float32],
+        grid=(32, 1, 1),
+        threadgroup=(32, 1, 1),
+        init_value=0,
+    )
+    out, x64 = arrays.get(out), x.astype(np.float64)
+    v = np.stack([x64 + 1, 2 * x64 + 1, x64 / 2, x64])
+    lane = np.arange(32)
+    want = np.zeros((8, 32))
+    want[0] = v[0] + 2 * v[1] + 3 * v[2] + 5
+    want[1] = np.clip(x64, -0.5, 0.5) + 2.5 + np.where(x64 > 0, 2, 1)
+    want[2] = np.cumsum(x64)
+    want[3] = np.cumsum(x64) - x64
+    want[4] = (
+        x64[np.where(lane >= 3, lane - 3, lane)] + x64[np.where(lane + 5 < 32, lane + 5, lane)]
+    )
+    want[4] += x64[7]
+    want[5] = float((x64 > 1).any()) + 2 + 4
+    want[6] = x64 + np.float32(3.4028235e38) / np.float32(1e38) + 1
+    want[7] = (x.astype(np.float16) * 2).astype(np.float64) + x64.max()
+    np.testing.assert_allclose(out, want, rtol=1e-3, atol=1e-3)
+    np.testing.assert_array_equal(arrays.get(counts), [8, 8, 8, 8])
+    assert arrays.get(fmax)[0] == x.max()
+
+
+def test_compile_errors_point_at_metal_lines(backend):
+    k = kernelkit.metal_kernel(
+        "broken",
+        ["x"],
+        ["y"],
+        "uint i = thread_position_in_grid.x;\n\ny[i] = x[i] + undefined_name;",
+    )
+    x = np.ones(4, np.float32)
+    with pytest.raises(kernelkit.CompileError) as e:
+        k([x], output_shapes=[x.shape], output_dtypes=[x.dtype], grid=(4, 1, 1), backend=backend)
+    assert "Metal source line 3: y[i] = x[i] + undefined_name;" in str(e.value)
+
+
+def test_verbose_prints_metal_and_cuda(capsys):
+    k = kernelkit.metal_kernel("verbose_exp", ["inp"], ["out"], EXP)
+    x = np.ones(4, np.float32)
+    k([x], [x.shape], [x.dtype], (4, 1, 1), (4, 1, 1), [("T", np.float32)], verbose=True)
+    printed = capsys.readouterr().out
+    assert "T tmp = inp[elem];" in printed  # the Metal body
+    assert "out[elem] = metal::exp(tmp);" in printed
+    assert "kk_metal_grid_x" in printed  # the CUDA it became
+
+
+def test_mlx_arrays_and_dtypes_are_accepted(monkeypatch):
+    """Duck-typed: MLX arrays go through NumPy and come back as MLX arrays (a stand-in module
+    here, MLX itself being Apple-only)."""
+    import sys
+    import types
+
+    core = types.ModuleType("mlx.core")
+
+    class array:  # noqa: N801 - MLX's name
+        def __init__(self, data):
+            self.data = np.asarray(data)
+
+        def __array__(self, dtype=None, copy=None):
+            return self.data
+
+        ndim = property(lambda self: self.data.ndim)
+
+    class Dtype:
+        def __init__(self, name):
+            self.name_ = name
+
+        def __str__(self):
+            return f"mlx.core.{self.name_}"
+
+    array.__module__ = Dtype.__module__ = "mlx.core"
+    core.array, core.float32 = array, Dtype("float32")
+    mlx = types.ModuleType("mlx")
+    mlx.core = core
+    monkeypatch.setitem(sys.modules, "mlx", mlx)
+    monkeypatch.setitem(sys.modules, "mlx.core", core)
+    k = kernelkit.metal_kernel("mlx_exp", ["inp"], ["out"], EXP)
+    a = core.array(np.zeros(5, np.float32))
+    (y,) = k([a], [(5,)], [core.float32], (5, 1, 1), (32, 1, 1), [("T", core.float32)])
+    assert isinstance(y, array)
+    np.testing.assert_array_equal(np.asarray(y), np.ones(5, np.float32))
