@@ -23,8 +23,20 @@ from ._records import KernelSpec
 __all__ = ["MetalKernel", "metal_kernel"]
 
 
+_PLAIN = (list, tuple)
+_MLX_TYPES: dict[type, bool] = {}
+
+
+def _is_mlx_type(t: type) -> bool:
+    """Whether objects of type ``t`` come from MLX (remembered per type)."""
+    found = _MLX_TYPES.get(t)
+    if found is None:
+        found = _MLX_TYPES[t] = t.__module__.split(".", 1)[0] == "mlx"
+    return found
+
+
 def _is_mlx(x: Any) -> bool:
-    return type(x).__module__.split(".", 1)[0] == "mlx"
+    return _is_mlx_type(type(x))
 
 
 def _dtype(value: Any) -> Any:
@@ -55,6 +67,7 @@ class MetalKernel:
         self.ensure_row_contiguous = ensure_row_contiguous
         self.atomic_outputs = atomic_outputs
         self._kernels: dict[Any, Kernel] = {}
+        self._geometry: dict[Any, tuple[tuple[int, ...], tuple[int, ...]]] = {}
         self._lock = threading.Lock()
         _metal.translate(name, source, header)  # refuses unsupported constructs now
 
@@ -86,6 +99,58 @@ class MetalKernel:
         run, and the last threadgroup may be partial. ``out=``, ``backend=`` and ``check=`` are
         kernelkit's (see ``Kernel.__call__``).
         """
+        if (  # the common call (lists, no MLX objects, seen geometry): a few lookups
+            type(inputs) in _PLAIN
+            and self.input_names is not None
+            and type(output_shapes) is not dict
+            and type(output_dtypes) is not dict
+            and type(template) is not dict
+            and ensure_row_contiguous is None
+            and not verbose
+        ):
+            geo = self._geometry.get((grid, threadgroup)) if type(grid) is tuple else None
+            if (
+                geo is not None
+                and not any(map(_is_mlx_type, map(type, inputs)))
+                and not any(map(_is_mlx_type, map(type, output_dtypes or ())))
+            ):
+                zero_d = tuple(
+                    n
+                    for n, x in zip(self.input_names, inputs)
+                    if getattr(x, "ndim", 1) == 0 and not _is_scalar(x)
+                )
+                key = (self.input_names, self.output_names, zero_d, self.ensure_row_contiguous)
+                kernel = self._kernels.get(key)
+                if kernel is not None:
+                    g, tg = geo
+                    if template is not None and any(_is_mlx_type(type(v)) for _, v in template):
+                        template = [(n, _dtype(v)) for n, v in template]
+                    return self._launch(
+                        kernel, [*inputs, *g], output_shapes, output_dtypes, g, tg, template,
+                        init_value, False, stream, out, backend, check,
+                    )  # fmt: skip
+        return self._call_slow(
+            inputs, output_shapes, output_dtypes, grid, threadgroup, template, init_value,
+            verbose, stream, ensure_row_contiguous, out, backend, check,
+        )  # fmt: skip
+
+    def _call_slow(
+        self,
+        inputs: Any,
+        output_shapes: Any,
+        output_dtypes: Any,
+        grid: Any,
+        threadgroup: Any,
+        template: Any,
+        init_value: Any,
+        verbose: bool,
+        stream: Any,
+        ensure_row_contiguous: bool | None,
+        out: Any,
+        backend: Any,
+        check: Any,
+    ) -> list[Any] | dict[str, Any]:
+        """Either form of the call, MLX objects, a new geometry or input layout."""
         as_dict = isinstance(inputs, Mapping)
         ins, in_names, outs_names, shapes, dtypes = self._normalize(
             inputs, output_shapes, output_dtypes
@@ -100,41 +165,51 @@ class MetalKernel:
 
             ins = [np.asarray(x) if _is_mlx(x) else x for x in ins]
         zero_d = tuple(
-            n for n, x in zip(in_names, ins) if getattr(x, "ndim", None) == 0 and not _is_scalar(x)
+            n for n, x in zip(in_names, ins) if getattr(x, "ndim", 1) == 0 and not _is_scalar(x)
         )
         contiguous = (
             self.ensure_row_contiguous if ensure_row_contiguous is None else ensure_row_contiguous
         )
         kernel = self._kernel(in_names, outs_names, zero_d, bool(contiguous))
-        g = tuple(int(v) for v in grid)
-        if len(g) != 3 or len(tuple(threadgroup)) != 3:
-            raise ArgumentError(f"[{self.name}] grid and threadgroup need 3 values each")
-        tg = tuple(max(1, min(int(t), v)) for t, v in zip(threadgroup, g))  # as MLX dispatches
+        g, tg = self._geometry_of(grid, threadgroup)
         if verbose:
             print(f"Metal source of `{self.name}`:\n```\n{self.header}\n{self.source}\n```")
             print(f"The CUDA it became (`{self.name}`):")
-        try:
-            results = kernel(
-                [*ins, *g],
-                output_shapes=shapes,
-                output_dtypes=dtypes,
-                grid=g,
-                threadgroup=tg,
-                template=template,
-                init_value=init_value,
-                verbose=verbose,
-                stream=stream,
-                out=out,
-                backend=backend,
-                check=check,
-            )
-        except CompileError as e:
-            raise self._metal_error(e, kernel) from None
+        results = self._launch(
+            kernel, [*ins, *g], shapes, dtypes, g, tg, template, init_value, verbose, stream,
+            out, backend, check,
+        )  # fmt: skip
         if mlx:
             import mlx.core as mx  # type: ignore[import-not-found]
 
             results = [mx.array(r) for r in results]
         return dict(zip(outs_names, results)) if as_dict else results
+
+    def _geometry_of(self, grid: Any, threadgroup: Any) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """(grid, threadgroup) as launched: MLX clamps the threadgroup to the grid."""
+        g = tuple(int(v) for v in grid)
+        if len(g) != 3 or len(tuple(threadgroup)) != 3:
+            raise ArgumentError(f"[{self.name}] grid and threadgroup need 3 values each")
+        tg = tuple(max(1, min(int(t), v)) for t, v in zip(threadgroup, g))
+        try:
+            if len(self._geometry) < 1024:
+                self._geometry[grid, threadgroup] = (g, tg)
+        except TypeError:  # lists: not remembered
+            pass
+        return g, tg
+
+    def _launch(self, kernel: Kernel, *args: Any) -> Any:
+        """The CUDA-dialect kernel's call; a compile error quotes the Metal lines."""
+        ins, shapes, dtypes, g, tg, template, init_value, verbose, stream, out, backend, check = (
+            args
+        )
+        try:
+            return kernel(
+                ins, shapes, dtypes, g, tg, template, init_value, verbose, stream, out, backend,
+                check,
+            )  # fmt: skip
+        except CompileError as e:
+            raise self._metal_error(e, kernel) from None
 
     def _normalize(
         self, inputs: Any, output_shapes: Any, output_dtypes: Any

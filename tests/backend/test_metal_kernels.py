@@ -483,3 +483,7 @@ def test_mlx_arrays_and_dtypes_are_accepted(monkeypatch):
     (y,) = k([a], [(5,)], [core.float32], (5, 1, 1), (32, 1, 1), [("T", core.float32)])
     assert isinstance(y, array)
     np.testing.assert_array_equal(np.asarray(y), np.ones(5, np.float32))
+    x = np.zeros(5, np.float32)
+    for _ in range(2):  # the second call takes the remembered path: MLX dtypes still convert
+        (y,) = k([x], [(5,)], [core.float32], (5, 1, 1), (32, 1, 1), [("T", core.float32)])
+        np.testing.assert_array_equal(y, np.ones(5, np.float32))

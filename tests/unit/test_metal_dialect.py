@@ -136,3 +136,7 @@ def test_refusal_in_the_header_says_header():
 
 def test_plain_identifiers_named_like_enums_are_fine():
     kernelkit.metal_kernel("k", ["x"], ["y"], "int filter = 1; int address = 2; y[0] = filter;")
+
+
+def test_identifiers_that_only_look_like_refused_names_are_fine():
+    kernelkit.metal_kernel("k", ["x"], ["y"], "int depth2 = 1; int quad_idx = 2; y[0] = depth2;")

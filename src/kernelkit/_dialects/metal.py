@@ -90,13 +90,20 @@ _REFUSED = [
         "(mma) for tensor cores",
     ),
     (
-        re.compile(r"(?:texture|depth)\d\w*|texture_buffer|texturecube\w*|depthcube\w*|access"),
+        re.compile(r"(?:texture|depth)(?:1d|2d|3d|cube)\w*|texture_buffer|access"),
         "textures",
         "kernelkit passes arrays only; read the data through a device pointer",
     ),
     (re.compile(r"sampler|sample_compare|filter|address"), "samplers", "kernelkit has no textures"),
     (re.compile(r"imageblock\w*|threadgroup_imageblock"), "imageblocks", "tile memory is Apple's"),
-    (re.compile(r"quad_\w+"), "quad-group functions", "only SIMD-group functions are translated"),
+    (
+        re.compile(
+            r"quad_(?:sum|product|max|min|and|or|xor|shuffle\w*|broadcast\w*|prefix_\w+|any|all"
+            r"|ballot|active_threads_mask|is_first)"
+        ),
+        "quad-group functions",
+        "only SIMD-group functions are translated",
+    ),
     (
         re.compile(r"(?:float|half|bfloat)[234]x[234]"),
         "matrix types",
