@@ -19,6 +19,8 @@ from ._errors import (
     KernelkitError,
     LaunchError,
 )
+from ._integrations.torch_op import TorchOp
+from ._integrations.torch_vjp import custom_vjp
 from ._metal_api import MetalKernel, metal_kernel
 from ._select.override import force
 from ._select.records import Config, KernelChoice
@@ -39,11 +41,13 @@ __all__ = [
     "KernelkitError",
     "LaunchError",
     "MetalKernel",
+    "TorchOp",
     "__version__",
     "add_bundle",
     "autotune",
     "cache_stats",
     "cuda_kernel",
+    "custom_vjp",
     "explain",
     "force",
     "kernel",

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import _plan
 from ._arrays import adapter_for
@@ -20,6 +20,9 @@ from ._dtypes import normalize_dtype
 from ._errors import ArgumentError, ArgumentTypeError
 from ._key import MISS, CallArgs, call_key, guard_of
 from ._records import KernelSpec
+
+if TYPE_CHECKING:
+    from ._integrations.torch_op import TorchOp
 
 __all__ = ["Kernel", "cuda_kernel", "kernel"]
 
@@ -130,6 +133,56 @@ class Kernel:
         from ._declare import declare
 
         return declare(self, inputs, output_dtypes, template)
+
+    def as_torch_op(
+        self,
+        name: str,
+        *,
+        output_shapes: Any,
+        output_dtypes: Any,
+        grid: Any,
+        threadgroup: Any = (256, 1, 1),
+        template: Any = None,
+        shared_memory: Any = None,
+        init_value: float | None = None,
+        scalars: Mapping[str, type] | None = None,
+    ) -> TorchOp:
+        """Register this kernel as a ``torch.library`` op ``"namespace::name"``, so that
+        ``torch.compile(fullgraph=True)`` traces it as one node; returns a ``kernelkit.TorchOp``.
+
+        Each of ``output_shapes``, ``output_dtypes``, ``grid``, ``threadgroup``, ``template``
+        and ``shared_memory`` is a function of the inputs (taken positionally, as tensors or
+        scalars, fake ones while tracing: shapes and dtypes only), or a constant; an input's
+        name means its shape, its dtype, or one thread per element. ``scalars={"beta": float}``
+        declares the inputs passed as Python numbers (float, int or bool); the others are
+        tensors (``Tensor?`` for ``optional_inputs``). ``op(*inputs)`` returns the output (a
+        tuple for several); ``op(*inputs, out=y)`` writes into ``y`` (in place when ``y`` is an
+        input) and allocates nothing. ``kernelkit.custom_vjp`` adds gradients.
+
+        Example::
+
+            >>> import torch, kernelkit
+            >>> k = kernelkit.kernel("twice_op", ["x"], ["y"], "uint i = blockIdx.x * blockDim.x"
+            ...     " + threadIdx.x; if (i < x_shape[0]) y[i] = 2 * x[i];")
+            >>> twice = k.as_torch_op("kk_doc::twice", output_shapes="x", output_dtypes="x",
+            ...                       grid="x")
+            >>> twice(torch.arange(3.0))
+            tensor([0., 2., 4.])
+        """
+        from ._integrations.torch_op import as_torch_op
+
+        return as_torch_op(
+            self,
+            name,
+            output_shapes=output_shapes,
+            output_dtypes=output_dtypes,
+            grid=grid,
+            threadgroup=threadgroup,
+            template=template,
+            shared_memory=shared_memory,
+            init_value=init_value,
+            scalars=scalars,
+        )
 
     def _specialize(self, args: CallArgs, verbose: bool) -> Any:
         """The slow path: validate everything, then build (or find) the plan for this call."""

@@ -12,6 +12,7 @@ from typing import Any
 
 from .._api import kernel
 from .._errors import ArgumentError
+from .._integrations import torch_route
 from .._records import Problem, Target
 from .._select.records import Config, KernelChoice
 from .._select.registry import Implementation, Op
@@ -254,6 +255,16 @@ def matmul(
         >>> ops.matmul(a, w, transpose_b=True).tolist()
         [[4.0, 4.0, 4.0], [4.0, 4.0, 4.0]]
     """
+    if torch_route.wants(a, b, *(() if bias is None else (bias,))):  # compile, autograd
+        _prepare(a, b, bias, activation, transpose_b)  # the same errors, before tracing
+        return torch_route.call("matmul", a, b, bias, activation, transpose_b, out=out)
+    return eager_matmul(a, b, bias, activation, transpose_b, out)
+
+
+def eager_matmul(
+    a: Any, b: Any, bias: Any, activation: str | None, transpose_b: bool, out: Any
+) -> Any:
+    """``matmul`` without the torch op (what the torch op runs)."""
     x, lead, n, options = _prepare(a, b, bias, activation, transpose_b)
     if out is not None and tuple(out.shape) != (*lead, n):
         raise ArgumentError(f"[matmul] out must have shape {(*lead, n)}, got {tuple(out.shape)}")

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from .._errors import ArgumentError
+from .._integrations import torch_route
 from .._select.select import Selection
 from . import _rows
 from ._rowops import make_row_op
@@ -59,6 +60,13 @@ def rms_norm(x: Any, weight: Any, eps: float = 1e-6, *, out: Any = None) -> Any:
         True
     """
     eps = _check("rms_norm", x, {"weight": weight}, eps)
+    if torch_route.wants(x, weight):  # torch.compile, autograd: torch.ops.kernelkit.rms_norm
+        return torch_route.call("rms_norm", x, weight, eps, out=out)
+    return _RMS.run([x, weight, eps], x.dtype, out, {})
+
+
+def eager_rms_norm(x: Any, weight: Any, eps: float, out: Any) -> Any:
+    """``rms_norm`` without the torch op (what the torch op runs)."""
     return _RMS.run([x, weight, eps], x.dtype, out, {})
 
 
@@ -66,6 +74,13 @@ def layer_norm(x: Any, weight: Any, bias: Any, eps: float = 1e-5, *, out: Any = 
     """``(x - mean) / sqrt(var + eps) * weight + bias`` over the last dimension (biased
     variance, as torch), in ``x``'s dtype; statistics in float32."""
     eps = _check("layer_norm", x, {"weight": weight, "bias": bias}, eps)
+    if torch_route.wants(x, weight, bias):  # torch.compile, autograd: the torch op
+        return torch_route.call("layer_norm", x, weight, bias, eps, out=out)
+    return _LAYER.run([x, weight, bias, eps], x.dtype, out, {})
+
+
+def eager_layer_norm(x: Any, weight: Any, bias: Any, eps: float, out: Any) -> Any:
+    """``layer_norm`` without the torch op (what the torch op runs)."""
     return _LAYER.run([x, weight, bias, eps], x.dtype, out, {})
 
 

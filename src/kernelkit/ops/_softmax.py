@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from .._errors import ArgumentError
+from .._integrations import torch_route
 from .._select.select import Selection
 from . import _rows
 from ._common import move_last
@@ -34,6 +35,13 @@ def softmax(x: Any, dim: int = -1, *, out: Any = None) -> Any:
         >>> bool(np.allclose(y, [[0.09003057, 0.24472847, 0.66524096]]))
         True
     """
+    if torch_route.wants(x):  # torch.compile, autograd: through torch.ops.kernelkit.softmax
+        return torch_route.call("softmax", x, dim, out=out)
+    return eager_softmax(x, dim, out)
+
+
+def eager_softmax(x: Any, dim: int, out: Any) -> Any:
+    """``softmax`` without the torch op (what the torch op runs)."""
     x, back = move_last(x, dim, "softmax")
     if out is not None and back is not None:
         raise ArgumentError("[softmax] out= is only supported for dim=-1 (the last dimension)")

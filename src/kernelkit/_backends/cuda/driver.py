@@ -110,6 +110,27 @@ def on_device(device: int) -> Iterator[None]:
             check(mod.cuCtxPopCurrent(), "cuCtxPopCurrent")
 
 
+@contextmanager
+def outside_capture() -> Iterator[None]:
+    """Let this thread load, unload and configure modules while a stream capture is under way
+    (``torch.cuda.graph`` captures in global mode, where the driver refuses such calls, and a
+    refused call invalidates the capture). None of them is stream work, so nothing is captured:
+    the thread's capture mode is relaxed around them, as torch's allocator does."""
+    mod = drv()
+    exchange = getattr(mod, "cuThreadExchangeStreamCaptureMode", None)
+    if exchange is None:
+        yield
+        return
+    err, previous = exchange(mod.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED)
+    if int(err) != 0:
+        yield
+        return
+    try:
+        yield
+    finally:
+        exchange(previous)
+
+
 @dataclass
 class Program:
     """A loaded module and its kernel function on one device, with the kernel's own limits."""
@@ -134,7 +155,7 @@ def _func_attr(fn: Any, name: str) -> int:
 def load(binary: bytes, entry: str, device: int, ptx_hint: str = "") -> Program:
     check_not_forked()
     mod = drv()
-    with _lock, on_device(device):
+    with _lock, on_device(device), outside_capture():
         err, module = mod.cuModuleLoadData(binary)
         if int(err) != 0:
             name = mod.cuGetErrorName(err)[1].decode()
@@ -162,7 +183,7 @@ def _unload(module: Any, device: int, pid: int) -> None:
     if pid != os.getpid():  # a forked child never owns its parent's modules
         return
     try:  # no _lock: a finalizer may run inside a locked section of this same thread
-        with on_device(device):
+        with on_device(device), outside_capture():  # a finalizer may run during a capture
             drv().cuModuleUnload(module)
     except Exception:  # noqa: BLE001 - best effort from a finalizer
         pass
@@ -175,7 +196,7 @@ def allow_dynamic_shared(program: Program, nbytes: int) -> None:
         return
     mod = drv()
     attr = mod.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
-    with _lock, on_device(program.device):
+    with _lock, on_device(program.device), outside_capture():
         check(mod.cuFuncSetAttribute(program.function, attr, nbytes), "cuFuncSetAttribute")
     program.dynamic_shared_limit = nbytes
 

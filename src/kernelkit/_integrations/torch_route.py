@@ -1,0 +1,41 @@
+"""When a built-in op (``kernelkit.ops``) takes the torch op path instead of its eager one.
+
+The eager path is the fastest, but torch cannot see inside it: under ``torch.compile`` it would
+be a graph break, under autograd it has no gradient, and a fake tensor has no data. Those calls
+go through the op's ``torch.library`` registration (``torch_ops``). This module imports nothing:
+a NumPy call pays one ``sys.modules`` lookup.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+__all__ = ["call", "wants"]
+
+
+def wants(*arrays: Any) -> bool:
+    """True when ``arrays[0]`` is a torch tensor and torch must see the op: while
+    ``torch.compile`` traces, when autograd needs a gradient, or for tensor subclasses
+    (fake and functional tensors)."""
+    torch = sys.modules.get("torch")
+    if torch is None or not isinstance(arrays[0], torch.Tensor):
+        return False
+    if torch.compiler.is_compiling():
+        return True
+    grad = torch.is_grad_enabled()
+    for a in arrays:
+        if isinstance(a, torch.Tensor):
+            cls = a.__class__
+            if cls is not torch.Tensor and cls is not torch.nn.Parameter:
+                return True
+            if grad and a.requires_grad:
+                return True
+    return False
+
+
+def call(name: str, *args: Any, out: Any = None) -> Any:
+    """Run built-in op ``name`` through its torch op (defined on first use)."""
+    from . import torch_ops
+
+    return torch_ops.OPS[name](*args, out=out)
