@@ -32,19 +32,21 @@ def test_every_catalog_kernel_ran_unchanged():
     assert all(UNCHANGED.values()), {k: v for k, v in UNCHANGED.items() if not v}
 
 
-def test_exp(arrays):
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_exp(arrays, dtype):
     k = kernelkit.metal_kernel("myexp", ["inp"], ["out"], EXP)
-    a = RNG.standard_normal((37, 29)).astype(np.float32)
+    a = RNG.standard_normal((37, 29)).astype(dtype)
     (y,) = k(
         [arrays.put(a)],
         output_shapes=[a.shape],
-        output_dtypes=[np.float32],
+        output_dtypes=[dtype],
         grid=(a.size, 1, 1),
         threadgroup=(256, 1, 1),
-        template=[("T", np.float32)],
-        out=[poisoned(arrays, a.shape)],
+        template=[("T", dtype)],
+        out=[poisoned(arrays, a.shape, dtype)],
     )
-    np.testing.assert_allclose(arrays.get(y), np.exp(a.astype(np.float64)), rtol=1e-6)
+    rtol = 1e-6 if dtype == np.float32 else 1e-3
+    np.testing.assert_allclose(arrays.get(y), np.exp(a.astype(np.float64)), rtol=rtol)
 
 
 def test_exp_in_the_older_dict_form(arrays):
@@ -291,6 +293,7 @@ NVRTC_CASES = {
         [],
     ),
     "exp": (EXP, "", ["inp"], ["out"], [F32], [F32], [("T", F32)]),
+    "exp_half": (EXP, "", ["inp"], ["out"], ["float16"], ["float16"], [("T", "float16")]),
     "grid_sample": (GRID_SAMPLE, "", ["x", "grid"], ["out"], [F32, F32], [F32], [("T", F32)]),
     "grid_sample_grad": (
         GRID_SAMPLE_GRAD,
