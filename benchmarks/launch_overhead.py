@@ -4,7 +4,9 @@ One process, one tiny kernel (out[i] = expf(inp[i]) on 1024 float32 torch CUDA t
 call (host wall time over many calls, synchronized per batch, median of 9 interleaved rounds),
 each as a ratio to the floor: raw cuLaunchKernel through cuda-bindings with prepacked arguments.
 Also a call whose grid is new every time (a server seeing a new sequence length): it must not
-compile or load again, only check the new geometry.
+compile or load again, only check the new geometry; and the eager call through the kernel's
+torch op (``Kernel.as_torch_op``: the dispatcher plus one Python call) next to a Triton kernel
+registered with ``torch.library.triton_op`` (target: no slower than the Triton op).
 Run: PYTHONPATH=src python3 benchmarks/launch_overhead.py
      PYTHONPATH=src python3 benchmarks/launch_overhead.py --backend cpu   (known vs new size only)
 """
@@ -69,6 +71,52 @@ def autotuned(k):
     )
 
 
+def torch_op(k, name: str):
+    """``k`` as a torch op (``kk_bench::<name>``): one thread per element of ``inp``."""
+    return k.as_torch_op(
+        f"kk_bench::{name}", output_shapes="inp", output_dtypes="inp", grid="inp",
+        threadgroup=(256,),
+    )  # fmt: skip
+
+
+def triton_ops(kernel, block: int):
+    """A Triton kernel registered with ``torch.library.triton_op``: allocating and ``out=``."""
+    import torch
+    from torch.library import triton_op, wrap_triton
+
+    @triton_op("kk_bench::triton_exp", mutates_args=())
+    def triton_exp(x: torch.Tensor) -> torch.Tensor:
+        y = torch.empty_like(x)
+        wrap_triton(kernel)[(-(-x.numel() // block),)](x, y, x.numel(), BLOCK=block)
+        return y
+
+    @triton_op("kk_bench::triton_exp_out", mutates_args={"y"})
+    def triton_exp_out(x: torch.Tensor, y: torch.Tensor) -> None:
+        wrap_triton(kernel)[(-(-x.numel() // block),)](x, y, x.numel(), BLOCK=block)
+
+    return triton_exp, triton_exp_out
+
+
+def cpu_torch_variants(k) -> dict[str, Callable[[], object]]:
+    """The bare call and the torch op's eager call on torch CPU tensors (when torch is here)."""
+    try:
+        import torch
+    except ImportError:
+        return {}
+    x = torch.randn(N)
+    y = torch.empty_like(x)
+    op = torch_op(k, "kexp_cpu")
+    op(x, out=y)
+    torch.testing.assert_close(y, torch.exp(x))
+    return {
+        "kernelkit cpu, torch tensors, out=": lambda: k(
+            [x], grid=(N, 1, 1), threadgroup=(256, 1, 1), out=[y]
+        ),
+        "torch op, eager, out=": lambda: op(x, out=y),
+        "torch op, eager, allocating": lambda: op(x),
+    }
+
+
 def cpu_main() -> int:
     """Known size vs a new size every call, NumPy arrays on the CPU backend."""
     k = kernelkit.kernel("kexp_cpu", ["inp"], ["out"], BODY)
@@ -83,12 +131,16 @@ def cpu_main() -> int:
         "kernelkit cpu, out=, known size": lambda: k([x], grid=(N, 1, 1), threadgroup=tg, out=[y]),
         "kernelkit cpu, out=, new grid every call": new_grid_every_call(k, [x], [y]),
         "autotuned, stored decision, out=": lambda: tuned([x], out=[y]),
+        **cpu_torch_variants(k),
     }
     us = interleaved_us(variants, lambda: None, calls=2000, rounds=5)
     print(f"kernelkit {kernelkit.__version__}, CPU backend; median of 5 rounds of 2000 calls")
     table([(n, v, "") for n, v in us.items()], "us/call", us["kernelkit cpu, out=, known size"])
     sel = us["autotuned, stored decision, out="] - us["kernelkit cpu, out=, known size"]
     print(f"selection of a stored decision: +{sel:.2f} us per call (target <= 2)")
+    if "torch op, eager, out=" in us:
+        above = us["torch op, eager, out="] - us["kernelkit cpu, torch tensors, out="]
+        print(f"torch op over the bare call (torch tensors, out=): +{above:.2f} us per call")
     print(f"programs loaded: {kernelkit._launch.loaded_count()}; specializations: {len(k._plans)}")
     return 0
 
@@ -140,6 +192,13 @@ def main() -> int:
         [x], grid=(N, 1, 1), threadgroup=tg, out=[y]
     )
     variants["autotuned, stored decision, out="] = lambda: tuned([x], out=[y])
+    op = torch_op(k, "kexp")
+    y.fill_(float("nan"))
+    op(x, out=y)
+    torch.testing.assert_close(y, torch.exp(x))
+    variants["torch op, eager, out="] = lambda: op(x, out=y)
+    variants["torch op, eager, allocating"] = lambda: op(x)
+    notes["torch op, eager, out="] = "target: no slower than the Triton op"
     notes["autotuned, stored decision, out="] = "target <= 2 us over the bare call"
     notes["kernelkit, out="] = "target <= 1.3x floor"
     notes["kernelkit, allocating"] = "target <= 1.3x (floor + torch.empty)"
@@ -168,8 +227,13 @@ def main() -> int:
             tl.store(out + offs, tl.exp(tl.load(inp + offs, mask=mask)), mask=mask)
 
         variants["Triton @jit"] = lambda: texp[(4,)](x, y, N, BLOCK=256)
+        t_alloc, t_out = triton_ops(texp, 256)
+        torch.testing.assert_close(t_alloc(x), torch.exp(x))
+        variants["Triton torch.library.triton_op, out="] = lambda: t_out(x, y)
+        variants["Triton torch.library.triton_op, allocating"] = lambda: t_alloc(x)
     except ImportError:
         notes["Triton @jit"] = "triton not installed"
+        notes["Triton torch.library.triton_op"] = "triton not installed"
 
     variants["torch.exp(x, out=y)"] = lambda: torch.exp(x, out=y)
     us = interleaved_us(variants, torch.cuda.synchronize)
@@ -190,6 +254,12 @@ def main() -> int:
     )
     sel = us["autotuned, stored decision, out="] - us["kernelkit, out=, the autotuned config"]
     print(f"selection of a stored decision: +{sel:.2f} us per call (target <= 2)")
+    for form in ("out=", "allocating"):
+        ours = us[f"torch op, eager, {form}"]
+        theirs = us.get(f"Triton torch.library.triton_op, {form}")
+        versus = f"{ours / theirs:.2f}x the Triton op" if theirs else "no Triton op to compare"
+        print(f"torch op, {form}: +{ours - us[f'kernelkit, {form}']:.2f} us over the bare call; "
+              f"{versus}")  # fmt: skip
     print(f"programs loaded: {kernelkit._launch.loaded_count()}; specializations: {len(k._plans)}")
     return 0
 
