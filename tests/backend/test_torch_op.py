@@ -182,3 +182,19 @@ def test_torch_compile_sees_one_graph_and_dynamic_shapes_reuse_it():
         for graph in counter.graphs
         for node in graph.graph.nodes
     )
+
+
+def test_torch_export_keeps_both_overloads_as_ops():
+    op = _scaled_exp()
+
+    class Model(torch.nn.Module):
+        def forward(self, x):
+            y = torch.empty_like(x)
+            op(x, 2.0, out=y)
+            return op(x, 1.0) + y
+
+    exported = torch.export.export(Model(), (torch.randn(16),))
+    code = exported.graph_module.code
+    assert f"{op.name.replace('::', '.')}.out(" in code and ".default(" in code
+    x = torch.randn(16)
+    torch.testing.assert_close(exported.module()(x), 3.0 * torch.exp(x))
