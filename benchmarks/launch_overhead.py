@@ -84,17 +84,22 @@ def triton_ops(kernel, block: int):
     import torch
     from torch.library import triton_op, wrap_triton
 
-    @triton_op("kk_bench::triton_exp", mutates_args=())
-    def triton_exp(x: torch.Tensor) -> torch.Tensor:
+    def triton_exp(x):
         y = torch.empty_like(x)
         wrap_triton(kernel)[(-(-x.numel() // block),)](x, y, x.numel(), BLOCK=block)
         return y
 
-    @triton_op("kk_bench::triton_exp_out", mutates_args={"y"})
-    def triton_exp_out(x: torch.Tensor, y: torch.Tensor) -> None:
+    def triton_exp_out(x, y):
         wrap_triton(kernel)[(-(-x.numel() // block),)](x, y, x.numel(), BLOCK=block)
 
-    return triton_exp, triton_exp_out
+    # triton_op reads the schema from annotations, which must be types (not this module's strings)
+    tensor = torch.Tensor
+    triton_exp.__annotations__ = {"x": tensor, "return": tensor}
+    triton_exp_out.__annotations__ = {"x": tensor, "y": tensor, "return": None}
+    return (
+        triton_op("kk_bench::triton_exp", triton_exp, mutates_args=()),
+        triton_op("kk_bench::triton_exp_out", triton_exp_out, mutates_args={"y"}),
+    )
 
 
 def cpu_torch_variants(k) -> dict[str, Callable[[], object]]:
@@ -108,12 +113,22 @@ def cpu_torch_variants(k) -> dict[str, Callable[[], object]]:
     op = torch_op(k, "kexp_cpu")
     op(x, out=y)
     torch.testing.assert_close(y, torch.exp(x))
+
+    def bare_out(inp: torch.Tensor, out: torch.Tensor) -> None:
+        k([inp], grid=(N, 1, 1), threadgroup=(256, 1, 1), out=[out])
+
+    # the same call wrapped by torch.library.custom_op: why as_torch_op uses Library directly
+    wrapped = torch.library.custom_op(
+        "kk_bench::custom_op_exp",
+        bare_out,
+        mutates_args={"out"},
+        schema="(Tensor inp, Tensor(a!) out) -> ()",  # this module's annotations are strings
+    )
     return {
-        "kernelkit cpu, torch tensors, out=": lambda: k(
-            [x], grid=(N, 1, 1), threadgroup=(256, 1, 1), out=[y]
-        ),
+        "kernelkit cpu, torch tensors, out=": lambda: bare_out(x, y),
         "torch op, eager, out=": lambda: op(x, out=y),
         "torch op, eager, allocating": lambda: op(x),
+        "torch.library.custom_op around the bare call, out=": lambda: wrapped(x, y),
     }
 
 

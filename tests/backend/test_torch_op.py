@@ -62,10 +62,11 @@ def test_rules_are_functions_of_the_inputs_and_several_outputs_come_back_as_a_tu
     body = """
     uint r = blockIdx.x * blockDim.x + threadIdx.x;
     if (r < x_shape[0]) {
-        float s = 0, m = -INFINITY;
-        for (int j = 0; j < x_shape[1]; ++j) { s += (float)x[r * x_shape[1] + j];
+        T s = 0;
+        float m = -INFINITY;
+        for (int j = 0; j < x_shape[1]; ++j) { s += x[r * x_shape[1] + j];
                                                m = fmaxf(m, (float)x[r * x_shape[1] + j]); }
-        total[r] = (T)(s * (bias != NULL ? bias[0] : 1.0f));
+        total[r] = s * (bias != NULL ? (T)bias[0] : (T)1);
         peak[r] = m;
     }
     """

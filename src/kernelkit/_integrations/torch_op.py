@@ -6,10 +6,11 @@ and ``ns::name.out`` (writes into given tensors, declared ``Tensor(a!)``, return
 traced through a fake implementation built from the output shape and dtype rules, and an
 ``out=`` or in-place call is functionalized like any mutating aten op.
 
-The ops are defined with ``torch.library.Library`` directly rather than ``custom_op``: a call
-then costs the dispatcher and one Python call above the kernel (about 3 µs on a 2-core VM), where
-``custom_op``'s Python autograd and checking layers cost about 17 µs more. torch is imported when
-an op is defined, never at kernelkit's import.
+The ops are defined with ``torch.library.Library`` directly rather than ``custom_op``, and run
+a generated implementation (``torch_impl``): an eager call costs about 6 µs over the bare kernel
+call on a 2-core VM, where a ``custom_op`` around the same call costs about 22 µs (its Python
+autograd and checking layers; ``benchmarks/launch_overhead.py --backend cpu``). torch is
+imported when an op is defined, never at kernelkit's import.
 """
 
 from __future__ import annotations
@@ -22,8 +23,9 @@ from typing import Any
 
 from .._dtypes import normalize_dtype
 from .._errors import ArgumentError, ArgumentTypeError
+from .torch_impl import Constant, generate
 
-__all__ = ["OpSchema", "TorchOp", "as_torch_op", "define"]
+__all__ = ["OpSchema", "TorchOp", "as_torch_op", "checked", "define"]
 
 _SCALAR_TYPES = {float: "float", int: "int", bool: "bool"}
 _NAME = re.compile(r"([A-Za-z_]\w*)::([A-Za-z_]\w*)\Z")
@@ -83,11 +85,13 @@ class TorchOp:
         self.input_names = tuple(n for n, _ in schema.params)
         self.output_names = schema.outputs
         self.differentiable = False
+        self.impl_source = ""  # the generated implementations (torch_impl), for reading
         self._library = library
         packet = getattr(getattr(torch.ops, schema.namespace), schema.op_name)
         self.default = packet.default
         self.out = packet.out
         self._single = len(schema.outputs) == 1
+        self.tensor_positions = tuple(i for i, (_, t) in enumerate(schema.params) if "Tensor" in t)
 
     def __repr__(self) -> str:
         return f"TorchOp({self.name!r}, {self.schema.functional()!r})"
@@ -101,17 +105,40 @@ class TorchOp:
             self.out(*inputs, *out)
         return out
 
+    def check_grad(self, args: tuple) -> None:
+        """Raises when a tensor input requires grad and the op has no gradients (torch's
+        fallback would only warn at backward, and return wrong gradients)."""
+        if self.differentiable:  # then this runs under autograd's forward, never with grad on
+            return
+        for i in self.tensor_positions:
+            a = args[i]
+            if a is not None and a.requires_grad:
+                raise ArgumentError(
+                    f"[{self.name}] input {self.input_names[i]!r} requires grad, but the op has "
+                    "no gradient: pair it with backward kernels (kernelkit.custom_vjp), or call "
+                    "it under torch.no_grad() or on .detach()ed tensors"
+                )
+
+    def check_out(self, args: tuple) -> None:
+        """Raises when an ``out=`` tensor requires grad: an out= call is not differentiable."""
+        for name, o in zip(self.output_names, args[len(self.input_names) :]):
+            if o.requires_grad:
+                raise ArgumentError(
+                    f"[{self.name}] out= tensor {name!r} requires grad; out= calls are not "
+                    "differentiable (call the op without out=, or under torch.no_grad())"
+                )
+
 
 def define(
     schema: OpSchema,
-    impl: Callable[..., Any],
-    impl_out: Callable[..., None],
+    make: Callable[[TorchOp], tuple[Callable[..., Any], Callable[..., None]]],
     fake: Callable[..., Any],
     kernel: Any = None,
 ) -> TorchOp:
-    """Define ``schema``'s two overloads, with CPU and CUDA implementations and a fake one for
-    tracing (the ``.out`` overload's fake does nothing: it returns nothing). Until
-    ``custom_vjp`` gives the op gradients, a call that would need them raises."""
+    """Define ``schema``'s two overloads: ``make(op)`` returns their implementations (registered
+    for CPU and CUDA tensors), ``fake`` the functional one's for tracing (the ``.out``
+    overload's fake returns nothing). Until ``custom_vjp`` gives the op gradients, a call that
+    would need them raises (``checked`` adds that test to plain implementations)."""
     import torch
 
     with _lock:
@@ -127,60 +154,44 @@ def define(
         except RuntimeError as e:
             raise ArgumentError(f"[{schema.qualname}] torch refused the op's schema: {e}") from e
         op = TorchOp(schema, lib, kernel)
-        check = _grad_check(op, [i for i, (_, t) in enumerate(schema.params) if "Tensor" in t])
-        n_in = len(schema.params)
-
-        def checked(*args: Any) -> Any:
-            if check is not None and is_grad_enabled():
-                check(args)
-            return impl(*args)
-
-        def checked_out(*args: Any) -> None:
-            if is_grad_enabled():
-                _out_check(op, args, n_in)
-            impl_out(*args)
+        impl, impl_out = make(op)
+        is_grad_enabled = torch.is_grad_enabled
 
         def checked_fake(*args: Any) -> Any:
-            if check is not None and is_grad_enabled():
-                check(args)  # while tracing too: AOTAutograd would only warn at backward
+            if is_grad_enabled():
+                op.check_grad(args)  # while tracing too: AOTAutograd would only warn at backward
             return fake(*args)
 
-        is_grad_enabled = torch.is_grad_enabled
         for key in ("CPU", "CUDA"):
-            lib.impl(schema.op_name, checked, key)
-            lib.impl(f"{schema.op_name}.out", checked_out, key)
+            lib.impl(schema.op_name, impl, key)
+            lib.impl(f"{schema.op_name}.out", impl_out, key)
         torch.library.register_fake(schema.qualname, checked_fake, lib=lib)
         torch.library.register_fake(f"{schema.qualname}.out", _fake_out, lib=lib)
         _REGISTERED[schema.qualname] = op
     return op
 
 
-def _grad_check(op: TorchOp, tensors: list[int]) -> Callable[[tuple], None] | None:
-    """Raises when a tensor input requires grad and the op has no gradients (without this,
-    torch's fallback would only warn at backward and return wrong gradients)."""
+def checked(
+    op: TorchOp, impl: Callable[..., Any], impl_out: Callable[..., None]
+) -> tuple[Callable[..., Any], Callable[..., None]]:
+    """``impl`` and ``impl_out`` behind the op's gradient tests, and ``impl_out`` followed by
+    the version bump of its output (the last argument), as torch's own out= ops do."""
+    import torch
 
-    def check(args: tuple) -> None:
-        if op.differentiable:  # then this runs under autograd's forward, never with grad on
-            return
-        for i in tensors:
-            a = args[i]
-            if a is not None and a.requires_grad:
-                raise ArgumentError(
-                    f"[{op.name}] input {op.input_names[i]!r} requires grad, but the op has no "
-                    "gradient: pair it with backward kernels (kernelkit.custom_vjp), or call it "
-                    "under torch.no_grad() or on .detach()ed tensors"
-                )
+    is_grad_enabled, bump = torch.is_grad_enabled, torch.autograd.graph.increment_version
 
-    return check if tensors else None
+    def run(*args: Any) -> Any:
+        if is_grad_enabled():
+            op.check_grad(args)
+        return impl(*args)
 
+    def run_out(*args: Any) -> None:
+        if is_grad_enabled():
+            op.check_out(args)
+        impl_out(*args)
+        bump(args[-1])
 
-def _out_check(op: TorchOp, args: tuple, n_in: int) -> None:
-    for name, o in zip(op.output_names, args[n_in:]):
-        if o.requires_grad:
-            raise ArgumentError(
-                f"[{op.name}] out= tensor {name!r} requires grad; out= calls are not "
-                "differentiable (call the op without out=, or under torch.no_grad())"
-            )
+    return run, run_out
 
 
 def _fake_out(*args: Any) -> None:
@@ -216,37 +227,15 @@ def as_torch_op(
         isinstance(init_value, bool) or not isinstance(init_value, int | float)
     ):
         raise ArgumentTypeError(f"{where}: init_value must be a number or None")
-    single, n_in = len(spec.output_names) == 1, len(ins)
-
-    def impl(*args: Any) -> Any:
-        ys = kernel(
-            args,
-            output_shapes=shapes(args),
-            output_dtypes=dtypes(args),
-            grid=grid_of(args),
-            threadgroup=block_of(args),
-            template=template_of(args),
-            init_value=init_value,
-            shared_memory=shared_of(args),
-        )
-        return ys[0] if single else tuple(ys)
-
-    from torch.autograd.graph import increment_version
-
-    def impl_out(*args: Any) -> None:
-        inputs, outs = args[:n_in], args[n_in:]
-        kernel(
-            inputs,
-            output_shapes=shapes(inputs),
-            grid=grid_of(inputs),
-            threadgroup=block_of(inputs),
-            template=template_of(inputs),
-            init_value=init_value,
-            shared_memory=shared_of(inputs),
-            out=outs,
-        )
-        for o in outs:  # as torch's own out= ops do: autograd then sees the write
-            increment_version(o)
+    single = len(spec.output_names) == 1
+    rules = {
+        "shapes": shapes,
+        "dtypes": dtypes,
+        "grid": grid_of,
+        "block": block_of,
+        "template": template_of,
+        "shared": shared_of,
+    }
 
     def fake(*args: Any) -> Any:
         import torch
@@ -258,7 +247,7 @@ def as_torch_op(
         )
         return ys[0] if single else ys
 
-    return define(schema, impl, impl_out, fake, kernel)
+    return define(schema, lambda op: generate(op, kernel, rules, init_value), fake, kernel)
 
 
 def _schema(spec: Any, name: str, scalars: Any, where: str) -> OpSchema:
@@ -317,7 +306,7 @@ def _rule(
                 f"got {value!r}"
             )
         value = list(value)
-    return lambda args: value
+    return Constant(value)
 
 
 def _same_shape(n: int) -> Callable[[int], Callable[[tuple], Any]]:

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from ..ops import _matmul, _norms, _softmax
-from .torch_op import OpSchema, TorchOp, define
+from .torch_op import OpSchema, TorchOp, checked, define
 from .torch_vjp import custom_vjp
 
 __all__ = ["OPS"]
@@ -36,9 +36,9 @@ def _op(
 
     def impl_out(*args: Any) -> None:
         run(*args[:-1], args[-1])
-        torch.autograd.graph.increment_version(args[-1])
 
-    return define(OpSchema(f"kernelkit::{name}", params, ("y",)), impl, impl_out, fake)
+    schema = OpSchema(f"kernelkit::{name}", params, ("y",))
+    return define(schema, lambda op: checked(op, impl, impl_out), fake)
 
 
 def _softmax_fake(x: Any, dim: int) -> Any:

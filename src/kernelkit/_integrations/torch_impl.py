@@ -1,0 +1,89 @@
+"""The CPU/CUDA implementations of a kernel's torch op, generated per op as straight-line
+Python, as ``_hotpath`` does for a kernel call: the op's eager call should cost the dispatcher
+and little more. Constant rules are bound as values, only the rules that depend on the inputs
+are called, the gradient tests are inline attribute reads, and the kernel is called with its
+arguments in ``Kernel.__call__``'s order. The text is built from kernelkit's own fragments only
+(slot names, indices) and kept as ``op.impl_source`` for reading."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["Constant", "generate"]
+
+# Kernel.__call__'s parameters in order; the generated call passes them positionally
+_CALL = (
+    "inputs, {shapes}, {dtypes}, {grid}, {block}, {template}, _init, False, None, {out}, "
+    "None, None, {shared}"
+)
+
+
+class Constant:
+    """A rule that does not depend on the inputs (its value is bound into the generated code)."""
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def __call__(self, args: tuple) -> Any:
+        return self.value
+
+
+def generate(
+    op: Any, kernel: Any, rules: dict[str, Callable[[tuple], Any]], init_value: Any
+) -> tuple[Callable[..., Any], Callable[..., None]]:
+    """``impl(*inputs) -> output(s)`` and ``impl_out(*inputs, *outs)`` for ``op``: gradient
+    tests, then the kernel call (``out=`` calls check the outputs' shapes and bump their
+    versions, as torch's own out= ops do)."""
+    import torch
+
+    n_in, outs = len(op.input_names), len(op.output_names)
+    ns: dict[str, Any] = {
+        "_k": kernel,
+        "_op": op,
+        "_init": init_value,
+        "_grad": torch.is_grad_enabled,
+        "_bump": torch.autograd.graph.increment_version,
+    }
+
+    def expr(name: str) -> str:
+        rule = rules[name]
+        ns[f"_{name}"] = rule.value if isinstance(rule, Constant) else rule
+        return f"_{name}" if isinstance(rule, Constant) else f"_{name}(inputs)"
+
+    values = {n: expr(n) for n in rules}
+    needs = " or ".join(_requires_grad(i, op) for i in op.tensor_positions) or "False"
+    written = " or ".join(f"args[{n_in + j}].requires_grad" for j in range(outs))
+    result = "ys[0]" if outs == 1 else "tuple(ys)"
+    lines = [
+        "def impl(*args):",
+        f"    if _grad() and ({needs}) and not _op.differentiable:",
+        "        _op.check_grad(args)",
+        "    inputs = args",
+        f"    ys = _k({_CALL.format(out='None', **values)})",
+        f"    return {result}",
+        "",
+        "def impl_out(*args):",
+        f"    if _grad() and ({written}):",
+        "        _op.check_out(args)",
+        f"    inputs = args[:{n_in}]",
+        f"    _k({_CALL.format(out=f'args[{n_in}:]', **{**values, 'dtypes': 'None'})})",
+        *(f"    _bump(args[{n_in + j}])" for j in range(outs)),
+    ]
+    source = "\n".join(lines) + "\n"
+    exec(_compiled(source), ns)  # noqa: S102 - kernelkit's own text only
+    op.impl_source = source
+    return ns["impl"], ns["impl_out"]
+
+
+def _requires_grad(i: int, op: Any) -> str:
+    optional = op.schema.params[i][1].endswith("?")
+    test = f"args[{i}].requires_grad"
+    return f"(args[{i}] is not None and {test})" if optional else test
+
+
+@functools.lru_cache(maxsize=256)
+def _compiled(source: str) -> Any:
+    """Ops of the same shape share one code object."""
+    return compile(source, "<kernelkit torch op>", "exec")
