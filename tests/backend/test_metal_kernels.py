@@ -428,14 +428,14 @@ def test_the_rest_of_the_msl_subset(arrays):
     assert arrays.get(fmax)[0] == x.max()
 
 
-def test_compile_errors_point_at_metal_lines(backend):
+def test_compile_errors_point_at_metal_lines(backend, arrays):
     k = kernelkit.metal_kernel(
         "broken",
         ["x"],
         ["y"],
         "uint i = thread_position_in_grid.x;\n\ny[i] = x[i] + undefined_name;",
     )
-    x = np.ones(4, np.float32)
+    x = arrays.put(np.ones(4, np.float32))  # on the backend's own memory (CUDA: a GPU tensor)
     with pytest.raises(kernelkit.CompileError) as e:
         k([x], output_shapes=[x.shape], output_dtypes=[x.dtype], grid=(4, 1, 1), backend=backend)
     assert "Metal source line 3: y[i] = x[i] + undefined_name;" in str(e.value)
