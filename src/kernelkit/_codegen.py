@@ -187,7 +187,7 @@ def make_source(
         needs.add("fp16")
     return KernelSource(
         kernel=spec.name,
-        entry=spec.name,
+        entry=entry_symbol(spec.name),
         params=params,
         header=spec.header,
         preamble=preamble,
@@ -196,6 +196,24 @@ def make_source(
         arch_specific=spec.arch_specific,
         launch_bounds=spec.launch_bounds,
     )
+
+
+# C and CUDA functions a kernel's extern "C" symbol would collide with (a kernel named "exp"
+# would redeclare exp()): such kernels get the symbol "kk_kernel_<name>" instead.
+_C_FUNCTIONS = frozenset(
+    """abs acos acosh asin asinh atan atan2 atanh cbrt ceil copysign cos cosh erf erfc exp exp2
+    expm1 fabs fdim floor fma fmax fmin fmod frexp hypot ilogb ldexp lgamma llrint llround log
+    log10 log1p log2 logb lrint lround max min modf nan nearbyint nextafter pow remainder remquo
+    rint round rsqrt scalbn signbit sin sinh sqrt tan tanh tgamma trunc printf malloc free memcpy
+    memset assert clock""".split()
+)
+_C_FUNCTIONS = _C_FUNCTIONS | {f + "f" for f in _C_FUNCTIONS}
+
+
+def entry_symbol(name: str) -> str:
+    """The exported symbol of kernel ``name``: the name itself, unless a C or CUDA library
+    function already has it."""
+    return f"kk_kernel_{name}" if name in _C_FUNCTIONS else name
 
 
 def launch_bounds(source: KernelSource) -> str:

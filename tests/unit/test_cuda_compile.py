@@ -245,3 +245,15 @@ def test_a_device_newer_than_nvrtc_gets_ptx_for_the_newest_known_arch():
     newest = max(nvrtc.supported_archs())
     assert CUDABackend.arch_for(newest) == f"sm_{newest}"
     assert CUDABackend.arch_for(newest + 50) == f"compute_{newest}"
+
+
+@pytest.mark.parametrize("name", ["exp", "sqrtf", "printf"])
+def test_a_kernel_named_like_a_c_function_compiles(cuda, name):
+    k = kernelkit.kernel(name, ["x"], ["y"], "y[threadIdx.x] = exp(x[threadIdx.x]);")
+    req = request_for(cuda, k, "sm_90", [F32], [F32])
+    art = cuda.compile(req)
+    assert (
+        art.kind == "cubin"
+        and art.entry == f"kk_kernel_{name}"
+        and art.entry.encode() in art.binary
+    )
