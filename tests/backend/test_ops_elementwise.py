@@ -119,3 +119,10 @@ def test_bad_calls_name_the_problem_and_the_next_call_works(arrays):
     with pytest.raises(kernelkit.ArgumentError, match="at least one input must be an array"):
         SWIGLU(a=1.0, b=2.0)
     np.testing.assert_allclose(arrays.get(SWIGLU(a=a, b=a)), np.full(4, silu(1.0)), rtol=1e-6)
+
+
+def test_empty_inputs(arrays):
+    y = SWIGLU(
+        a=arrays.put(np.zeros((0, 3), np.float32)), b=arrays.put(np.zeros((0, 3), np.float32))
+    )
+    assert tuple(y.shape) == (0, 3)

@@ -116,3 +116,21 @@ def test_bad_arguments_name_themselves(arrays):
         with pytest.raises(kernelkit.ArgumentError, match=match):
             ops.matmul(a, **kwargs)
     np.testing.assert_allclose(arrays.get(ops.matmul(a, w, transpose_b=True)), np.full((2, 3), 8))
+
+
+def test_empty_shapes_and_zero_k(arrays):
+    a0 = arrays.put(np.zeros((0, 8), np.float32))
+    w = arrays.put(np.ones((3, 8), np.float32))
+    assert tuple(ops.matmul(a0, w, transpose_b=True).shape) == (0, 3)
+    a = arrays.put(np.ones((2, 8), np.float32))
+    assert tuple(
+        ops.matmul(a, arrays.put(np.ones((0, 8), np.float32)), transpose_b=True).shape
+    ) == (2, 0)
+    k0 = ops.matmul(
+        arrays.put(np.ones((2, 0), np.float32)),
+        arrays.put(np.ones((3, 0), np.float32)),
+        transpose_b=True,
+        bias=arrays.put(np.arange(3, dtype=np.float32)),
+        activation="relu",
+    )
+    np.testing.assert_array_equal(arrays.get(k0), [[0, 1, 2], [0, 1, 2]])

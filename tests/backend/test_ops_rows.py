@@ -174,3 +174,12 @@ def test_norm_weights_of_another_dtype_or_misaligned(arrays):
     y = ops.layer_norm(xf, offset, bias)
     ref = _layer(a.astype(np.float64), w_full[1:].astype(np.float64), w_full[:1024], 1e-5)
     np.testing.assert_allclose(arrays.get(y), ref, atol=2e-5, rtol=2e-5)
+
+
+@pytest.mark.parametrize("shape", [(0, 8), (3, 0), (2, 0, 5)], ids=str)
+def test_empty_inputs_launch_nothing(arrays, shape):
+    """A launch for zero rows read and wrote memory the arrays do not have (heap corruption)."""
+    x = arrays.put(np.zeros(shape, np.float32))
+    w = arrays.put(np.ones(shape[-1], np.float32))
+    for y in (ops.softmax(x), ops.rms_norm(x, w), ops.layer_norm(x, w, w)):
+        assert tuple(y.shape) == shape

@@ -165,3 +165,16 @@ def move_last(x: Any, dim: Any, name: str) -> tuple[Any, Callable[[Any], Any] | 
     xp = importlib.import_module(type(x).__module__.split(".")[0])
     xp = getattr(xp, "numpy", xp) if xp.__name__ == "jax" else xp
     return xp.moveaxis(x, dim, -1), lambda y: xp.moveaxis(y, -1, dim)
+
+
+def empty(x: Any, shape: Sequence[int]) -> Any:
+    """A new uninitialized array of ``x``'s framework, dtype and device (for results with no
+    elements: nothing is launched for them)."""
+    if hasattr(x, "new_empty"):  # torch
+        return x.new_empty(tuple(shape))
+    import importlib
+
+    xp = importlib.import_module(type(x).__module__.split(".")[0])
+    xp = getattr(xp, "numpy", xp) if xp.__name__ == "jax" else xp
+    return xp.empty(tuple(shape), dtype=x.dtype)
+

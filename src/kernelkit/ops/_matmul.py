@@ -18,7 +18,7 @@ from .._select.records import Config, KernelChoice
 from .._select.registry import Implementation, Op
 from .._select.select import Selection
 from . import _matmul_kernels as K
-from ._common import OpRunner
+from ._common import OpRunner, empty
 
 __all__ = ["matmul"]
 
@@ -269,6 +269,8 @@ def eager_matmul(
     if out is not None and tuple(out.shape) != (*lead, n):
         raise ArgumentError(f"[matmul] out must have shape {(*lead, n)}, got {tuple(out.shape)}")
     flat_out = out.reshape(-1, n) if out is not None and len(lead) == 2 else out
+    if x.shape[0] == 0 or n == 0:  # no elements: nothing to launch
+        return out if out is not None else empty(a, (*lead, n))
     y = _RUNNER.run([x, b, bias], x.dtype, flat_out, options)
     if out is not None:
         return out
