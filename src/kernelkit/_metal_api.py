@@ -300,8 +300,24 @@ class MetalKernel:
                 n = int(m[0] or m[1])
                 if 1 <= n <= len(lines):
                     quoted.append(f"  Metal {where} line {n}: {lines[n - 1].strip()}")
+        if _MIXED_CONDITIONAL.search(e.log):
+            quoted.append(_MIXED_CONDITIONAL_HINT)
         log = e.log + ("\n" + "\n".join(dict.fromkeys(quoted)) if quoted else "")
         return CompileError(e.kernel, log, e.source, e.options)
+
+
+# `c ? half_value : 1.0`: Metal's half is arithmetic and promotes; kernelkit's 16-bit types are
+# classes (cuda_fp16.h's, and the CPU backend's), and C++ cannot pick a type for the result.
+# GCC/Clang: "operands to '?:' have different types"; NVRTC: 'ambiguous "?" operation'.
+_MIXED_CONDITIONAL = re.compile(
+    r"operands to .\?:. have different types .*(?:__half|__nv_bfloat16)"
+    r"|ambiguous \"\?\" operation.*(?:__half|__nv_bfloat16)"
+)
+_MIXED_CONDITIONAL_HINT = (
+    "  hint: a conditional `c ? x : y` mixes a half/bfloat value with another type; Metal "
+    "promotes it, kernelkit's 16-bit types are classes and C++ cannot: convert one operand "
+    "(static_cast<float>(x)) in the Metal source"
+)
 
 
 def _check_names(kernel: str, ins: tuple[str, ...], outs: tuple[str, ...]) -> None:
