@@ -177,4 +177,3 @@ def empty(x: Any, shape: Sequence[int]) -> Any:
     xp = importlib.import_module(type(x).__module__.split(".")[0])
     xp = getattr(xp, "numpy", xp) if xp.__name__ == "jax" else xp
     return xp.empty(tuple(shape), dtype=x.dtype)
-
