@@ -4,7 +4,9 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+import os
 import sys
 from collections.abc import Sequence
 
@@ -12,10 +14,14 @@ __all__ = ["main"]
 
 
 def _info(args: argparse.Namespace) -> int:
-    from . import _registry
+    from . import _config, _registry
     from ._version import __version__
 
     report: dict = {"kernelkit": __version__, "python": sys.version.split()[0], "backends": {}}
+    report["configuration"] = {
+        var.name: getattr(_config.config, field.name)
+        for var, field in zip(_config.VARS, dataclasses.fields(_config.Config))
+    }
     for name in _registry.registered():
         try:
             backend = _registry.get_backend(name)
@@ -42,6 +48,10 @@ def _info(args: argparse.Namespace) -> int:
         print(json.dumps(report, indent=2))
         return 0
     print(f"kernelkit {report['kernelkit']} (Python {report['python']})")
+    print("\nconfiguration (KERNELKIT_* variables; * set in the environment)")
+    for name, value in report["configuration"].items():
+        mark = "*" if name in os.environ else " "
+        print(f" {mark} {name} = {value!r}")
     for name, entry in report["backends"].items():
         print(f"\nbackend {name}")
         for k, v in entry.items():

@@ -80,3 +80,20 @@ def test_reload_replaces_the_module_config(clean_state):
 def test_config_is_frozen():
     with pytest.raises(dataclasses.FrozenInstanceError):
         _config.config.verbose = True  # type: ignore[misc]
+
+
+def test_kernelkit_info_prints_every_variable(clean_state, capsys):
+    import json
+
+    from kernelkit.cli import main
+
+    clean_state.setenv("KERNELKIT_TUNE", "serve")
+    _config.reload()
+    assert main(["info"]) == 0
+    text = capsys.readouterr().out
+    for var in _config.VARS:
+        assert var.name in text
+    assert "* KERNELKIT_TUNE = 'serve'" in text
+    assert main(["info", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["configuration"]["KERNELKIT_TUNE"] == "serve"
