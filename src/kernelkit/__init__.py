@@ -19,6 +19,7 @@ from ._errors import (
     KernelkitError,
     LaunchError,
 )
+from ._integrations.jax_ffi import JaxCallable
 from ._integrations.torch_op import TorchOp
 from ._integrations.torch_vjp import custom_vjp
 from ._metal_api import MetalKernel, metal_kernel
@@ -35,6 +36,7 @@ __all__ = [
     "BundleError",
     "CompileError",
     "Config",
+    "JaxCallable",
     "Kernel",
     "KernelChoice",
     "KernelFault",

@@ -22,6 +22,7 @@ from ._key import MISS, CallArgs, call_key, guard_of
 from ._records import KernelSpec
 
 if TYPE_CHECKING:
+    from ._integrations.jax_ffi import JaxCallable
     from ._integrations.torch_op import TorchOp
 
 __all__ = ["Kernel", "cuda_kernel", "kernel"]
@@ -182,6 +183,45 @@ class Kernel:
             shared_memory=shared_memory,
             init_value=init_value,
             scalars=scalars,
+        )
+
+    def as_jax_callable(
+        self,
+        *,
+        output_shapes: Any,
+        output_dtypes: Any,
+        grid: Any,
+        threadgroup: Any = (256, 1, 1),
+        template: Any = None,
+        shared_memory: Any = None,
+    ) -> JaxCallable:
+        """A function of JAX arrays that runs this kernel through XLA's FFI, so it works inside
+        ``jax.jit`` (and ``jax.vmap``, one call per batch element); on JAX's CPU platform for
+        now. Each of ``output_shapes``, ``output_dtypes``, ``grid``, ``threadgroup``,
+        ``template`` and ``shared_memory`` is a constant or a function of the inputs (shapes and
+        dtypes only: ``jax.ShapeDtypeStruct``s, and scalar inputs as given). Scalar inputs are
+        Python numbers, fixed when traced. Returns the outputs as a list.
+
+        Example::
+
+            >>> import jax, jax.numpy as jnp, kernelkit
+            >>> k = kernelkit.kernel("twice_jax", ["x"], ["y"], "uint i = blockIdx.x * "
+            ...     "blockDim.x + threadIdx.x; if (i < x_shape[0]) y[i] = 2 * x[i];")
+            >>> twice = k.as_jax_callable(output_shapes=lambda x: [x.shape],
+            ...     output_dtypes=lambda x: [x.dtype], grid=lambda x: (x.shape[0], 1, 1))
+            >>> jax.jit(lambda x: twice(x)[0])(jnp.arange(3.0))
+            Array([0., 2., 4.], dtype=float32)
+        """
+        from ._integrations.jax_ffi import as_jax_callable
+
+        return as_jax_callable(
+            self,
+            output_shapes=output_shapes,
+            output_dtypes=output_dtypes,
+            grid=grid,
+            threadgroup=threadgroup,
+            template=template,
+            shared_memory=shared_memory,
         )
 
     def _specialize(self, args: CallArgs, verbose: bool) -> Any:

@@ -19,6 +19,7 @@ def test_kernelkit_all_snapshot():
         "BundleError",
         "CompileError",
         "Config",
+        "JaxCallable",
         "Kernel",
         "KernelChoice",
         "KernelFault",

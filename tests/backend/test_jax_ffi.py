@@ -1,0 +1,110 @@
+"""Kernels inside ``jax.jit`` through XLA's FFI (``Kernel.as_jax_callable``) on the CPU
+backend with JAX CPU arrays: results against NumPy in float64, scalars and shape metadata,
+retracing for new shapes, ``jax.vmap``, eager calls, and that kernelkit never imports jax."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from conftest import CPU_AVAILABLE
+
+import kernelkit
+
+jax = pytest.importorskip("jax")
+jnp = pytest.importorskip("jax.numpy")
+pytestmark = pytest.mark.skipif(not CPU_AVAILABLE, reason="the CPU backend does not load here")
+
+AXPY_2D = """
+uint r = blockIdx.y * blockDim.y + threadIdx.y;
+uint c = blockIdx.x * blockDim.x + threadIdx.x;
+if (r < x_shape[0] && c < x_shape[1]) {
+    float v = alpha * x[r * x_strides[0] + c] + b[c];
+    y[r * x_shape[1] + c] = v;
+    s[r * x_shape[1] + c] = v * v;
+}
+"""
+
+
+def _axpy() -> kernelkit.JaxCallable:
+    k = kernelkit.kernel("jax_axpy_2d", ["x", "b", "alpha"], ["y", "s"], AXPY_2D)
+    return k.as_jax_callable(
+        output_shapes=lambda x, b, alpha: [x.shape, x.shape],
+        output_dtypes=[np.float32, np.float32],
+        grid=lambda x, b, alpha: (x.shape[1], x.shape[0], 1),
+        threadgroup=(16, 8, 1),
+    )
+
+
+def _reference(x: np.ndarray, b: np.ndarray, alpha: float) -> tuple[np.ndarray, np.ndarray]:
+    v = alpha * x.astype(np.float64) + b.astype(np.float64)
+    return v, v * v
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (7, 13), (33, 65)])
+def test_jit_matches_numpy_float64(shape):
+    rng = np.random.default_rng(sum(shape))
+    x = rng.standard_normal(shape).astype(np.float32)
+    b = rng.standard_normal(shape[1]).astype(np.float32)
+    axpy = _axpy()
+
+    @jax.jit
+    def f(x, b):
+        y, s = axpy(x, b, 1.5)
+        return y + 1.0, s
+
+    y, s = f(jnp.asarray(x), jnp.asarray(b))
+    ry, rs = _reference(x, b, 1.5)
+    np.testing.assert_allclose(np.asarray(y), ry + 1.0, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(s), rs, rtol=1e-5, atol=1e-5)
+    assert y.dtype == jnp.float32
+
+
+def test_new_shapes_retrace_and_specialize_again():
+    axpy = _axpy()
+    f = jax.jit(lambda x, b: axpy(x, b, -2.0)[0])
+    for shape in [(3, 5), (9, 2), (3, 5)]:
+        x = np.arange(np.prod(shape), dtype=np.float32).reshape(shape)
+        b = np.ones(shape[1], np.float32)
+        np.testing.assert_allclose(np.asarray(f(x, b)), _reference(x, b, -2.0)[0], rtol=1e-6)
+
+
+def test_vmap_over_a_batch_dimension_runs_once_per_element():
+    rng = np.random.default_rng(3)
+    xs = rng.standard_normal((4, 5, 11)).astype(np.float32)
+    b = rng.standard_normal(11).astype(np.float32)
+    axpy = _axpy()
+    y = jax.jit(jax.vmap(lambda x: axpy(x, b, 0.5)[0]))(xs)
+    want = np.stack([_reference(x, b, 0.5)[0] for x in xs])
+    np.testing.assert_allclose(np.asarray(y), want, rtol=1e-5, atol=1e-5)
+
+
+def test_template_and_eager_calls_keep_working():
+    body = "uint i = blockIdx.x * blockDim.x + threadIdx.x; if (i < x_shape[0]) y[i] = x[i] * K;"
+    k = kernelkit.kernel("jax_times_k", ["x"], ["y"], body)
+    times = k.as_jax_callable(
+        output_shapes=lambda x: [x.shape],
+        output_dtypes=lambda x: [x.dtype],
+        grid=lambda x: (x.shape[0], 1, 1),
+        template=[("K", 3)],
+    )
+    x = jnp.arange(37, dtype=jnp.float32)
+    want = np.arange(37, dtype=np.float64) * 3
+    np.testing.assert_allclose(np.asarray(jax.jit(lambda x: times(x)[0])(x)), want)
+    np.testing.assert_allclose(np.asarray(times(x)[0]), want)  # outside jit
+    eager = k([x], output_shapes=[x.shape], output_dtypes=[x.dtype], grid=(37, 1, 1),
+              threadgroup=(32, 1, 1), template=[("K", 3)])  # fmt: skip
+    np.testing.assert_allclose(np.asarray(eager[0]), want)
+
+
+def test_wrong_number_of_inputs_is_a_clear_error():
+    axpy = _axpy()
+    with pytest.raises(kernelkit.KernelkitError, match="expected 3 inputs"):
+        axpy(jnp.ones((2, 2)))
+
+
+def test_importing_kernelkit_does_not_import_jax():
+    code = "import sys, kernelkit; sys.exit('jax' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code]).returncode == 0
