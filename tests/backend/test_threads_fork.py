@@ -69,12 +69,7 @@ def test_sixteen_threads_one_kernel_object_one_compile_per_binary(monkeypatch):
         except BaseException as e:  # noqa: BLE001 - reported by the main thread
             errors.append(e)
 
-    threads = [threading.Thread(target=worker, args=(t,)) for t in range(16)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(300)
-    assert not errors, errors[0]
+    _run_threads(worker, errors)
     assert compiled.count("threads_fork") == len(DTYPES)  # NumPy and torch share each binary
     assert len(k._plans) == 2 * len(DTYPES)  # a plan per (framework, dtype)
 
@@ -132,10 +127,15 @@ def test_sixteen_threads_through_one_torch_op():
         except BaseException as e:  # noqa: BLE001 - reported by the main thread
             errors.append(e)
 
-    threads = [threading.Thread(target=worker, args=(t,)) for t in range(16)]
+    _run_threads(worker, errors)
+    assert len(k._plans) == 2 * len(DTYPES)  # allocating and out= per dtype
+
+
+def _run_threads(worker, errors, n=16):
+    """Start ``n`` threads running ``worker(t)``; fail with the first error any of them hit."""
+    threads = [threading.Thread(target=worker, args=(t,)) for t in range(n)]
     for t in threads:
         t.start()
     for t in threads:
         t.join(300)
     assert not errors, errors[0]
-    assert len(k._plans) == 2 * len(DTYPES)  # allocating and out= per dtype

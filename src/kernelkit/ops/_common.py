@@ -160,10 +160,7 @@ def move_last(x: Any, dim: Any, name: str) -> tuple[Any, Callable[[Any], Any] | 
         return x, None
     if hasattr(x, "movedim"):
         return x.movedim(dim, -1), lambda y: y.movedim(-1, dim)
-    import importlib
-
-    xp = importlib.import_module(type(x).__module__.split(".")[0])
-    xp = getattr(xp, "numpy", xp) if xp.__name__ == "jax" else xp
+    xp = namespace(x)
     return xp.moveaxis(x, dim, -1), lambda y: xp.moveaxis(y, -1, dim)
 
 
@@ -172,8 +169,13 @@ def empty(x: Any, shape: Sequence[int]) -> Any:
     elements: nothing is launched for them)."""
     if hasattr(x, "new_empty"):  # torch
         return x.new_empty(tuple(shape))
+    xp = namespace(x)
+    return xp.empty(tuple(shape), dtype=x.dtype)
+
+
+def namespace(x: Any) -> Any:
+    """The NumPy-style module of a non-torch array's framework (numpy, cupy, jax.numpy)."""
     import importlib
 
     xp = importlib.import_module(type(x).__module__.split(".")[0])
-    xp = getattr(xp, "numpy", xp) if xp.__name__ == "jax" else xp
-    return xp.empty(tuple(shape), dtype=x.dtype)
+    return getattr(xp, "numpy", xp) if xp.__name__ == "jax" else xp

@@ -24,7 +24,7 @@ from .._select.records import Config, KernelChoice
 from .._select.registry import Implementation, Op
 from .._select.select import Selection
 from . import _rows
-from ._common import OpRunner, signature_of, vec_width
+from ._common import OpRunner, namespace, signature_of, vec_width
 
 __all__ = ["Elementwise", "elementwise"]
 
@@ -444,8 +444,5 @@ def _broadcast_to(x: Any, shape: tuple[int, ...]) -> Any:
         return x
     if hasattr(x, "expand"):  # torch
         return x.expand(shape)
-    import importlib
-
-    xp = importlib.import_module(type(x).__module__.split(".")[0])
-    xp = getattr(xp, "numpy", xp) if xp.__name__ == "jax" else xp
+    xp = namespace(x)
     return xp.broadcast_to(x, shape)
