@@ -93,3 +93,27 @@ def test_opcheck_of_the_builtin_ops():
     for name, args in cases.items():
         result = torch.library.opcheck(OPS[name].default, args)
         assert set(result.values()) == {"SUCCESS"}, (name, result)
+
+
+def test_torch_compile_mixes_builtin_ops_and_a_kernel_op_over_every_element():
+    """The GPU test's model on CPU tensors: a 2-D tensor through rms_norm, softmax and a kernel
+    op that must write all of its elements (the output is uninitialized memory otherwise)."""
+    from torch_examples import op_name
+
+    import kernelkit
+
+    every = "uint i = blockIdx.x * blockDim.x + threadIdx.x; if (i < x_shape[0] * x_shape[1]) "
+    k = kernelkit.kernel("mixed_exp", ["x", "scale"], ["y"], every + "y[i] = scale * expf(x[i]);")
+    op = k.as_torch_op(
+        op_name("mixed"), output_shapes="x", output_dtypes="x", grid="x", scalars={"scale": float}
+    )
+    w = torch.randn(N)
+
+    def mixed(x):
+        return op(ops.softmax(ops.rms_norm(x, w, 1e-6)), 2.0).sum(-1)
+
+    compiled = torch.compile(mixed, fullgraph=True)
+    for _ in range(3):
+        x = torch.randn(7, N)
+        want = (2.0 * torch.exp(torch.softmax(F.rms_norm(x, (N,), w, 1e-6), -1))).sum(-1)
+        torch.testing.assert_close(compiled(x), want, atol=1e-5, rtol=1e-5)

@@ -122,7 +122,8 @@ def test_the_torch_op_captured_out_and_functional():
 def test_torch_compile_fullgraph_with_kernels_and_builtin_ops(mode):
     from torch._dynamo.utils import counters
 
-    k = _fresh("compiled_exp", EACH + "y[i] = scale * expf(x[i]);", inputs=("x", "scale"))
+    every = "uint i = blockIdx.x * blockDim.x + threadIdx.x; if (i < x_shape[0] * x_shape[1]) "
+    k = _fresh("compiled_exp", every + "y[i] = scale * expf(x[i]);", inputs=("x", "scale"))
     op = k.as_torch_op(
         op_name("compiled"), output_shapes="x", output_dtypes="x", grid="x",
         scalars={"scale": float},
