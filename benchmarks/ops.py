@@ -8,6 +8,7 @@ to torch.compile, and the KernelChoice behind kernelkit's result. Inputs of thes
 MiB) are far larger than L2, so every batch reads from HBM.
 
     PYTHONPATH=src python3 benchmarks/ops.py [--no-compile] [--quick] [--sweep] [--only rows|matmul]
+        [--max-autotune]
 
 matmul: ``x[M, K] @ w[N, K].T`` in bfloat16 for the anchor shapes, kernelkit vs torch (cuBLAS),
 with the weights rotated among copies that together exceed twice L2 (each call reads its weight
@@ -140,6 +141,9 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="the first shape only")
     parser.add_argument("--sweep", action="store_true", help="time every legal row config too")
     parser.add_argument("--only", choices=("rows", "matmul"), help="one family only")
+    parser.add_argument(
+        "--max-autotune", action="store_true", help="matmul: torch.compile max-autotune too"
+    )
     args = parser.parse_args()
     if not torch.cuda.is_available():
         print("needs a CUDA GPU")
@@ -195,7 +199,7 @@ def main() -> int:
 
 
 MATMUL_NK = [(4096, 4096), (8192, 8192), (14336, 4096)]
-MATMUL_M = [1, 4, 8, 16, 128, 3500]
+MATMUL_M = [1, 4, 8, 16, 128, 3500, 8192]
 
 
 def rotating(fn, x, weights):
@@ -209,13 +213,27 @@ def rotating(fn, x, weights):
     return call
 
 
+def matrix_rate_tflops() -> float:
+    """cuBLAS's bf16 rate on 8192 x 8192 x 8192 (the matrix-unit ceiling of this run)."""
+    a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    t = time_us(lambda: a @ b, batch=5, reps=7)
+    return 2 * 8192**3 / (t * 1e-6) / 1e12
+
+
 def bench_matmul(rate: float, args: argparse.Namespace) -> int:
-    """kernelkit's matmul (its choice per shape) vs cuBLAS through torch, weights rotated."""
+    """kernelkit's matmul (its choice per shape) vs cuBLAS through torch, weights rotated; with
+    ``--max-autotune``, torch.compile(mode="max-autotune-no-cudagraphs") of F.linear too."""
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
-    print(f"\nmatmul, bfloat16, x[M,K] @ w[N,K].T; weights rotated past 2x L2 ({l2 >> 20} MiB)")
+    mrate = matrix_rate_tflops()
     print(
-        f"{'N, K':<14}{'M':>6}{'kk us':>9}{'cuBLAS us':>11}{'cuBLAS/kk':>11}{'kk %copy':>10}"
-        f"{'cuBLAS %':>10}  max rel err  choice"
+        f"\nmatmul, bfloat16, x[M,K] @ w[N,K].T; weights rotated past 2x L2 ({l2 >> 20} MiB); "
+        f"matrix rate (cuBLAS 8192^3) {mrate:.0f} TFLOP/s; %: of the copy rate for M <= 16 "
+        "(bytes: weight + x + y once), of the matrix rate above"
+    )
+    print(
+        f"{'N, K':<14}{'M':>6}{'kk us':>9}{'cuBLAS us':>11}{'cuBLAS/kk':>11}{'kk %':>7}"
+        f"{'cuBLAS %':>10}{'max-at/kk':>11}  rel err  choice"
     )
     kk_fn = lambda x, w: ops.matmul(x, w, transpose_b=True)  # noqa: E731
     ref_fn = torch.nn.functional.linear
@@ -227,38 +245,50 @@ def bench_matmul(rate: float, args: argparse.Namespace) -> int:
             x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
             got = kk_fn(x, weights[0]).double()
             want = x.double() @ weights[0].double().T
-            err = ((got - want).abs().max() / want.abs().max()).item()
+            err = ((got - want).norm() / want.norm()).item()
             t_kk = time_us(rotating(kk_fn, x, weights))
             t_ref = time_us(rotating(ref_fn, x, weights))
-            moved = wbytes + 2 * m * (n + k)
-            pct_kk = 100 * moved / (t_kk * 1e-6) / 1e9 / rate
-            pct_ref = 100 * moved / (t_ref * 1e-6) / 1e9 / rate
+
+            if m <= 16:  # bytes over the copy rate, else flops over the matrix rate
+                work, ceiling = (wbytes + 2 * m * (n + k)) / 1e9, rate
+            else:
+                work, ceiling = 2 * m * n * k / 1e12, mrate
+
+            def pct(t: float, work: float = work, ceiling: float = ceiling) -> float:
+                return 100 * work / (t * 1e-6) / ceiling
+
+            auto = ""
+            if args.max_autotune:
+                compiled = torch.compile(ref_fn, mode="max-autotune-no-cudagraphs", dynamic=False)
+                auto = f"{time_us(rotating(compiled, x, weights)) / t_kk:10.2f}x"
             choice = ops.matmul.explain(x, weights[0], transpose_b=True).choice
             print(
                 f"{f'{n}, {k}':<14}{m:>6}{t_kk:9.1f}{t_ref:11.1f}{t_ref / t_kk:10.2f}x"
-                f"{pct_kk:9.0f}%{pct_ref:9.0f}%  {err:.1e}  {choice.describe()}"
+                f"{pct(t_kk):6.0f}%{pct(t_ref):9.0f}%{auto:>11}  {err:.1e}  {choice.describe()}"
             )
             if args.sweep and m <= 16:
-                gemv_sweep(x, weights, kk_fn, t_ref)
+                for impl in ("gemv", "gemv_tc"):
+                    gemv_sweep(impl, x, weights, kk_fn, t_ref)
         weights.clear()
         torch.cuda.empty_cache()
     return 0
 
 
-def gemv_sweep(x, weights, kk_fn, t_ref: float) -> None:
-    """Every gemv config (forced) for this M, N, K: the best three, next to cuBLAS."""
-    from kernelkit.ops._matmul import GEMV_CONFIGS
+def gemv_sweep(impl: str, x, weights, kk_fn, t_ref: float) -> None:
+    """Every config of ``impl`` (forced) for this M, N, K: the best three, next to cuBLAS."""
+    from kernelkit.ops import _matmul
 
+    configs = _matmul.GEMV_CONFIGS if impl == "gemv" else _matmul.GEMV_TC_CONFIGS
     times = []
-    for config in GEMV_CONFIGS:
+    for config in configs:
         forced = {**config.values, "threadgroup": config.threadgroup}
-        with force("matmul", "gemv", forced):
+        with force("matmul", impl, forced):
             times.append(
                 (time_us(rotating(kk_fn, x, weights), batch=10, reps=5), config.describe())
             )
     times.sort()
     best = ", ".join(f"[{d}] {t:.1f}" for t, d in times[:3])
-    print(f"{'':<20}gemv sweep of {len(times)}: {best}; cuBLAS/best {t_ref / times[0][0]:.2f}x")
+    print(f"{'':<20}{impl} sweep of {len(times)}: {best}; cuBLAS/best {t_ref / times[0][0]:.2f}x")
 
 
 def sweep(name: str, kk, t_chosen: float) -> None:

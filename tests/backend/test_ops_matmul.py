@@ -134,3 +134,54 @@ def test_empty_shapes_and_zero_k(arrays):
         activation="relu",
     )
     np.testing.assert_array_equal(arrays.get(k0), [[0, 1, 2], [0, 1, 2]])
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_gemv_tc_every_config_on_the_gpu(arrays, dtype):
+    """The tensor-core decode kernel (sm_80+), forced config by config: odd M, N and K (a K
+    tail shorter than a 32-wide step, N not a multiple of any n-tile), bias and activation,
+    outputs poisoned, relative error against float64."""
+    if not arrays.on_gpu:
+        pytest.skip("mma.sync runs on CUDA GPUs only")
+    torch = arrays.torch
+    tdt = getattr(torch, dtype)
+    shapes = [(1, 4096, 4096), (3, 1000, 4104), (9, 72, 40), (16, 33, 264), (12, 8200, 96)]
+    for m, n, k in shapes:
+        a = torch.randn(m, k, device="cuda").to(tdt)
+        w = torch.randn(n, k, device="cuda").to(tdt)
+        bias = torch.randn(n, device="cuda")
+        ref = torch.nn.functional.silu(a.double() @ w.double().T + bias.double())
+        for config in ops._matmul.GEMV_TC_CONFIGS:
+            forced = {**config.values, "threadgroup": config.threadgroup}
+            out = torch.full((m, n), float("nan"), device="cuda", dtype=tdt)
+            with force("matmul", "gemv_tc", forced):
+                ops.matmul(a, w, bias=bias, activation="silu", transpose_b=True, out=out)
+            torch.cuda.synchronize()
+            err = ((out.double() - ref).norm() / ref.norm()).item()
+            assert err <= 1e-2, (m, n, k, forced, err)
+
+
+def test_gemv_tc_misaligned_and_strided_inputs_on_the_gpu(arrays):
+    if not arrays.on_gpu:
+        pytest.skip("mma.sync runs on CUDA GPUs only")
+    torch = arrays.torch
+    flat = torch.randn(7 * 520 + 1, device="cuda").to(torch.bfloat16)
+    a = flat[1:].reshape(7, 520)  # 2 bytes off 16-byte alignment: element loads
+    wide = torch.randn(300, 1040, device="cuda").to(torch.bfloat16)
+    w = wide[:, ::2]  # not row-contiguous: copied by the op
+    ref = a.double() @ w.double().T
+    with force("matmul", "gemv_tc", {"NT": 2, "WARPS": 4, "U": 2, "threadgroup": (128,)}):
+        y = ops.matmul(a, w, transpose_b=True)
+    err = ((y.double() - ref).norm() / ref.norm()).item()
+    assert err <= 1e-2, err
+
+
+def test_gemv_tc_is_refused_where_it_cannot_run(arrays):
+    a = arrays.put(RNG.standard_normal((2, 64)).astype(np.float32))
+    w = arrays.put(RNG.standard_normal((8, 64)).astype(np.float32))
+    text = str(ops.matmul.explain(a, w, transpose_b=True))
+    assert "gemv_tc" in text
+    if not arrays.on_gpu:
+        assert "mma_sync" in text  # the CPU backend has no tensor cores
+    else:
+        assert "float16/bfloat16" in text  # float32

@@ -2,6 +2,7 @@
 weight [N, K]), with bias and activation fused, through the selection stage.
 
 Implementations (see ``_matmul_kernels``): ``gemv`` for decode shapes (M <= 16, weight [N, K]),
+``gemv_tc`` for the same on the tensor cores (sm_80+, float16/bfloat16),
 ``tiled`` for everything (any backend, the CPU too), and ``framework``: the arrays' own framework
 (torch: cuBLAS) for M > 16 on a GPU, where a vendor library's tensor-core kernels win.
 """
@@ -32,6 +33,10 @@ _INPUTS = ["x", "w", "bias"]
 _GEMV = kernel(
     "ops_matmul_gemv", _INPUTS, ["y"], K.GEMV_BODY, header=K.GEMV,
     optional_inputs={"bias": "float32"}, launch_bounds=(256, 4),
+)  # fmt: skip
+_GEMV_TC = kernel(
+    "ops_matmul_gemv_tc", _INPUTS, ["y"], K.GEMV_TC_BODY, header=K.GEMV_TC,
+    optional_inputs={"bias": "float32"}, launch_bounds=(256, 2),
 )  # fmt: skip
 _TILED = kernel(
     "ops_matmul_tiled", _INPUTS, ["y"], K.TILED_BODY, header=K.TILED,
@@ -109,6 +114,44 @@ def _gemv_run(choice: KernelChoice, call: Any) -> Any:
     return _launch(_GEMV, choice, call, [("M", call[0].attr("M"))])
 
 
+# --- gemv on the tensor cores -------------------------------------------------------------------
+
+GEMV_TC_CONFIGS = tuple(
+    Config({"NT": nt, "WARPS": w, "U": u}, (32 * w,))
+    for nt in (1, 2, 4)
+    for w in (4, 8)
+    for u in (1, 2, 4)
+)
+
+
+def _gemv_tc_match(p: Problem, t: Target) -> str | None:
+    if p.attr("M") > GEMV_MAX_M:
+        return f"M = {p.attr('M')} > {GEMV_MAX_M}"
+    if not p.attr("transpose_b"):
+        return "needs the weight as [N, K] (transpose_b=True)"
+    if p.arg("x").dtype not in ("float16", "bfloat16"):
+        return f"tensor cores take float16/bfloat16, not {p.arg('x').dtype}"
+    if p.attr("K") % 8:
+        return f"K = {p.attr('K')} is not a multiple of 8 (16-byte rows)"
+    return None
+
+
+def _gemv_tc_grid(p: Problem, c: Config) -> tuple[int, int, int]:
+    blocks = -(-p.attr("N") // (8 * c.values["NT"]))  # type: ignore[operator]
+    return (blocks * c.threadgroup[0], 1, 1)
+
+
+def _gemv_tc_heuristic(p: Problem, t: Target) -> Config:
+    # two or more blocks for each of ~132 SMs: wide n-tiles only when N is large
+    n = p.attr("N")
+    nt = 4 if n >= 8 * 4 * 264 else 2 if n >= 8 * 2 * 264 else 1
+    return Config({"NT": nt, "WARPS": 8, "U": 2}, (256,))
+
+
+def _gemv_tc_run(choice: KernelChoice, call: Any) -> Any:
+    return _launch(_GEMV_TC, choice, call, [("MT", 1 if call[0].attr("M") <= 8 else 2)])
+
+
 # --- tiled -------------------------------------------------------------------------------------
 
 TILED_CONFIGS = tuple(
@@ -178,6 +221,19 @@ OP.register(
         heuristic=_gemv_heuristic,
         match=_gemv_match,
         priority=10,
+    )
+)
+OP.register(
+    Implementation(
+        "gemv_tc",
+        run=_gemv_tc_run,
+        grid=_gemv_tc_grid,
+        configs=GEMV_TC_CONFIGS,
+        default=Config({"NT": 2, "WARPS": 8, "U": 2}, (256,)),
+        heuristic=_gemv_tc_heuristic,
+        requires={"mma_sync"},
+        match=_gemv_tc_match,
+        priority=20,
     )
 )
 OP.register(

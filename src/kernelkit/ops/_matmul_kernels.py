@@ -7,6 +7,9 @@ cover 512 contiguous bytes), keeps ROWS x M float accumulators in registers (eac
 loaded once and used for all ROWS rows), then the warps' partial sums are added in shared memory
 in a fixed order: deterministic, no atomics, no workspace. N / ROWS blocks keep every SM busy.
 
+``GEMV_TC``: the same decode shapes on the tensor cores (mma.sync, sm_80+, float16/bfloat16),
+operands loaded straight from global memory with 16-byte loads (its comment block says how).
+
 ``TILED``: the generic kernel for any shape, dtype and layout, and the CPU backend: a BM x BN
 output tile per block, K in steps of BK staged through shared memory, float accumulation.
 """
@@ -162,4 +165,142 @@ const long long K = x_shape[x_ndim - 1];
 const long long M = x_shape[0];
 const long long N = W_KN ? w_shape[1] : w_shape[0];
 kk_tiled<T, TB, TY, BM, BN, BK, TM, TN, ACT, HAS_BIAS, W_KN>(x, w, bias, y, M, N, K);
+"""
+
+# ``GEMV_TC``: decode shapes (M <= 16) on the tensor cores, sm_80+, float16/bfloat16, weight
+# [N, K]. Reading the weight once is still the whole cost; the tensor cores only take the
+# arithmetic off the FMA pipes, which is what limits the FMA GEMV at M = 8-16 (each weight
+# element feeds M multiply-adds). Each warp computes a 16 x 8*NT tile of y over its slice of K
+# with mma.sync.m16n8k16 (rows of x past M are zeros), and loads both operands straight from
+# global memory with 16-byte loads, no shared-memory staging:
+#
+#   Lane t (g = t / 4, q = t % 4) loads 8 consecutive k of each row it needs, at k0 + 8q of a
+#   32-wide step of K: the weight row n0 + 8j + g (one per n-tile j), and x rows g and g + 8.
+#   m16n8k16 wants lane t to hold k = 2q, 2q+1 (first register) and 2q+8, 2q+9 (second) of its
+#   rows; a dot product does not care in which order k is summed as long as both operands use
+#   the same order, so the 16 k of mma step s in {0, 1} are taken to be the loaded
+#   k0 + 8q + 4s + {0, 1} (as 2q, 2q+1) and k0 + 8q + 4s + {2, 3} (as 2q+8, 2q+9): 32-bit words
+#   2s and 2s+1 of each 16-byte load are the registers as they are, for A and B alike.
+#   Accumulator c of n-tile j holds y[g][n0+8j+2q+{0,1}] (c0, c1), y[g+8][...] (c2, c3).
+#
+# The block's WARPS warps split K, and their tiles are summed in shared memory in a fixed order:
+# deterministic, no atomics. A tail of K (K % 32) is loaded as zeros (K % 8 == 0: match rule).
+GEMV_TC = (
+    EPILOGUE
+    + r"""
+template <class T> struct kk_tc;
+template <> struct kk_tc<__nv_bfloat16> {
+  static __device__ __forceinline__ void mma(float* c, const unsigned* a, unsigned b0,
+                                             unsigned b1) {
+#if __CUDA_ARCH__ >= 800
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+        "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#else
+    __trap();  // the match rule keeps this kernel off older GPUs
+#endif
+  }
+};
+template <> struct kk_tc<__half> {
+  static __device__ __forceinline__ void mma(float* c, const unsigned* a, unsigned b0,
+                                             unsigned b1) {
+#if __CUDA_ARCH__ >= 800
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+        "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#else
+    __trap();
+#endif
+  }
+};
+
+// 8 consecutive 16-bit elements as a uint4: one 16-byte load when aligned (uniform per launch).
+__device__ __forceinline__ uint4 kk_tc_load(const void* p, bool vector) {
+  if (vector) return __ldg(reinterpret_cast<const uint4*>(p));
+  const unsigned short* s = reinterpret_cast<const unsigned short*>(p);
+  uint4 r;
+  r.x = s[0] | ((unsigned)s[1] << 16);
+  r.y = s[2] | ((unsigned)s[3] << 16);
+  r.z = s[4] | ((unsigned)s[5] << 16);
+  r.w = s[6] | ((unsigned)s[7] << 16);
+  return r;
+}
+
+template <class T, class TB, class TY, int MT, int NT, int WARPS, int U, int ACT, bool HAS_BIAS>
+__device__ __forceinline__ void kk_gemv_tc(const T* x, const T* w, const TB* bias, TY* y,
+                                           long long M, long long N, long long K) {
+  __shared__ float part[WARPS][NT][32][4];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
+  const long long n0 = (long long)blockIdx.x * (8 * NT);
+  const long long steps = (K + 31) / 32, per_warp = (steps + WARPS - 1) / WARPS;
+  const long long s0 = warp * per_warp, s1 = s0 + per_warp < steps ? s0 + per_warp : steps;
+  const bool vector = (((unsigned long long)x | (unsigned long long)w) & 15ull) == 0;
+  const T* wrow[NT];
+  for (int j = 0; j < NT; ++j) {
+    const long long n = n0 + 8 * j + g;
+    wrow[j] = w + (n < N ? n : N - 1) * K;  // a clamped row is computed, never stored
+  }
+  const T* xrow[MT];
+  bool xlive[MT];
+  for (int h = 0; h < MT; ++h) {
+    xlive[h] = g + 8 * h < M;
+    xrow[h] = x + (xlive[h] ? g + 8 * h : 0) * K;
+  }
+  float acc[NT][4];
+  for (int j = 0; j < NT; ++j)
+    for (int v = 0; v < 4; ++v) acc[j][v] = 0.0f;
+  const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
+  for (long long s = s0; s < s1; s += U) {
+    uint4 wv[U][NT], xv[U][MT];
+    for (int u = 0; u < U; ++u) {  // every load of U steps first: U * (NT + MT) in flight
+      const long long k = (s + u) * 32 + 8 * q;
+      const bool live = s + u < s1 && k < K;
+      for (int j = 0; j < NT; ++j) wv[u][j] = live ? kk_tc_load(wrow[j] + k, vector) : zero;
+      for (int h = 0; h < MT; ++h)
+        xv[u][h] = live && xlive[h] ? kk_tc_load(xrow[h] + k, vector) : zero;
+    }
+    for (int u = 0; u < U; ++u)
+      for (int half = 0; half < 2; ++half) {
+        const uint4& x0 = xv[u][0];
+        unsigned a[4];
+        a[0] = half ? x0.z : x0.x;
+        a[2] = half ? x0.w : x0.y;
+        if (MT == 2) {
+          const uint4& x1 = xv[u][MT - 1];
+          a[1] = half ? x1.z : x1.x;
+          a[3] = half ? x1.w : x1.y;
+        } else {
+          a[1] = a[3] = 0u;
+        }
+        for (int j = 0; j < NT; ++j)
+          kk_tc<T>::mma(acc[j], a, half ? wv[u][j].z : wv[u][j].x,
+                        half ? wv[u][j].w : wv[u][j].y);
+      }
+  }
+  for (int j = 0; j < NT; ++j)
+    for (int v = 0; v < 4; ++v) part[warp][j][lane][v] = acc[j][v];
+  __syncthreads();
+  for (int i = threadIdx.x; i < NT * 128; i += blockDim.x) {
+    const int j = i >> 7, l = (i >> 2) & 31, v = i & 3;
+    const long long m = (l >> 2) + (v >= 2 ? 8 : 0);
+    const long long n = n0 + 8 * j + 2 * (l & 3) + (v & 1);
+    if (m >= M || n >= N) continue;
+    float r = 0.0f;
+    for (int p = 0; p < WARPS; ++p) r += part[p][j][l][v];  // fixed order: deterministic
+    if (HAS_BIAS) r += (float)bias[n];
+    y[m * N + n] = TY(kk_mm_act<ACT>(r));
+  }
+}
+"""
+)
+
+GEMV_TC_BODY = r"""
+const long long K = x_shape[x_ndim - 1];
+const long long M = x_shape[0];
+const long long N = w_shape[0];
+kk_gemv_tc<T, TB, TY, MT, NT, WARPS, U, ACT, HAS_BIAS>(x, w, bias, y, M, N, K);
 """

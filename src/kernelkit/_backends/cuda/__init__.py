@@ -74,7 +74,7 @@ class CUDABackend(Backend):
     def _features(cc: int) -> frozenset[str]:
         feats = {"fp16"}
         if cc >= 80:
-            feats |= {"bf16", "cp_async"}
+            feats |= {"bf16", "cp_async", "mma_sync"}  # mma.sync m16n8k16 f16/bf16
         if cc >= 90:
             feats |= {"tma", "clusters", "arch_specific"}
         return frozenset(feats)
