@@ -101,7 +101,9 @@ class Geometries:
         """Check a geometry not seen before, remember it and return it."""
         nbytes = self.default_shared_bytes if shared_bytes is None else shared_bytes
         geo = geometry(self.name, grid, threadgroup, nbytes, self.target, self.limits)
-        if nbytes > max(self._reserved, self.target.max_shared_memory_bytes):
+        # the default limit covers static and dynamic shared memory together
+        static = self.limits.get("static_shared_bytes", 0)
+        if nbytes > self._reserved and nbytes + static > self.target.max_shared_memory_bytes:
             self.reserve(nbytes)
             self._reserved = nbytes
         if len(self.table) >= MAX_GEOMETRIES:

@@ -104,6 +104,38 @@ if (i < x_shape[0] && j < x_shape[0]) y[i] = buf[blockDim.x - 1 - t];
 """
 
 
+STATIC_AND_DYNAMIC = """
+__shared__ float fixed[2048];  // 8 KB static
+extern __shared__ float buf[];
+uint t = threadIdx.x;
+uint n = kk_extent_dyn / 4;
+for (uint j = t; j < 2048; j += blockDim.x) fixed[j] = (float)j;
+for (uint j = t; j < n; j += blockDim.x) buf[j] = x[j % x_shape[0]];
+__syncthreads();
+uint i = blockIdx.x * blockDim.x + t;
+if (i < x_shape[0]) y[i] = buf[n - 1 - i] + fixed[i % 2048];
+"""
+
+
+def test_static_and_dynamic_shared_memory_together_past_48_kb(backend, arrays):
+    """8 KB static + 44 KB dynamic: under 48 KB dynamic, but past the default limit together:
+    the backend must raise the kernel's limit (the CUDA launch failed with INVALID_VALUE)."""
+    dyn = 44 * 1024
+    body = STATIC_AND_DYNAMIC.replace("kk_extent_dyn", str(dyn))
+    k = kernelkit.kernel("ln_smem_both", ["x"], ["y"], body)
+    x = np.random.default_rng(6).standard_normal(dyn // 4).astype(np.float32)
+    (y,) = k(
+        [arrays.put(x)],
+        output_shapes=[x.shape],
+        output_dtypes=[np.float32],
+        grid=(x.size, 1, 1),
+        threadgroup=(256, 1, 1),
+        shared_memory=dyn,
+    )
+    i = np.arange(x.size)
+    np.testing.assert_array_equal(arrays.get(y), x[::-1] + (i % 2048).astype(np.float32))
+
+
 def test_dynamic_shared_memory_per_call(backend, arrays):
     k = kernelkit.kernel("ln_smem", ["x"], ["y"], REVERSE, shared_memory=4)
     x = np.random.default_rng(5).standard_normal(256).astype(np.float32)

@@ -143,7 +143,10 @@ class Program:
     static_shared_bytes: int
     max_threads_per_block: int
     local_bytes: int
-    dynamic_shared_limit: int = 48 * 1024  # raised by allow_dynamic_shared, never lowered
+    dynamic_shared_limit: int = 0  # 48 KB less the static bytes; raised, never lowered
+
+    def __post_init__(self) -> None:
+        self.dynamic_shared_limit = max(0, 48 * 1024 - self.static_shared_bytes)
 
 
 def _func_attr(fn: Any, name: str) -> int:
