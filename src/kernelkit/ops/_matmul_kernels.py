@@ -183,6 +183,8 @@ kk_tiled<T, TB, TY, BM, BN, BK, TM, TN, ACT, HAS_BIAS, W_KN>(x, w, bias, y, M, N
 #   2s and 2s+1 of each 16-byte load are the registers as they are, for A and B alike.
 #   Accumulator c of n-tile j holds y[g][n0+8j+2q+{0,1}] (c0, c1), y[g+8][...] (c2, c3).
 #
+# With STAGES > 0 the loads go through a cp.async ring in shared memory (many more bytes in flight
+# per SM than registers can hold), else straight into registers, U steps at a time.
 # The block's WARPS warps split K, and their tiles are summed in shared memory in a fixed order:
 # deterministic, no atomics. A tail of K (K % 32) is loaded as zeros (K % 8 == 0: match rule).
 GEMV_TC = (
@@ -230,14 +232,51 @@ __device__ __forceinline__ uint4 kk_tc_load(const void* p, bool vector) {
   return r;
 }
 
-template <class T, class TB, class TY, int MT, int NT, int WARPS, int U, int ACT, bool HAS_BIAS>
+// 16 bytes global -> shared without passing through registers; zeros when !live (sm_80+).
+__device__ __forceinline__ void kk_tc_copy(uint4* dst, const void* src, bool live) {
+#if __CUDA_ARCH__ >= 800
+  const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src),
+               "r"(live ? 16 : 0));
+#endif
+}
+__device__ __forceinline__ void kk_tc_commit() {
+#if __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.commit_group;\n" ::);
+#endif
+}
+template <int N>
+__device__ __forceinline__ void kk_tc_wait() {
+#if __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+#endif
+}
+
+// The mma steps of one 32-wide step of K, from the lane's 16-byte words of w (NT) and x (MT).
+template <class T, int MT, int NT>
+__device__ __forceinline__ void kk_tc_step(float (*acc)[4], const uint4* wv, const uint4* xv) {
+  for (int half = 0; half < 2; ++half) {
+    unsigned a[4];
+    a[0] = half ? xv[0].z : xv[0].x;
+    a[2] = half ? xv[0].w : xv[0].y;
+    a[1] = MT == 2 ? (half ? xv[MT - 1].z : xv[MT - 1].x) : 0u;
+    a[3] = MT == 2 ? (half ? xv[MT - 1].w : xv[MT - 1].y) : 0u;
+    for (int j = 0; j < NT; ++j)
+      kk_tc<T>::mma(acc[j], a, half ? wv[j].z : wv[j].x, half ? wv[j].w : wv[j].y);
+  }
+}
+
+template <class T, class TB, class TY, int MT, int NT, int WARPS, int U, int STAGES, int ACT,
+          bool HAS_BIAS>
 __device__ __forceinline__ void kk_gemv_tc(const T* x, const T* w, const TB* bias, TY* y,
                                            long long M, long long N, long long K) {
   __shared__ float part[WARPS][NT][32][4];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
   const long long n0 = (long long)blockIdx.x * (8 * NT);
-  const long long steps = (K + 31) / 32, per_warp = (steps + WARPS - 1) / WARPS;
-  const long long s0 = warp * per_warp, s1 = s0 + per_warp < steps ? s0 + per_warp : steps;
+  // The warps take the 32-wide steps of K in turn (warp w: steps w, w + WARPS, ...), so at any
+  // time a block reads WARPS * 64 contiguous bytes of each of its rows.
+  const long long steps = (K + 31) / 32;
+  const long long mine = steps > warp ? (steps - warp + WARPS - 1) / WARPS : 0;
   const bool vector = (((unsigned long long)x | (unsigned long long)w) & 15ull) == 0;
   const T* wrow[NT];
   for (int j = 0; j < NT; ++j) {
@@ -254,32 +293,43 @@ __device__ __forceinline__ void kk_gemv_tc(const T* x, const T* w, const TB* bia
   for (int j = 0; j < NT; ++j)
     for (int v = 0; v < 4; ++v) acc[j][v] = 0.0f;
   const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
-  for (long long s = s0; s < s1; s += U) {
-    uint4 wv[U][NT], xv[U][MT];
-    for (int u = 0; u < U; ++u) {  // every load of U steps first: U * (NT + MT) in flight
-      const long long k = (s + u) * 32 + 8 * q;
-      const bool live = s + u < s1 && k < K;
-      for (int j = 0; j < NT; ++j) wv[u][j] = live ? kk_tc_load(wrow[j] + k, vector) : zero;
-      for (int h = 0; h < MT; ++h)
-        xv[u][h] = live && xlive[h] ? kk_tc_load(xrow[h] + k, vector) : zero;
-    }
-    for (int u = 0; u < U; ++u)
-      for (int half = 0; half < 2; ++half) {
-        const uint4& x0 = xv[u][0];
-        unsigned a[4];
-        a[0] = half ? x0.z : x0.x;
-        a[2] = half ? x0.w : x0.y;
-        if (MT == 2) {
-          const uint4& x1 = xv[u][MT - 1];
-          a[1] = half ? x1.z : x1.x;
-          a[3] = half ? x1.w : x1.y;
-        } else {
-          a[1] = a[3] = 0u;
-        }
-        for (int j = 0; j < NT; ++j)
-          kk_tc<T>::mma(acc[j], a, half ? wv[u][j].z : wv[u][j].x,
-                        half ? wv[u][j].w : wv[u][j].y);
+  if (STAGES > 0 && vector) {
+    // A ring of STAGES steps per warp in (dynamic) shared memory, filled by cp.async: the bytes
+    // in flight hold no registers. Each lane reads back only what it copied itself, so no
+    // barrier is needed; step i + STAGES - 1 is copied into the slot read one step earlier.
+    extern __shared__ __align__(16) uint4 kk_tc_ring[];
+    constexpr int SLOTS = NT + 2, RING = STAGES >= 2 ? STAGES : 2;
+    uint4* ring = kk_tc_ring + (long long)warp * RING * SLOTS * 32 + lane;
+    for (long long i = 0; i < mine + RING - 1; ++i) {
+      if (i >= RING - 1) {  // consume step i - (RING - 1)
+        kk_tc_wait<RING - 2>();  // it has landed (groups 0 .. i - 1 are committed)
+        uint4 wv[NT], xv[MT];
+        const uint4* slot = ring + ((i - (RING - 1)) % RING) * SLOTS * 32;
+        for (int j = 0; j < NT; ++j) wv[j] = slot[j * 32];
+        for (int h = 0; h < MT; ++h) xv[h] = slot[(NT + h) * 32];
+        kk_tc_step<T, MT, NT>(acc, wv, xv);
       }
+      const long long k = (warp + i * WARPS) * 32 + 8 * q;  // fill step i
+      const bool live = i < mine && k < K;
+      uint4* fill = ring + (i % RING) * SLOTS * 32;
+      for (int j = 0; j < NT; ++j) kk_tc_copy(fill + j * 32, live ? wrow[j] + k : w, live);
+      for (int h = 0; h < MT; ++h)
+        kk_tc_copy(fill + (NT + h) * 32, live && xlive[h] ? xrow[h] + k : x, live && xlive[h]);
+      kk_tc_commit();
+    }
+    kk_tc_wait<0>();
+  } else {
+    for (long long i = 0; i < mine; i += U) {
+      uint4 wv[U][NT], xv[U][MT];
+      for (int u = 0; u < U; ++u) {  // every load of U steps first: U * (NT + MT) in flight
+        const long long k = (warp + (i + u) * WARPS) * 32 + 8 * q;
+        const bool live = i + u < mine && k < K;
+        for (int j = 0; j < NT; ++j) wv[u][j] = live ? kk_tc_load(wrow[j] + k, vector) : zero;
+        for (int h = 0; h < MT; ++h)
+          xv[u][h] = live && xlive[h] ? kk_tc_load(xrow[h] + k, vector) : zero;
+      }
+      for (int u = 0; u < U; ++u) kk_tc_step<T, MT, NT>(acc, wv[u], xv[u]);
+    }
   }
   for (int j = 0; j < NT; ++j)
     for (int v = 0; v < 4; ++v) part[warp][j][lane][v] = acc[j][v];
@@ -302,5 +352,5 @@ GEMV_TC_BODY = r"""
 const long long K = x_shape[x_ndim - 1];
 const long long M = x_shape[0];
 const long long N = w_shape[0];
-kk_gemv_tc<T, TB, TY, MT, NT, WARPS, U, ACT, HAS_BIAS>(x, w, bias, y, M, N, K);
+kk_gemv_tc<T, TB, TY, MT, NT, WARPS, U, STAGES, ACT, HAS_BIAS>(x, w, bias, y, M, N, K);
 """
