@@ -196,11 +196,12 @@ class Kernel:
         shared_memory: Any = None,
     ) -> JaxCallable:
         """A function of JAX arrays that runs this kernel through XLA's FFI, so it works inside
-        ``jax.jit`` (and ``jax.vmap``, one call per batch element); on JAX's CPU platform for
-        now. Each of ``output_shapes``, ``output_dtypes``, ``grid``, ``threadgroup``,
-        ``template`` and ``shared_memory`` is a constant or a function of the inputs (shapes and
-        dtypes only: ``jax.ShapeDtypeStruct``s, and scalar inputs as given). Scalar inputs are
-        Python numbers, fixed when traced. Returns the outputs as a list.
+        ``jax.jit`` (and ``jax.vmap``, one call per batch element), on JAX's CPU platform (the
+        CPU backend) and on CUDA GPUs (the CUDA backend, on XLA's stream), whichever XLA
+        compiles the computation for. Each of ``output_shapes``, ``output_dtypes``, ``grid``,
+        ``threadgroup``, ``template`` and ``shared_memory`` is a constant or a function of the
+        inputs (shapes and dtypes only: ``jax.ShapeDtypeStruct``s, and scalar inputs as given).
+        Scalar inputs are Python numbers, fixed when traced. Returns the outputs as a list.
 
         Example::
 

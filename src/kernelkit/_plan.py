@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from . import _config, _render
@@ -91,7 +91,7 @@ def build(
         backend.name,
         guard,
     )
-    return LaunchPlan(
+    plan = LaunchPlan(
         kernel=spec.name,
         request=request,
         params=params,
@@ -100,6 +100,16 @@ def build(
         run_source=run_source,
         guarded=guard is not None,
     )
+    return _framework_run(plan, bound, guard)
+
+
+def _framework_run(plan: LaunchPlan, bound: Bound, guard: Any) -> LaunchPlan:
+    """The plan with the run its arrays' framework launches it through (``Adapter.run_for``:
+    JAX on CUDA goes through XLA's FFI), named at the top of ``run_source``."""
+    run = bound.adapters.result.run_for(plan, bound, guard)
+    if run is plan.run:
+        return plan
+    return replace(plan, run=run, run_source=f"# run: {run!r}; else\n{plan.run_source}")
 
 
 def _routes(spec: KernelSpec, bound: Bound, params: tuple[Param, ...]) -> tuple[list, list]:

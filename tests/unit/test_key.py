@@ -12,6 +12,7 @@ import pytest
 
 from kernelkit._api import Kernel
 from kernelkit._arrays import adapter_for
+from kernelkit._arrays._abstract import AbstractArray
 from kernelkit._key import CALL_ARGS, KEY, CallArgs, call_key, guard_function, guard_of
 
 
@@ -55,6 +56,10 @@ def _arguments() -> list[object]:
         np.float32(1.0),
         np.int64(3),
         None,  # an optional input
+        AbstractArray((4,), np.dtype(np.float32), 1, 0),  # as_jax_callable's, while lowering
+        AbstractArray((4,), np.dtype(np.float32), 2, 0),
+        AbstractArray((4,), np.dtype(np.float32), 2, 1),
+        AbstractArray((), np.dtype(np.float32), 2, 1),
     ]
     torch = pytest.importorskip("torch")
     args += [

@@ -139,6 +139,13 @@ class Adapter:
         """Turn an array this adapter allocated into what the user gets back."""
         return x
 
+    def run_for(self, plan: Any, bound: Any, guard: Any) -> Callable[..., Any]:
+        """The run a new plan (``_plan.LaunchPlan``) of this framework's arrays uses: its own
+        ``plan.run`` (the default), or one that launches through the framework's runtime
+        instead (JAX: XLA's FFI, on XLA's stream) and falls back to ``plan.run``. ``bound`` is
+        bind's result and ``guard`` the plan's (None: unguarded). Called once per plan."""
+        return plan.run  # type: ignore[no-any-return]
+
 
 def _key_expr(field: str | tuple[str, ...]) -> str:
     """One key field as an expression of ``x`` (exclusive flags: the true one's index, or -1)."""
@@ -227,6 +234,10 @@ def _resolve(tp: type, x: Any, what: str) -> Adapter:
         from ._jax import JaxAdapter
 
         return JaxAdapter()
+    if tp.__module__ == f"{__name__}._abstract":
+        from ._abstract import AbstractAdapter
+
+        return AbstractAdapter()
     import numpy as np
 
     if issubclass(tp, np.ndarray):

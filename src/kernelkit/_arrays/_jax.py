@@ -1,6 +1,9 @@
-"""JAX arrays. JAX does not share its stream: inputs are waited for, outputs are allocated by
-torch or CuPy (whichever is installed), written on that framework's stream, synchronized, and
-handed to JAX through DLPack without a copy. JAX arrays are immutable, so ``out=`` is refused."""
+"""JAX arrays. JAX does not share its stream. Eager calls on JAX CUDA arrays therefore run
+through XLA's FFI, on XLA's stream, when kernelkit's FFI shim is available (``run_for``, see
+``_integrations/jax_eager.py``). The direct path, kept for what that route cannot take: inputs
+are waited for, outputs are allocated by torch or CuPy (whichever is installed), written on
+that framework's stream, synchronized, and handed to JAX through DLPack without a copy. JAX
+arrays are immutable, so ``out=`` is refused."""
 
 from __future__ import annotations
 
@@ -93,3 +96,9 @@ class JaxAdapter(Adapter):
 
     def wrap(self, x: Any) -> Any:
         return jax.dlpack.from_dlpack(x)
+
+    def run_for(self, plan: Any, bound: Any, guard: Any) -> Callable[..., Any]:
+        """On CUDA, through XLA's FFI on XLA's stream when it can (``jax_eager``)."""
+        from .._integrations.jax_eager import run_for
+
+        return run_for(plan, bound, guard)

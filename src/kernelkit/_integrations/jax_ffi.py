@@ -1,121 +1,201 @@
 """A kernelkit kernel inside ``jax.jit``: ``Kernel.as_jax_callable(...)``, through XLA's FFI.
 
-At trace time the callable sees only shapes and dtypes. It specializes the kernel for them on
-the CPU backend (compiling through the usual caches), then emits one ``jax.ffi.ffi_call`` whose
-attributes carry everything fixed for that specialization: the loaded library's launch entry
-address, the launch geometry and the argument pack (CUDA's kernelParams layout, the layout every
-backend launches from) with its constant slots (shapes, strides, ndim, scalars) filled in and
-its array slots naming XLA buffers. At run time XLA calls the handler of a small C++ shim
-(``jax_ffi_shim.cc``), built once from jaxlib's FFI headers (``jax.ffi.include_dir()``) with the
-CPU backend's C++ compiler and kept as a cache product (``<cache dir>/jax-ffi/``), which copies
-the pack, writes the buffer pointers into it and calls the entry: no Python, no copy, no sync.
+Tracing fixes what a call's inputs are (shapes, dtypes, scalar values) and resolves the rules
+(output shapes and dtypes, grid, ...) into a ``TracedCall``, the parameter of one JAX primitive,
+``kernelkit_call``. The platform is decided when JAX lowers the computation, not while
+tracing: abstract inputs carry no device, and JAX reuses one trace for arguments committed to
+any device, lowering it once per platform (so the default backend would be wrong for arrays
+committed elsewhere). The primitive therefore has one lowering rule per XLA platform: "cpu"
+specializes the kernel on the CPU backend, "cuda" on the CUDA backend, loaded on every CUDA
+device JAX uses in this process (one lowering serves all of a platform's devices; at run time
+the handler launches the function loaded in the context of XLA's stream). Plans are made from
+``AbstractArray``s and compiled through the usual caches.
+Each rule emits one FFI custom call to the handler of its platform in the C++ shim
+(``jax_shim``), with the attributes ``jax_pack`` builds: launch entry or CUfunctions, geometry,
+and the argument pack with its constant slots filled. At run time XLA calls the handler with its
+buffers (and on CUDA its stream): no Python, no copy, no sync.
 
-``jax.vmap`` runs the call once per batch element (``vmap_method="sequential"``): the kernel
-is specialized for one element's shapes. Only XLA's CPU platform has a handler for now; the
-CUDA path needs a second handler that takes XLA's stream (``PlatformStream<cudaStream_t>``) and
-``cuLaunchKernel``s the loaded CUfunction with the same pack, registered for platform "CUDA".
-JAX is imported when a callable is made, never at kernelkit's import.
+``jax.vmap`` runs the call once per batch element (a ``lax.map``): the kernel is specialized
+for one element's shapes. Outside ``jax.jit`` the primitive runs as a jitted call of its own,
+compiled once per specialization. JAX is imported when a callable is made, never at kernelkit's
+import. Eager ``kernel(...)`` calls on JAX CUDA arrays use the same shim (``jax_eager``).
 """
 
 from __future__ import annotations
 
-import ctypes
-import hashlib
-import subprocess
+import functools
 import threading
 from collections.abc import Callable, Sequence
-from pathlib import Path
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .._codegen import extent_param, metadata_param
-from .._errors import ArgumentError, ArgumentTypeError, BackendError
-from .._pack import ArgPack, scalar_bits
-from .._records import MAX_NDIM
+from .._arrays import DLPACK_CPU, DLPACK_CUDA
+from .._errors import ArgumentError, ArgumentTypeError
+from . import jax_pack, jax_shim
 
 if TYPE_CHECKING:
     from .._api import Kernel
 
-__all__ = ["JaxCallable", "as_jax_callable"]
+__all__ = ["JaxCallable", "TracedCall", "as_jax_callable"]
 
-TARGET = "kernelkit_cpu_launch"
-SHIM_SOURCE = Path(__file__).with_name("jax_ffi_shim.cc")
-AREA = "jax-ffi"  # the shim's cache-product area
-_SYMBOL = "kk_jax_cpu_launch"
-_FLAGS = ("-std=c++17", "-O2", "-shared", "-fPIC")
+# XLA platform -> (kernelkit backend, DLPack device type of its arrays, the shim's FFI target)
+PLATFORMS = {
+    "cpu": ("cpu", DLPACK_CPU, jax_shim.CPU_TARGET),
+    "cuda": ("cuda", DLPACK_CUDA, jax_shim.CUDA_TARGET),
+}
 _lock = threading.Lock()
-_registered = False
-_shim: ctypes.CDLL | None = None
-# Every loaded program a traced call refers to stays loaded: a compiled XLA executable may call
-# its entry at any later time (kernelkit's own plans may be evicted meanwhile).
-_keep: dict[int, Any] = {}
+_primitive: Any = None
 
 
-def _build_shim(include: str, directory: Path) -> bool:
-    from .._backends.cpu._toolchain import find_compiler
+@dataclass(frozen=True, eq=False)
+class TracedCall:
+    """One specialization of a ``JaxCallable``, fixed by tracing; the primitive's parameter
+    (compared by identity). ``inputs`` holds a ``jax.ShapeDtypeStruct`` per array input and
+    the value of every other input (a scalar, or None for an absent optional input)."""
 
-    cmd = [
-        find_compiler(),
-        *_FLAGS,
-        "-I",
-        include,
-        str(SHIM_SOURCE),
-        "-o",
-        str(directory / "shim.so"),
-    ]
-    try:
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    except (OSError, subprocess.SubprocessError) as e:
-        raise BackendError(f"[jax] cannot build the XLA FFI shim: {e}") from None
-    if done.returncode != 0:
-        raise BackendError(
-            f"[jax] building the XLA FFI shim failed ({' '.join(cmd)}):\n{done.stderr[-4000:]}"
-        )
-    return True
+    kernel: Kernel
+    inputs: tuple[Any, ...]
+    out_shapes: tuple[tuple[int, ...], ...]
+    out_dtypes: tuple[Any, ...]  # numpy dtypes
+    launch: tuple[Any, Any, Any]  # grid, threadgroup, shared memory
+    template: Any
+    _lowered: dict[tuple, dict[str, Any]] = field(default_factory=dict, repr=False)
 
+    def __repr__(self) -> str:  # shown in jaxprs
+        return f"TracedCall({self.kernel.name!r}, inputs={self.inputs}, launch={self.launch})"
 
-def _ensure_registered() -> None:
-    """Build (once, cached) and load the shim, and register its handler with XLA (once)."""
-    global _registered, _shim
-    with _lock:
-        if _registered:
-            return
+    @functools.cached_property
+    def out_avals(self) -> list[Any]:
         import jax
 
-        from .._backends.cpu._toolchain import compiler_identity, find_compiler
-        from .._cache import products
+        return [jax.core.ShapedArray(s, d) for s, d in zip(self.out_shapes, self.out_dtypes)]
 
-        include = jax.ffi.include_dir()
-        header = Path(include, "xla", "ffi", "api", "ffi.h")
-        digest = hashlib.sha256()
-        for part in (
-            SHIM_SOURCE.read_bytes(),
-            header.read_bytes(),
-            compiler_identity(find_compiler()).encode(),
-            repr(_FLAGS).encode(),
-        ):
-            digest.update(part)
-        name = digest.hexdigest()[:24]
-        found = products.get(AREA, name, lambda d: _build_shim(include, d))
+    @functools.cached_property
+    def jitted(self) -> Callable[..., Any]:
+        """The primitive alone, compiled: how it runs outside ``jax.jit``."""
+        import jax
+
+        return jax.jit(functools.partial(_kernelkit_call().bind, call=self))
+
+    def _plan(self, platform: str, device: int) -> Any:
+        """The kernel specialized on ``platform``'s backend for ``device`` (a LaunchPlan)."""
+        from .._arrays._abstract import AbstractArray
+        from .._key import CallArgs
+
+        backend, device_type, _ = PLATFORMS[platform]
+        pinned = self.kernel.spec.backend
+        if pinned not in (None, backend):
+            raise ArgumentError(
+                f"[{self.kernel.name}] is pinned to backend {pinned!r}, but this computation "
+                f"runs on XLA's {platform} platform"
+            )
+        inputs = [
+            AbstractArray(tuple(d.shape), d.dtype, device_type, device)
+            if hasattr(d, "shape")
+            else d
+            for d in self.inputs
+        ]
+        grid, threadgroup, shared = self.launch
+        args = CallArgs(
+            inputs, list(self.out_shapes), list(self.out_dtypes), grid, threadgroup,
+            self.template, None, None, None, backend, None, shared,
+        )  # fmt: skip
+        return self.kernel._specialize(args, False)
+
+    def attributes(self, platform: str, devices: tuple[int, ...]) -> dict[str, Any]:
+        """The FFI attributes for ``platform`` and these devices (once each)."""
+        key = (platform, devices)
+        found = self._lowered.get(key)
         if found is None:
-            raise BackendError("[jax] the XLA FFI shim could not be built or stored")
-        _shim = ctypes.CDLL(str(found / "shim.so"))
-        handler = getattr(_shim, _SYMBOL)
-        jax.ffi.register_ffi_target(TARGET, jax.ffi.pycapsule(handler), platform="cpu")
-        _registered = True
+            spec = self.kernel.spec
+            arrays: dict[str, tuple[int, ...] | None] = {}
+            scalars: dict[str, Any] = {}
+            for name, d in zip(spec.input_names, self.inputs):
+                if hasattr(d, "shape"):
+                    arrays[name] = tuple(d.shape)
+                elif d is None:
+                    arrays[name] = None
+                else:
+                    scalars[name] = d
+            arrays.update(zip(spec.output_names, self.out_shapes))
+            plans = [self._plan(platform, device) for device in devices]
+            found = jax_pack.attributes(platform, plans, arrays, scalars, self.launch)
+            self._lowered[key] = found
+        return found
 
 
-def _resolve(value: Any, inputs: tuple, what: str) -> Any:
+def _kernelkit_call() -> Any:
+    """The ``kernelkit_call`` primitive, made with its rules on first use."""
+    global _primitive
+    with _lock:
+        if _primitive is None:
+            from jax.extend.core import Primitive
+            from jax.interpreters import batching, mlir
+
+            prim = Primitive("kernelkit_call")
+            prim.multiple_results = True
+            prim.def_impl(_impl)
+            prim.def_abstract_eval(lambda *avals, call: call.out_avals)
+            batching.fancy_primitive_batchers[prim] = _batch  # primitive_batchers: deprecated
+            for platform in PLATFORMS:
+                rule = functools.partial(_lower, platform=platform)
+                mlir.register_lowering(prim, rule, platform=platform)
+            _primitive = prim
+    return _primitive
+
+
+def _impl(*arrays: Any, call: TracedCall) -> Any:
+    """The primitive applied to concrete arrays: its compiled call (even under disable_jit)."""
+    import jax
+
+    with jax.disable_jit(False):
+        return call.jitted(*arrays)
+
+
+def _batch(axis: Any, args: Sequence[Any], dims: Sequence[Any], *, call: TracedCall) -> Any:
+    """vmap: one call per batch element, in a ``lax.map`` (the call is one element's)."""
+    import jax
+    import jax.numpy as jnp
+
+    prim = _kernelkit_call()
+    if all(d is None for d in dims):
+        outs = prim.bind(*args, call=call)
+        return outs, [None] * len(outs)
+    moved = [x if d is None else jnp.moveaxis(x, d, 0) for x, d in zip(args, dims)]
+    batched = [d is not None for d in dims]
+
+    def one(elements: list[Any]) -> Any:
+        it = iter(elements)
+        return prim.bind(*(next(it) if b else x for x, b in zip(moved, batched)), call=call)
+
+    outs = jax.lax.map(one, [x for x, b in zip(moved, batched) if b])
+    return outs, [0] * len(outs)
+
+
+def _devices(platform: str) -> tuple[int, ...]:
+    """The devices a lowered computation may run on, as kernelkit numbers them (CUDA's
+    ordinals): every device of the platform that JAX uses in this process, since JAX compiles
+    one lowering for any of them."""
+    if platform == "cpu":
+        return (0,)
+    import jax
+
+    return tuple(sorted(d.local_hardware_id for d in jax.local_devices(backend=platform)))
+
+
+def _lower(ctx: Any, *operands: Any, call: TracedCall, platform: str) -> Any:
+    """The lowering for one XLA platform: specialize there, emit the shim's FFI call."""
+    import jax
+
+    jax_shim.ensure_registered()
+    attributes = call.attributes(platform, _devices(platform))
+    return jax.ffi.ffi_lowering(PLATFORMS[platform][2])(ctx, *operands, **attributes)
+
+
+def _resolve(value: Any, inputs: tuple) -> Any:
     if callable(value) and not isinstance(value, type):
         return value(*inputs)
     return value
-
-
-def _row_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
-    strides, acc = [], 1
-    for n in reversed(shape):
-        strides.append(acc)
-        acc *= n
-    return tuple(reversed(strides))
 
 
 class JaxCallable:
@@ -135,7 +215,7 @@ class JaxCallable:
     ) -> None:
         self.kernel = kernel
         self._rules = (output_shapes, output_dtypes, grid, threadgroup, template, shared_memory)
-        self._calls: dict[Any, tuple[Callable[..., Any], tuple[int, ...]]] = {}
+        self._calls: dict[Any, tuple[TracedCall, tuple[int, ...]]] = {}
 
     def __repr__(self) -> str:
         return f"JaxCallable({self.kernel.name!r})"
@@ -152,7 +232,8 @@ class JaxCallable:
                 f"[{name}] expected {n_in} inputs {list(self.kernel.spec.input_names)}, "
                 f"got {len(inputs)}"
             )
-        arrays, described = [], []
+        arrays: list[Any] = []
+        described: list[Any] = []
         for x in inputs:
             if x is None or isinstance(x, int | float | bool):
                 described.append(x)
@@ -167,25 +248,20 @@ class JaxCallable:
         )
         found = self._calls.get(key)
         if found is None:
-            found = self._specialize(tuple(described))
+            found = self._trace(tuple(described))
             self._calls[key] = found
         call, positions = found
-        results = call(*(arrays[i] for i in positions))
-        return list(results)
+        return list(_kernelkit_call().bind(*(arrays[i] for i in positions), call=call))
 
-    def _specialize(self, described: tuple) -> tuple[Callable[..., Any], tuple[int, ...]]:
-        """The ffi_call for these input shapes and dtypes (once per specialization)."""
+    def _trace(self, described: tuple) -> tuple[TracedCall, tuple[int, ...]]:
+        """Resolve the rules for these inputs (once per input shapes, dtypes and scalars)."""
         import jax
         import numpy as np
 
-        from .._backends.cpu._program import worker_count
-        from .._key import CallArgs
-
-        _ensure_registered()
         spec, name = self.kernel.spec, self.kernel.name
         shapes_rule, dtypes_rule, grid_r, tg_r, template_r, shared_r = self._rules
-        out_shapes = _resolve(shapes_rule, described, "output_shapes")
-        out_dtypes = _resolve(dtypes_rule, described, "output_dtypes")
+        out_shapes = _resolve(shapes_rule, described)
+        out_dtypes = _resolve(dtypes_rule, described)
         if not isinstance(out_shapes, list | tuple) or not isinstance(out_dtypes, list | tuple):
             raise ArgumentTypeError(
                 f"[{name}] output_shapes and output_dtypes must be lists (or functions of the "
@@ -196,91 +272,27 @@ class JaxCallable:
                 f"[{name}] needs {len(spec.output_names)} output shapes and dtypes, got "
                 f"{len(out_shapes)} and {len(out_dtypes)}"
             )
-        out_shapes = [tuple(int(d) for d in s) for s in out_shapes]
-        out_dtypes = [np.dtype(d) for d in out_dtypes]
-        grid = tuple(_resolve(grid_r, described, "grid"))
-        threadgroup = tuple(_resolve(tg_r, described, "threadgroup"))
-        template = _resolve(template_r, described, "template")
-        shared = _resolve(shared_r, described, "shared_memory")
-
-        # Specialize through the ordinary path with placeholder host arrays of the traced
-        # shapes (never written or read: nothing is launched here).
-        dummies = [
-            np.empty(d.shape, d.dtype) if isinstance(d, jax.ShapeDtypeStruct) else d
-            for d in described
-        ]
-        args = CallArgs(
-            dummies, out_shapes, out_dtypes, grid, threadgroup, template, None, None, None,
-            "cpu", None, shared,
-        )  # fmt: skip
-        plan = self.kernel._specialize(args, False)
-        loaded = plan.loaded
-        geo = loaded.geometries(grid, threadgroup, shared)
-        program = loaded.program
-
-        # The argument pack with its constant slots filled; array slots name XLA buffers
-        # (the traced array inputs first, then the outputs, in ffi_call's order).
-        layouts: dict[str, tuple[tuple[int, ...], int]] = {}  # array name -> (shape, buffer)
-        positions, buffer = [], 0
-        for i, (iname, d) in enumerate(zip(spec.input_names, described)):
-            if isinstance(d, jax.ShapeDtypeStruct):
-                layouts[iname] = (tuple(d.shape), buffer)
-                positions.append(i)
-                buffer += 1
-        for oname, shape in zip(spec.output_names, out_shapes):
-            layouts[oname] = (shape, buffer)
-            buffer += 1
-        scalars = {n: d for n, d in zip(spec.input_names, described) if d is not None}
-        pack = ArgPack(plan.params)
-        buffers = []
-        for p, slot in zip(plan.params, pack.slots):
-            buffers.append(-1)
-            if p.kind in ("array", "scalar_array"):
-                if p.name in layouts:
-                    buffers[-1] = layouts[p.name][1]
-                continue
-            if p.kind == "scalar":
-                slot.value = scalar_bits(scalars[p.name], p.dtype)
-                continue
-            for array, (shape, _) in layouts.items():
-                if len(shape) > MAX_NDIM:
-                    raise ArgumentError(
-                        f"[{name}] {array!r} has {len(shape)} dimensions; at most {MAX_NDIM}"
-                    )
-                strides = _row_strides(shape)
-                if p.name == metadata_param(array, "shape"):
-                    slot[: len(shape)] = shape
-                elif p.name == metadata_param(array, "strides"):
-                    slot[: len(strides)] = strides
-                elif p.name == metadata_param(array, "ndim"):
-                    slot.value = len(shape)
-                elif p.name == extent_param(array):
-                    slot.value = 1 + sum((n - 1) * s for n, s in zip(shape, strides))
-                    if not all(shape):
-                        slot.value = 0
-        blob, offsets = bytearray(), []
-        for slot in pack.slots:
-            raw = bytes(slot)
-            offsets.append(len(blob))
-            blob += raw + b"\0" * (-len(raw) % 8)  # every slot 8-byte aligned
-        entry = ctypes.cast(program.entry, ctypes.c_void_p).value or 0
-        fault = ctypes.cast(program.fault_text, ctypes.c_void_p).value or 0
-        _keep[entry] = loaded
-        attributes = {
-            "entry": np.uint64(entry),
-            "fault_text": np.uint64(fault),
-            "geometry": np.array([*geo, worker_count()], dtype=np.int64),
-            "pack": np.frombuffer(bytes(blob) or b"\0" * 8, dtype=np.int64).copy(),
-            "offsets": np.array(offsets, dtype=np.int64),
-            "buffers": np.array(buffers, dtype=np.int64),
-        }
-        results = [jax.ShapeDtypeStruct(s, d) for s, d in zip(out_shapes, out_dtypes)]
-        call = jax.ffi.ffi_call(TARGET, results, has_side_effect=False, vmap_method="sequential")
-
-        def run(*arrays: Any) -> Any:
-            return call(*arrays, **attributes)
-
-        return run, tuple(positions)
+        dtypes = tuple(np.dtype(d) for d in out_dtypes)
+        for oname, d in zip(spec.output_names, dtypes):
+            if jax.dtypes.canonicalize_dtype(d) != d:
+                raise ArgumentTypeError(
+                    f"[{name}] output {oname!r} has dtype {d}, which JAX holds only with "
+                    "jax_enable_x64 on"
+                )
+        call = TracedCall(
+            self.kernel,
+            described,
+            tuple(tuple(int(n) for n in s) for s in out_shapes),
+            dtypes,
+            (
+                tuple(_resolve(grid_r, described)),
+                tuple(_resolve(tg_r, described)),
+                _resolve(shared_r, described),
+            ),
+            _resolve(template_r, described),
+        )
+        positions = tuple(i for i, d in enumerate(described) if hasattr(d, "shape"))
+        return call, positions
 
 
 def as_jax_callable(
@@ -294,10 +306,10 @@ def as_jax_callable(
     shared_memory: Any = None,
 ) -> JaxCallable:
     """See ``Kernel.as_jax_callable``."""
-    if kernel.spec.backend not in (None, "cpu"):
+    if kernel.spec.backend not in (None, *(b for b, _, _ in PLATFORMS.values())):
         raise ArgumentError(
-            f"[{kernel.name}] as_jax_callable runs on the CPU backend for now; this kernel is "
-            f"pinned to backend {kernel.spec.backend!r}"
+            f"[{kernel.name}] as_jax_callable runs on the CPU and CUDA backends; this kernel "
+            f"is pinned to backend {kernel.spec.backend!r}"
         )
     return JaxCallable(
         kernel, output_shapes, output_dtypes, grid, threadgroup, template, shared_memory

@@ -1,0 +1,165 @@
+"""Eager ``kernel(...)`` calls on JAX arrays through XLA's FFI (``_integrations/jax_eager``).
+
+The route is on for JAX CUDA arrays; these tests turn it on for JAX CPU arrays too, so that CI
+(no GPU) runs all of it on the CPU backend: results against NumPy in float64, the plan's run
+and ``run_source`` naming the route, what stays on the direct path (``init_value=``,
+``stream=``, variants past the limit), and the warning when the shim cannot be built."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+from conftest import CPU_AVAILABLE
+
+import kernelkit
+from kernelkit._integrations import jax_eager, jax_shim
+
+jax = pytest.importorskip("jax")
+jnp = pytest.importorskip("jax.numpy")
+pytestmark = pytest.mark.skipif(not CPU_AVAILABLE, reason="the CPU backend does not load here")
+
+BODY = """
+uint i = blockIdx.x * blockDim.x + threadIdx.x;
+if (i < x_shape[0]) {
+    y[i] = alpha * x[i] + b[0];
+    n[i] = (int)i * x_ndim;
+}
+"""
+
+
+@pytest.fixture
+def route_on_cpu(monkeypatch):
+    monkeypatch.setattr(jax_eager, "EAGER_PLATFORMS", frozenset({"cpu", "cuda"}))
+    monkeypatch.setattr(jax_eager, "_warned", set())
+
+
+def _cpu(a) -> jax.Array:
+    return jax.device_put(jnp.asarray(a), jax.devices("cpu")[0])  # XLA's CPU even with a GPU
+
+
+def _kernel(name: str) -> kernelkit.Kernel:
+    return kernelkit.kernel(name, ["x", "alpha", "b"], ["y", "n"], BODY)
+
+
+def _call(k: kernelkit.Kernel, x, alpha, b, **kw):
+    n = x.shape[0]
+    return k([x, alpha, b], output_shapes=[(n,), (n,)], output_dtypes=[x.dtype, jnp.int32],
+             grid=(n, 1, 1), threadgroup=(32, 1, 1), **kw)  # fmt: skip
+
+
+def _route(k: kernelkit.Kernel) -> jax_eager.EagerRoute:
+    (plan,) = k._plans.values()
+    assert isinstance(plan.run, jax_eager.EagerRoute)
+    assert plan.run_source.startswith("# run: EagerRoute(")
+    return plan.run
+
+
+def _check(y, n, x: np.ndarray, alpha: float, b: np.ndarray) -> None:
+    assert isinstance(y, jax.Array) and isinstance(n, jax.Array)
+    want = alpha * x.astype(np.float64) + b.astype(np.float64)[0]
+    np.testing.assert_allclose(np.asarray(y), want, rtol=1e-6, atol=1e-6)
+    np.testing.assert_array_equal(np.asarray(n), np.arange(x.shape[0]))
+
+
+def test_eager_calls_run_through_the_ffi_and_match_numpy(route_on_cpu):
+    k = _kernel("eager_axpb")
+    rng = np.random.default_rng(0)
+    b = rng.standard_normal(1).astype(np.float32)
+    for size, alpha in [(1, 0.5), (300, -2.0), (300, -2.0), (1000, 3.0)]:
+        x = rng.standard_normal(size).astype(np.float32)
+        y, n = _call(k, _cpu(x), alpha, _cpu(b))
+        _check(y, n, x, alpha, b)
+    route = _route(k)
+    assert k._last is route
+    assert len(route._calls) == 3  # one XLA call per (shapes, scalars, geometry) seen
+
+
+def _count_direct(route: jax_eager.EagerRoute, monkeypatch) -> list[int]:
+    """Counts the calls the route hands to the direct path."""
+    calls: list[int] = []
+    direct = route._direct
+
+    def counting(*args):
+        calls.append(1)
+        return direct(*args)
+
+    monkeypatch.setattr(route, "_direct", counting)
+    return calls
+
+
+def test_init_value_and_stream_take_the_direct_path(route_on_cpu, monkeypatch):
+    k = _kernel("eager_direct")
+    x, b = np.arange(40, dtype=np.float32), np.ones(1, np.float32)
+    _check(*_call(k, _cpu(x), 2.0, _cpu(b)), x, 2.0, b)
+    route = _route(k)
+    direct = _count_direct(route, monkeypatch)
+    _check(*_call(k, _cpu(x), 2.0, _cpu(b)), x, 2.0, b)
+    assert not direct
+    _check(*_call(k, _cpu(x), 2.0, _cpu(b), init_value=0), x, 2.0, b)
+    _check(*_call(k, _cpu(x), 2.0, _cpu(b), stream=0), x, 2.0, b)
+    assert len(direct) == 2 and len(route._calls) == 1
+
+
+def test_variants_past_the_limit_take_the_direct_path_with_one_warning(route_on_cpu, monkeypatch):
+    monkeypatch.setattr(jax_eager, "MAX_VARIANTS", 2)
+    k = _kernel("eager_variants")
+    x, b = np.linspace(-1, 1, 64, dtype=np.float32), np.zeros(1, np.float32)
+    _check(*_call(k, _cpu(x), 1.0, _cpu(b)), x, 1.0, b)
+    route = _route(k)
+    direct = _count_direct(route, monkeypatch)
+    _check(*_call(k, _cpu(x), 2.0, _cpu(b)), x, 2.0, b)
+    with pytest.warns(RuntimeWarning, match="more than 2 eager JAX call variants"):
+        _check(*_call(k, _cpu(x), 3.0, _cpu(b)), x, 3.0, b)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _check(*_call(k, _cpu(x), 4.0, _cpu(b)), x, 4.0, b)
+        _check(*_call(k, _cpu(x), 1.0, _cpu(b)), x, 1.0, b)  # a compiled variant: the route
+    assert len(direct) == 2 and len(route._calls) == 2
+
+
+def test_without_the_shim_calls_synchronize_and_say_why(route_on_cpu, monkeypatch):
+    monkeypatch.setattr(jax_shim, "problem", lambda: "[jax] no C++ compiler (test)")
+    k = _kernel("eager_no_shim")
+    x, b = np.arange(8, dtype=np.float32), np.ones(1, np.float32)
+    with pytest.warns(RuntimeWarning, match=r"synchronize the host .*no C\+\+ compiler \(test\)"):
+        _check(*_call(k, _cpu(x), 2.0, _cpu(b)), x, 2.0, b)
+    (plan,) = k._plans.values()
+    assert not isinstance(plan.run, jax_eager.EagerRoute)
+    assert not plan.run_source.startswith("# run:")
+
+
+def test_jax_cpu_arrays_keep_the_direct_path_by_default():
+    k = _kernel("eager_default")
+    x, b = np.arange(8, dtype=np.float32), np.ones(1, np.float32)
+    _check(*_call(k, _cpu(x), 2.0, _cpu(b)), x, 2.0, b)
+    (plan,) = k._plans.values()
+    assert not isinstance(plan.run, jax_eager.EagerRoute)
+
+
+def test_bad_calls_get_the_direct_paths_errors(route_on_cpu):
+    k = _kernel("eager_errors")
+    x, b = _cpu(np.arange(8, dtype=np.float32)), _cpu(np.ones(1, np.float32))
+    _call(k, x, 2.0, b)
+    _route(k)
+    with pytest.raises(kernelkit.ArgumentError, match="output_shapes must be a list of 2"):
+        k([x, 2.0, b], output_shapes=[(8,)], output_dtypes=[x.dtype, jnp.int32], grid=(8, 1, 1))
+    with pytest.raises(kernelkit.ArgumentError, match="threadgroup"):
+        k([x, 2.0, b], output_shapes=[(8,), (8,)], output_dtypes=[x.dtype, jnp.int32],
+          grid=(4096, 1, 1), threadgroup=(2048, 1, 1))  # fmt: skip
+
+
+def test_optional_inputs_and_0d_arrays(route_on_cpu):
+    body = "uint i = threadIdx.x; if (i < y_shape[0]) y[i] = (b != NULL ? b[i] : 10.0f) * s[0];"
+    k = kernelkit.kernel("eager_optional", ["b", "s", "x"], ["y"], body + " (void)x;",
+                         optional_inputs={"b": "float32"})  # fmt: skip
+    s, x = _cpu(np.float32(3.0)), _cpu(np.zeros(4, np.float32))
+    (y,) = k([None, s, x], output_shapes=[(4,)], output_dtypes=["float32"], grid=(4, 1, 1),
+             threadgroup=(4, 1, 1))  # fmt: skip
+    np.testing.assert_array_equal(np.asarray(y), np.full(4, 30.0))
+    b = _cpu(np.arange(4, dtype=np.float32))
+    (y,) = k([b, s, x], output_shapes=[(4,)], output_dtypes=["float32"], grid=(4, 1, 1),
+             threadgroup=(4, 1, 1))  # fmt: skip
+    np.testing.assert_array_equal(np.asarray(y), np.arange(4) * 3.0)
+    assert any(isinstance(p.run, jax_eager.EagerRoute) for p in k._plans.values())
