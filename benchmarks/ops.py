@@ -14,8 +14,12 @@ matmul: ``x[M, K] @ w[N, K].T`` in bfloat16 for the anchor shapes, kernelkit vs 
 with the weights rotated among copies that together exceed twice L2 (each call reads its weight
 from HBM), per-call time and the fraction of the copy rate for reading the weight once.
 
+For M > 16 a second row times ``matmul/mma`` (the sm_80+ tensor-core tile kernel; torch tensors
+otherwise take cuBLAS), forced with its heuristic's config, with its KernelChoice.
+
 ``--sweep`` also times every legal row config (forced) per op and shape and prints the best next
-to the heuristic's choice: how far the untuned choice is from an exhaustive sweep.
+to the heuristic's choice: how far the untuned choice is from an exhaustive sweep (for matmul:
+gemv and gemv_tc for M <= 16, mma's tile configs above).
 """
 
 from __future__ import annotations
@@ -274,12 +278,39 @@ def bench_matmul(rate: float, args: argparse.Namespace) -> int:
                 f"{d_ref / d_kk:9.2f}x{pct(d_kk):5.0f}%{pct(d_ref):8.0f}%{auto:>10}  {err:.1e}  "
                 f"{choice.describe()}"
             )
+            if m > 16:  # torch tensors take cuBLAS: the tensor-core tile kernel, forced
+                mma_row(x, weights, kk_fn, d_ref, pct)
             if args.sweep and m <= 16:
                 for impl in ("gemv", "gemv_tc"):
                     gemv_sweep(impl, x, weights, kk_fn, d_ref)
+            if args.sweep and m > 16:
+                gemv_sweep("mma", x, weights, kk_fn, d_ref)
         weights.clear()
         torch.cuda.empty_cache()
     return 0
+
+
+def mma_row(x, weights, kk_fn, d_ref: float, pct) -> None:
+    """matmul/mma (forced, with the config its heuristic gives this M, N): per-call and device
+    time, cuBLAS/mma, % of the matrix rate, error and the KernelChoice."""
+    from kernelkit._records import Problem
+    from kernelkit._registry import get_backend
+    from kernelkit.ops._matmul_mma import mma_heuristic
+
+    m, n = x.shape[0], weights[0].shape[0]
+    target = get_backend("cuda").targets()[torch.cuda.current_device()]
+    config = mma_heuristic(Problem("matmul", attrs=(("M", m), ("N", n))), target)
+    with force("matmul", "mma", config):
+        got = kk_fn(x, weights[0]).double()
+        want = x.double() @ weights[0].double().T
+        err = ((got - want).norm() / want.norm()).item()
+        t = time_us(rotating(kk_fn, x, weights))
+        d = graph_us(rotating(kk_fn, x, weights)) or t
+        choice = ops.matmul.explain(x, weights[0], transpose_b=True).choice
+    print(
+        f"{'':<14}{'mma':>6}{t:8.1f}{'':>8}{d:8.1f}{'':>11}{d_ref / d:9.2f}x{pct(d):5.0f}%"
+        f"{'':>9}{'':>10}  {err:.1e}  {choice.describe()}"
+    )
 
 
 def gemv_sweep(impl: str, x, weights, kk_fn, t_ref: float) -> None:
@@ -287,7 +318,11 @@ def gemv_sweep(impl: str, x, weights, kk_fn, t_ref: float) -> None:
     replays), next to cuBLAS's."""
     from kernelkit.ops import _matmul
 
-    configs = _matmul.GEMV_CONFIGS if impl == "gemv" else _matmul.GEMV_TC_CONFIGS
+    configs = {
+        "gemv": _matmul.GEMV_CONFIGS,
+        "gemv_tc": _matmul.GEMV_TC_CONFIGS,
+        "mma": _matmul.MMA.MMA_CONFIGS,
+    }[impl]
     times = []
     for config in configs:
         with force("matmul", impl, config):

@@ -3,8 +3,14 @@ weight [N, K]), with bias and activation fused, through the selection stage.
 
 Implementations (see ``_matmul_kernels``): ``gemv`` for decode shapes (M <= 16, weight [N, K]),
 ``gemv_tc`` for the same on the tensor cores (sm_80+, float16/bfloat16),
-``tiled`` for everything (any backend, the CPU too), and ``framework``: the arrays' own framework
-(torch: cuBLAS) for M > 16 on a GPU, where a vendor library's tensor-core kernels win.
+``tiled`` for everything (any backend, the CPU too), ``mma`` (``_matmul_mma``): tensor cores on
+sm_80+ for float16/bfloat16, and ``framework``: the arrays' own framework (torch: cuBLAS).
+
+Selection (``_select.select``): the ``framework`` microkernel matches torch CUDA tensors and wins
+there (microkernels come before heuristics); otherwise the generic implementations' heuristics
+are asked by priority: ``gemv_tc`` and ``gemv`` (M <= 16), ``mma`` (5: M > 16 on sm_80+), then
+``tiled``'s default. A table, the tuning database or ``kernelkit.force`` can name ``mma`` for torch
+tensors too.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from .._select.records import Config, KernelChoice
 from .._select.registry import Implementation, Op
 from .._select.select import Selection
 from . import _matmul_kernels as K
+from . import _matmul_mma as MMA
 from ._common import OpRunner, empty
 
 __all__ = ["matmul"]
@@ -40,6 +47,10 @@ _GEMV_TC = kernel(
 )  # fmt: skip
 _TILED = kernel(
     "ops_matmul_tiled", _INPUTS, ["y"], K.TILED_BODY, header=K.TILED,
+    optional_inputs={"bias": "float32"},
+)  # fmt: skip
+_MMA = kernel(
+    "ops_matmul_mma", _INPUTS, ["y"], MMA.MMA_BODY, header=MMA.MMA,
     optional_inputs={"bias": "float32"},
 )  # fmt: skip
 
@@ -67,7 +78,12 @@ def _launch(k: Any, choice: KernelChoice, call: Any, extra: list[tuple[str, Any]
         }
     )
     (y,) = k(
-        arrays, grid=choice.grid, threadgroup=choice.config.threadgroup, template=template, **kw
+        arrays,
+        grid=choice.grid,
+        threadgroup=choice.config.threadgroup,
+        template=template,
+        shared_memory=choice.config.shared_memory or None,
+        **kw,
     )
     return y
 
@@ -116,12 +132,15 @@ def _gemv_run(choice: KernelChoice, call: Any) -> Any:
 
 # --- gemv on the tensor cores -------------------------------------------------------------------
 
+
+def _gemv_tc_config(nt: int, warps: int, u: int, stages: int) -> Config:
+    ring = warps * stages * (nt + 2) * 512  # per warp and stage: NT weight + 2 x words per lane
+    return Config({"NT": nt, "WARPS": warps, "U": u, "STAGES": stages}, (32 * warps,), ring)
+
+
 GEMV_TC_CONFIGS = tuple(
-    Config({"NT": nt, "WARPS": w, "U": u}, (32 * w,))
-    for nt in (1, 2, 4)
-    for w in (4, 8)
-    for u in (1, 2, 4)
-)
+    _gemv_tc_config(nt, w, u, 0) for nt in (1, 2, 4) for w in (4, 8) for u in (1, 2, 4)
+) + tuple(_gemv_tc_config(nt, w, 1, st) for nt in (1, 2, 4) for w in (4, 8) for st in (4, 8))
 
 
 def _gemv_tc_match(p: Problem, t: Target) -> str | None:
@@ -142,10 +161,12 @@ def _gemv_tc_grid(p: Problem, c: Config) -> tuple[int, int, int]:
 
 
 def _gemv_tc_heuristic(p: Problem, t: Target) -> Config:
-    # two or more blocks for each of ~132 SMs: wide n-tiles only when N is large
+    # from a sweep of the 30 configs on an H100 (benchmarks/ops.py --only matmul --sweep): with
+    # N >= 8192, 4 n-tiles per warp, 8 warps and 2 steps of loads in flight were within 3% of
+    # the best at M = 1-16; narrower tiles keep every SM busy when N is smaller
     n = p.attr("N")
-    nt = 4 if n >= 8 * 4 * 264 else 2 if n >= 8 * 2 * 264 else 1
-    return Config({"NT": nt, "WARPS": 8, "U": 2}, (256,))
+    nt = 4 if n >= 8192 else 2 if n >= 2048 else 1
+    return _gemv_tc_config(nt, 8, 2, 0)
 
 
 def _gemv_tc_run(choice: KernelChoice, call: Any) -> Any:
@@ -167,6 +188,13 @@ def _tiled_grid(p: Problem, c: Config) -> tuple[int, int, int]:
 
 def _tiled_run(choice: KernelChoice, call: Any) -> Any:
     return _launch(_TILED, choice, call, [("W_KN", not call[0].attr("transpose_b"))])
+
+
+# --- mma (tensor cores, sm_80+; rules and source in _matmul_mma) --------------------------------
+
+
+def _mma_run(choice: KernelChoice, call: Any) -> Any:
+    return _launch(_MMA, choice, call, [("W_KN", not call[0].attr("transpose_b"))])
 
 
 # --- the arrays' framework --------------------------------------------------------------------
@@ -199,8 +227,8 @@ def _framework_run(choice: KernelChoice, call: Any) -> Any:
     return y
 
 
-OP = Op("matmul", key=["x.dtype", "N", "K", "M:ranges(1,2,3,5,9,17,65,257)", "transpose_b",
-                       "bias", "activation", "framework"])  # fmt: skip
+OP = Op("matmul", key=["x.dtype", "N", "K", "M:ranges(1,2,3,5,9,17,65,257,1025)", "transpose_b",
+                       "bias", "activation", "framework", "aligned16"])  # fmt: skip
 OP.register(
     Implementation(
         "framework",
@@ -229,11 +257,25 @@ OP.register(
         run=_gemv_tc_run,
         grid=_gemv_tc_grid,
         configs=GEMV_TC_CONFIGS,
-        default=Config({"NT": 2, "WARPS": 8, "U": 2}, (256,)),
+        default=_gemv_tc_config(2, 8, 2, 0),
         heuristic=_gemv_tc_heuristic,
         requires={"mma_sync"},
         match=_gemv_tc_match,
         priority=20,
+    )
+)
+OP.register(
+    Implementation(
+        "mma",
+        run=_mma_run,
+        grid=MMA.mma_grid,
+        configs=MMA.MMA_CONFIGS,
+        default=MMA.MMA_CONFIGS[1],
+        heuristic=MMA.mma_heuristic,
+        requires={"mma_sync", "cp_async"},  # sm_80+ target features
+        match=MMA.mma_match,
+        fits=MMA.mma_fits,
+        priority=5,  # after gemv (M <= 16), before tiled
     )
 )
 OP.register(
@@ -275,7 +317,8 @@ def _prepare(a: Any, b: Any, bias: Any, activation: Any, transpose_b: Any) -> tu
         raise ArgumentError(
             f"[matmul] a has K = {k} but b {tuple(b.shape)} as {layout} has K = {bk}"
         )
-    if str(a.dtype).split(".")[-1] != str(b.dtype).split(".")[-1]:
+    dtype = str(a.dtype).split(".")[-1]
+    if dtype != str(b.dtype).split(".")[-1]:
         raise ArgumentError(f"[matmul] a and b must have one dtype, got {a.dtype} and {b.dtype}")
     if bias is not None and tuple(bias.shape) != (n,):
         raise ArgumentError(f"[matmul] bias must have shape ({n},), got {tuple(bias.shape)}")
@@ -286,6 +329,9 @@ def _prepare(a: Any, b: Any, bias: Any, activation: Any, transpose_b: Any) -> tu
         "activation": activation,
         "bias": None if bias is None else str(bias.dtype).split(".")[-1],
         "framework": type(a).__module__.split(".")[0],
+        # mma's 16-byte copies: read per call (a view's offset is in no signature); None where
+        # mma cannot run anyway (other dtypes), so those calls read no pointers
+        "aligned16": MMA.aligned16(x, b) if dtype in MMA.MMA_DTYPES else None,
     }
     return x, lead, n, options
 
