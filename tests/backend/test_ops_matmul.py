@@ -152,13 +152,12 @@ def test_gemv_tc_every_config_on_the_gpu(arrays, dtype):
         bias = torch.randn(n, device="cuda")
         ref = torch.nn.functional.silu(a.double() @ w.double().T + bias.double())
         for config in ops._matmul.GEMV_TC_CONFIGS:
-            forced = {**config.values, "threadgroup": config.threadgroup}
             out = torch.full((m, n), float("nan"), device="cuda", dtype=tdt)
-            with force("matmul", "gemv_tc", forced):
+            with force("matmul", "gemv_tc", config):
                 ops.matmul(a, w, bias=bias, activation="silu", transpose_b=True, out=out)
             torch.cuda.synchronize()
             err = ((out.double() - ref).norm() / ref.norm()).item()
-            assert err <= 1e-2, (m, n, k, forced, err)
+            assert err <= 1e-2, (m, n, k, config.describe(), err)
 
 
 def test_gemv_tc_misaligned_and_strided_inputs_on_the_gpu(arrays):
@@ -170,18 +169,17 @@ def test_gemv_tc_misaligned_and_strided_inputs_on_the_gpu(arrays):
     wide = torch.randn(300, 1040, device="cuda").to(torch.bfloat16)
     w = wide[:, ::2]  # not row-contiguous: copied by the op
     ref = a.double() @ w.double().T
-    with force("matmul", "gemv_tc", {"NT": 2, "WARPS": 4, "U": 2, "threadgroup": (128,)}):
-        y = ops.matmul(a, w, transpose_b=True)
-    err = ((y.double() - ref).norm() / ref.norm()).item()
-    assert err <= 1e-2, err
+    for stages in (0, 4):  # a misaligned view takes the register path in both
+        with force("matmul", "gemv_tc", ops._matmul._gemv_tc_config(2, 4, 2, stages)):
+            y = ops.matmul(a, w, transpose_b=True)
+        err = ((y.double() - ref).norm() / ref.norm()).item()
+        assert err <= 1e-2, (stages, err)
 
 
 def test_gemv_tc_is_refused_where_it_cannot_run(arrays):
     a = arrays.put(RNG.standard_normal((2, 64)).astype(np.float32))
     w = arrays.put(RNG.standard_normal((8, 64)).astype(np.float32))
+    if arrays.on_gpu:
+        pytest.skip("torch CUDA tensors take the framework microkernel before any heuristic")
     text = str(ops.matmul.explain(a, w, transpose_b=True))
-    assert "gemv_tc" in text
-    if not arrays.on_gpu:
-        assert "mma_sync" in text  # the CPU backend has no tensor cores
-    else:
-        assert "float16/bfloat16" in text  # float32
+    assert "gemv_tc" in text and "mma_sync" in text  # the CPU backend has no tensor cores
