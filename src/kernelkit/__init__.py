@@ -27,6 +27,7 @@ from ._select.override import force
 from ._select.records import Config, KernelChoice
 from ._tune.autotune import AutotunedKernel, autotune, explain
 from ._version import __version__
+from ._workflows.tune_op import tune_op
 
 __all__ = [
     "ArgumentError",
@@ -54,4 +55,5 @@ __all__ = [
     "force",
     "kernel",
     "metal_kernel",
+    "tune_op",
 ]

@@ -37,6 +37,7 @@ def test_kernelkit_all_snapshot():
         "force",
         "kernel",
         "metal_kernel",
+        "tune_op",
     ]
     for name in kernelkit.__all__:
         assert hasattr(kernelkit, name)

@@ -323,3 +323,50 @@ def test_a_stored_config_that_does_not_fit_the_problem_is_refused():
     sel = select(op, problem(m=200), target(), database=lookup_of("tiled", Config({"BM": 2})))
     assert "M too large for BM" in sel.explain()
     assert sel.choice.source == "default" and sel.choice.config.values["BM"] == 64
+
+
+@pytest.mark.parametrize("feature", ["M:ranges(1,2,3,5,9,17,65,257)", "M:ranges(4)", "M:pow2"])
+def test_span_is_the_bucket_of_a_label(feature):
+    # a table row written from a key covers exactly the sizes of the key's bucket
+    f = Feature.parse(feature)
+    assert f.unbucketed == "M"
+    for v in range(1, 2100):
+        lo, hi = f.span(f.label(v))
+        assert (lo is None or lo <= v) and (hi is None or v <= hi), (v, f.label(v), lo, hi)
+        for edge in (lo, hi):
+            if edge is not None:
+                assert f.label(edge) == f.label(v)
+        if lo is not None and lo > 1:
+            assert f.label(lo - 1) != f.label(v)
+        if hi is not None:
+            assert f.label(hi + 1) != f.label(v)
+    assert Feature.parse("M").span("7") is None  # exact: no span
+    assert f.span("[2,9)") is None and f.span("12") is None and f.span("x") is None
+
+
+def test_a_lookup_may_give_several_candidates_the_first_legal_wins():
+    op, p, t = make_op(), problem(m=200), target()
+    rows = [
+        ("gone", Config(), "row 0"),  # no such implementation
+        ("tiled", Config({"BM": 32}, (64,)), "row 1"),  # not one of tiled's configs
+        ("gemv", Config(), "row 2"),  # a microkernel that does not match M = 200
+        ("tiled", Config({"BM": 128}, (256,)), "row 3"),
+    ]
+    sel = select(op, p, t, table=lambda p, t, key: rows)
+    assert (sel.choice.source, sel.choice.config, sel.choice.reason) == (
+        "table",
+        Config({"BM": 128}, (256,)),
+        "row 3",
+    )
+    verdicts = [c.verdict for c in sel.considered if c.source == "table"]
+    assert "no implementation 'gone'" in verdicts[0] and "(row 0)" in verdicts[0]
+    assert "config [BM=32 threadgroup=64x1x1] is not one of tiled's" in verdicts[1]
+    assert "M = 200 > 16" in verdicts[2] and verdicts[3] == "chosen"
+    assert sel.problem is p and sel.target is t  # what the decision was made for
+    # the database may hold configs outside the list (AutotunedKernel.tune(configs=...))
+    sel = select(op, p, t, database=lookup_of("tiled", Config({"BM": 32}, (64,))))
+    assert (sel.choice.source, sel.choice.config.values) == ("database", {"BM": 32})
+    # every row refused: the next rule decides; an empty list is "no entry"
+    sel = select(op, p, t, table=lambda p, t, key: rows[:3])
+    assert sel.choice.source == "default" and "refused" in sel.explain()
+    assert "table: no entry" in select(op, p, t, table=lambda p, t, key: []).explain()

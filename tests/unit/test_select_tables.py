@@ -235,3 +235,68 @@ def test_shipped_tables_load_once_and_hold_no_made_up_data(monkeypatch) -> None:
         for p in folder.iterdir()
         if p.suffix in (".yaml", ".yml", ".json")
     )
+
+
+# rows written from a tuned key -----------------------------------------------------------------
+def test_a_row_from_a_key_covers_the_bucket_and_round_trips(tmp_path) -> None:
+    key = (
+        ("a.dtype", "float16"),
+        ("K", "4096"),
+        ("M:ranges(1,2,3,5,9,17)", "[3,5)"),
+        ("rows:pow2", "64"),
+        ("transpose_b", "True"),
+        ("bias", "None"),
+    )
+    e = TableEntry.from_key("matmul", "matmul/tiled", Config({"BM": 64}), key, "sm_90", "H100")
+    assert e.exact == (("K", 4096), ("a.dtype", "float16"), ("bias", "None"), ("transpose_b", True))
+    assert e.ranges == (("M", 3, 4), ("rows", 33, 64))
+    path = tmp_path / "matmul.h100.yaml"
+    Table.write(path, [e], op="matmul", device={"arch": "sm_90", "name": "H100"})
+    doc = yaml.safe_load(path.read_text())
+    assert doc["op"] == "matmul" and doc["device"] == {"arch": "sm_90", "name": "H100"}
+    assert set(doc["entries"][0]) == {"match", "impl", "config"}  # the file's defaults apply
+    (again,) = quiet_load([path]).entries
+    assert again == e
+    t = Table([again])
+
+    def p(m: int, rows: int = 50) -> Problem:
+        a = ArgFacts("a", "array", "float16", (m, 4096))
+        attrs = (("M", m), ("K", 4096), ("rows", rows), ("transpose_b", True), ("bias", None))
+        return Problem("matmul", (a,), attrs=attrs)
+
+    assert [m for m in range(1, 9) if t.lookup("matmul", target(), p(m))] == [3, 4]
+    assert t.lookup("matmul", target(), p(3, rows=65)) is None
+    with pytest.raises(BadTable, match="has no device"):
+        Table.write(path, [entry("matmul/x")], device={"arch": "sm_90"})
+
+
+def test_h100_and_h200_rows_are_told_apart_by_name() -> None:
+    # both are sm_90: a row names the device (a substring of its name) to apply to one only
+    rows = [entry(f"matmul/{d}", arch="sm_90", device_name=d.upper()) for d in ("h100", "h200")]
+    t = Table(rows)
+    for name, impl in [
+        ("NVIDIA H100 80GB HBM3", "matmul/h100"),
+        ("NVIDIA H100 PCIe", "matmul/h100"),
+        ("NVIDIA H200", "matmul/h200"),
+    ]:
+        assert [e.impl for e in t.matches("matmul", target(name=name), problem(8))] == [impl]
+    assert t.matches("matmul", target("sm_80", "NVIDIA A100-SXM4-80GB"), problem(8)) == []
+
+
+def test_matches_lists_every_matching_row_most_specific_first() -> None:
+    t = quiet_load([EXAMPLE])
+    got = [e.impl for e in t.matches("matmul", target(), problem(8))]
+    assert got == ["matmul/splitk", "matmul/tiled", "matmul/generic"]
+    assert t.lookup("matmul", target(), problem(8)).impl == got[0]
+
+
+def test_shipped_rows_name_implementations_and_configs_the_ops_have() -> None:
+    # a kernel change that removes or renames a config must retune (or drop) the rows naming it
+    from kernelkit._workflows.op_cases import op_object
+
+    for e in shipped_tables().entries:
+        impl = op_object(e.op).get(e.impl)
+        assert impl is not None, f"{e.describe()}: no such implementation"
+        if impl.kind == "generic":
+            listed = e.config in impl.configs or e.config == impl.default
+            assert listed, f"{e.describe()}: [{e.config.describe()}] is not one of its configs"

@@ -29,24 +29,20 @@ def _database(backend: Backend) -> Any:
         record = store.get(problem.name, env, key)
         if record is None:
             return None
-        return record.impl, record.config, f"tuned {record.created}"
+        best = f", {record.best_us:g} us, best of {record.candidates}" if record.best_us else ""
+        return record.impl, record.config, f"tuned {record.created}{best}"
 
     return lookup
 
 
-def _table(op: Op) -> Any:
-    """A lookup into the shipped tables; an entry naming an implementation ``op`` lacks is
-    passed over for the next-best entry."""
+def _table() -> Any:
+    """A lookup into the shipped tables: every matching entry, most specific first (``select``
+    takes the first it can run and says why it passed over the others)."""
     from .tables import shipped_tables
 
-    def known(op_name: str, impl: str) -> bool:
-        return op.get(impl) is not None
-
-    def lookup(problem: Problem, target: Target, key: tuple) -> tuple[str, Config, str] | None:
-        entry = shipped_tables().lookup(problem.name, target, problem, known_impl=known)
-        if entry is None:
-            return None
-        return entry.impl, entry.config, f"table {entry.where}"
+    def lookup(problem: Problem, target: Target, key: tuple) -> list[tuple[str, Config, str]]:
+        entries = shipped_tables().matches(problem.name, target, problem)
+        return [(e.impl, e.config, f"table {e.where}") for e in entries]
 
     return lookup
 
@@ -59,7 +55,7 @@ def selection(op: Op, problem: Problem, target: Target, backend: Backend) -> Sel
         target,
         override=forced(op.name),
         database=_database(backend),
-        table=_table(op),
+        table=_table(),
     )
 
 

@@ -108,6 +108,41 @@ class Feature:
         """Whether ``value`` falls in the bucket ``label`` (for tables written as buckets)."""
         return self.label(value) == label
 
+    @property
+    def unbucketed(self) -> str:
+        """The text without its bucket (``M:pow2`` -> ``M``): what a table's range matches."""
+        return self.text.split(":", 1)[0]
+
+    def span(self, label: str) -> tuple[int | None, int | None] | None:
+        """The sizes whose bucket is ``label``, as an inclusive ``(lo, hi)`` (None: unbounded),
+        so a table row can describe the bucket; None for an unbucketed feature or a label
+        this feature never gives.
+
+        Example::
+
+            >>> Feature.parse("M:ranges(1,17,129)").span("[17,129)")
+            (17, 128)
+            >>> Feature.parse("M:pow2").span("64")
+            (33, 64)
+        """
+        if self.bucket == "pow2":
+            if not label.isdigit() or int(label) & (int(label) - 1) or int(label) == 0:
+                return None
+            v = int(label)
+            return (1, 1) if v == 1 else (v // 2 + 1, v)
+        if self.bucket != "ranges" or not (label.startswith("[") and label.endswith(")")):
+            return None
+        lo_text, _, hi_text = label[1:-1].partition(",")
+        try:
+            lo = None if lo_text == "-inf" else int(lo_text)
+            hi = None if hi_text == "inf" else int(hi_text) - 1
+        except ValueError:
+            return None
+        inside = lo if lo is not None else hi
+        if inside is None or self.label(inside) != label:
+            return None  # not a bucket of these bounds
+        return lo, hi
+
 
 @dataclass(frozen=True)
 class KeySpec:

@@ -4,13 +4,17 @@ the ``KernelChoice`` and everything that was considered on the way (for ``explai
 Precedence, highest first: a user override > the tuning database > a shipped table > the
 highest-priority matching microkernel > a heuristic > a default that always works. A candidate
 any rule returns is checked against the implementation's own rule and the target's limits before
-it is taken; one that fails is recorded with why, and the next rule decides.
+it is taken; one that fails is recorded with why, and the next rule decides. A lookup may
+return several candidates, best first (a table: every matching row): the first legal one is
+taken. A table row must also name one of its implementation's configs (tables are made by
+tuning over them; a row naming a config since removed or renamed is passed over, never
+compiled).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from .._errors import ArgumentError
@@ -20,8 +24,10 @@ from .registry import Implementation, Op
 
 __all__ = ["Considered", "Override", "Selection", "select"]
 
-# key -> (implementation id, config, where) or None; "where" describes the record for explain
-Lookup = Callable[[Problem, Target, tuple], "tuple[str, Config, str] | None"]
+# (implementation id, config, where); "where" describes the record for explain
+Found = tuple[str, Config, str]
+# key -> one candidate, a list of them (best first) or None
+Lookup = Callable[[Problem, Target, tuple], "Found | list[Found] | None"]
 
 
 @dataclass(frozen=True)
@@ -44,10 +50,12 @@ class Considered:
 
 @dataclass(frozen=True)
 class Selection:
-    """A decision and how it was reached."""
+    """A decision, how it was reached, and the problem and target it was reached for."""
 
     choice: KernelChoice
     considered: tuple[Considered, ...]
+    problem: Problem | None = field(default=None, compare=False, repr=False)
+    target: Target | None = field(default=None, compare=False, repr=False)
 
     def explain(self) -> str:
         """The choice, then every rule and candidate considered, in order."""
@@ -77,9 +85,15 @@ def _limits(config: Config, target: Target) -> str | None:
 
 
 def _legal(
-    op: Op, impl_id: str, config: Config | None, problem: Problem, target: Target
+    op: Op,
+    impl_id: str,
+    config: Config | None,
+    problem: Problem,
+    target: Target,
+    listed: bool = False,
 ) -> tuple[Implementation | None, Config | None, str | None]:
-    """(implementation, config to use, None) when legal, else (None, None, why not)."""
+    """(implementation, config to use, None) when legal, else (None, None, why not).
+    ``listed``: a generic implementation's config must be one of its own (tables)."""
     impl = op.get(impl_id)
     if impl is None:
         names = [i.name for i in op.implementations]
@@ -90,6 +104,8 @@ def _legal(
     if impl.kind == "generic":
         config = config or impl.default
         assert config is not None  # generic implementations always have a default
+        if listed and config != impl.default and config not in impl.configs:
+            return None, None, f"config [{config.describe()}] is not one of {impl.name}'s"
         why = _limits(config, target) or impl.check_config(problem, config)
         if why is not None:
             return None, None, why
@@ -126,7 +142,7 @@ def select(
             key=key,
             reason=reason,
         )
-        return Selection(choice, tuple(seen))
+        return Selection(choice, tuple(seen), problem, target)
 
     if override is not None:
         impl, config, why = _legal(op, override.impl, override.config, problem, target)
@@ -136,15 +152,15 @@ def select(
 
     for source, lookup in (("database", database), ("table", table)):
         found = lookup(problem, target, key) if lookup is not None else None
-        if found is None:
+        if not found:
             seen.append(Considered(source, None, "no entry" if lookup else "not consulted"))
             continue
-        impl_id, config, where = found
-        impl, config, why = _legal(op, impl_id, config, problem, target)
-        if impl is None or config is None:
-            seen.append(Considered(source, impl_id, f"refused: {why} ({where})"))
-            continue
-        return choose(impl, config, source, where)
+        for impl_id, wanted, where in [found] if isinstance(found, tuple) else found:
+            impl, config, why = _legal(op, impl_id, wanted, problem, target, source == "table")
+            if impl is None or config is None:
+                seen.append(Considered(source, impl_id, f"refused: {why} ({where})"))
+                continue
+            return choose(impl, config, source, where)
 
     for impl in op.by_kind("microkernel"):
         why = impl.check(problem, target)

@@ -15,11 +15,21 @@ A table file (``kernelkit tune`` writes them; ``write`` below)::
         impl: matmul/tiled
         config: {template: {BM: 64, BN: 128}, threadgroup: [128], shared_memory: 0}
 
+A bucketed key feature is written as the range of its bucket (``kernelkit tune`` writes the
+key ``M:ranges(1,2,3,5) = [3,5)`` as ``M: [3, 4]``; ``TableEntry.from_key``), so a row says
+which sizes it covers. A shipped file is ``src/kernelkit/tables/<op>.<device>.yaml`` (e.g.
+``matmul.h100.yaml``); every file there is loaded, and what a row applies to is its ``device``
+(an H100 and an H200 are both sm_90: only the name, a substring of the device's name such as
+``H100``, tells them apart).
+
 Lookup: the entries of the op for the target's arch (and those without an arch) are indexed on
 first use by their exact features, so a lookup is a few dictionary lookups and range checks.
 The most specific matching entry wins, compared in this order: device (name and arch > name >
 arch > none), then more exact features, then more ranges, then narrower ranges (smaller total
-width), then the entry loaded first (files in the order given, then file order).
+width), then the entry loaded first (files in the order given, then file order). ``matches``
+gives every matching entry in that order: the selection stage takes the first one whose
+implementation exists, matches the problem and lists the config (``_select.select``), and
+``explain`` says why each one before it was passed over.
 
 A malformed file or entry is a warning naming the file and the entry, and is skipped; an entry
 naming an implementation ``known_impl`` rejects is skipped at lookup with one warning. Nothing
@@ -140,6 +150,39 @@ class TableEntry:
             raise BadTable("'note' must be a string")
         return cls(op, impl, _config(d.get("config", {})), arch, name, exact, ranges, note, where)
 
+    @classmethod
+    def from_key(
+        cls,
+        op: str,
+        impl: str,
+        config: Config,
+        key: Iterable[tuple[str, str]],
+        arch: str | None = None,
+        device_name: str | None = None,
+        note: str = "",
+    ) -> TableEntry:
+        """The row covering a problem key's bucket: a bucketed feature (``M:ranges(...)``,
+        ``rows:pow2``) becomes the range of sizes its label stands for, every other feature
+        an exact value (ints and bools as such, so the file reads naturally).
+
+        Example::
+
+            >>> e = TableEntry.from_key("mm", "mm/t", Config(), [("M:ranges(1,5)", "[1,5)")])
+            >>> e.ranges
+            (('M', 1, 4),)
+        """
+        exact: list[tuple[str, TemplateValue]] = []
+        ranges: list[tuple[str, Bound, Bound]] = []
+        for text, label in key:
+            feature = Feature.parse(text)
+            span = feature.span(label)
+            taken = {f for f, _ in exact} | {f for f, _, _ in ranges}
+            if span is None or feature.unbucketed in taken:
+                exact.append((text, _plain(label)))
+            else:
+                ranges.append((feature.unbucketed, *span))
+        return cls(op, impl, config, arch, device_name, tuple(exact), tuple(ranges), note)
+
 
 def _device(value: Any) -> tuple[str | None, str | None]:
     if value is None:
@@ -155,6 +198,16 @@ def _device(value: Any) -> tuple[str | None, str | None]:
 
 def _int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _plain(label: str) -> TemplateValue:
+    """A key label as the value a file would spell: "True" -> True, "4096" -> 4096 (both
+    label back to the same text, so matching is unchanged)."""
+    if label in ("True", "False"):
+        return label == "True"
+    if label.lstrip("-").isdigit() and str(int(label)) == label:
+        return int(label)
+    return label
 
 
 def _match(value: Any) -> tuple[list[tuple[str, TemplateValue]], list[tuple[str, Bound, Bound]]]:
@@ -328,13 +381,23 @@ class Table:
         """The most specific entry matching ``op`` on ``target`` for ``problem`` (see the
         module's docstring for the order), or None. With ``known_impl``, an entry whose
         implementation it rejects is skipped (one warning naming the entry)."""
+        for row in self._rows(op, target, problem):
+            if known_impl is None or self._known(row, known_impl):
+                return row.entry
+        return None
+
+    def matches(self, op: str, target: Target, problem: Problem) -> list[TableEntry]:
+        """Every entry matching ``op`` on ``target`` for ``problem``, most specific first."""
+        return [row.entry for row in self._rows(op, target, problem)]
+
+    def _rows(self, op: str, target: Target, problem: Problem) -> list[_Row]:
         index = self._index
         if index is None:
             with self._lock:
                 if self._index is None:
                     self._index = self._build()
                 index = self._index
-        matches = []
+        found = []
         seen: dict[str, str | None] = {}
         for arch in (target.arch, None):
             for group in index.get((op, arch), ()):
@@ -344,13 +407,8 @@ class Table:
                         continue
                     if row.ranges and not _in_ranges(row, problem):
                         continue
-                    matches.append(row)
-        if known_impl is None:
-            return max(matches).entry if matches else None  # rows compare by precedence first
-        for row in sorted(matches, reverse=True):
-            if self._known(row, known_impl):
-                return row.entry
-        return None
+                    found.append(row)
+        return sorted(found, reverse=True)  # rows compare by precedence first
 
     def _known(self, row: _Row, known_impl: Callable[[str, str], bool]) -> bool:
         e = row.entry
@@ -381,10 +439,27 @@ class Table:
         return out
 
     @staticmethod
-    def write(path: Path | str, entries: Iterable[TableEntry]) -> None:
-        """Write a table file (YAML for ``.yaml``/``.yml``, else JSON), atomically."""
+    def write(
+        path: Path | str,
+        entries: Iterable[TableEntry],
+        op: str | None = None,
+        device: dict[str, str] | None = None,
+    ) -> None:
+        """Write a table file (YAML for ``.yaml``/``.yml``, else JSON), atomically. ``op`` and
+        ``device`` are written once as the file's defaults and left out of the entries they
+        equal (a file of one op and one device reads as a list of problems)."""
         path = Path(path)
-        doc = {"kernelkit_table": TABLE_FORMAT, "entries": [e.to_dict() for e in entries]}
+        rows = []
+        for e in entries:
+            d = e.to_dict()
+            for name, value in (("op", op), ("device", device)):
+                if value is not None and d.get(name) == value:
+                    del d[name]
+                elif value is not None and name not in d:
+                    raise BadTable(f"{e.describe()} has no {name}: it would take the file's")
+            rows.append(d)
+        header = {k: v for k, v in (("op", op), ("device", device)) if v is not None}
+        doc = {"kernelkit_table": TABLE_FORMAT, **header, "entries": rows}
         if path.suffix in (".yaml", ".yml"):
             import yaml
 

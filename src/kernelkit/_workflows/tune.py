@@ -1,5 +1,7 @@
 """``kernelkit tune SPEC`` and ``kernelkit explain SPEC``: offline tuning of an autotuned kernel
-over listed shapes, each candidate in a worker process with a timeout.
+over listed shapes, each candidate in a worker process with a timeout. ``kernelkit tune OP
+--dims ...`` tunes a built-in op instead (``tune_op.py``), ``kernelkit explain OP --dims ...``
+explains one (``explain_op.py``).
 
 A spec (YAML, or JSON)::
 
@@ -462,9 +464,15 @@ def table_entries(obj: Any, results: list[ShapeResult]) -> list[Any]:
 
 
 def main_tune(args: Any) -> int:
-    """``kernelkit tune SPEC``."""
+    """``kernelkit tune SPEC``, or ``kernelkit tune OP[,OP...] --dims ...`` for built-in ops."""
     from .._tune import db
+    from .op_cases import OPS
 
+    names = [n.strip() for n in args.spec.split(",")]
+    if all(n in OPS for n in names):
+        from .tune_op import main_tune_op
+
+        return main_tune_op(args)
     try:
         spec = load_spec(args.spec)
         devices = [d.strip() for d in args.devices.split(",")] if args.devices else None
@@ -501,14 +509,27 @@ def main_tune(args: Any) -> int:
 def main_explain(args: Any) -> int:
     """``kernelkit explain SPEC [--shape I]``: the choice for each shape and why; or
     ``kernelkit explain OP --dims ... [--dtype] [--device]`` for a built-in op."""
-    from .explain_op import OPS, explain_op
+    from .explain_op import OPS, explain_ops
 
     if args.spec in OPS:
         try:
-            print(explain_op(args.spec, args.dims or "", args.dtype, args.device).explain())
+            found = explain_ops(
+                args.spec,
+                args.dims or "",
+                args.dtype,
+                args.device,
+                args.transpose_b,
+                args.framework,
+            )
         except (ValueError, ImportError) as e:
             print(f"kernelkit explain: {e}", file=sys.stderr)
             return 2
+        for label, selection in found:
+            print(
+                f"{args.spec} {label}:\n{selection.explain()}"
+                if len(found) > 1
+                else selection.explain()
+            )
         return 0
     try:
         spec = load_spec(args.spec)
@@ -526,21 +547,30 @@ def main_explain(args: Any) -> int:
 
 def register(subparsers: Any) -> None:
     """Add ``tune`` and ``explain`` to the ``kernelkit`` parser."""
-    p = subparsers.add_parser("tune", help="tune an autotuned kernel over a spec's shapes")
-    p.add_argument("spec", help="a YAML or JSON tune spec")
+    from .op_cases import add_arguments as add_problem_arguments
+    from .tune_op import add_arguments as add_tune_op_arguments
+
+    p = subparsers.add_parser(
+        "tune", help="tune an autotuned kernel over a spec's shapes, or built-in ops over --dims"
+    )
+    p.add_argument("spec", help="a YAML or JSON tune spec, or built-in ops: matmul,softmax,...")
     p.add_argument("--devices", help="GPUs to use, one worker each (e.g. 0,1)")
     p.add_argument("--timeout", type=float, help="seconds per candidate (overrides the spec)")
-    p.add_argument("--table", help="also write a shippable table (.yaml or .json) here")
+    p.add_argument(
+        "--table",
+        help="also write a shippable table (.yaml or .json) here; for "
+        "built-in ops a folder takes <op>.<device>.yaml (existing rows are updated)",
+    )
     p.add_argument("--plot", help="write a PNG of time per config and shape (needs matplotlib)")
     p.add_argument("--no-database", action="store_true", help="do not store records")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_problem_arguments(p)
+    add_tune_op_arguments(p)
     p.set_defaults(func=main_tune)
     p = subparsers.add_parser(
         "explain", help="print the choice for a tune spec's shapes, or a built-in op's, and why"
     )
     p.add_argument("spec", help="a tune spec, or a built-in op: softmax, rms_norm, ...")
     p.add_argument("--shape", type=int, help="only this shape (index in the spec)")
-    p.add_argument("--dims", help="a built-in op's shape, e.g. 4096x4096 or MxNxK for matmul")
-    p.add_argument("--dtype", default="float32", help="a built-in op's dtype (default float32)")
-    p.add_argument("--device", default="cpu", help="cpu, or cuda for a GPU (needs torch)")
+    add_problem_arguments(p)
     p.set_defaults(func=main_explain)
