@@ -59,10 +59,15 @@ class OpTuneResult:
         return min(timed, key=lambda c: c.time_s or 0.0) if timed else None
 
     def report(self) -> str:
-        """The problem and its key, then one line per candidate, the winner starred."""
+        """The problem and its key, how the candidates were timed, then one line per
+        candidate, the winner starred."""
         key = ", ".join(f"{f}={v}" for f, v in self.key)
         lines = [f"{self.op} {self.label} on {self.target.name} (tuned in {self.tuning_s:.2f} s)"]
         lines.append(f"  key: {key}")
+        timed = [c for c in self.candidates if c.status == "ok"]
+        graphs = sum("graph" in c.detail for c in timed)
+        if timed:  # graph replays leave the host's launch gaps out; runs one by one do not
+            lines.append(f"  timed: {graphs} by graph replays, {len(timed) - graphs} run by run")
         best = self.winner
         lines += [(" * " if c is best else "   ") + c.describe() for c in self.candidates]
         if self.note:
