@@ -2,14 +2,27 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
 import warnings
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
-from kernelkit import _config, _registry
+# The tests never write to the user's cache: unless the run names a cache directory, they use
+# one of their own (kept between runs: compiled kernels are reused), and its tuning database
+# starts empty every session (records stored by one session must not steer the next one's
+# choices). Set before kernelkit reads its configuration; subprocesses inherit it.
+if "KERNELKIT_CACHE_DIR" not in os.environ:
+    _dir = Path(tempfile.gettempdir()) / f"kernelkit-tests-{os.getuid()}"
+    os.environ["KERNELKIT_CACHE_DIR"] = str(_dir)
+    shutil.rmtree(_dir / "tuning", ignore_errors=True)
+
+from kernelkit import _config, _registry  # noqa: E402
 
 
 def _loads(name: str) -> bool:
@@ -163,3 +176,13 @@ def patch_entry_points(clean_state: pytest.MonkeyPatch) -> Any:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "gpu: needs an NVIDIA GPU (skipped without one)")
+
+
+@pytest.fixture
+def own_tuning_db(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """A tuning database of this test's own (records it stores steer no other test)."""
+    from kernelkit._tune import db
+
+    fresh = db.TuningDB(tmp_path / "tuning")
+    monkeypatch.setattr(db, "_current", (_config.config, fresh))
+    return fresh

@@ -14,7 +14,7 @@ def _blocks() -> list[str]:
     return re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
 
 
-def test_readme_python_examples_run():
+def test_readme_python_examples_run(own_tuning_db):
     blocks = _blocks()
     assert blocks, "the README has python examples"
     for code in blocks:
