@@ -39,6 +39,8 @@ SHAPES = [
     ((4096, 4096), torch.bfloat16),
     ((16384, 1024), torch.bfloat16),
     ((8192, 8192), torch.bfloat16),
+    ((4096, 4096), torch.float32),
+    ((16384, 1024), torch.float32),
     ((8192, 8192), torch.float32),
 ]
 
@@ -191,10 +193,18 @@ def main() -> int:
                 f"  {err:.2e}"
             )
             g_kk, g_eager = graph_us(kk), graph_us(eager)
+            g_comp = graph_us(compiled) if t_comp else None
             if g_kk and g_eager:
+                comp_g = (
+                    f", compile {g_comp:.1f} us ({pct(g_comp):.0f}%), compile/kk "
+                    f"{g_comp / g_kk:.2f}x"
+                    if g_comp
+                    else ""
+                )
                 print(
                     f"{'':<11}graph: kk {g_kk:.1f} us ({pct(g_kk):.0f}% of copy), eager "
                     f"{g_eager:.1f} us ({pct(g_eager):.0f}%), eager/kk {g_eager / g_kk:.2f}x"
+                    f"{comp_g}"
                 )
             print(f"{'':<11}choice: {explain().choice.describe()}")
             if args.sweep and name in ("softmax", "rms_norm", "layer_norm"):
