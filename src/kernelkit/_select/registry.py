@@ -55,6 +55,10 @@ class Implementation:
     priority: int = 0
     pads: str = ""
     fits: Callable[[Problem, Config], str | None] | None = None
+    # prepare(choice, problem, output_dtype) -> launch(inputs, out): what ``run`` does, with
+    # everything fixed by the choice and problem worked out once (the op caches ``launch`` per
+    # argument signature); None: ``run`` is called every time
+    prepare: Callable[[Any, Problem, Any], Callable[[Any, Any], Any]] | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in ("generic", "microkernel"):

@@ -115,32 +115,48 @@ class OpRunner:
         return problem, decide(self.op, problem, target, backend)
 
     def run(
-        self, inputs: Sequence[Any], output_dtype: Any, out: Any, options: dict[str, Any]
+        self,
+        inputs: Sequence[Any],
+        output_dtype: Any,
+        out: Any,
+        options: dict[str, Any],
+        signature: Any = None,
     ) -> Any:
         """Run the op: a repeated signature costs its signature, one dictionary lookup and the
         kernel call; the decision is remembered per exact signature (and override) until the
-        op forgets its decisions (tuning, imports)."""
-        key = (
-            tuple([signature_of(x) for x in inputs]),
-            _out_signature(out),
-            output_dtype,
-            tuple(options.items()) if options else (),
-            forced(self.op.name),
-        )
+        op forgets its decisions (tuning, imports). ``signature``: the caller's own signature
+        of these arguments when it already has one that fixes dtype and options too."""
+        if signature is None:
+            signature = (
+                tuple([signature_of(x) for x in inputs]),
+                _out_signature(out),
+                output_dtype,
+                tuple(options.items()) if options else (),
+            )
+        key = (signature, forced(self.op.name))
         entry = self._ready.get(key)
         if entry is None or entry[0] != self.op.generation:
             generation = self.op.generation
             problem, choice = self.choose(inputs, output_dtype, out, options)
-            impl = self.op.get(choice.impl)
-            if impl is None:  # cannot happen: select only returns registered implementations
-                raise ArgumentError(f"[{self.op.name}] no implementation {choice.impl!r}")
-            entry = (generation, impl.run, choice, problem)
+            entry = (generation, self._launcher(choice, problem, output_dtype))
             with self._lock:
                 if len(self._ready) > 4096:
                     self._ready.clear()
                 self._ready[key] = entry
-        _, run, choice, problem = entry
-        return run(choice, (problem, inputs, output_dtype, out))
+        return entry[1](inputs, out)
+
+    def _launcher(
+        self, choice: KernelChoice, problem: Problem, output_dtype: Any
+    ) -> Callable[[Any, Any], Any]:
+        """``launch(inputs, out)`` carrying out ``choice`` (prepared once where the
+        implementation can prepare)."""
+        impl = self.op.get(choice.impl)
+        if impl is None:  # cannot happen: select only returns registered implementations
+            raise ArgumentError(f"[{self.op.name}] no implementation {choice.impl!r}")
+        if impl.prepare is not None:
+            return impl.prepare(choice, problem, output_dtype)
+        run = impl.run
+        return lambda inputs, out: run(choice, (problem, inputs, output_dtype, out))
 
     def explain(
         self, inputs: Sequence[Any], output_dtype: Any, out: Any, options: dict[str, Any]

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from .._api import kernel
@@ -209,6 +209,7 @@ class Elementwise:
             Implementation(
                 "flat",
                 run=self._run,
+                prepare=self._prepare_launch,
                 grid=self._grid,
                 configs=configs,
                 default=Config({"BLOCK": 256}, (256,)),
@@ -223,6 +224,7 @@ class Elementwise:
             Implementation(
                 "strided",
                 run=self._run,
+                prepare=self._prepare_launch,
                 grid=self._grid,
                 configs=configs,
                 default=Config({"BLOCK": 256}, (256,)),
@@ -275,8 +277,14 @@ class Elementwise:
 
     def _run(self, choice: KernelChoice, call: Any) -> Any:
         problem, arrays, output_dtype, out = call
+        return self._prepare_launch(choice, problem, output_dtype)(arrays, out)
+
+    def _prepare_launch(
+        self, choice: KernelChoice, problem: Problem, output_dtype: Any
+    ) -> Callable[[Any, Any], Any]:
+        """``launch(arrays, out)`` for this choice and problem, everything else fixed here."""
         flat = choice.impl.endswith("/flat")
-        scalars = tuple(not hasattr(a, "shape") for a in arrays)
+        scalars = tuple(a.kind != "array" for a in problem.args)
         k = self._kernel(flat, scalars)
         shape = problem.attr("shape")
         n = problem.attr("elements")
@@ -292,30 +300,32 @@ class Elementwise:
             template.append(("VEC", widths.pop() if same else 1))
         else:
             template.append(("ELEMS", n))
-        kw: dict[str, Any] = (
-            {"out": list(out)}
-            if out is not None
-            else {
-                "output_shapes": [shape] * len(self.outputs),
-                "output_dtypes": [output_dtype] * len(self.outputs),
-            }
-        )
-        if flat:  # the body reads y0_shape[0]: give the kernel flat views
-            arrays = [a if s else a.reshape(-1) for a, s in zip(arrays, scalars)]
+        launch_kw = {
+            "grid": choice.grid,
+            "threadgroup": choice.config.threadgroup,
+            "template": template,
+        }
+        # the body reads y0_shape[0] on the flat path: it gets flat views
+        new_shape = (n,) if flat else shape
+        allocate = {
+            "output_shapes": [new_shape] * len(self.outputs),
+            "output_dtypes": [output_dtype] * len(self.outputs),
+        }
+        single = len(self.outputs) == 1
+
+        def launch(arrays: Any, out: Any) -> Any:
+            if flat:
+                arrays = [a if s else a.reshape(-1) for a, s in zip(arrays, scalars)]
             if out is not None:
-                kw["out"] = [o.reshape(-1) for o in out]
-            else:
-                kw["output_shapes"] = [(n,)] * len(self.outputs)
-        results = k(
-            arrays,
-            grid=choice.grid,
-            threadgroup=choice.config.threadgroup,
-            template=template,
-            **kw,
-        )
-        if out is not None:
-            return list(out)
-        return [r.reshape(shape) for r in results] if flat else results
+                outs = [o.reshape(-1) for o in out] if flat else list(out)
+                k(arrays, out=outs, **launch_kw)
+                return list(out)
+            results = k(arrays, **launch_kw, **allocate)
+            if not flat:
+                return results
+            return [results[0].reshape(shape)] if single else [r.reshape(shape) for r in results]
+
+        return launch
 
     def _prepare(self, args: tuple, kwargs: dict[str, Any]) -> tuple[list[Any], tuple, str]:
         if args and kwargs:
@@ -366,19 +376,25 @@ class Elementwise:
         """Run on arrays of one framework (and Python scalars); returns the output, or a list
         when the expression has several."""
         values = args if args else tuple(kwargs.get(n) for n in self.inputs)
-        sig = (len(args), tuple(kwargs), tuple([signature_of(v) for v in values]), out is None)
-        known = self._known.get(sig) if out is None and len(kwargs) <= len(self.inputs) else None
+        outs = None if out is None else list(out) if isinstance(out, list | tuple) else [out]
+        sig = (
+            len(args),
+            tuple(kwargs),
+            tuple([signature_of(v) for v in values]),
+            None if outs is None else tuple([signature_of(o) for o in outs]),
+        )
+        known = self._known.get(sig) if len(kwargs) <= len(self.inputs) else None
         if known is None:  # validate, broadcast and describe once per argument signature
             views, dtype, options, outs = self._bind_args(args, kwargs, out)
-            if out is None:
-                direct = all(v is w for v, w in zip(values, views) if hasattr(v, "shape"))
-                with self._lock:
-                    self._known[sig] = (dtype, options, direct)
+            direct = all(v is w for v, w in zip(values, views) if hasattr(v, "shape"))
+            with self._lock:
+                if len(self._known) > 4096:
+                    self._known.clear()
+                self._known[sig] = (dtype, options, direct)
         else:
             dtype, options, direct = known
             views = list(values) if direct else self._bind_args(args, kwargs, None)[0]
-            outs = None
-        results = self._runner.run(views, dtype, outs, options)
+        results = self._runner.run(views, dtype, outs, options, signature=sig)
         return results[0] if len(self.outputs) == 1 else results
 
     def explain(self, *args: Any, **kwargs: Any) -> Selection:

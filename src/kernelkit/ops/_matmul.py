@@ -15,6 +15,7 @@ tensors too.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from .._api import kernel
@@ -66,26 +67,39 @@ def _common_template(problem: Problem) -> list[tuple[str, Any]]:
     ]
 
 
-def _launch(k: Any, choice: KernelChoice, call: Any, extra: list[tuple[str, Any]]) -> Any:
-    problem, arrays, output_dtype, out = call
-    template = tuple(choice.config.template) + tuple(_common_template(problem)) + tuple(extra)
-    kw: dict[str, Any] = (
-        {"out": [out]}
-        if out is not None
-        else {
+def _kernel_impl(
+    k: Any, extra: Callable[[Problem], list[tuple[str, Any]]]
+) -> tuple[Callable[[KernelChoice, Any], Any], Callable[[KernelChoice, Problem, Any], Any]]:
+    """``(run, prepare)`` of an implementation that launches kernel ``k`` with the common
+    template values and ``extra(problem)``; ``prepare`` fixes everything but the arrays once."""
+
+    def prepare(choice: KernelChoice, problem: Problem, output_dtype: Any) -> Any:
+        kw: dict[str, Any] = {
+            "grid": choice.grid,
+            "threadgroup": choice.config.threadgroup,
+            "template": tuple(choice.config.template)
+            + tuple(_common_template(problem))
+            + tuple(extra(problem)),
+            "shared_memory": choice.config.shared_memory or None,
+        }
+        allocate = {
             "output_shapes": [(problem.attr("M"), problem.attr("N"))],
             "output_dtypes": [output_dtype],
         }
-    )
-    (y,) = k(
-        arrays,
-        grid=choice.grid,
-        threadgroup=choice.config.threadgroup,
-        template=template,
-        shared_memory=choice.config.shared_memory or None,
-        **kw,
-    )
-    return y
+
+        def launch(arrays: Any, out: Any) -> Any:
+            if out is not None:
+                k(arrays, out=[out], **kw)
+                return out
+            return k(arrays, **kw, **allocate)[0]
+
+        return launch
+
+    def run(choice: KernelChoice, call: Any) -> Any:
+        problem, arrays, output_dtype, out = call
+        return prepare(choice, problem, output_dtype)(arrays, out)
+
+    return run, prepare
 
 
 # --- gemv --------------------------------------------------------------------------------------
@@ -126,8 +140,7 @@ def _gemv_heuristic(p: Problem, t: Target) -> Config:
     return Config({"ROWS": 1, "WARPS": 4, "U": 2}, (128,))
 
 
-def _gemv_run(choice: KernelChoice, call: Any) -> Any:
-    return _launch(_GEMV, choice, call, [("M", call[0].attr("M"))])
+_gemv_run, _gemv_prepare = _kernel_impl(_GEMV, lambda p: [("M", p.attr("M"))])
 
 
 # --- gemv on the tensor cores -------------------------------------------------------------------
@@ -169,8 +182,9 @@ def _gemv_tc_heuristic(p: Problem, t: Target) -> Config:
     return _gemv_tc_config(nt, 8, 2, 0)
 
 
-def _gemv_tc_run(choice: KernelChoice, call: Any) -> Any:
-    return _launch(_GEMV_TC, choice, call, [("MT", 1 if call[0].attr("M") <= 8 else 2)])
+_gemv_tc_run, _gemv_tc_prepare = _kernel_impl(
+    _GEMV_TC, lambda p: [("MT", 1 if p.attr("M") <= 8 else 2)]
+)
 
 
 # --- tiled -------------------------------------------------------------------------------------
@@ -186,15 +200,13 @@ def _tiled_grid(p: Problem, c: Config) -> tuple[int, int, int]:
     return (-(-p.attr("N") // v["BN"]) * c.threadgroup[0], -(-p.attr("M") // v["BM"]), 1)  # type: ignore[operator]
 
 
-def _tiled_run(choice: KernelChoice, call: Any) -> Any:
-    return _launch(_TILED, choice, call, [("W_KN", not call[0].attr("transpose_b"))])
+_tiled_run, _tiled_prepare = _kernel_impl(_TILED, lambda p: [("W_KN", not p.attr("transpose_b"))])
 
 
 # --- mma (tensor cores, sm_80+; rules and source in _matmul_mma) --------------------------------
 
 
-def _mma_run(choice: KernelChoice, call: Any) -> Any:
-    return _launch(_MMA, choice, call, [("W_KN", not call[0].attr("transpose_b"))])
+_mma_run, _mma_prepare = _kernel_impl(_MMA, lambda p: [("W_KN", not p.attr("transpose_b"))])
 
 
 # --- the arrays' framework --------------------------------------------------------------------
@@ -243,6 +255,7 @@ OP.register(
     Implementation(
         "gemv",
         run=_gemv_run,
+        prepare=_gemv_prepare,
         grid=_gemv_grid,
         configs=GEMV_CONFIGS,
         default=Config({"ROWS": 2, "WARPS": 4, "U": 2}, (128,)),
@@ -255,6 +268,7 @@ OP.register(
     Implementation(
         "gemv_tc",
         run=_gemv_tc_run,
+        prepare=_gemv_tc_prepare,
         grid=_gemv_tc_grid,
         configs=GEMV_TC_CONFIGS,
         default=_gemv_tc_config(2, 8, 2, 0),
@@ -268,6 +282,7 @@ OP.register(
     Implementation(
         "mma",
         run=_mma_run,
+        prepare=_mma_prepare,
         grid=MMA.mma_grid,
         configs=MMA.MMA_CONFIGS,
         default=MMA.MMA_CONFIGS[1],
@@ -282,6 +297,7 @@ OP.register(
     Implementation(
         "tiled",
         run=_tiled_run,
+        prepare=_tiled_prepare,
         grid=_tiled_grid,
         configs=TILED_CONFIGS,
         default=TILED_CONFIGS[0],

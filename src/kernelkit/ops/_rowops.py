@@ -78,34 +78,36 @@ def make_row_op(
         header=_rows.HEADER + source,
     )
 
+    def prepare(choice: KernelChoice, problem: Problem, output_dtype: Any) -> Any:
+        """``launch(arrays, out)`` with the template, geometry and output fixed once."""
+        shape = problem.arg("x").shape
+        if problem.attr("rows") == 0 or problem.attr("N") == 0:  # nothing to launch
+            return lambda arrays, out: out if out is not None else empty(arrays[0], shape)
+        kw: dict[str, Any] = {
+            "grid": choice.grid,
+            "threadgroup": choice.config.threadgroup,
+            "template": tuple(choice.config.template) + tuple(template(problem)),
+        }
+        allocate = {"output_shapes": [shape], "output_dtypes": [output_dtype]}
+
+        def launch(arrays: Any, out: Any) -> Any:
+            if out is not None:
+                k(arrays, out=[out], **kw)
+                return out
+            return k(arrays, **kw, **allocate)[0]
+
+        return launch
+
     def run(choice: KernelChoice, call: Any) -> Any:
         problem, arrays, output_dtype, out = call
-        if problem.attr("rows") == 0 or problem.attr("N") == 0:  # nothing to launch
-            return out if out is not None else empty(arrays[0], problem.arg("x").shape)
-        values = tuple(choice.config.template) + tuple(template(problem))
-        shape = problem.arg("x").shape
-        kw: dict[str, Any] = (
-            {"out": [out]}
-            if out is not None
-            else {
-                "output_shapes": [shape],
-                "output_dtypes": [output_dtype],
-            }
-        )
-        (y,) = k(
-            arrays,
-            grid=choice.grid,
-            threadgroup=choice.config.threadgroup,
-            template=values,
-            **kw,
-        )
-        return y
+        return prepare(choice, problem, output_dtype)(arrays, out)
 
     op = Op(name, key=["x.dtype", "N", "rows:pow2"])
     op.register(
         Implementation(
             "rows",
             run=run,
+            prepare=prepare,
             grid=grid,
             configs=CONFIGS,
             default=Config({"BLOCK": 256, "ITEMS": 0}, (256,)),
