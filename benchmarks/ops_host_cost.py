@@ -1,0 +1,106 @@
+"""Question: what does a call of a built-in op cost on the host, over the bare kernel call?
+
+Tiny torch tensors, so that the device work is negligible and the host's cost is what is timed.
+``--backend cpu`` (default): the CPU backend with its launch replaced by a no-op (the kernel never
+runs), timing the Python path alone: binding, the per-signature caches, the selection replay and
+the argument packing. ``--backend cuda``: real launches on tiny CUDA tensors; a call then costs
+its host path plus the launch itself (nothing synchronizes in the loop).
+
+    PYTHONPATH=src python3 benchmarks/ops_host_cost.py [--backend cpu|cuda]
+
+Prints µs per call (median of 7 rounds of 5,000 calls) for the bare kernel call and each op,
+next to torch's own call where there is one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+
+import torch
+
+
+def stub_cpu_launch() -> None:
+    """The CPU backend's launcher becomes a no-op (for timing the host path only)."""
+    from kernelkit._backends.cpu import _backend
+
+    def make_launcher(program, nthreads):  # noqa: ANN001, ANN202, ARG001
+        def launch(params_address, stream, geometry):  # noqa: ANN001, ANN202, ARG001
+            return None
+
+        launch.program = program  # type: ignore[attr-defined]
+        return launch
+
+    _backend.make_launcher = make_launcher  # type: ignore[assignment]
+
+
+def per_call_us(fn, calls: int = 5000, rounds: int = 7, sync=None) -> float:
+    for _ in range(200):
+        fn()
+    if sync:
+        sync()
+    samples = []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        samples.append((time.perf_counter() - start) / calls * 1e6)
+        if sync:
+            sync()
+    return statistics.median(samples)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--backend", choices=("cpu", "cuda"), default="cpu")
+    args = parser.parse_args()
+    if args.backend == "cpu":
+        stub_cpu_launch()
+        device, sync = "cpu", None
+    else:
+        if not torch.cuda.is_available():
+            print("needs a CUDA GPU")
+            return 1
+        device, sync = "cuda", torch.cuda.synchronize
+
+    import kernelkit
+    from kernelkit import ops
+
+    F = torch.nn.functional
+    x = torch.randn(1, 64, device=device)
+    w = torch.randn(64, 64, device=device)
+    a = torch.randn(64, 64, device=device)
+    wv = torch.randn(64, device=device)
+    o_row, o_mm = torch.empty_like(a), torch.empty(1, 64, device=device)
+    k = kernelkit.kernel("host_cost", ["x"], ["y"], "if (threadIdx.x == 0) y[0] = x[0];")
+    swiglu = ops.elementwise("y = a * silu(b)")
+    geo = {"grid": (1, 1, 1), "threadgroup": (32, 1, 1)}
+    cases = [
+        ("bare kernel, out=", lambda: k([a], out=[o_row], **geo), None),
+        (
+            "bare kernel, allocating",
+            lambda: k([a], output_shapes=[a.shape], output_dtypes=[a.dtype], **geo),
+            None,
+        ),
+        ("softmax", lambda: ops.softmax(a), lambda: torch.softmax(a, -1)),
+        ("softmax, out=", lambda: ops.softmax(a, out=o_row), None),
+        ("rms_norm", lambda: ops.rms_norm(a, wv, 1e-6), lambda: F.rms_norm(a, (64,), wv, 1e-6)),
+        ("elementwise a*silu(b)", lambda: swiglu(a, a), lambda: a * F.silu(a)),
+        ("elementwise, out=", lambda: swiglu(a, a, out=o_row), None),
+        ("matmul M=1", lambda: ops.matmul(x, w, transpose_b=True), lambda: F.linear(x, w)),
+        ("matmul M=1, out=", lambda: ops.matmul(x, w, transpose_b=True, out=o_mm), None),
+    ]
+    what = "launch stubbed" if args.backend == "cpu" else "real launches"
+    print(f"backend {args.backend} ({what}); torch {torch.__version__}; µs per call")
+    print(f"{'call':<26}{'kernelkit':>10}{'torch':>8}")
+    for name, kk, ref in cases:
+        t_kk = per_call_us(kk, sync=sync)
+        t_ref = f"{per_call_us(ref, sync=sync):8.1f}" if ref else f"{'-':>8}"
+        print(f"{name:<26}{t_kk:10.1f}{t_ref}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
