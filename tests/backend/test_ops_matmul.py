@@ -183,3 +183,26 @@ def test_gemv_tc_is_refused_where_it_cannot_run(arrays):
         pytest.skip("torch CUDA tensors take the framework microkernel before any heuristic")
     text = str(ops.matmul.explain(a, w, transpose_b=True))
     assert "gemv_tc" in text and "mma_sync" in text  # the CPU backend has no tensor cores
+
+
+def test_framework_microkernel_writes_out_directly_or_through_a_copy():
+    """The cuBLAS path (run here on CPU tensors, calling the implementation itself): into out=
+    with torch.mm/addmm where nothing follows the product, else computed and copied."""
+    torch = pytest.importorskip("torch")
+    from kernelkit.ops import _matmul
+
+    x, w = torch.randn(5, 24), torch.randn(7, 24)
+    bias = torch.randn(7)
+    for transpose_b, act, b in [(True, None, None), (True, None, bias), (False, None, bias),
+                                (True, "relu", bias), (False, "silu", None)]:  # fmt: skip
+        wt = w if transpose_b else w.t().contiguous()
+        options = {"transpose_b": transpose_b, "activation": act,
+                   "bias": None if b is None else "float32", "framework": "torch",
+                   "aligned16": None}  # fmt: skip
+        out = torch.full((5, 7), float("nan"))
+        problem, _, _ = _matmul._RUNNER.problem([x, wt, b], x.dtype, out, options)
+        got = _matmul._framework_run(None, (problem, (x, wt, b), x.dtype, out))
+        assert got is out
+        want = x.double() @ w.double().t() + (0 if b is None else b.double())
+        want = {None: want, "relu": torch.relu(want), "silu": torch.nn.functional.silu(want)}[act]
+        torch.testing.assert_close(out.double(), want, rtol=1e-5, atol=1e-5)
