@@ -10,6 +10,7 @@ import sys
 import numpy as np
 import pytest
 from conftest import CPU_AVAILABLE
+from jax_examples import axpy_callable, axpy_reference
 
 import kernelkit
 
@@ -17,30 +18,9 @@ jax = pytest.importorskip("jax")
 jnp = pytest.importorskip("jax.numpy")
 pytestmark = pytest.mark.skipif(not CPU_AVAILABLE, reason="the CPU backend does not load here")
 
-AXPY_2D = """
-uint r = blockIdx.y * blockDim.y + threadIdx.y;
-uint c = blockIdx.x * blockDim.x + threadIdx.x;
-if (r < x_shape[0] && c < x_shape[1]) {
-    float v = alpha * x[r * x_strides[0] + c] + b[c];
-    y[r * x_shape[1] + c] = v;
-    s[r * x_shape[1] + c] = v * v;
-}
-"""
-
 
 def _axpy() -> kernelkit.JaxCallable:
-    k = kernelkit.kernel("jax_axpy_2d", ["x", "b", "alpha"], ["y", "s"], AXPY_2D)
-    return k.as_jax_callable(
-        output_shapes=lambda x, b, alpha: [x.shape, x.shape],
-        output_dtypes=[np.float32, np.float32],
-        grid=lambda x, b, alpha: (x.shape[1], x.shape[0], 1),
-        threadgroup=(16, 8, 1),
-    )
-
-
-def _reference(x: np.ndarray, b: np.ndarray, alpha: float) -> tuple[np.ndarray, np.ndarray]:
-    v = alpha * x.astype(np.float64) + b.astype(np.float64)
-    return v, v * v
+    return axpy_callable("jax_axpy_2d", (16, 8, 1))
 
 
 @pytest.mark.parametrize("shape", [(1, 1), (7, 13), (33, 65)])
@@ -56,7 +36,7 @@ def test_jit_matches_numpy_float64(shape):
         return y + 1.0, s
 
     y, s = f(jnp.asarray(x), jnp.asarray(b))
-    ry, rs = _reference(x, b, 1.5)
+    ry, rs = axpy_reference(x, b, 1.5)
     np.testing.assert_allclose(np.asarray(y), ry + 1.0, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(np.asarray(s), rs, rtol=1e-5, atol=1e-5)
     assert y.dtype == jnp.float32
@@ -68,7 +48,7 @@ def test_new_shapes_retrace_and_specialize_again():
     for shape in [(3, 5), (9, 2), (3, 5)]:
         x = np.arange(np.prod(shape), dtype=np.float32).reshape(shape)
         b = np.ones(shape[1], np.float32)
-        np.testing.assert_allclose(np.asarray(f(x, b)), _reference(x, b, -2.0)[0], rtol=1e-6)
+        np.testing.assert_allclose(np.asarray(f(x, b)), axpy_reference(x, b, -2.0)[0], rtol=1e-6)
 
 
 def test_vmap_over_a_batch_dimension_runs_once_per_element():
@@ -77,7 +57,7 @@ def test_vmap_over_a_batch_dimension_runs_once_per_element():
     b = rng.standard_normal(11).astype(np.float32)
     axpy = _axpy()
     y = jax.jit(jax.vmap(lambda x: axpy(x, b, 0.5)[0]))(xs)
-    want = np.stack([_reference(x, b, 0.5)[0] for x in xs])
+    want = np.stack([axpy_reference(x, b, 0.5)[0] for x in xs])
     np.testing.assert_allclose(np.asarray(y), want, rtol=1e-5, atol=1e-5)
 
 

@@ -16,6 +16,7 @@ os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 from conftest import CUDA_AVAILABLE  # noqa: E402
+from jax_examples import axpy_callable, axpy_reference  # noqa: E402
 
 import kernelkit  # noqa: E402
 from kernelkit._integrations import jax_eager  # noqa: E402
@@ -37,31 +38,11 @@ pytestmark = [
     pytest.mark.skipif(not GPUS, reason="needs a CUDA GPU that both JAX and kernelkit see"),
 ]
 
-AXPY_2D = """
-uint r = blockIdx.y * blockDim.y + threadIdx.y;
-uint c = blockIdx.x * blockDim.x + threadIdx.x;
-if (r < x_shape[0] && c < x_shape[1]) {
-    float v = alpha * x[r * x_strides[0] + c] + b[c];
-    y[r * x_shape[1] + c] = v;
-    s[r * x_shape[1] + c] = v * v;
-}
-"""
 EACH = "uint i = blockIdx.x * blockDim.x + threadIdx.x; if (i < x_shape[0] * x_shape[1]) "
 
 
 def _axpy(name: str = "jaxgpu_axpy") -> kernelkit.JaxCallable:
-    k = kernelkit.kernel(name, ["x", "b", "alpha"], ["y", "s"], AXPY_2D)
-    return k.as_jax_callable(
-        output_shapes=lambda x, b, alpha: [x.shape, x.shape],
-        output_dtypes=[np.float32, np.float32],
-        grid=lambda x, b, alpha: (x.shape[1], x.shape[0], 1),
-        threadgroup=(32, 8, 1),
-    )
-
-
-def _reference(x: np.ndarray, b: np.ndarray, alpha: float) -> tuple[np.ndarray, np.ndarray]:
-    v = alpha * x.astype(np.float64) + b.astype(np.float64)
-    return v, v * v
+    return axpy_callable(name, (32, 8, 1))
 
 
 def _gpu(a, device=None) -> jax.Array:
@@ -84,7 +65,7 @@ def test_jit_two_outputs_and_a_scalar_match_numpy_with_the_outputs_poisoned(shap
     poison = [_gpu(jnp.full(shape, jnp.nan, jnp.float32)) for _ in range(2)]
     y, s = f(_gpu(x), _gpu(b), *poison)
     assert y.devices() == {GPUS[0]} and y.dtype == jnp.float32
-    ry, rs = _reference(x, b, alpha)
+    ry, rs = axpy_reference(x, b, alpha)
     np.testing.assert_allclose(np.asarray(y), ry, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(np.asarray(s), rs, rtol=1e-5, atol=1e-4)
     lowered = jax.jit(lambda x, b: axpy(x, b, alpha)).lower(_gpu(x), _gpu(b)).as_text()
@@ -96,13 +77,13 @@ def test_vmap_over_a_batch_dimension():
     xs, b = _rand(rng, 4, 33, 65), _rand(rng, 65)
     axpy = _axpy()
     ys, ss = jax.jit(jax.vmap(lambda x: axpy(x, _gpu(b), 0.5)))(_gpu(xs))
-    want = [_reference(x, b, 0.5) for x in xs]
+    want = [axpy_reference(x, b, 0.5) for x in xs]
     np.testing.assert_allclose(np.asarray(ys), np.stack([w[0] for w in want]), rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(np.asarray(ss), np.stack([w[1] for w in want]), rtol=1e-5, atol=1e-4)
     # batched along another axis, outside jit
     ys = jax.vmap(lambda x: axpy(x, _gpu(b), -1.0)[0], in_axes=1)(_gpu(xs.transpose(1, 0, 2)))
     np.testing.assert_allclose(
-        np.asarray(ys), np.stack([_reference(x, b, -1.0)[0] for x in xs]), rtol=1e-5, atol=1e-5
+        np.asarray(ys), np.stack([axpy_reference(x, b, -1.0)[0] for x in xs]), rtol=1e-5, atol=1e-5
     )
 
 
@@ -119,8 +100,8 @@ def test_jit_mixing_jnp_ops_and_two_kernel_calls():
         return jnp.sum(y2, axis=1) + jnp.mean(s)
 
     got = f(_gpu(x), _gpu(b))
-    y, s = _reference(x, b, 0.5)
-    y2, _ = _reference(np.tanh(y) * 2.0, b.astype(np.float64) * 3.0, -1.0)
+    y, s = axpy_reference(x, b, 0.5)
+    y2, _ = axpy_reference(np.tanh(y) * 2.0, b.astype(np.float64) * 3.0, -1.0)
     np.testing.assert_allclose(np.asarray(got), y2.sum(axis=1) + s.mean(), rtol=1e-4, atol=1e-3)
 
 
@@ -252,7 +233,7 @@ def test_a_second_device_jit_and_eager():
     axpy = _axpy("jaxgpu_axpy_dev1")
     y, _ = jax.jit(lambda x, b: axpy(x, b, 2.0))(_gpu(x, GPUS[1]), _gpu(b, GPUS[1]))
     assert y.devices() == {GPUS[1]}
-    np.testing.assert_allclose(np.asarray(y), _reference(x, b, 2.0)[0], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(y), axpy_reference(x, b, 2.0)[0], rtol=1e-5, atol=1e-5)
     k = _twice("jaxgpu_eager_dev1")
     for device in (GPUS[1], GPUS[0]):
         got = _call_twice(k, _gpu(x, device))

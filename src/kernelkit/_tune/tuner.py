@@ -20,10 +20,10 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from .._errors import ArgumentError
 from .._records import Problem, Target
@@ -34,7 +34,17 @@ from ..backend import Backend
 from .records import Environment, TuningRecord
 from .timing import ArgumentSets, TimingPolicy, copies_for, measure, to_host
 
-__all__ = ["Candidate", "Session", "TuneResult", "compare_outputs", "tune", "tune_session"]
+__all__ = [
+    "Candidate",
+    "Session",
+    "TuneResult",
+    "candidate_line",
+    "compare_outputs",
+    "compile_candidates",
+    "fastest",
+    "tune",
+    "tune_session",
+]
 
 # Relative to the reference's largest magnitude: reduction order differs between configs.
 RTOL = {"float64": 1e-9, "float32": 1e-4, "float16": 1e-2, "bfloat16": 3e-2}
@@ -54,9 +64,7 @@ class Candidate:
     detail: str = ""
 
     def describe(self) -> str:
-        t = f"{self.time_s * 1e6:10.2f} us" if self.time_s is not None else " " * 13
-        why = f"  {self.detail}" if self.detail and self.status != "ok" else ""
-        return f"{t}  {self.status:9}  {self.config.describe()}{why}"
+        return candidate_line(self.time_s, self.status, self.config.describe(), self.detail)
 
 
 @dataclass(frozen=True)
@@ -72,8 +80,7 @@ class TuneResult:
 
     @property
     def winner(self) -> Candidate | None:
-        timed = [c for c in self.candidates if c.status == "ok" and c.time_s is not None]
-        return min(timed, key=lambda c: c.time_s) if timed else None  # type: ignore[arg-type,return-value]
+        return fastest(self.candidates)
 
     def table(self) -> str:
         """One line per candidate, the winner marked."""
@@ -82,6 +89,49 @@ class TuneResult:
         if self.note:
             lines.append(f"  ({self.note})")
         return "\n".join(lines)
+
+
+class _Timed(Protocol):
+    """What ``fastest`` reads of a candidate (``Candidate``, ``op_results.OpCandidate``)."""
+
+    @property
+    def status(self) -> str: ...
+    @property
+    def time_s(self) -> float | None: ...
+
+
+_C = TypeVar("_C", bound=_Timed)
+
+
+def fastest(candidates: Iterable[_C]) -> _C | None:
+    """The quickest candidate that ran correctly and was timed; None when none was."""
+    timed = [c for c in candidates if c.status == "ok" and c.time_s is not None]
+    return min(timed, key=lambda c: c.time_s or 0.0) if timed else None
+
+
+def candidate_line(time_s: float | None, status: str, label: str, detail: str) -> str:
+    """A candidate's line in a tuning report: time, status, what ran and, unless ok, why."""
+    t = f"{time_s * 1e6:10.2f} us" if time_s is not None else " " * 13
+    why = f"  {detail}" if detail and status != "ok" else ""
+    return f"{t}  {status:9}  {label}{why}"
+
+
+def compile_candidates(
+    compile_one: Callable[[int], object], indices: Sequence[int], threads: int | None = None
+) -> list[tuple[int, str | None]]:
+    """``compile_one(i)`` for each index in parallel threads (NVRTC and the C++ compiler release
+    the GIL): ``(i, None)`` in index order, or ``(i, why)`` for one that raised."""
+
+    def outcome(i: int) -> tuple[int, str | None]:
+        try:
+            compile_one(i)
+        except Exception as e:  # noqa: BLE001 - a bad candidate is a result, never a crash
+            return i, _reason(e)
+        return i, None
+
+    workers = threads or min(len(indices), os.cpu_count() or 1, 8) or 1
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        return list(pool.map(outcome, indices))
 
 
 def compare_outputs(ref: Sequence[Any], got: Sequence[Any], dtypes: Sequence[str]) -> str | None:
@@ -253,18 +303,9 @@ def tune_session(
         else:
             results[i] = Candidate(c, "skipped", detail=why)
 
-    def compile_one(i: int) -> tuple[int, str | None]:
-        try:
-            s.compile(configs[i])
-        except Exception as e:  # noqa: BLE001 - a bad candidate is a result, never a crash
-            return i, _reason(e)
-        return i, None
-
     bar = _progress(len(configs), f"tuning {s.op.name}", quiet)
     bar.update(len(configs) - len(legal))
-    workers = threads or min(len(legal), os.cpu_count() or 1, 8) or 1
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        compiled = list(pool.map(compile_one, legal))
+    compiled = compile_candidates(lambda i: s.compile(configs[i]), legal, threads)
     ref, note, timed = None, "", 0
     for i, failure in compiled:
         c = configs[i]
@@ -297,10 +338,9 @@ def tune_session(
 
 
 def _result(s: Session, candidates: tuple[Candidate, ...], spent: float, note: str) -> TuneResult:
-    timed = [c for c in candidates if c.status == "ok" and c.time_s is not None]
-    if not timed:
+    best = fastest(candidates)
+    if best is None:
         return TuneResult(None, candidates, spent, note or "no candidate ran correctly")
-    best = min(timed, key=lambda c: c.time_s)  # type: ignore[arg-type,return-value]
     record = TuningRecord(
         op=s.op.name,
         key=s.key,

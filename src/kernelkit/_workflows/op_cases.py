@@ -232,47 +232,55 @@ def make_case(
 ) -> OpCase:
     """The arrays of one problem of ``op`` (zeros without ``seed``, else seeded random
     values: x ~ N(0, 1), a matmul weight scaled by 1/sqrt(K)) and how to run and explain it."""
-    from .. import ops
-
     parse_dims(op, [dims])
     make = _Maker(_framework(device, dtype, framework), dtype, device, seed)
     if op == "matmul":
-        m, n, k = dims
-        x = make.make((m, k))
-        w = make.make((n, k) if transpose_b else (k, n), scale=k**-0.5)
+        parts = _matmul_parts(make, dims, transpose_b)
+    else:
+        parts = _row_op_parts(make, op, dims)
+    return OpCase(op, dims, dtype, device, make.framework, *parts)
 
-        def call(ins: Sequence[Any], out: Any) -> Any:
-            return ops.matmul(ins[0], ins[1], transpose_b=transpose_b, out=out)
 
-        def explain(ins: Sequence[Any]) -> Any:
-            return ops.matmul.explain(ins[0], ins[1], transpose_b=transpose_b)  # type: ignore[attr-defined]
+# What a case holds beyond its problem: inputs, out, call, explainer, reference (see OpCase).
+_Parts = tuple[
+    list[Any],
+    Any,
+    Callable[[Sequence[Any], Any], Any],
+    Callable[[Sequence[Any]], Any],
+    Callable[[list[Any]], Any],
+]
 
-        def reference(h: list[Any]) -> Any:
-            return h[0] @ (h[1].T if transpose_b else h[1])
 
-        return OpCase(
-            op,
-            dims,
-            dtype,
-            device,
-            make.framework,
-            [x, w],
-            make.nan((m, n)),
-            call,
-            explain,
-            reference,
-        )
+def _matmul_parts(make: _Maker, dims: tuple[int, ...], transpose_b: bool) -> _Parts:
+    """``matmul``'s case: x [M, K], w [N, K] (or [K, N]) and y [M, N]."""
+    from .. import ops
+
+    m, n, k = dims
+    x = make.make((m, k))
+    w = make.make((n, k) if transpose_b else (k, n), scale=k**-0.5)
+
+    def call(ins: Sequence[Any], out: Any) -> Any:
+        return ops.matmul(ins[0], ins[1], transpose_b=transpose_b, out=out)
+
+    def explain(ins: Sequence[Any]) -> Any:
+        return ops.matmul.explain(ins[0], ins[1], transpose_b=transpose_b)  # type: ignore[attr-defined]
+
+    def reference(h: list[Any]) -> Any:
+        return h[0] @ (h[1].T if transpose_b else h[1])
+
+    return [x, w], make.nan((m, n)), call, explain, reference
+
+
+def _row_op_parts(make: _Maker, op: str, dims: tuple[int, ...]) -> _Parts:
+    """A row op's case: x, its weight and bias as the op takes them, eps, and y like x."""
+    from .. import ops
+
     x = make.make(dims)
     params = [make.make(dims[-1:], 0.1, 1.0), make.make(dims[-1:], 0.1)][: _params(op)]
     eps = _EPS.get(op)
     inputs = [x, *params] + ([eps] if eps is not None else [])
     fn = getattr(ops, op)
-    return OpCase(
-        op,
-        dims,
-        dtype,
-        device,
-        make.framework,
+    return (
         inputs,
         make.nan(dims),
         lambda ins, out: fn(*ins, out=out),

@@ -15,6 +15,7 @@ from .._records import Target
 from .._select.records import Config
 from .._select.tables import TableEntry
 from .._tune.records import Key, TuningRecord
+from .._tune.tuner import candidate_line, fastest
 
 __all__ = ["OpCandidate", "OpTuneResult", "OpTuning"]
 
@@ -34,9 +35,7 @@ class OpCandidate:
     detail: str = ""
 
     def describe(self) -> str:
-        t = f"{self.time_s * 1e6:10.2f} us" if self.time_s is not None else " " * 13
-        why = f"  {self.detail}" if self.detail and self.status != "ok" else ""
-        return f"{t}  {self.status:9}  {self.label}{why}"
+        return candidate_line(self.time_s, self.status, self.label, self.detail)
 
 
 @dataclass(frozen=True)
@@ -55,8 +54,7 @@ class OpTuneResult:
 
     @property
     def winner(self) -> OpCandidate | None:
-        timed = [c for c in self.candidates if c.status == "ok" and c.time_s is not None]
-        return min(timed, key=lambda c: c.time_s or 0.0) if timed else None
+        return fastest(self.candidates)
 
     def report(self) -> str:
         """The problem and its key, how the candidates were timed, then one line per

@@ -394,6 +394,8 @@ def record_of(obj: Any, result: ShapeResult) -> Any:
 
 
 def report(obj: Any, spec: TuneSpec, results: list[ShapeResult]) -> str:
+    from .._tune.tuner import candidate_line
+
     lines = []
     for r in results:
         entry = spec.shapes[r.index]
@@ -401,9 +403,7 @@ def report(obj: Any, spec: TuneSpec, results: list[ShapeResult]) -> str:
         lines.append(f"shape {r.index} {shapes} (tuned in {r.tuning_s:.2f} s):")
         for c, (config, status, seconds, detail) in enumerate(r.rows):
             mark = "*" if c == r.winner else " "
-            t = f"{seconds * 1e6:10.2f} us" if seconds is not None else " " * 13
-            why = f"  {detail}" if status != "ok" and detail else ""
-            lines.append(f" {mark} {t}  {status:9}  {config.describe()}{why}")
+            lines.append(f" {mark} {candidate_line(seconds, status, config.describe(), detail)}")
     return "\n".join(lines)
 
 

@@ -29,7 +29,6 @@ import os
 import sys
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -184,7 +183,7 @@ def _tune_case(
     bar: Any,
 ) -> OpTuneResult:
     from .. import _registry
-    from .._tune.tuner import _reason
+    from .._tune.tuner import compile_candidates
 
     t0 = time.perf_counter()
     selection = case.explain()
@@ -204,17 +203,7 @@ def _tune_case(
     bench = _Bench(case, backend, target, policy)
     try:
         runs = {i: bench.runner(op.name, plans[i]) for i in runnable}
-
-        def compile_one(i: int) -> tuple[int, str | None]:
-            try:
-                bench.compile(runs[i])
-            except Exception as e:  # noqa: BLE001 - a bad candidate is a result, never a crash
-                return i, _reason(e)
-            return i, None
-
-        workers = min(len(runnable), os.cpu_count() or 1, 8) or 1
-        with ThreadPoolExecutor(max_workers=workers) as pool:
-            compiled = list(pool.map(compile_one, runnable))
+        compiled = compile_candidates(lambda i: bench.compile(runs[i]), runnable)
         note = _check_and_time(bench, case, plans, runs, compiled, results, budget_s, t0, bar)
     finally:
         bench.close()
@@ -269,11 +258,11 @@ def _record(
     op: Any, key: Key, backend: Any, target: Target, found: tuple[OpCandidate, ...], spent: float
 ) -> TuningRecord | None:
     from .._tune.records import Environment
+    from .._tune.tuner import fastest
 
-    timed = [c for c in found if c.status == "ok" and c.time_s is not None]
-    if not timed:
+    best = fastest(found)
+    if best is None:
         return None
-    best = min(timed, key=lambda c: c.time_s or 0.0)
     return TuningRecord(
         op=op.name,
         key=key,
