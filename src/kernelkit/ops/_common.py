@@ -165,6 +165,34 @@ class OpRunner:
         return explain_selection(self.op, problem, target, backend)
 
 
+def one_output_launch(
+    k: Any, kw: dict[str, Any], shape: Any, output_dtype: Any
+) -> Callable[[Any, Any], Any]:
+    """``launch(arrays, out)`` calling kernel ``k`` (one output) with the fixed keywords ``kw``:
+    into ``out``, or into a new array of ``shape`` and ``output_dtype``."""
+    allocate = {"output_shapes": [shape], "output_dtypes": [output_dtype]}
+
+    def launch(arrays: Any, out: Any) -> Any:
+        if out is not None:
+            k(arrays, out=[out], **kw)
+            return out
+        return k(arrays, **kw, **allocate)[0]
+
+    return launch
+
+
+def run_prepared(
+    prepare: Callable[[KernelChoice, Problem, Any], Callable[[Any, Any], Any]],
+) -> Callable[[KernelChoice, Any], Any]:
+    """An implementation's ``run(choice, call)`` from its ``prepare`` (prepared, then launched)."""
+
+    def run(choice: KernelChoice, call: Any) -> Any:
+        problem, arrays, output_dtype, out = call
+        return prepare(choice, problem, output_dtype)(arrays, out)
+
+    return run
+
+
 def move_last(x: Any, dim: Any, name: str) -> tuple[Any, Callable[[Any], Any] | None]:
     """``x`` with ``dim`` moved last (a view), and how to move a result back (None: already
     last). Works for torch (movedim) and NumPy-style frameworks (moveaxis)."""

@@ -24,7 +24,7 @@ from .._select.records import Config, KernelChoice
 from .._select.registry import Implementation, Op
 from .._select.select import Selection
 from . import _rows
-from ._common import OpRunner, namespace, signature_of, vec_width
+from ._common import OpRunner, namespace, run_prepared, signature_of, vec_width
 
 __all__ = ["Elementwise", "elementwise"]
 
@@ -276,8 +276,7 @@ class Elementwise:
         return k
 
     def _run(self, choice: KernelChoice, call: Any) -> Any:
-        problem, arrays, output_dtype, out = call
-        return self._prepare_launch(choice, problem, output_dtype)(arrays, out)
+        return run_prepared(self._prepare_launch)(choice, call)
 
     def _prepare_launch(
         self, choice: KernelChoice, problem: Problem, output_dtype: Any

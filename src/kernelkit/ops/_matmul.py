@@ -27,7 +27,7 @@ from .._select.registry import Implementation, Op
 from .._select.select import Selection
 from . import _matmul_kernels as K
 from . import _matmul_mma as MMA
-from ._common import OpRunner, empty
+from ._common import OpRunner, empty, one_output_launch, run_prepared
 
 __all__ = ["matmul"]
 
@@ -82,24 +82,9 @@ def _kernel_impl(
             + tuple(extra(problem)),
             "shared_memory": choice.config.shared_memory or None,
         }
-        allocate = {
-            "output_shapes": [(problem.attr("M"), problem.attr("N"))],
-            "output_dtypes": [output_dtype],
-        }
+        return one_output_launch(k, kw, (problem.attr("M"), problem.attr("N")), output_dtype)
 
-        def launch(arrays: Any, out: Any) -> Any:
-            if out is not None:
-                k(arrays, out=[out], **kw)
-                return out
-            return k(arrays, **kw, **allocate)[0]
-
-        return launch
-
-    def run(choice: KernelChoice, call: Any) -> Any:
-        problem, arrays, output_dtype, out = call
-        return prepare(choice, problem, output_dtype)(arrays, out)
-
-    return run, prepare
+    return run_prepared(prepare), prepare
 
 
 # --- gemv --------------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ from .._records import Problem, Target
 from .._select.records import Config, KernelChoice
 from .._select.registry import Implementation, Op
 from . import _rows
-from ._common import OpRunner, empty, vec_width
+from ._common import OpRunner, empty, one_output_launch, run_prepared, vec_width
 
 __all__ = ["CONFIGS", "make_row_op"]
 
@@ -88,19 +88,9 @@ def make_row_op(
             "threadgroup": choice.config.threadgroup,
             "template": tuple(choice.config.template) + tuple(template(problem)),
         }
-        allocate = {"output_shapes": [shape], "output_dtypes": [output_dtype]}
+        return one_output_launch(k, kw, shape, output_dtype)
 
-        def launch(arrays: Any, out: Any) -> Any:
-            if out is not None:
-                k(arrays, out=[out], **kw)
-                return out
-            return k(arrays, **kw, **allocate)[0]
-
-        return launch
-
-    def run(choice: KernelChoice, call: Any) -> Any:
-        problem, arrays, output_dtype, out = call
-        return prepare(choice, problem, output_dtype)(arrays, out)
+    run = run_prepared(prepare)
 
     op = Op(name, key=["x.dtype", "N", "rows:pow2"])
     op.register(
