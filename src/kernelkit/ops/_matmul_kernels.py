@@ -167,6 +167,57 @@ const long long N = W_KN ? w_shape[1] : w_shape[0];
 kk_tiled<T, TB, TY, BM, BN, BK, TM, TN, ACT, HAS_BIAS, W_KN>(x, w, bias, y, M, N, K);
 """
 
+# The sm_80+ instructions both tensor-core kernels use (gemv_tc and _matmul_mma's tiles), through
+# inline PTX; the CPU emulation test of the mma kernel replaces this block.
+MMA_PTX = r"""
+// sm_80+ instructions through inline PTX (what a CPU emulation of them replaces, see the tests).
+template <class T> struct kk_mma_op;
+template <> struct kk_mma_op<__half> {
+  static __device__ __forceinline__ void run(float (&c)[4], const unsigned (&a)[4],
+                                             unsigned b0, unsigned b1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
+        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+};
+template <> struct kk_mma_op<__nv_bfloat16> {
+  static __device__ __forceinline__ void run(float (&c)[4], const unsigned (&a)[4],
+                                             unsigned b0, unsigned b1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
+        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+};
+
+// 16 bytes global -> shared, bypassing L1; src_bytes 0 writes 16 zero bytes and reads nothing.
+__device__ __forceinline__ void kk_mma_cp16(unsigned dst, const void* src, bool full) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
+               :: "r"(dst), "l"(src), "r"(full ? 16 : 0) : "memory");
+}
+__device__ __forceinline__ void kk_mma_commit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+template <int N>
+__device__ __forceinline__ void kk_mma_wait() {
+  asm volatile("cp.async.wait_group %0;\n" :: "n"(N) : "memory");
+}
+// volatile: the same address reads new data after every barrier (never reuse a result)
+__device__ __forceinline__ void kk_mma_ldsm(unsigned (&r)[4], unsigned addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+}
+__device__ __forceinline__ void kk_mma_ldsm_t(unsigned (&r)[4], unsigned addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+}
+
+__device__ __forceinline__ unsigned kk_mma_smem_u32(const void* p) {
+  return (unsigned)__cvta_generic_to_shared(p);  // the shared window's 32-bit address
+}
+"""
+
 # ``GEMV_TC``: decode shapes (M <= 16) on the tensor cores, sm_80+, float16/bfloat16, weight
 # [N, K]. Reading the weight once is still the whole cost; the tensor cores only take the
 # arithmetic off the FMA pipes, which is what limits the FMA GEMV at M = 8-16 (each weight
@@ -189,37 +240,8 @@ kk_tiled<T, TB, TY, BM, BN, BK, TM, TN, ACT, HAS_BIAS, W_KN>(x, w, bias, y, M, N
 # deterministic, no atomics. A tail of K (K % 32) is loaded as zeros (K % 8 == 0: match rule).
 GEMV_TC = (
     EPILOGUE
+    + MMA_PTX
     + r"""
-template <class T> struct kk_tc;
-template <> struct kk_tc<__nv_bfloat16> {
-  static __device__ __forceinline__ void mma(float* c, const unsigned* a, unsigned b0,
-                                             unsigned b1) {
-#if __CUDA_ARCH__ >= 800
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
-        "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-#else
-    __trap();  // the match rule keeps this kernel off older GPUs
-#endif
-  }
-};
-template <> struct kk_tc<__half> {
-  static __device__ __forceinline__ void mma(float* c, const unsigned* a, unsigned b0,
-                                             unsigned b1) {
-#if __CUDA_ARCH__ >= 800
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
-        "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-#else
-    __trap();
-#endif
-  }
-};
-
 // 8 consecutive 16-bit elements as a uint4: one 16-byte load when aligned (uniform per launch).
 __device__ __forceinline__ uint4 kk_tc_load(const void* p, bool vector) {
   if (vector) return __ldg(reinterpret_cast<const uint4*>(p));
@@ -232,24 +254,9 @@ __device__ __forceinline__ uint4 kk_tc_load(const void* p, bool vector) {
   return r;
 }
 
-// 16 bytes global -> shared without passing through registers; zeros when !live (sm_80+).
-__device__ __forceinline__ void kk_tc_copy(uint4* dst, const void* src, bool live) {
-#if __CUDA_ARCH__ >= 800
-  const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src),
-               "r"(live ? 16 : 0));
-#endif
-}
-__device__ __forceinline__ void kk_tc_commit() {
-#if __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.commit_group;\n" ::);
-#endif
-}
-template <int N>
-__device__ __forceinline__ void kk_tc_wait() {
-#if __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-#endif
+// cp.async of one lane's 16 bytes into its ring slot (zeros when !live)
+__device__ __forceinline__ void kk_tc_fill(uint4* dst, const void* src, bool live) {
+  kk_mma_cp16(kk_mma_smem_u32(dst), src, live);
 }
 
 // The mma steps of one 32-wide step of K, from the lane's 16-byte words of w (NT) and x (MT).
@@ -262,7 +269,7 @@ __device__ __forceinline__ void kk_tc_step(float (*acc)[4], const uint4* wv, con
     a[1] = MT == 2 ? (half ? xv[MT - 1].z : xv[MT - 1].x) : 0u;
     a[3] = MT == 2 ? (half ? xv[MT - 1].w : xv[MT - 1].y) : 0u;
     for (int j = 0; j < NT; ++j)
-      kk_tc<T>::mma(acc[j], a, half ? wv[j].z : wv[j].x, half ? wv[j].w : wv[j].y);
+      kk_mma_op<T>::run(acc[j], a, half ? wv[j].z : wv[j].x, half ? wv[j].w : wv[j].y);
   }
 }
 
@@ -302,7 +309,7 @@ __device__ __forceinline__ void kk_gemv_tc(const T* x, const T* w, const TB* bia
     uint4* ring = kk_tc_ring + (long long)warp * RING * SLOTS * 32 + lane;
     for (long long i = 0; i < mine + RING - 1; ++i) {
       if (i >= RING - 1) {  // consume step i - (RING - 1)
-        kk_tc_wait<RING - 2>();  // it has landed (groups 0 .. i - 1 are committed)
+        kk_mma_wait<RING - 2>();  // it has landed (groups 0 .. i - 1 are committed)
         uint4 wv[NT], xv[MT];
         const uint4* slot = ring + ((i - (RING - 1)) % RING) * SLOTS * 32;
         for (int j = 0; j < NT; ++j) wv[j] = slot[j * 32];
@@ -312,12 +319,12 @@ __device__ __forceinline__ void kk_gemv_tc(const T* x, const T* w, const TB* bia
       const long long k = (warp + i * WARPS) * 32 + 8 * q;  // fill step i
       const bool live = i < mine && k < K;
       uint4* fill = ring + (i % RING) * SLOTS * 32;
-      for (int j = 0; j < NT; ++j) kk_tc_copy(fill + j * 32, live ? wrow[j] + k : w, live);
+      for (int j = 0; j < NT; ++j) kk_tc_fill(fill + j * 32, live ? wrow[j] + k : w, live);
       for (int h = 0; h < MT; ++h)
-        kk_tc_copy(fill + (NT + h) * 32, live && xlive[h] ? xrow[h] + k : x, live && xlive[h]);
-      kk_tc_commit();
+        kk_tc_fill(fill + (NT + h) * 32, live && xlive[h] ? xrow[h] + k : x, live && xlive[h]);
+      kk_mma_commit();
     }
-    kk_tc_wait<0>();
+    kk_mma_wait<0>();
   } else {
     for (long long i = 0; i < mine; i += U) {
       uint4 wv[U][NT], xv[U][MT];
