@@ -183,3 +183,78 @@ def test_empty_inputs_launch_nothing(arrays, shape):
     w = arrays.put(np.ones(shape[-1], np.float32))
     for y in (ops.softmax(x), ops.rms_norm(x, w), ops.layer_norm(x, w, w)):
         assert tuple(y.shape) == shape
+
+
+def _row_lengths(config, vec):
+    """Row lengths a config holds: aligned (whole vectors, the last thread's vectors partly
+    missing) and unaligned (the scalar path); a loop config gets several chunks and a tail."""
+    block, items = config.values["BLOCK"], config.values["ITEMS"]
+    aligned = block * items * vec - vec if items else 3 * block * vec + vec
+    return [max(vec, aligned), max(1, aligned - 1)]
+
+
+def _cpu_configs():
+    """On the CPU backend a few configs with several rows per block (each config is a g++ build);
+    on CUDA, every config."""
+    from kernelkit.ops._rowops import config
+
+    return [config(32, 1, 4), config(32, 8, 2), config(64, 2, 4), config(128, 4, 2)]
+
+
+@pytest.mark.parametrize("dtype_name", ["float32", "bfloat16"])
+def test_every_config_against_float64_with_poisoned_outputs(arrays, dtype_name):
+    """Each config (rows sharing a block, row counts that leave the last block part empty, the
+    vector and the scalar path) writes every element of every row, and nothing else is read."""
+    from kernelkit.ops._rowops import CONFIGS
+
+    if dtype_name == "bfloat16" and not arrays.use_torch:
+        pytest.skip("bfloat16 through torch")
+    vec = 16 // (4 if dtype_name == "float32" else 2)
+    tol = 2e-5 if dtype_name == "float32" else 1.6e-2
+    for c in CONFIGS if arrays.on_gpu else _cpu_configs():
+        forced = {**c.values, "threadgroup": c.threadgroup}
+        for n in _row_lengths(c, vec):
+            rows = 2 * c.values["ROWS"] + 1
+            a = RNG.standard_normal((rows, n)) * 3 + 1
+            w, b = RNG.standard_normal(n), RNG.standard_normal(n)
+            x, wx, bx = (put(arrays, v, dtype_name) for v in (a, w, b))
+            xd, wd, bd = (exact(arrays, v, dtype_name) for v in (a, w, b))
+            cases = [
+                ("softmax", ops.softmax, (x,), _softmax(xd)),
+                ("rms_norm", ops.rms_norm, (x, wx), _rms(xd, wd, 1e-6)),
+                ("layer_norm", ops.layer_norm, (x, wx, bx), _layer(xd, wd, bd, 1e-5)),
+            ]
+            for op, fn, args, ref in cases:
+                out = put(arrays, np.full((rows, n), np.nan), dtype_name)
+                with force(op, "rows", forced):
+                    fn(*args, out=out)
+                got = get(arrays, out)
+                err = np.linalg.norm(got - ref) / np.linalg.norm(ref)
+                assert np.isfinite(got).all() and err <= tol, (op, c.describe(), n, err)
+
+
+@pytest.mark.parametrize("dtype_name", ["float32", "float16", "bfloat16"])
+def test_softmax_rows_with_minus_inf_and_large_values(arrays, dtype_name):
+    """-inf entries give exact zeros, large values do not overflow (the max is subtracted first),
+    and a row of only -inf gives NaN, as in torch; on the register path and the loop path."""
+    if dtype_name == "bfloat16" and not arrays.use_torch:
+        pytest.skip("bfloat16 through torch")
+    big = {"float32": 3e4, "float16": 6e4, "bfloat16": 3e4}[dtype_name]
+    for n, config in ((1024, {"BLOCK": 128, "ITEMS": 2}), (1024, {"BLOCK": 32, "ITEMS": 0})):
+        a = RNG.standard_normal((4, n)) * 4
+        a[0, ::3] = -np.inf
+        a[1, :] = big - RNG.random(n) * 8  # exp(x) would overflow without the max subtracted
+        a[1, 5] = -np.inf
+        a[2, :] = -np.inf
+        a[3, 7] = big
+        forced = {**config, "ROWS": 1, "threadgroup": (config["BLOCK"],)}
+        with force("softmax", "rows", forced):
+            got = get(arrays, ops.softmax(put(arrays, a, dtype_name)))
+        xd = exact(arrays, a, dtype_name)
+        assert np.isnan(got[2]).all()
+        ok = [0, 1, 3]
+        with np.errstate(invalid="ignore"):
+            ref = _softmax(xd[ok])
+        assert (got[0, ::3] == 0).all() and got[1, 5] == 0
+        np.testing.assert_allclose(got[ok], ref, atol=TOL[dtype_name], rtol=TOL[dtype_name])
+        np.testing.assert_allclose(got[ok].sum(-1), 1.0, rtol=TOL[dtype_name] * 4)

@@ -16,7 +16,7 @@ __all__ = ["layer_norm", "rms_norm"]
 RMS_OP, _RMS = make_row_op(
     "rms_norm",
     ["x", "w", "eps"],
-    "kk_norm_row<T, WT, BLOCK, ITEMS, VECTOR, false>(xr, yr, n, kk_red, w, w, eps)",
+    "kk_norm_row<T, WT, BLOCK, ITEMS, VECTOR, false>(xr, yr, nr, t, kk_red, w, w, eps)",
     _rows.NORM,
     lambda p: (("T", p.arg("x").dtype), ("WT", p.arg("w").dtype)),
     aligned=("w",),
@@ -24,7 +24,7 @@ RMS_OP, _RMS = make_row_op(
 LAYER_OP, _LAYER = make_row_op(
     "layer_norm",
     ["x", "w", "b", "eps"],
-    "kk_norm_row<T, WT, BLOCK, ITEMS, VECTOR, true>(xr, yr, n, kk_red, w, b, eps)",
+    "kk_norm_row<T, WT, BLOCK, ITEMS, VECTOR, true>(xr, yr, nr, t, kk_red, w, b, eps)",
     _rows.NORM,
     lambda p: (("T", p.arg("x").dtype), ("WT", p.arg("w").dtype)),
     aligned=("w", "b"),

@@ -1,6 +1,7 @@
 """The row-wise op family (softmax, rms_norm, layer_norm) on the selection stage: one generic
 implementation, ``rows``, whose configs are (BLOCK threads per row, ITEMS vector loads per
-thread kept in registers; ITEMS=0 loops over long rows)."""
+thread kept in registers, ITEMS=0 looping over long rows; ROWS rows per block, so that short
+rows still fill blocks of 128 threads or more)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,20 @@ __all__ = ["CONFIGS", "make_row_op"]
 
 BLOCKS = (32, 64, 128, 256, 512, 1024)
 ITEMS = (0, 1, 2, 4, 8)
-CONFIGS = tuple(Config({"BLOCK": b, "ITEMS": i}, (b,)) for b in BLOCKS for i in ITEMS)
+
+
+def config(block: int, items: int, rows: int = 1) -> Config:
+    """BLOCK threads per row, ITEMS vectors per thread, ROWS rows per block."""
+    return Config({"BLOCK": block, "ITEMS": items, "ROWS": rows}, (block * rows,))
+
+
+CONFIGS = tuple(
+    config(b, i, r)
+    for b in BLOCKS
+    for i in ITEMS
+    for r in (1, 2, 4)
+    if r == 1 or (b <= 128 and i > 0)  # several rows per block: short rows in registers
+)
 DTYPES = ("float16", "bfloat16", "float32")
 
 
@@ -27,9 +41,14 @@ def _pow2_at_least(n: int) -> int:
     return 1 << max(0, (n - 1).bit_length())
 
 
+def _rows_per_block(config: Config) -> int:
+    return int(config.values.get("ROWS", 1))  # type: ignore[arg-type]  # forced configs may omit it
+
+
 def grid(problem: Problem, config: Config) -> tuple[int, int, int]:
-    """One block of BLOCK threads per row."""
-    return (max(1, problem.attr("rows")) * config.values["BLOCK"], 1, 1)  # type: ignore[operator]
+    """One block of BLOCK * ROWS threads per ROWS rows."""
+    rows, per = max(1, problem.attr("rows")), _rows_per_block(config)
+    return (-(-rows // per) * per * config.values["BLOCK"], 1, 1)  # type: ignore[operator]
 
 
 def fits(problem: Problem, config: Config) -> str | None:
@@ -44,13 +63,17 @@ def fits(problem: Problem, config: Config) -> str | None:
 
 def heuristic(problem: Problem, target: Target) -> Config | None:
     """The smallest block that keeps the row in at most 8 vectors per thread, at least 4 per
-    thread where the row allows (fewer, wider threads reduce faster); else the loop."""
+    thread where the row allows (fewer, wider threads reduce faster), with rows sharing a block
+    up to 128 threads when there are thousands of rows; else the loop."""
     vectors = -(-problem.attr("N") // vec_width(problem.arg("x").dtype))
     block = min(1024, max(32, _pow2_at_least(-(-vectors // 4))))
     items = _pow2_at_least(-(-vectors // block))
     if items > 8:
-        return Config({"BLOCK": 1024, "ITEMS": 0}, (1024,))
-    return Config({"BLOCK": block, "ITEMS": items}, (block,))
+        return config(1024, 0)
+    rows = 1
+    while block * rows < 128 and rows < 4 and problem.attr("rows") >= 1024 * rows:
+        rows *= 2
+    return config(block, items, rows)
 
 
 def match(problem: Problem, target: Target) -> str | None:
@@ -86,7 +109,11 @@ def make_row_op(
         kw: dict[str, Any] = {
             "grid": choice.grid,
             "threadgroup": choice.config.threadgroup,
-            "template": tuple(choice.config.template) + tuple(template(problem)),
+            "template": (
+                *choice.config.template,
+                *((("ROWS", 1),) if "ROWS" not in choice.config.values else ()),
+                *template(problem),
+            ),
         }
         return one_output_launch(k, kw, shape, output_dtype)
 
@@ -100,7 +127,7 @@ def make_row_op(
             prepare=prepare,
             grid=grid,
             configs=CONFIGS,
-            default=Config({"BLOCK": 256, "ITEMS": 0}, (256,)),
+            default=config(256, 0),
             heuristic=heuristic,
             match=match,
             fits=fits,

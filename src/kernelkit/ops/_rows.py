@@ -24,60 +24,108 @@ __device__ __forceinline__ float kk_warp_max(float v) {
   for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
   return v;
 }
-// Every thread of the block gets the total. `red` holds 32 floats of shared memory.
+// Every thread of a row's BLOCK threads gets the row's total. `red` holds 32 floats of shared
+// memory (one per warp of the block: a block holds ROWS rows of BLOCK threads, at most 1024
+// threads). Each reduction of a row function gets its own `red`, so no barrier is needed after
+// reading it back.
 template <int BLOCK, bool MAX>
 __device__ __forceinline__ float kk_block_reduce(float v, float* red) {
   v = MAX ? kk_warp_max(v) : kk_warp_sum(v);
   if (BLOCK > 32) {
+    constexpr int W = BLOCK / 32;  // warps per row
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     if (lane == 0) red[warp] = v;
     __syncthreads();
-    v = lane < BLOCK / 32 ? red[lane] : (MAX ? -INFINITY : 0.0f);
+    v = lane < W ? red[(warp & ~(W - 1)) + lane] : (MAX ? -INFINITY : 0.0f);
     v = MAX ? kk_warp_max(v) : kk_warp_sum(v);
-    __syncthreads();  // red is reused by the next reduction
   }
   return v;
 }
 
-// Element e of thread t's item `it`: vector path (it*BLOCK + t)*VEC + j, scalar (it*VEC+j)*BLOCK+t
+// A row kept in registers in its own type: ITEMS 16-byte vectors per thread, each as four
+// 32-bit words (a struct of bf16 would take a register per element, twice the words). Element j
+// of thread t's item `it`: vector path (it*BLOCK + t)*VEC + j, scalar path (it*VEC + j)*BLOCK + t;
+// kk_at gives that index.
+struct alignas(16) kk_words { unsigned w[4]; };
+
+template <class T, int BLOCK, bool VECTOR>
+__device__ __forceinline__ int kk_at(int it, int j, int t) {
+  constexpr int VEC = kk_pack<T>::N;
+  return VECTOR ? (it * BLOCK + t) * VEC + j : (it * VEC + j) * BLOCK + t;
+}
+
+// Element j of a vector, as float, and the bits of a float rounded to T (memcpy: the bit cast
+// that works for every T without naming it).
+template <class T>
+__device__ __forceinline__ float kk_get(const kk_words& p, int j) {
+  constexpr int PER = 4 / sizeof(T);
+  const unsigned w = p.w[j / PER];
+  if (PER == 1) return __uint_as_float(w);
+  const unsigned short b = (unsigned short)(j % PER ? w >> 16 : w & 0xffffu);
+  T h;
+  memcpy(&h, &b, sizeof(T));
+  return (float)h;
+}
+
+template <class T>
+__device__ __forceinline__ void kk_set(kk_words& p, int j, float f) {
+  constexpr int PER = 4 / sizeof(T);
+  if (PER == 1) {
+    p.w[j] = __float_as_uint(f);
+    return;
+  }
+  const T h = T(f);
+  unsigned short b;
+  memcpy(&b, &h, sizeof(T));
+  unsigned& w = p.w[j / PER];
+  w = j % PER ? (w & 0xffffu) | ((unsigned)b << 16) : (w & 0xffff0000u) | b;
+}
+
+template <class T>
+__device__ __forceinline__ void kk_fill(kk_words& p, float f) {
+  for (int j = 0; j < kk_pack<T>::N; ++j) kk_set<T>(p, j, f);
+}
+
+// An empty asm that "changes" every word: the compiler converts the elements again after it
+// instead of keeping the floats of an earlier pass live (twice a bf16 row's registers).
+template <int ITEMS>
+__device__ __forceinline__ void kk_reconvert(kk_words (&v)[ITEMS]) {
+  for (int it = 0; it < ITEMS; ++it)
+    for (int k = 0; k < 4; ++k) asm volatile("" : "+r"(v[it].w[k]));
+}
+
 template <class T, int BLOCK, int ITEMS, bool VECTOR>
-__device__ __forceinline__ void kk_load_row(const T* row, long long n,
-                                            float (&v)[ITEMS][kk_pack<T>::N], float fill) {
+__device__ __forceinline__ void kk_load_row(const T* row, int n, int t, kk_words (&v)[ITEMS],
+                                            float fill) {
   constexpr int VEC = kk_pack<T>::N;
   for (int it = 0; it < ITEMS; ++it) {
     if (VECTOR) {
-      const long long base = ((long long)it * BLOCK + threadIdx.x) * VEC;
+      const int base = kk_at<T, BLOCK, true>(it, 0, t);
       if (base < n) {
-        const kk_vec<T> p = *reinterpret_cast<const kk_vec<T>*>(row + base);
-        for (int j = 0; j < VEC; ++j) v[it][j] = (float)p.v[j];
+        v[it] = *reinterpret_cast<const kk_words*>(row + base);
       } else {
-        for (int j = 0; j < VEC; ++j) v[it][j] = fill;
+        kk_fill<T>(v[it], fill);
       }
     } else {
       for (int j = 0; j < VEC; ++j) {
-        const long long e = ((long long)it * VEC + j) * BLOCK + threadIdx.x;
-        v[it][j] = e < n ? (float)row[e] : fill;
+        const int e = kk_at<T, BLOCK, false>(it, j, t);
+        kk_set<T>(v[it], j, e < n ? (float)row[e] : fill);
       }
     }
   }
 }
 
 template <class T, int BLOCK, int ITEMS, bool VECTOR>
-__device__ __forceinline__ void kk_store_row(T* row, long long n,
-                                             const float (&v)[ITEMS][kk_pack<T>::N]) {
+__device__ __forceinline__ void kk_store_row(T* row, int n, int t, const kk_words (&v)[ITEMS]) {
   constexpr int VEC = kk_pack<T>::N;
   for (int it = 0; it < ITEMS; ++it) {
     if (VECTOR) {
-      const long long base = ((long long)it * BLOCK + threadIdx.x) * VEC;
-      if (base < n) {
-        kk_vec<T> p;
-        for (int j = 0; j < VEC; ++j) p.v[j] = T(v[it][j]);
-        *reinterpret_cast<kk_vec<T>*>(row + base) = p;
-      }
+      const int base = kk_at<T, BLOCK, true>(it, 0, t);
+      if (base < n) *reinterpret_cast<kk_words*>(row + base) = v[it];
     } else {
       for (int j = 0; j < VEC; ++j) {
-        const long long e = ((long long)it * VEC + j) * BLOCK + threadIdx.x;
-        if (e < n) row[e] = T(v[it][j]);
+        const int e = kk_at<T, BLOCK, false>(it, j, t);
+        if (e < n) row[e] = T(kk_get<T>(v[it], j));
       }
     }
   }
@@ -88,15 +136,21 @@ __device__ __forceinline__ bool kk_aligned16(const void* p) {
 }
 """
 
-# The body of every row kernel: pick the row, then the aligned or the scalar form of the row
-# function ({vector} is filled with true/false).
+# The body of every row kernel: each block takes ROWS rows of BLOCK threads each; a row past
+# the end (the last block's padding) loads and stores nothing but still meets the barriers.
+# The vector path needs every row aligned: the same test for the whole block ({vector} is
+# filled with true/false).
 _ROW = r"""
-__shared__ float kk_red[32];
+__shared__ float kk_red[64];
 const long long n = x_shape[x_ndim - 1];
-const long long r = blockIdx.x;
-const T* xr = x + r * n;
-T* yr = y + r * n;
-if (n % kk_pack<T>::N == 0 && kk_aligned16(xr) && kk_aligned16(yr) EXTRA_ALIGN) {
+long long rows = 1;
+for (int d = 0; d + 1 < x_ndim; ++d) rows *= x_shape[d];
+const int t = threadIdx.x % BLOCK;
+const long long r = (long long)blockIdx.x * ROWS + threadIdx.x / BLOCK;
+const long long nr = r < rows ? n : 0;
+const T* xr = x + (r < rows ? r : 0) * n;
+T* yr = y + (r < rows ? r : 0) * n;
+if (n % kk_pack<T>::N == 0 && kk_aligned16(x) && kk_aligned16(y) EXTRA_ALIGN) {
   CALL_ROW(true);
 } else {
   CALL_ROW(false);
@@ -105,44 +159,80 @@ if (n % kk_pack<T>::N == 0 && kk_aligned16(xr) && kk_aligned16(yr) EXTRA_ALIGN) 
 
 SOFTMAX = r"""
 template <class T, int BLOCK, int ITEMS, bool VECTOR>
-__device__ void kk_softmax_row(const T* xr, T* yr, long long n, float* red) {
+__device__ void kk_softmax_row(const T* xr, T* yr, long long n, int t, float* red) {
   constexpr int VEC = kk_pack<T>::N;
-  if (ITEMS > 0) {  // the row is in registers: one read, one write
+  constexpr float L2E = 1.4426950408889634f;
+  // The row in registers (aligned rows only: the scalar path would take a register per element
+  // and cost every aligned call occupancy): one read, one write.
+  if (ITEMS > 0 && VECTOR) {
     constexpr int K = ITEMS > 0 ? ITEMS : 1;
-    float v[K][VEC];
-    kk_load_row<T, BLOCK, K, VECTOR>(xr, n, v, -INFINITY);
+    const int ni = (int)n;
+    kk_words v[K];
+    kk_load_row<T, BLOCK, K, true>(xr, ni, t, v, -INFINITY);
     float m = -INFINITY;
-    for (int it = 0; it < K; ++it) for (int j = 0; j < VEC; ++j) m = fmaxf(m, v[it][j]);
+    for (int it = 0; it < K; ++it) for (int j = 0; j < VEC; ++j) m = fmaxf(m, kk_get<T>(v[it], j));
     m = kk_block_reduce<BLOCK, true>(m, red);
+    kk_reconvert(v);
+    // exp(x - m) = 2^((x - m) log2 e). A float row keeps the exponentials in place; a narrower
+    // row recomputes them for the output rather than hold them as floats (half the registers).
     float s = 0.0f;
     for (int it = 0; it < K; ++it)
-      for (int j = 0; j < VEC; ++j) { v[it][j] = expf(v[it][j] - m); s += v[it][j]; }
-    const float inv = 1.0f / kk_block_reduce<BLOCK, false>(s, red);
-    for (int it = 0; it < K; ++it) for (int j = 0; j < VEC; ++j) v[it][j] *= inv;
-    kk_store_row<T, BLOCK, K, VECTOR>(yr, n, v);
+      for (int j = 0; j < VEC; ++j) {
+        const float e = exp2f((kk_get<T>(v[it], j) - m) * L2E);
+        if (sizeof(T) == 4) kk_set<T>(v[it], j, e);
+        s += e;
+      }
+    const float inv = 1.0f / kk_block_reduce<BLOCK, false>(s, red + 32);
+    kk_reconvert(v);
+    for (int it = 0; it < K; ++it)
+      for (int j = 0; j < VEC; ++j) {
+        const float x = kk_get<T>(v[it], j);
+        kk_set<T>(v[it], j, (sizeof(T) == 4 ? x : exp2f((x - m) * L2E)) * inv);
+      }
+    kk_store_row<T, BLOCK, K, true>(yr, ni, t, v);
     return;
   }
-  // A long row: an online max and sum over chunks, then a second read to write.
+  // A long or unaligned row: an online max and sum, then a second read to write. Aligned rows
+  // move in 16-byte vectors (the sum rescaled once per vector, when its max raises the running
+  // one); unaligned rows element by element, which takes fewer registers than a vector's worth
+  // of scalars (a kernel's register count is that of its greediest path).
   const long long chunk = (long long)BLOCK * VEC;
   float m = -INFINITY, s = 0.0f;
-  for (long long c = 0; c < n; c += chunk) {
-    float v[1][VEC];
-    kk_load_row<T, BLOCK, 1, VECTOR>(xr + c, n - c, v, -INFINITY);
-    for (int j = 0; j < VEC; ++j) {
-      if (v[0][j] == -INFINITY) continue;
-      const float m2 = fmaxf(m, v[0][j]);
-      s = s * expf(m - m2) + expf(v[0][j] - m2);
+  if (VECTOR) {
+    for (long long c = 0; c < n; c += chunk) {
+      kk_words v[1];
+      kk_load_row<T, BLOCK, 1, true>(xr + c, (int)min(n - c, chunk), t, v, -INFINITY);
+      float mv = -INFINITY;
+      for (int j = 0; j < VEC; ++j) mv = fmaxf(mv, kk_get<T>(v[0], j));
+      if (mv == -INFINITY) continue;  // nothing but -inf (or padding) in this vector
+      const float m2 = fmaxf(m, mv);
+      s *= exp2f((m - m2) * L2E);
+      for (int j = 0; j < VEC; ++j) s += exp2f((kk_get<T>(v[0], j) - m2) * L2E);
+      m = m2;
+    }
+  } else {
+    for (long long e = t; e < n; e += BLOCK) {
+      const float x = (float)xr[e];
+      if (x == -INFINITY) continue;
+      const float m2 = fmaxf(m, x);
+      s = s * exp2f((m - m2) * L2E) + exp2f((x - m2) * L2E);
       m = m2;
     }
   }
   const float mb = kk_block_reduce<BLOCK, true>(m, red);
-  s = m == -INFINITY ? 0.0f : s * expf(m - mb);
-  const float inv = 1.0f / kk_block_reduce<BLOCK, false>(s, red);
-  for (long long c = 0; c < n; c += chunk) {
-    float v[1][VEC];
-    kk_load_row<T, BLOCK, 1, VECTOR>(xr + c, n - c, v, -INFINITY);
-    for (int j = 0; j < VEC; ++j) v[0][j] = expf(v[0][j] - mb) * inv;
-    kk_store_row<T, BLOCK, 1, VECTOR>(yr + c, n - c, v);
+  s = m == -INFINITY ? 0.0f : s * exp2f((m - mb) * L2E);
+  const float inv = 1.0f / kk_block_reduce<BLOCK, false>(s, red + 32);
+  if (VECTOR) {
+    for (long long c = 0; c < n; c += chunk) {
+      kk_words v[1];
+      const int nc = (int)min(n - c, chunk);
+      kk_load_row<T, BLOCK, 1, true>(xr + c, nc, t, v, -INFINITY);
+      for (int j = 0; j < VEC; ++j)
+        kk_set<T>(v[0], j, exp2f((kk_get<T>(v[0], j) - mb) * L2E) * inv);
+      kk_store_row<T, BLOCK, 1, true>(yr + c, nc, t, v);
+    }
+  } else {
+    for (long long e = t; e < n; e += BLOCK) yr[e] = T(exp2f(((float)xr[e] - mb) * L2E) * inv);
   }
 }
 """
@@ -150,70 +240,62 @@ __device__ void kk_softmax_row(const T* xr, T* yr, long long n, float* red) {
 # rms_norm: y = x / sqrt(mean(x^2) + eps) * w ; layer_norm: (x - mean) / sqrt(var + eps) * w + b
 NORM = r"""
 template <class T, class W, int BLOCK, int ITEMS, bool VECTOR, bool CENTER>
-__device__ void kk_norm_row(const T* xr, T* yr, long long n, float* red, const W* w, const W* b,
-                            float eps) {
+__device__ void kk_norm_row(const T* xr, T* yr, long long n, int t, float* red, const W* w,
+                            const W* b, float eps) {
   constexpr int VEC = kk_pack<T>::N;
   constexpr int K = ITEMS > 0 ? ITEMS : 1;
   float mean = 0.0f;
-  if (ITEMS > 0) {  // in registers: exact two-pass statistics from one read of x
-    float v[K][VEC];
-    kk_load_row<T, BLOCK, K, VECTOR>(xr, n, v, 0.0f);
+  if (ITEMS > 0 && VECTOR) {  // in registers (as softmax): exact two-pass stats, one read of x
+    const int ni = (int)n;
+    kk_words v[K];
+    kk_load_row<T, BLOCK, K, true>(xr, ni, t, v, 0.0f);
+    // The weight (and bias) in 16-byte vectors when they have T's width (their alignment was
+    // checked with the row's), loaded before the reductions so that their latency overlaps.
+    constexpr bool WVEC = sizeof(W) == sizeof(T);
+    kk_words wv[WVEC ? K : 1], bv[WVEC && CENTER ? K : 1];
+    if (WVEC) {
+      kk_load_row<W, BLOCK, WVEC ? K : 1, true>(w, ni, t, wv, 0.0f);
+      if (CENTER) kk_load_row<W, BLOCK, WVEC && CENTER ? K : 1, true>(b, ni, t, bv, 0.0f);
+    }
     if (CENTER) {
       float s = 0.0f;
-      for (int it = 0; it < K; ++it) for (int j = 0; j < VEC; ++j) s += v[it][j];
+      for (int it = 0; it < K; ++it) for (int j = 0; j < VEC; ++j) s += kk_get<T>(v[it], j);
       mean = kk_block_reduce<BLOCK, false>(s, red) / (float)n;
+      kk_reconvert(v);
     }
     float q = 0.0f;
     for (int it = 0; it < K; ++it)
       for (int j = 0; j < VEC; ++j) {
-        const long long e = VECTOR ? ((long long)it * BLOCK + threadIdx.x) * VEC + j
-                                   : ((long long)it * VEC + j) * BLOCK + threadIdx.x;
-        const float d = e < n ? v[it][j] - mean : 0.0f;
+        const float d = kk_at<T, BLOCK, true>(it, j, t) < ni ? kk_get<T>(v[it], j) - mean : 0.0f;
         q += d * d;
       }
-    const float rstd = rsqrtf(kk_block_reduce<BLOCK, false>(q, red) / (float)n + eps);
-    // weight (and bias) in 16-byte vectors too when they have T's width (the row's alignment
-    // was checked for them as well): scalar loads at a stride of 16 bytes cost 2x here
-    constexpr bool WVEC = VECTOR && sizeof(W) == sizeof(T);
-    for (int it = 0; it < K; ++it) {
-      const long long base = ((long long)it * BLOCK + threadIdx.x) * VEC;
-      if (WVEC) {
-        if (base >= n) continue;
-        const kk_vec<W> wv = *reinterpret_cast<const kk_vec<W>*>(w + base);
-        kk_vec<W> bv;
-        if (CENTER) bv = *reinterpret_cast<const kk_vec<W>*>(b + base);
-        for (int j = 0; j < VEC; ++j) {
-          float o = (v[it][j] - mean) * rstd * (float)wv.v[j];
-          if (CENTER) o += (float)bv.v[j];
-          v[it][j] = o;
-        }
-        continue;
-      }
+    const float rstd = rsqrtf(kk_block_reduce<BLOCK, false>(q, red + 32) / (float)n + eps);
+    kk_reconvert(v);
+    for (int it = 0; it < K; ++it)
       for (int j = 0; j < VEC; ++j) {
-        const long long e = VECTOR ? base + j : ((long long)it * VEC + j) * BLOCK + threadIdx.x;
-        if (e < n) {
-          float o = (v[it][j] - mean) * rstd * (float)w[e];
-          if (CENTER) o += (float)b[e];
-          v[it][j] = o;
-        }
+        const int e = kk_at<T, BLOCK, true>(it, j, t);
+        if (!WVEC && e >= ni) continue;
+        float o = (kk_get<T>(v[it], j) - mean) * rstd * (WVEC ? kk_get<W>(wv[it], j) : (float)w[e]);
+        if (CENTER) o += WVEC ? kk_get<W>(bv[it], j) : (float)b[e];
+        kk_set<T>(v[it], j, o);
       }
-    }
-    kk_store_row<T, BLOCK, K, VECTOR>(yr, n, v);
+    kk_store_row<T, BLOCK, K, true>(yr, ni, t, v);
     return;
   }
-  // A long row: the mean, then the variance around it (exact two-pass), then the output.
+  // A long or unaligned row: the mean, then the variance around it (exact two-pass), then the
+  // output, element by element.
   if (CENTER) {
     float s = 0.0f;
-    for (long long e = threadIdx.x; e < n; e += BLOCK) s += (float)xr[e];
+    for (long long e = t; e < n; e += BLOCK) s += (float)xr[e];
     mean = kk_block_reduce<BLOCK, false>(s, red) / (float)n;
   }
   float q = 0.0f;
-  for (long long e = threadIdx.x; e < n; e += BLOCK) {
+  for (long long e = t; e < n; e += BLOCK) {
     const float d = (float)xr[e] - mean;
     q += d * d;
   }
-  const float rstd = rsqrtf(kk_block_reduce<BLOCK, false>(q, red) / (float)n + eps);
-  for (long long e = threadIdx.x; e < n; e += BLOCK) {
+  const float rstd = rsqrtf(kk_block_reduce<BLOCK, false>(q, red + 32) / (float)n + eps);
+  for (long long e = t; e < n; e += BLOCK) {
     float o = ((float)xr[e] - mean) * rstd * (float)w[e];
     if (CENTER) o += (float)b[e];
     yr[e] = T(o);
@@ -224,8 +306,8 @@ __device__ void kk_norm_row(const T* xr, T* yr, long long n, float* red, const W
 
 def body(call: str, aligned: tuple[str, ...] = ()) -> str:
     """The kernel body calling a row function: ``call`` uses ``VECTOR`` for its vector flag,
-    e.g. ``"kk_softmax_row<T, BLOCK, ITEMS, VECTOR>(xr, yr, n, kk_red)"``; the vector path also
-    needs the pointers named in ``aligned`` (e.g. a weight) 16-byte aligned."""
+    e.g. ``"kk_softmax_row<T, BLOCK, ITEMS, VECTOR>(xr, yr, nr, t, kk_red)"``; the vector path
+    also needs the pointers named in ``aligned`` (e.g. a weight) 16-byte aligned."""
     extra = "".join(f" && kk_aligned16({p})" for p in aligned)
     text = _ROW.replace(" EXTRA_ALIGN", extra)
     return text.replace("CALL_ROW(true)", call.replace("VECTOR", "true")).replace(

@@ -17,7 +17,7 @@ __all__ = ["softmax"]
 OP, _RUNNER = make_row_op(
     "softmax",
     ["x"],
-    "kk_softmax_row<T, BLOCK, ITEMS, VECTOR>(xr, yr, n, kk_red)",
+    "kk_softmax_row<T, BLOCK, ITEMS, VECTOR>(xr, yr, nr, t, kk_red)",
     _rows.SOFTMAX,
     lambda problem: (("T", problem.arg("x").dtype),),
 )

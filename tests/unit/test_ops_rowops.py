@@ -1,0 +1,57 @@
+"""The row-op family's configs, grid and heuristic (no kernel runs): several rows per block only
+for short rows, the grid covering a part-empty last block, every config fitting a block."""
+
+from __future__ import annotations
+
+import pytest
+
+from kernelkit._records import ArgFacts, Problem, Target
+from kernelkit.ops import _rowops
+
+TARGET = Target("cuda", 0, "sm_90", "H100", 1024, (1024, 1024, 64), (2**31 - 1, 65535, 65535),
+                49152, 232448)  # fmt: skip
+
+
+def problem(rows: int, n: int, dtype: str = "bfloat16") -> Problem:
+    args = (ArgFacts("x", "array", dtype, (rows, n), (n, 1)),)
+    return Problem("softmax", args, (("N", n), ("rows", rows)))
+
+
+def test_every_config_is_one_block_of_at_most_1024_threads():
+    for c in _rowops.CONFIGS:
+        v = c.values
+        assert c.threadgroup == (v["BLOCK"] * v["ROWS"], 1, 1) and c.threadgroup[0] <= 1024
+        assert v["ROWS"] == 1 or (v["BLOCK"] <= 128 and v["ITEMS"] > 0)
+    assert len({c.describe() for c in _rowops.CONFIGS}) == len(_rowops.CONFIGS)
+
+
+@pytest.mark.parametrize("rows", [1, 3, 4, 1001])
+def test_the_grid_covers_every_row_with_whole_blocks(rows):
+    for c in _rowops.CONFIGS:
+        threads = _rowops.grid(problem(rows, 1024), c)[0]
+        per_block = c.threadgroup[0]
+        assert threads % per_block == 0
+        assert (
+            (threads // per_block) * c.values["ROWS"]
+            >= rows
+            > (threads // per_block - 1) * c.values["ROWS"]
+        )
+
+
+def test_the_heuristic_packs_short_rows_and_keeps_long_ones_alone():
+    short = _rowops.heuristic(problem(16384, 1024), TARGET)  # 128 bf16 vectors per row
+    assert short is not None and short.values["BLOCK"] == 32 and short.values["ROWS"] == 4
+    assert _rowops.fits(problem(16384, 1024), short) is None
+    few = _rowops.heuristic(problem(8, 1024), TARGET)  # few rows: one per block, more blocks
+    assert few is not None and few.values["ROWS"] == 1
+    long = _rowops.heuristic(problem(8192, 8192), TARGET)
+    assert long is not None and long.values == {"BLOCK": 256, "ITEMS": 4, "ROWS": 1}
+    huge = _rowops.heuristic(problem(4, 1 << 20), TARGET)
+    assert huge is not None and huge.values["ITEMS"] == 0
+
+
+def test_a_forced_config_without_rows_means_one_row_per_block():
+    from kernelkit._select.records import Config
+
+    c = Config({"BLOCK": 64, "ITEMS": 2}, (64,))
+    assert _rowops.grid(problem(5, 1024), c) == (5 * 64, 1, 1)
