@@ -55,3 +55,14 @@ def test_a_forced_config_without_rows_means_one_row_per_block():
 
     c = Config({"BLOCK": 64, "ITEMS": 2}, (64,))
     assert _rowops.grid(problem(5, 1024), c) == (5 * 64, 1, 1)
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+def test_the_heuristic_only_picks_shipped_configs_that_hold_the_row(dtype):
+    shipped = {c.describe() for c in _rowops.CONFIGS}
+    for n in (1, 7, 100, 1000, 1024, 4096, 5000, 8192, 16384, 32768, 65536, 10**6):
+        for rows in (1, 5000):
+            p = problem(rows, n, dtype)
+            c = _rowops.heuristic(p, TARGET)
+            assert c is not None and c.describe() in shipped, (n, rows)
+            assert _rowops.fits(p, c) is None

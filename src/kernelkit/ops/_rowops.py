@@ -27,12 +27,15 @@ def config(block: int, items: int, rows: int = 1) -> Config:
     return Config({"BLOCK": block, "ITEMS": items, "ROWS": rows}, (block * rows,))
 
 
+# Several rows per block only for short rows in registers; at most 2048 vectors per block, so
+# that every config's registers fit a block (layer_norm's 1024 x 4 took 72 registers a thread,
+# more than the 64 a block of 1024 threads may have: the launch was refused).
 CONFIGS = tuple(
     config(b, i, r)
     for b in BLOCKS
     for i in ITEMS
     for r in (1, 2, 4)
-    if r == 1 or (b <= 128 and i > 0)  # several rows per block: short rows in registers
+    if (r == 1 or (b <= 128 and i > 0)) and b * r * i <= 2048
 )
 DTYPES = ("float16", "bfloat16", "float32")
 
@@ -68,7 +71,7 @@ def heuristic(problem: Problem, target: Target) -> Config | None:
     vectors = -(-problem.attr("N") // vec_width(problem.arg("x").dtype))
     block = min(1024, max(32, _pow2_at_least(-(-vectors // 4))))
     items = _pow2_at_least(-(-vectors // block))
-    if items > 8:
+    if block * items > 2048:  # more than a block's registers hold (see CONFIGS)
         return config(1024, 0)
     rows = 1
     while block * rows < 128 and rows < 4 and problem.attr("rows") >= 1024 * rows:
