@@ -131,6 +131,18 @@ __device__ __forceinline__ void kk_store_row(T* row, int n, int t, const kk_word
   }
 }
 
+// 2^x on the special-function unit (ex2.approx.ftz: about 2 ulp; results under 2^-126 flush
+// to zero, which a softmax, whose sum is at least 1, cannot see); exp2f on the CPU backend.
+__device__ __forceinline__ float kk_exp2(float x) {
+#ifdef __CUDA_ARCH__
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+#else
+  return exp2f(x);
+#endif
+}
+
 __device__ __forceinline__ bool kk_aligned16(const void* p) {
   return (((unsigned long long)p) & 15ull) == 0;
 }
@@ -169,25 +181,34 @@ __device__ void kk_softmax_row(const T* xr, T* yr, long long n, int t, float* re
     const int ni = (int)n;
     kk_words v[K];
     kk_load_row<T, BLOCK, K, true>(xr, ni, t, v, -INFINITY);
+    // Each item's elements in a chain of their own, then the items: K short dependency chains
+    // rather than one of K * VEC (the same below for every per-thread sum).
     float m = -INFINITY;
-    for (int it = 0; it < K; ++it) for (int j = 0; j < VEC; ++j) m = fmaxf(m, kk_get<T>(v[it], j));
+    for (int it = 0; it < K; ++it) {
+      float mi = kk_get<T>(v[it], 0);
+      for (int j = 1; j < VEC; ++j) mi = fmaxf(mi, kk_get<T>(v[it], j));
+      m = fmaxf(m, mi);
+    }
     m = kk_block_reduce<BLOCK, true>(m, red);
     kk_reconvert(v);
     // exp(x - m) = 2^((x - m) log2 e). A float row keeps the exponentials in place; a narrower
     // row recomputes them for the output rather than hold them as floats (half the registers).
     float s = 0.0f;
-    for (int it = 0; it < K; ++it)
+    for (int it = 0; it < K; ++it) {
+      float si = 0.0f;
       for (int j = 0; j < VEC; ++j) {
-        const float e = exp2f((kk_get<T>(v[it], j) - m) * L2E);
+        const float e = kk_exp2((kk_get<T>(v[it], j) - m) * L2E);
         if (sizeof(T) == 4) kk_set<T>(v[it], j, e);
-        s += e;
+        si += e;
       }
+      s += si;
+    }
     const float inv = 1.0f / kk_block_reduce<BLOCK, false>(s, red + 32);
     kk_reconvert(v);
     for (int it = 0; it < K; ++it)
       for (int j = 0; j < VEC; ++j) {
         const float x = kk_get<T>(v[it], j);
-        kk_set<T>(v[it], j, (sizeof(T) == 4 ? x : exp2f((x - m) * L2E)) * inv);
+        kk_set<T>(v[it], j, (sizeof(T) == 4 ? x : kk_exp2((x - m) * L2E)) * inv);
       }
     kk_store_row<T, BLOCK, K, true>(yr, ni, t, v);
     return;
@@ -206,8 +227,8 @@ __device__ void kk_softmax_row(const T* xr, T* yr, long long n, int t, float* re
       for (int j = 0; j < VEC; ++j) mv = fmaxf(mv, kk_get<T>(v[0], j));
       if (mv == -INFINITY) continue;  // nothing but -inf (or padding) in this vector
       const float m2 = fmaxf(m, mv);
-      s *= exp2f((m - m2) * L2E);
-      for (int j = 0; j < VEC; ++j) s += exp2f((kk_get<T>(v[0], j) - m2) * L2E);
+      s *= kk_exp2((m - m2) * L2E);
+      for (int j = 0; j < VEC; ++j) s += kk_exp2((kk_get<T>(v[0], j) - m2) * L2E);
       m = m2;
     }
   } else {
@@ -215,12 +236,12 @@ __device__ void kk_softmax_row(const T* xr, T* yr, long long n, int t, float* re
       const float x = (float)xr[e];
       if (x == -INFINITY) continue;
       const float m2 = fmaxf(m, x);
-      s = s * exp2f((m - m2) * L2E) + exp2f((x - m2) * L2E);
+      s = s * kk_exp2((m - m2) * L2E) + kk_exp2((x - m2) * L2E);
       m = m2;
     }
   }
   const float mb = kk_block_reduce<BLOCK, true>(m, red);
-  s = m == -INFINITY ? 0.0f : s * exp2f((m - mb) * L2E);
+  s = m == -INFINITY ? 0.0f : s * kk_exp2((m - mb) * L2E);
   const float inv = 1.0f / kk_block_reduce<BLOCK, false>(s, red + 32);
   if (VECTOR) {
     for (long long c = 0; c < n; c += chunk) {
@@ -228,11 +249,11 @@ __device__ void kk_softmax_row(const T* xr, T* yr, long long n, int t, float* re
       const int nc = (int)min(n - c, chunk);
       kk_load_row<T, BLOCK, 1, true>(xr + c, nc, t, v, -INFINITY);
       for (int j = 0; j < VEC; ++j)
-        kk_set<T>(v[0], j, exp2f((kk_get<T>(v[0], j) - mb) * L2E) * inv);
+        kk_set<T>(v[0], j, kk_exp2((kk_get<T>(v[0], j) - mb) * L2E) * inv);
       kk_store_row<T, BLOCK, 1, true>(yr + c, nc, t, v);
     }
   } else {
-    for (long long e = t; e < n; e += BLOCK) yr[e] = T(exp2f(((float)xr[e] - mb) * L2E) * inv);
+    for (long long e = t; e < n; e += BLOCK) yr[e] = T(kk_exp2(((float)xr[e] - mb) * L2E) * inv);
   }
 }
 """
@@ -259,16 +280,24 @@ __device__ void kk_norm_row(const T* xr, T* yr, long long n, int t, float* red, 
     }
     if (CENTER) {
       float s = 0.0f;
-      for (int it = 0; it < K; ++it) for (int j = 0; j < VEC; ++j) s += kk_get<T>(v[it], j);
+      for (int it = 0; it < K; ++it) {
+        float si = 0.0f;
+        for (int j = 0; j < VEC; ++j) si += kk_get<T>(v[it], j);
+        s += si;
+      }
       mean = kk_block_reduce<BLOCK, false>(s, red) / (float)n;
       kk_reconvert(v);
     }
     float q = 0.0f;
-    for (int it = 0; it < K; ++it)
+    for (int it = 0; it < K; ++it) {
+      if (kk_at<T, BLOCK, true>(it, 0, t) >= ni) continue;  // whole vectors: n % VEC == 0
+      float qi = 0.0f;
       for (int j = 0; j < VEC; ++j) {
-        const float d = kk_at<T, BLOCK, true>(it, j, t) < ni ? kk_get<T>(v[it], j) - mean : 0.0f;
-        q += d * d;
+        const float d = kk_get<T>(v[it], j) - mean;
+        qi += d * d;
       }
+      q += qi;
+    }
     const float rstd = rsqrtf(kk_block_reduce<BLOCK, false>(q, red + 32) / (float)n + eps);
     kk_reconvert(v);
     for (int it = 0; it < K; ++it)
