@@ -115,6 +115,7 @@ def make_row_op(
             "template": (
                 *choice.config.template,
                 *((("ROWS", 1),) if "ROWS" not in choice.config.values else ()),
+                ("ND", len(shape)),
                 *template(problem),
             ),
         }

@@ -154,9 +154,9 @@ __device__ __forceinline__ bool kk_aligned16(const void* p) {
 # filled with true/false).
 _ROW = r"""
 __shared__ float kk_red[64];
-const long long n = x_shape[x_ndim - 1];
-long long rows = 1;
-for (int d = 0; d + 1 < x_ndim; ++d) rows *= x_shape[d];
+const long long n = x_shape[ND - 1];  // ND (x's rank) is a template value: constant indices
+long long rows = 1;                   // keep the shape in parameter space, not local memory
+for (int d = 0; d + 1 < ND; ++d) rows *= x_shape[d];
 const int t = threadIdx.x % BLOCK;
 const long long r = (long long)blockIdx.x * ROWS + threadIdx.x / BLOCK;
 const long long nr = r < rows ? n : 0;
@@ -170,45 +170,93 @@ if (n % kk_pack<T>::N == 0 && kk_aligned16(x) && kk_aligned16(y) EXTRA_ALIGN) {
 """
 
 SOFTMAX = r"""
+constexpr float KK_L2E = 1.4426950408889634f;  // exp(x) = 2^(x log2 e)
+
+// Two partial softmax sums, s1 of exp(x - m1) and s2 of exp(x - m2), as one sum of exp(x - m)
+// for m = max(m1, m2); a part with nothing but -inf (m = -inf) adds nothing.
+__device__ __forceinline__ void kk_softmax_merge(float& m, float& s, float m2, float s2) {
+  const float mm = fmaxf(m, m2);
+  s = (m == -INFINITY ? 0.0f : s * kk_exp2((m - mm) * KK_L2E)) +
+      (m2 == -INFINITY ? 0.0f : s2 * kk_exp2((m2 - mm) * KK_L2E));
+  m = mm;
+}
+
+// The row's max and sum of exp(x - max) from every thread's own: one reduction (one barrier)
+// for both. `red` holds 64 floats.
+template <int BLOCK>
+__device__ __forceinline__ void kk_softmax_reduce(float& m, float& s, float* red) {
+  for (int o = 16; o > 0; o >>= 1)
+    kk_softmax_merge(m, s, __shfl_xor_sync(0xffffffffu, m, o),
+                     __shfl_xor_sync(0xffffffffu, s, o));
+  if (BLOCK > 32) {
+    constexpr int W = BLOCK / 32;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    if (lane == 0) red[warp] = m, red[32 + warp] = s;
+    __syncthreads();
+    const int first = warp & ~(W - 1);
+    m = lane < W ? red[first + lane] : -INFINITY;
+    s = lane < W ? red[32 + first + lane] : 0.0f;
+    for (int o = 16; o > 0; o >>= 1)
+      kk_softmax_merge(m, s, __shfl_xor_sync(0xffffffffu, m, o),
+                       __shfl_xor_sync(0xffffffffu, s, o));
+  }
+}
+
 template <class T, int BLOCK, int ITEMS, bool VECTOR>
 __device__ void kk_softmax_row(const T* xr, T* yr, long long n, int t, float* red) {
   constexpr int VEC = kk_pack<T>::N;
-  constexpr float L2E = 1.4426950408889634f;
   // The row in registers (aligned rows only: the scalar path would take a register per element
-  // and cost every aligned call occupancy): one read, one write.
+  // and cost every aligned call occupancy): one read, one write. Each thread first takes the
+  // max and the sum of exponentials of its own elements, so that one reduction gives the row's.
   if (ITEMS > 0 && VECTOR) {
     constexpr int K = ITEMS > 0 ? ITEMS : 1;
     const int ni = (int)n;
     kk_words v[K];
     kk_load_row<T, BLOCK, K, true>(xr, ni, t, v, -INFINITY);
     // Each item's elements in a chain of their own, then the items: K short dependency chains
-    // rather than one of K * VEC (the same below for every per-thread sum).
-    float m = -INFINITY;
-    for (int it = 0; it < K; ++it) {
-      float mi = kk_get<T>(v[it], 0);
-      for (int j = 1; j < VEC; ++j) mi = fmaxf(mi, kk_get<T>(v[it], j));
-      m = fmaxf(m, mi);
-    }
-    m = kk_block_reduce<BLOCK, true>(m, red);
-    kk_reconvert(v);
-    // exp(x - m) = 2^((x - m) log2 e). A float row keeps the exponentials in place; a narrower
-    // row recomputes them for the output rather than hold them as floats (half the registers).
-    float s = 0.0f;
-    for (int it = 0; it < K; ++it) {
-      float si = 0.0f;
-      for (int j = 0; j < VEC; ++j) {
-        const float e = kk_exp2((kk_get<T>(v[it], j) - m) * L2E);
-        if (sizeof(T) == 4) kk_set<T>(v[it], j, e);
-        si += e;
+    // rather than one of K * VEC. A float row takes its max, then keeps exp(x - max) in place.
+    // A narrower row goes item by item (the item's max, its exponentials, merged into the
+    // running max and sum), so that only one item's floats are live at a time (ptxas would keep
+    // a whole pass's conversions otherwise), and recomputes exp(x - max) for the output.
+    float m = -INFINITY, s = 0.0f;
+    if (sizeof(T) == 4) {
+      for (int it = 0; it < K; ++it) {
+        float mi = kk_get<T>(v[it], 0);
+        for (int j = 1; j < VEC; ++j) mi = fmaxf(mi, kk_get<T>(v[it], j));
+        m = fmaxf(m, mi);
       }
-      s += si;
+      const float ml = m == -INFINITY ? 0.0f : m;  // all -inf here: exp(-inf - 0) = 0
+      for (int it = 0; it < K; ++it) {
+        float si = 0.0f;
+        for (int j = 0; j < VEC; ++j) {
+          const float e = kk_exp2((kk_get<T>(v[it], j) - ml) * KK_L2E);
+          kk_set<T>(v[it], j, e);
+          si += e;
+        }
+        s += si;
+      }
+    } else {
+      for (int it = 0; it < K; ++it) {
+        float mi = kk_get<T>(v[it], 0);
+        for (int j = 1; j < VEC; ++j) mi = fmaxf(mi, kk_get<T>(v[it], j));
+        if (mi == -INFINITY) continue;
+        float si = 0.0f;
+        for (int j = 0; j < VEC; ++j) si += kk_exp2((kk_get<T>(v[it], j) - mi) * KK_L2E);
+        kk_softmax_merge(m, s, mi, si);
+      }
     }
-    const float inv = 1.0f / kk_block_reduce<BLOCK, false>(s, red + 32);
+    float mb = m, sb = s;
+    kk_softmax_reduce<BLOCK>(mb, sb, red);
+    // A row of nothing but -inf gives NaN, as torch does.
+    const float scale = mb == -INFINITY ? NAN
+                        : m == -INFINITY ? 0.0f
+                                         : kk_exp2((m - mb) * KK_L2E) / sb;
+    const float inv = 1.0f / sb;
     kk_reconvert(v);
     for (int it = 0; it < K; ++it)
       for (int j = 0; j < VEC; ++j) {
         const float x = kk_get<T>(v[it], j);
-        kk_set<T>(v[it], j, (sizeof(T) == 4 ? x : kk_exp2((x - m) * L2E)) * inv);
+        kk_set<T>(v[it], j, sizeof(T) == 4 ? x * scale : kk_exp2((x - mb) * KK_L2E) * inv);
       }
     kk_store_row<T, BLOCK, K, true>(yr, ni, t, v);
     return;
@@ -226,34 +274,29 @@ __device__ void kk_softmax_row(const T* xr, T* yr, long long n, int t, float* re
       float mv = -INFINITY;
       for (int j = 0; j < VEC; ++j) mv = fmaxf(mv, kk_get<T>(v[0], j));
       if (mv == -INFINITY) continue;  // nothing but -inf (or padding) in this vector
-      const float m2 = fmaxf(m, mv);
-      s *= kk_exp2((m - m2) * L2E);
-      for (int j = 0; j < VEC; ++j) s += kk_exp2((kk_get<T>(v[0], j) - m2) * L2E);
-      m = m2;
+      float sv = 0.0f;
+      for (int j = 0; j < VEC; ++j) sv += kk_exp2((kk_get<T>(v[0], j) - mv) * KK_L2E);
+      kk_softmax_merge(m, s, mv, sv);
     }
   } else {
     for (long long e = t; e < n; e += BLOCK) {
       const float x = (float)xr[e];
-      if (x == -INFINITY) continue;
-      const float m2 = fmaxf(m, x);
-      s = s * kk_exp2((m - m2) * L2E) + kk_exp2((x - m2) * L2E);
-      m = m2;
+      if (x != -INFINITY) kk_softmax_merge(m, s, x, 1.0f);
     }
   }
-  const float mb = kk_block_reduce<BLOCK, true>(m, red);
-  s = m == -INFINITY ? 0.0f : s * kk_exp2((m - mb) * L2E);
-  const float inv = 1.0f / kk_block_reduce<BLOCK, false>(s, red + 32);
+  kk_softmax_reduce<BLOCK>(m, s, red);
+  const float inv = 1.0f / s;  // a row of nothing but -inf: exp(NaN) * inf, NaN as in torch
   if (VECTOR) {
     for (long long c = 0; c < n; c += chunk) {
       kk_words v[1];
       const int nc = (int)min(n - c, chunk);
       kk_load_row<T, BLOCK, 1, true>(xr + c, nc, t, v, -INFINITY);
       for (int j = 0; j < VEC; ++j)
-        kk_set<T>(v[0], j, kk_exp2((kk_get<T>(v[0], j) - mb) * L2E) * inv);
+        kk_set<T>(v[0], j, kk_exp2((kk_get<T>(v[0], j) - m) * KK_L2E) * inv);
       kk_store_row<T, BLOCK, 1, true>(yr + c, nc, t, v);
     }
   } else {
-    for (long long e = t; e < n; e += BLOCK) yr[e] = T(kk_exp2(((float)xr[e] - mb) * L2E) * inv);
+    for (long long e = t; e < n; e += BLOCK) yr[e] = T(kk_exp2(((float)xr[e] - m) * KK_L2E) * inv);
   }
 }
 """
