@@ -166,7 +166,10 @@ class OpTuning:
         width = min(40.0, max(6.0, 0.22 * len(labels) + 3))
         fig, ax = plt.subplots(figsize=(width, 5.5))
         for r in self.results:
-            timed = [c for c in r.candidates if c.time_s is not None]
+            # left to right: a problem's candidates need not come in the order of the axis
+            timed = sorted(
+                (c for c in r.candidates if c.time_s is not None), key=lambda c: labels[c.label]
+            )
             xs = [labels[c.label] for c in timed]
             ys = [float(c.time_s or 0.0) * 1e6 for c in timed]
             (line,) = ax.plot(xs, ys, marker="o", markersize=3, linewidth=0.8, label=r.label)
