@@ -105,7 +105,8 @@ __device__ __forceinline__ void kk_gemv(const T* x, const T* w, const TB* bias, 
 )
 
 GEMV_BODY = r"""
-const long long K = x_shape[x_ndim - 1];
+const long long K = x_shape[1];  // x is 2-D (a batch is flattened first): a constant index keeps
+                                  // the shape out of local memory
 const long long N = w_shape[0];
 kk_gemv<T, TB, TY, M, ROWS, WARPS, U, ACT, HAS_BIAS>(x, w, bias, y, N, K);
 """
@@ -161,7 +162,8 @@ __device__ __forceinline__ void kk_tiled(const T* x, const T* w, const TB* bias,
 )
 
 TILED_BODY = r"""
-const long long K = x_shape[x_ndim - 1];
+const long long K = x_shape[1];  // x is 2-D (a batch is flattened first): a constant index keeps
+                                  // the shape out of local memory
 const long long M = x_shape[0];
 const long long N = W_KN ? w_shape[1] : w_shape[0];
 kk_tiled<T, TB, TY, BM, BN, BK, TM, TN, ACT, HAS_BIAS, W_KN>(x, w, bias, y, M, N, K);
@@ -356,7 +358,8 @@ __device__ __forceinline__ void kk_gemv_tc(const T* x, const T* w, const TB* bia
 )
 
 GEMV_TC_BODY = r"""
-const long long K = x_shape[x_ndim - 1];
+const long long K = x_shape[1];  // x is 2-D (a batch is flattened first): a constant index keeps
+                                  // the shape out of local memory
 const long long M = x_shape[0];
 const long long N = w_shape[0];
 kk_gemv_tc<T, TB, TY, MT, NT, WARPS, U, STAGES, ACT, HAS_BIAS>(x, w, bias, y, M, N, K);
