@@ -97,3 +97,22 @@ def test_cooperative_groups_need_is_detected(text):
 
     spec = KernelSpec(name="k", input_names=(), output_names=(), source=text)
     assert "cg" in make_source(spec, (), ()).needs
+
+
+def test_infinity_and_nan_are_constants_not_divisions(cuda):
+    """The prelude's INFINITY/NAN used to be ``(1.0f / 0.0f)``: NVRTC emitted a run-time IEEE
+    division (with its slow-path function) at each use. They must fold to constants, and still
+    be constant expressions."""
+    k = kernelkit.kernel(
+        "inf_nan_constants",
+        ["x"],
+        ["y"],
+        "constexpr float big = INFINITY;\n"
+        "const float v = x[threadIdx.x];\n"
+        "y[threadIdx.x] = v == -big ? 0.0f : (v == INFINITY ? NAN : v);",
+    )
+    _, req = render_request(
+        k.spec, cuda, cuda.target_for_arch("sm_90"), [(A, F32)], [F32], (), False
+    )
+    binary = cuda.compile(req).binary
+    assert b"div_rn" not in binary and b"rcp_rn" not in binary

@@ -173,12 +173,14 @@ SOFTMAX = r"""
 constexpr float KK_L2E = 1.4426950408889634f;  // exp(x) = 2^(x log2 e)
 
 // Two partial softmax sums, s1 of exp(x - m1) and s2 of exp(x - m2), as one sum of exp(x - m)
-// for m = max(m1, m2); a part with nothing but -inf (m = -inf) adds nothing.
+// for m = max(m1, m2): only the smaller part is rescaled (one exponential); a part with nothing
+// but -inf (m = -inf) adds nothing.
 __device__ __forceinline__ void kk_softmax_merge(float& m, float& s, float m2, float s2) {
-  const float mm = fmaxf(m, m2);
-  s = (m == -INFINITY ? 0.0f : s * kk_exp2((m - mm) * KK_L2E)) +
-      (m2 == -INFINITY ? 0.0f : s2 * kk_exp2((m2 - mm) * KK_L2E));
-  m = mm;
+  const bool first = m >= m2;
+  const float hi = first ? m : m2, lo = first ? m2 : m;
+  const float s_hi = first ? s : s2, s_lo = first ? s2 : s;
+  s = lo == -INFINITY ? s_hi : s_hi + s_lo * kk_exp2((lo - hi) * KK_L2E);
+  m = hi;
 }
 
 // The row's max and sum of exp(x - max) from every thread's own: one reduction (one barrier)
@@ -248,10 +250,10 @@ __device__ void kk_softmax_row(const T* xr, T* yr, long long n, int t, float* re
     float mb = m, sb = s;
     kk_softmax_reduce<BLOCK>(mb, sb, red);
     // A row of nothing but -inf gives NaN, as torch does.
+    const float inv = 1.0f / sb;
     const float scale = mb == -INFINITY ? NAN
                         : m == -INFINITY ? 0.0f
-                                         : kk_exp2((m - mb) * KK_L2E) / sb;
-    const float inv = 1.0f / sb;
+                                         : kk_exp2((m - mb) * KK_L2E) * inv;
     kk_reconvert(v);
     for (int it = 0; it < K; ++it)
       for (int j = 0; j < VEC; ++j) {

@@ -32,11 +32,16 @@
 #ifndef NULL
 #define NULL 0
 #endif
+// INFINITY and NAN are float constant expressions, as the C library's. Through constexpr
+// variables: written as (1.0f / 0.0f) inline, NVRTC emits a run-time IEEE division (with its
+// slow-path call) at every use, e.g. each `x == -INFINITY` of a softmax.
 #ifndef INFINITY
-#define INFINITY (1.0f / 0.0f)  // a float constant expression, as the C library's
+static constexpr float kk_infinity_ = 1.0f / 0.0f;
+#define INFINITY kk_infinity_
 #endif
 #ifndef NAN
-#define NAN (0.0f / 0.0f)
+static constexpr float kk_nan_ = 0.0f / 0.0f;
+#define NAN kk_nan_
 #endif
 #ifndef M_PI
 #define M_E 2.7182818284590452354
