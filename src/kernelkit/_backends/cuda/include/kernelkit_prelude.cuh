@@ -33,15 +33,17 @@
 #define NULL 0
 #endif
 // INFINITY and NAN are float constant expressions, as the C library's. Through constexpr
-// variables: written as (1.0f / 0.0f) inline, NVRTC emits a run-time IEEE division (with its
-// slow-path call) at every use, e.g. each `x == -INFINITY` of a softmax.
+// members: written as (1.0f / 0.0f) inline, NVRTC emits a run-time IEEE division (with its
+// slow-path call) at every use, e.g. each `x == -INFINITY` of a softmax; as namespace-scope
+// variables they draw an "unused variable" warning into every compile log.
+struct kk_float_limits {
+  static constexpr float infinity = 1.0f / 0.0f, nan = 0.0f / 0.0f;
+};
 #ifndef INFINITY
-static constexpr float kk_infinity_ = 1.0f / 0.0f;
-#define INFINITY kk_infinity_
+#define INFINITY kk_float_limits::infinity
 #endif
 #ifndef NAN
-static constexpr float kk_nan_ = 0.0f / 0.0f;
-#define NAN kk_nan_
+#define NAN kk_float_limits::nan
 #endif
 #ifndef M_PI
 #define M_E 2.7182818284590452354
