@@ -54,6 +54,23 @@ def test_broadcasting_scalars_and_strided_views(arrays):
     assert f.explain(view, 2.0, 1.0).choice.impl.endswith("/strided")
 
 
+def test_a_new_size_compiles_nothing_on_either_path(arrays):
+    """The strided (broadcast) path took its element count as a template value: every new size
+    compiled a kernel. Sizes now travel with the call, on both paths."""
+    f = ops.elementwise("y = a * silu(b) + 1")
+    b = RNG.standard_normal((1, 8)).astype(np.float32)
+    for rows, compiled_before in ((3, None), (5, True), (9, True), (2, True)):
+        a = RNG.standard_normal((rows, 8)).astype(np.float32)
+        before = kernelkit.cache_stats()["compiles"]
+        for x, w in ((a, b), (a, np.broadcast_to(b, a.shape).copy())):  # strided, then flat
+            y = f(a=arrays.put(x), b=arrays.put(w))
+            ref = x.astype(np.float64) * w / (1 + np.exp(-w.astype(np.float64))) + 1
+            np.testing.assert_allclose(arrays.get(y), ref, rtol=1e-5, atol=1e-6)
+        if compiled_before:
+            assert kernelkit.cache_stats()["compiles"] == before, rows
+    assert f.explain(arrays.put(a), arrays.put(b)).choice.impl.endswith("/strided")
+
+
 def test_several_outputs_math_functions_and_out(arrays):
     x = RNG.standard_normal((3, 50)).astype(np.float32)
     y = RNG.uniform(0.5, 2.0, (3, 50)).astype(np.float32)

@@ -174,7 +174,8 @@ for (IDX e = nv * VEC + first; e < n; e += stride) {{
     )
     writes = "\n".join(f"    y{j}[e] = (TY{j})({x});" for j, x in enumerate(exprs))
     return f"""
-const long long n = ELEMS;
+long long n = 1;  // y0's elements; ND (its rank) is a template value, so a new size compiles
+for (int d = 0; d < ND; ++d) n *= y0_shape[d];  // nothing and the shape is read by constant index
 const long long stride = (long long)gridDim.x * blockDim.x;
 for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += stride) {{
 {reads}
@@ -298,7 +299,7 @@ class Elementwise:
             same = len(widths) == 1 and all(d in _VEC_DTYPES for d in (*array_dtypes, output_dtype))
             template.append(("VEC", widths.pop() if same else 1))
         else:
-            template.append(("ELEMS", n))
+            template.append(("ND", len(shape)))
         launch_kw = {
             "grid": choice.grid,
             "threadgroup": choice.config.threadgroup,
