@@ -1,17 +1,18 @@
-"""Row-wise kernels (softmax, rms_norm, layer_norm): one block per row of the last dimension.
+"""Row-wise kernels (softmax, rms_norm, layer_norm) over the last dimension.
 
-A row that fits in registers is read once (16-byte vector loads where the row is aligned) and
-written once: the bandwidth minimum. A longer row is read twice (statistics, then the output),
+An aligned row that fits in registers is read once with 16-byte vector loads and written once:
+the bandwidth minimum. A longer or unaligned row is read twice (statistics, then the output),
 with an online max/sum for softmax. Statistics are in float32 whatever the input dtype.
 Template values: ``T`` (element type), ``BLOCK`` (threads per row), ``ITEMS`` (vector loads
-each thread keeps in registers; 0: the long-row loop).
+each thread keeps in registers; 0: the long-row loop), ``ROWS`` (rows per block), ``ND`` (x's
+rank).
 """
 
 from __future__ import annotations
 
-# Shared device helpers. The 16-byte vector is a struct of T, so bf16/fp16 rows move 8 elements
-# per load and fp32 rows 4; a row whose start or length is not 16-byte aligned takes the scalar
-# path (decided per row, uniform across the block).
+# Shared device helpers (the elementwise op uses them too). A 16-byte vector holds 8 bf16/fp16
+# elements or 4 fp32; kk_vec is it as a struct of T (for memory), kk_words as four 32-bit words
+# (for registers).
 HEADER = r"""
 template <class T> struct kk_pack { static constexpr int N = 16 / sizeof(T); };
 template <class T> struct alignas(16) kk_vec { T v[kk_pack<T>::N]; };
@@ -43,15 +44,13 @@ __device__ __forceinline__ float kk_block_reduce(float v, float* red) {
 }
 
 // A row kept in registers in its own type: ITEMS 16-byte vectors per thread, each as four
-// 32-bit words (a struct of bf16 would take a register per element, twice the words). Element j
-// of thread t's item `it`: vector path (it*BLOCK + t)*VEC + j, scalar path (it*VEC + j)*BLOCK + t;
-// kk_at gives that index.
+// 32-bit words (a struct of bf16 would take a register per element, twice the words). Thread
+// t's item `it` is the vector at element kk_at(it, t) of the row.
 struct alignas(16) kk_words { unsigned w[4]; };
 
-template <class T, int BLOCK, bool VECTOR>
-__device__ __forceinline__ int kk_at(int it, int j, int t) {
-  constexpr int VEC = kk_pack<T>::N;
-  return VECTOR ? (it * BLOCK + t) * VEC + j : (it * VEC + j) * BLOCK + t;
+template <class T, int BLOCK>
+__device__ __forceinline__ int kk_at(int it, int t) {
+  return (it * BLOCK + t) * kk_pack<T>::N;
 }
 
 // Element j of a vector, as float, and the bits of a float rounded to T (memcpy: the bit cast
@@ -94,40 +93,25 @@ __device__ __forceinline__ void kk_reconvert(kk_words (&v)[ITEMS]) {
     for (int k = 0; k < 4; ++k) asm volatile("" : "+r"(v[it].w[k]));
 }
 
-template <class T, int BLOCK, int ITEMS, bool VECTOR>
+// An aligned row's vectors (n % VEC == 0): those past n are `fill` on load and not stored.
+template <class T, int BLOCK, int ITEMS>
 __device__ __forceinline__ void kk_load_row(const T* row, int n, int t, kk_words (&v)[ITEMS],
                                             float fill) {
-  constexpr int VEC = kk_pack<T>::N;
   for (int it = 0; it < ITEMS; ++it) {
-    if (VECTOR) {
-      const int base = kk_at<T, BLOCK, true>(it, 0, t);
-      if (base < n) {
-        v[it] = *reinterpret_cast<const kk_words*>(row + base);
-      } else {
-        kk_fill<T>(v[it], fill);
-      }
+    const int base = kk_at<T, BLOCK>(it, t);
+    if (base < n) {
+      v[it] = *reinterpret_cast<const kk_words*>(row + base);
     } else {
-      for (int j = 0; j < VEC; ++j) {
-        const int e = kk_at<T, BLOCK, false>(it, j, t);
-        kk_set<T>(v[it], j, e < n ? (float)row[e] : fill);
-      }
+      kk_fill<T>(v[it], fill);
     }
   }
 }
 
-template <class T, int BLOCK, int ITEMS, bool VECTOR>
+template <class T, int BLOCK, int ITEMS>
 __device__ __forceinline__ void kk_store_row(T* row, int n, int t, const kk_words (&v)[ITEMS]) {
-  constexpr int VEC = kk_pack<T>::N;
   for (int it = 0; it < ITEMS; ++it) {
-    if (VECTOR) {
-      const int base = kk_at<T, BLOCK, true>(it, 0, t);
-      if (base < n) *reinterpret_cast<kk_words*>(row + base) = v[it];
-    } else {
-      for (int j = 0; j < VEC; ++j) {
-        const int e = kk_at<T, BLOCK, false>(it, j, t);
-        if (e < n) row[e] = T(kk_get<T>(v[it], j));
-      }
-    }
+    const int base = kk_at<T, BLOCK>(it, t);
+    if (base < n) *reinterpret_cast<kk_words*>(row + base) = v[it];
   }
 }
 
@@ -214,7 +198,7 @@ __device__ void kk_softmax_row(const T* xr, T* yr, long long n, int t, float* re
     constexpr int K = ITEMS > 0 ? ITEMS : 1;
     const int ni = (int)n;
     kk_words v[K];
-    kk_load_row<T, BLOCK, K, true>(xr, ni, t, v, -INFINITY);
+    kk_load_row<T, BLOCK, K>(xr, ni, t, v, -INFINITY);
     // Each item's elements in a chain of their own, then the items: K short dependency chains
     // rather than one of K * VEC. A float row takes its max, then keeps exp(x - max) in place.
     // A narrower row goes item by item (the item's max, its exponentials, merged into the
@@ -260,7 +244,7 @@ __device__ void kk_softmax_row(const T* xr, T* yr, long long n, int t, float* re
         const float x = kk_get<T>(v[it], j);
         kk_set<T>(v[it], j, sizeof(T) == 4 ? x * scale : kk_exp2((x - mb) * KK_L2E) * inv);
       }
-    kk_store_row<T, BLOCK, K, true>(yr, ni, t, v);
+    kk_store_row<T, BLOCK, K>(yr, ni, t, v);
     return;
   }
   // A long or unaligned row: an online max and sum, then a second read to write. Aligned rows
@@ -272,7 +256,7 @@ __device__ void kk_softmax_row(const T* xr, T* yr, long long n, int t, float* re
   if (VECTOR) {
     for (long long c = 0; c < n; c += chunk) {
       kk_words v[1];
-      kk_load_row<T, BLOCK, 1, true>(xr + c, (int)min(n - c, chunk), t, v, -INFINITY);
+      kk_load_row<T, BLOCK, 1>(xr + c, (int)min(n - c, chunk), t, v, -INFINITY);
       float mv = -INFINITY;
       for (int j = 0; j < VEC; ++j) mv = fmaxf(mv, kk_get<T>(v[0], j));
       if (mv == -INFINITY) continue;  // nothing but -inf (or padding) in this vector
@@ -292,10 +276,10 @@ __device__ void kk_softmax_row(const T* xr, T* yr, long long n, int t, float* re
     for (long long c = 0; c < n; c += chunk) {
       kk_words v[1];
       const int nc = (int)min(n - c, chunk);
-      kk_load_row<T, BLOCK, 1, true>(xr + c, nc, t, v, -INFINITY);
+      kk_load_row<T, BLOCK, 1>(xr + c, nc, t, v, -INFINITY);
       for (int j = 0; j < VEC; ++j)
         kk_set<T>(v[0], j, kk_exp2((kk_get<T>(v[0], j) - m) * KK_L2E) * inv);
-      kk_store_row<T, BLOCK, 1, true>(yr + c, nc, t, v);
+      kk_store_row<T, BLOCK, 1>(yr + c, nc, t, v);
     }
   } else {
     for (long long e = t; e < n; e += BLOCK) yr[e] = T(kk_exp2(((float)xr[e] - m) * KK_L2E) * inv);
@@ -314,14 +298,14 @@ __device__ void kk_norm_row(const T* xr, T* yr, long long n, int t, float* red, 
   if (ITEMS > 0 && VECTOR) {  // in registers (as softmax): exact two-pass stats, one read of x
     const int ni = (int)n;
     kk_words v[K];
-    kk_load_row<T, BLOCK, K, true>(xr, ni, t, v, 0.0f);
+    kk_load_row<T, BLOCK, K>(xr, ni, t, v, 0.0f);
     // The weight (and bias) in 16-byte vectors when they have T's width (their alignment was
     // checked with the row's), loaded before the reductions so that their latency overlaps.
     constexpr bool WVEC = sizeof(W) == sizeof(T);
     kk_words wv[WVEC ? K : 1], bv[WVEC && CENTER ? K : 1];
     if (WVEC) {
-      kk_load_row<W, BLOCK, WVEC ? K : 1, true>(w, ni, t, wv, 0.0f);
-      if (CENTER) kk_load_row<W, BLOCK, WVEC && CENTER ? K : 1, true>(b, ni, t, bv, 0.0f);
+      kk_load_row<W, BLOCK, WVEC ? K : 1>(w, ni, t, wv, 0.0f);
+      if (CENTER) kk_load_row<W, BLOCK, WVEC && CENTER ? K : 1>(b, ni, t, bv, 0.0f);
     }
     if (CENTER) {
       float s = 0.0f;
@@ -335,7 +319,7 @@ __device__ void kk_norm_row(const T* xr, T* yr, long long n, int t, float* red, 
     }
     float q = 0.0f;
     for (int it = 0; it < K; ++it) {
-      if (kk_at<T, BLOCK, true>(it, 0, t) >= ni) continue;  // whole vectors: n % VEC == 0
+      if (kk_at<T, BLOCK>(it, t) >= ni) continue;  // whole vectors: n % VEC == 0
       float qi = 0.0f;
       for (int j = 0; j < VEC; ++j) {
         const float d = kk_get<T>(v[it], j) - mean;
@@ -347,13 +331,13 @@ __device__ void kk_norm_row(const T* xr, T* yr, long long n, int t, float* red, 
     kk_reconvert(v);
     for (int it = 0; it < K; ++it)
       for (int j = 0; j < VEC; ++j) {
-        const int e = kk_at<T, BLOCK, true>(it, j, t);
+        const int e = kk_at<T, BLOCK>(it, t) + j;
         if (!WVEC && e >= ni) continue;
         float o = (kk_get<T>(v[it], j) - mean) * rstd * (WVEC ? kk_get<W>(wv[it], j) : (float)w[e]);
         if (CENTER) o += WVEC ? kk_get<W>(bv[it], j) : (float)b[e];
         kk_set<T>(v[it], j, o);
       }
-    kk_store_row<T, BLOCK, K, true>(yr, ni, t, v);
+    kk_store_row<T, BLOCK, K>(yr, ni, t, v);
     return;
   }
   // A long or unaligned row: the mean, then the variance around it (exact two-pass), then the
