@@ -173,25 +173,21 @@ kk_tiled<T, TB, TY, BM, BN, BK, TM, TN, ACT, HAS_BIAS, W_KN>(x, w, bias, y, M, N
 # inline PTX; the CPU emulation test of the mma kernel replaces this block.
 MMA_PTX = r"""
 // sm_80+ instructions through inline PTX (what a CPU emulation of them replaces, see the tests).
+// mma.sync m16n8k16, fp32 accumulators, for T = __half (f16) or __nv_bfloat16 (bf16).
 template <class T> struct kk_mma_op;
-template <> struct kk_mma_op<__half> {
-  static __device__ __forceinline__ void run(float (&c)[4], const unsigned (&a)[4],
-                                             unsigned b0, unsigned b1) {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
-        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  }
-};
-template <> struct kk_mma_op<__nv_bfloat16> {
-  static __device__ __forceinline__ void run(float (&c)[4], const unsigned (&a)[4],
-                                             unsigned b0, unsigned b1) {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
-        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  }
-};
+#define KK_MMA_OP(T, PTX_TYPE)                                                             \
+  template <> struct kk_mma_op<T> {                                                        \
+    static __device__ __forceinline__ void run(float (&c)[4], const unsigned (&a)[4],      \
+                                               unsigned b0, unsigned b1) {                 \
+      asm("mma.sync.aligned.m16n8k16.row.col.f32." PTX_TYPE "." PTX_TYPE ".f32 "           \
+          "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"             \
+          : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])                                 \
+          : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));                 \
+    }                                                                                      \
+  };
+KK_MMA_OP(__half, "f16")
+KK_MMA_OP(__nv_bfloat16, "bf16")
+#undef KK_MMA_OP
 
 // 16 bytes global -> shared, bypassing L1; src_bytes 0 writes 16 zero bytes and reads nothing.
 __device__ __forceinline__ void kk_mma_cp16(unsigned dst, const void* src, bool full) {
