@@ -136,28 +136,68 @@ def test_empty_shapes_and_zero_k(arrays):
     np.testing.assert_array_equal(arrays.get(k0), [[0, 1, 2], [0, 1, 2]])
 
 
+def _decode_configs(impl, torch):
+    """(configs, why not) of a decode kernel on this GPU: gemv_tc needs sm_80, gemv_bulk sm_90."""
+    if impl == "gemv_tc":
+        return ops._matmul.GEMV_TC_CONFIGS, None
+    if torch.cuda.get_device_capability() < (9, 0):
+        return (), "cp.async.bulk needs sm_90"
+    return ops._matmul_bulk.BULK_CONFIGS, None
+
+
+@pytest.mark.parametrize("impl", ["gemv_tc", "gemv_bulk"])
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
-def test_gemv_tc_every_config_on_the_gpu(arrays, dtype):
-    """The tensor-core decode kernel (sm_80+), forced config by config: odd M, N and K (a K
-    tail shorter than a 32-wide step, N not a multiple of any n-tile), bias and activation,
-    outputs poisoned, relative error against float64."""
+def test_decode_kernels_every_config_on_the_gpu(arrays, impl, dtype):
+    """The tensor-core decode kernels, forced config by config: odd M, N and K (a K tail shorter
+    than a 32-wide step or than a stage, N not a multiple of any n-tile, N = 1), bias and
+    activation, outputs poisoned, relative error against float64."""
     if not arrays.on_gpu:
         pytest.skip("mma.sync runs on CUDA GPUs only")
     torch = arrays.torch
+    configs, why = _decode_configs(impl, torch)
+    if why:
+        pytest.skip(why)
     tdt = getattr(torch, dtype)
     shapes = [(1, 4096, 4096), (3, 1000, 4104), (9, 72, 40), (16, 33, 264), (12, 8200, 96)]
+    shapes += [(1, 1, 8), (8, 40, 1160)]
     for m, n, k in shapes:
         a = torch.randn(m, k, device="cuda").to(tdt)
         w = torch.randn(n, k, device="cuda").to(tdt)
         bias = torch.randn(n, device="cuda")
         ref = torch.nn.functional.silu(a.double() @ w.double().T + bias.double())
-        for config in ops._matmul.GEMV_TC_CONFIGS:
+        for config in configs:
+            if impl == "gemv_bulk" and m > config.values["MX"]:
+                continue  # refused by the config rules (tested without a GPU)
             out = torch.full((m, n), float("nan"), device="cuda", dtype=tdt)
-            with force("matmul", "gemv_tc", config):
+            with force("matmul", impl, config):
                 ops.matmul(a, w, bias=bias, activation="silu", transpose_b=True, out=out)
             torch.cuda.synchronize()
             err = ((out.double() - ref).norm() / ref.norm()).item()
             assert err <= 1e-2, (m, n, k, config.describe(), err)
+
+
+def test_gemv_bulk_takes_strided_inputs_and_steps_aside_for_misaligned_ones(arrays):
+    if not arrays.on_gpu:
+        pytest.skip("cp.async.bulk runs on CUDA GPUs only")
+    torch = arrays.torch
+    if torch.cuda.get_device_capability() < (9, 0):
+        pytest.skip("cp.async.bulk needs sm_90")
+    flat = torch.randn(7 * 520 + 8, device="cuda").to(torch.bfloat16)
+    wide = torch.randn(300, 1040, device="cuda").to(torch.bfloat16)
+    w = wide[:, ::2]  # not row-contiguous: copied by the op, then aligned
+    a = flat[8:].reshape(7, 520)  # 16 bytes in: aligned
+    ref = a.double() @ w.double().T
+    with force("matmul", "gemv_bulk"):
+        y = ops.matmul(a, w, transpose_b=True)
+    assert ((y.double() - ref).norm() / ref.norm()).item() <= 1e-2
+    off = flat[1 : 1 + 7 * 520].reshape(7, 520)  # 2 bytes off: refused, with the reason
+    text = str(ops.matmul.explain(off, w.contiguous(), transpose_b=True))
+    assert "16-byte boundary (bulk copies need it)" in text
+    with pytest.raises(kernelkit.ArgumentError, match="16-byte boundary"):
+        with force("matmul", "gemv_bulk"):
+            ops.matmul(off, w.contiguous(), transpose_b=True)
+    y = ops.matmul(a, w, transpose_b=True)  # the next call works
+    assert ((y.double() - ref).norm() / ref.norm()).item() <= 1e-2
 
 
 def test_gemv_tc_misaligned_and_strided_inputs_on_the_gpu(arrays):

@@ -25,6 +25,7 @@ from .._records import Problem, Target
 from .._select.records import Config, KernelChoice
 from .._select.registry import Implementation, Op
 from .._select.select import Selection
+from . import _matmul_bulk as BULK
 from . import _matmul_kernels as K
 from . import _matmul_mma as MMA
 from ._common import OpRunner, empty, one_output_launch, run_prepared
@@ -45,6 +46,10 @@ _GEMV = kernel(
 _GEMV_TC = kernel(
     "ops_matmul_gemv_tc", _INPUTS, ["y"], K.GEMV_TC_BODY, header=K.GEMV_TC,
     optional_inputs={"bias": "float32"}, launch_bounds=(256, 2),
+)  # fmt: skip
+_GEMV_BULK = kernel(
+    "ops_matmul_gemv_bulk", _INPUTS, ["y"], BULK.BULK_BODY, header=BULK.BULK,
+    optional_inputs={"bias": "float32"},
 )  # fmt: skip
 _TILED = kernel(
     "ops_matmul_tiled", _INPUTS, ["y"], K.TILED_BODY, header=K.TILED,
@@ -172,6 +177,11 @@ _gemv_tc_run, _gemv_tc_prepare = _kernel_impl(
 )
 
 
+# --- gemv on the tensor cores, the weight moved by the TMA unit (sm_90; rules in _matmul_bulk) ---
+
+_gemv_bulk_run, _gemv_bulk_prepare = _kernel_impl(_GEMV_BULK, lambda p: [])
+
+
 # --- tiled -------------------------------------------------------------------------------------
 
 TILED_CONFIGS = tuple(
@@ -269,6 +279,21 @@ OP.register(
         requires={"mma_sync"},
         match=_gemv_tc_match,
         priority=20,
+    )
+)
+OP.register(
+    Implementation(
+        "gemv_bulk",
+        run=_gemv_bulk_run,
+        prepare=_gemv_bulk_prepare,
+        grid=BULK.bulk_grid,
+        configs=BULK.BULK_CONFIGS,
+        default=BULK.bulk_config(1, 4, 128, 4, 16),
+        heuristic=BULK.bulk_heuristic,
+        requires={"mma_sync", "tma"},
+        match=BULK.bulk_match,
+        fits=BULK.bulk_fits,
+        priority=30,  # before gemv_tc where both run (sm_90)
     )
 )
 OP.register(
