@@ -288,7 +288,7 @@ OP.register(
         prepare=_gemv_bulk_prepare,
         grid=BULK.bulk_grid,
         configs=BULK.BULK_CONFIGS,
-        default=BULK.bulk_config(1, 4, 128, 4, 16),
+        default=BULK.bulk_config(1, 2, 256, 3, 16, 2),
         heuristic=BULK.bulk_heuristic,
         requires={"mma_sync", "tma"},
         match=BULK.bulk_match,

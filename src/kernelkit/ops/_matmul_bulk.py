@@ -32,17 +32,19 @@ __all__ = [
 
 BULK_KERNEL = r"""
 // --- gemv_bulk: y[M, N] = act(x[M, K] @ w[N, K]^T + bias), M <= MX <= 16, sm_90 -------------
-// Block: WARPS warps, R = 8 NT WARPS consecutive rows of w; warp i owns rows n0 + 8 NT i ..
-// (NT mma n-tiles of 8 rows) over all of K, so no partial sums cross warps: no reduction.
-// K advances KC at a time through S shared-memory stages. A stage holds the R rows' next KC
-// elements and x's M rows' (the A operand, rows past M are zeros and never stored or read),
-// each row PITCH = 2 KC + 64 bytes from the last; warp 0 fills it with one cp.async.bulk per
-// row (lane l copies rows l, l + 32, ...), after lane 0 told the stage's mbarrier how many bytes
-// to expect. Consumers wait on the mbarrier's phase, then read with 16-byte ld.shared in
-// gemv_tc's lane mapping (lane g, q: row g, bytes 64 s + 16 q of 32-wide step s). Rows PITCH
-// apart with PITCH % 128 == 64 put the two rows of an 8-lane phase in different banks.
-// One __syncthreads per stage: after it, every warp is done with the stage just read, and
-// warp 0 refills it with step i + S - 1 at the top of step i + 1.
+// Group: R = 8 NT WARPS consecutive rows of w; warp i owns its rows 8 NT i .. (NT mma n-tiles)
+// over all of K, so no partial sums cross warps. A block takes G consecutive groups (the last
+// block fewer) and streams them through one pipeline without draining it between groups: item
+// i is group i / steps, K chunk i % steps, KC elements wide.
+// Items pass through S shared-memory stages. A stage holds the group's R rows' KC elements and
+// x's M rows' (the A operand: rows past M are zeros in registers, never copied or read), each
+// row PITCH = 2 KC + 64 bytes from the last; warp 0 fills it with one cp.async.bulk per row
+// (lane l copies rows l, l + 32, ...), after lane 0 told the stage's mbarrier how many bytes to
+// expect. Consumers wait on the mbarrier's phase, then read with 16-byte ld.shared in gemv_tc's
+// lane mapping (lane g, q: row g, bytes 64 s + 16 q of 32-wide step s). Rows PITCH apart with
+// PITCH % 128 == 64 put the two rows of an 8-lane phase in different banks.
+// One __syncthreads per item: after it, every warp is done with the stage just read, and warp 0
+// refills it with item i + S - 1 at the top of item i + 1.
 // Ragged ends: past N, rows are not copied (stale words are computed, never stored); past K,
 // a lane's words are zeroed in registers, both operands (stale bits could be NaN).
 __device__ __forceinline__ void kk_bulk_expect(unsigned bar, unsigned bytes) {
@@ -63,7 +65,7 @@ __device__ __forceinline__ void kk_bulk_wait(unsigned bar, unsigned parity) {
       :: "r"(bar), "r"(parity) : "memory");
 }
 
-template <class T, class TB, class TY, int NT, int WARPS, int KC, int S, int MX, int ACT,
+template <class T, class TB, class TY, int NT, int WARPS, int KC, int S, int MX, int G, int ACT,
           bool HAS_BIAS>
 __device__ __forceinline__ void kk_gemv_bulk(const T* x, const T* w, const TB* bias, TY* y,
                                              long long M, long long N, long long K) {
@@ -74,9 +76,10 @@ __device__ __forceinline__ void kk_gemv_bulk(const T* x, const T* w, const TB* b
   extern __shared__ __align__(128) unsigned char kk_bulk_ring[];
   __shared__ __align__(8) unsigned long long bars[S];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
-  const long long n0 = (long long)blockIdx.x * R;
-  const int rows = N - n0 < R ? (int)(N - n0) : R;
+  const long long groups = (N + R - 1) / R, first = (long long)blockIdx.x * G;
+  const long long mine = groups - first < G ? groups - first : G;
   const int steps = (int)((K + KC - 1) / KC);
+  const long long items = mine > 0 ? mine * steps : 0;
   const unsigned ring = kk_mma_smem_u32(kk_bulk_ring);
   if (threadIdx.x == 0) {
     for (int s = 0; s < S; ++s)
@@ -84,9 +87,10 @@ __device__ __forceinline__ void kk_gemv_bulk(const T* x, const T* w, const TB* b
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
   __syncthreads();
-  // Warp 0: step i's rows into stage i % S.
-  auto fill = [&](int i) {
-    const long long k0 = (long long)i * KC;
+  // Warp 0: item i's rows into stage i % S.
+  auto fill = [&](long long i) {
+    const long long n0 = (first + i / steps) * R, k0 = (i % steps) * KC;
+    const int rows = N - n0 < R ? (int)(N - n0) : R;
     const unsigned bytes = (unsigned)((K - k0 < KC ? K - k0 : KC) * 2);
     const unsigned bar = kk_mma_smem_u32(&bars[i % S]), dst = ring + (i % S) * STAGE;
     if (lane == 0) kk_bulk_expect(bar, (unsigned)(rows + M) * bytes);
@@ -97,7 +101,7 @@ __device__ __forceinline__ void kk_gemv_bulk(const T* x, const T* w, const TB* b
     }
   };
   if (warp == 0)
-    for (int i = 0; i < S - 1 && i < steps; ++i) fill(i);
+    for (int i = 0; i < S - 1 && i < items; ++i) fill(i);
 
   float acc[NT][4];
   for (int j = 0; j < NT; ++j)
@@ -105,13 +109,14 @@ __device__ __forceinline__ void kk_gemv_bulk(const T* x, const T* w, const TB* b
   const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
   bool xlive[MT];
   for (int h = 0; h < MT; ++h) xlive[h] = g + 8 * h < M;
-  for (int i = 0; i < steps; ++i) {
-    if (warp == 0 && i + S - 1 < steps) fill(i + S - 1);
+  int chunk = 0;  // i % steps
+  for (long long i = 0; i < items; ++i) {
+    if (warp == 0 && i + S - 1 < items) fill(i + S - 1);
     kk_bulk_wait(kk_mma_smem_u32(&bars[i % S]), (unsigned)(i / S) & 1u);
     const unsigned char* stage = kk_bulk_ring + (i % S) * STAGE;
     const uint4* wrow = reinterpret_cast<const uint4*>(stage + (8 * NT * warp + g) * PITCH) + q;
     const uint4* xrow = reinterpret_cast<const uint4*>(stage + (R + g) * PITCH) + q;
-    const long long k_left = K - (long long)i * KC;  // this lane's 8 k are live below it
+    const long long k_left = K - (long long)chunk * KC;  // this lane's 8 k are live below it
 #pragma unroll
     for (int s = 0; s < KC / 32; ++s) {
       const bool live = s * 32 + 8 * q < k_left;
@@ -121,19 +126,23 @@ __device__ __forceinline__ void kk_gemv_bulk(const T* x, const T* w, const TB* b
         xv[h] = live && xlive[h] ? xrow[h * 8 * PITCH / 16 + 4 * s] : zero;
       kk_tc_step<T, MT, NT>(acc, wv, xv);
     }
+    if (++chunk == steps) {  // the group is done: acc[j] holds c0, c1 = y[g][n + 2q, +1],
+      chunk = 0;             // c2, c3 = y[g + 8][...] of n = n0 + 8 (NT warp + j)
+      const long long n0 = (first + i / steps) * R;
+      for (int j = 0; j < NT; ++j)
+        for (int v = 0; v < 4; ++v) {
+          const long long m = g + (v >= 2 ? 8 : 0);
+          const long long n = n0 + 8 * (NT * warp + j) + 2 * q + (v & 1);
+          if (m < M && n < N) {
+            float r = acc[j][v];
+            if (HAS_BIAS) r += (float)bias[n];
+            y[m * N + n] = TY(kk_mm_act<ACT>(r));
+          }
+          acc[j][v] = 0.0f;
+        }
+    }
     __syncthreads();  // every warp is done with this stage: warp 0 may refill it
   }
-
-  // acc[j]: c0, c1 = y[g][n + 2q, n + 2q + 1], c2, c3 = y[g + 8][...], n = n0 + 8 (NT warp + j)
-  for (int j = 0; j < NT; ++j)
-    for (int v = 0; v < 4; ++v) {
-      const long long m = g + (v >= 2 ? 8 : 0);
-      const long long n = n0 + 8 * (NT * warp + j) + 2 * q + (v & 1);
-      if (m >= M || n >= N) continue;
-      float r = acc[j][v];
-      if (HAS_BIAS) r += (float)bias[n];
-      y[m * N + n] = TY(kk_mm_act<ACT>(r));
-    }
 #else
   __trap();  // sm_90+ only (the match rule): no cp.async.bulk / mbarrier transactions below
 #endif
@@ -147,7 +156,7 @@ BULK_BODY = r"""
 const long long K = x_shape[1];  // x is 2-D (a batch is flattened first)
 const long long M = x_shape[0];
 const long long N = w_shape[0];
-kk_gemv_bulk<T, TB, TY, NT, WARPS, KC, S, MX, ACT, HAS_BIAS>(x, w, bias, y, M, N, K);
+kk_gemv_bulk<T, TB, TY, NT, WARPS, KC, S, MX, G, ACT, HAS_BIAS>(x, w, bias, y, M, N, K);
 """
 
 _ARCH = re.compile(r"(?:sm|compute)_(\d+)[af]?")
@@ -160,21 +169,24 @@ def stage_bytes(nt: int, warps: int, kc: int, mx: int) -> int:
     return (8 * nt * warps + mx) * (2 * kc + 64)
 
 
-def bulk_config(nt: int, warps: int, kc: int, stages: int, mx: int) -> Config:
-    values = {"NT": nt, "WARPS": warps, "KC": kc, "S": stages, "MX": mx}
+def bulk_config(nt: int, warps: int, kc: int, stages: int, mx: int, groups: int = 1) -> Config:
+    """A config; ``groups``: row groups (8 NT WARPS rows each) a block streams, about."""
+    values = {"NT": nt, "WARPS": warps, "KC": kc, "S": stages, "MX": mx, "G": groups}
     return Config(values, (32 * warps,), stages * stage_bytes(nt, warps, kc, mx))
 
 
-# 16 to 64 weight rows a block (8 NT WARPS); row pieces of 256 bytes to 2 KiB (KC); stages of
-# 8 to 64 KiB; at most 200 KiB a block.
+# 16 or 32 weight rows a group (8 NT WARPS); row pieces of 512 bytes to 2 KiB (KC: small
+# pieces cost the copy engine more per byte); 3 or 4 stages, at most 200 KiB a block; 1 to 8
+# groups a block (G: several let a block's pipeline run on without draining, and fewer blocks
+# fit in one wave).
 BULK_CONFIGS = tuple(
     c
     for mx in (8, 16)
-    for nt, warps in ((1, 2), (1, 4), (2, 4), (1, 8))
-    for kc in (128, 256, 512, 1024)
-    for stages in (3, 4, 6)
-    if (c := bulk_config(nt, warps, kc, stages, mx)).shared_memory <= 200 * 1024
-    and 8 * 1024 <= stage_bytes(nt, warps, kc, mx) <= 64 * 1024
+    for nt, warps in ((1, 2), (1, 4), (2, 2))
+    for kc in (256, 512, 1024)
+    for stages in (3, 4)
+    for groups in (1, 2, 4, 8)
+    if (c := bulk_config(nt, warps, kc, stages, mx, groups)).shared_memory <= 200 * 1024
 )
 
 
@@ -200,11 +212,11 @@ def bulk_fits(p: Problem, c: Config) -> str | None:
     """Why ``c`` is not a config gemv_bulk runs correctly for ``p``, or None."""
     v = c.values
     try:
-        nt, warps, kc, st, mx = (int(v[k]) for k in ("NT", "WARPS", "KC", "S", "MX"))
+        nt, warps, kc, st, mx, gr = (int(v[k]) for k in ("NT", "WARPS", "KC", "S", "MX", "G"))
     except KeyError as e:
-        return f"config lacks {e.args[0]} (needs NT, WARPS, KC, S, MX)"
-    if kc % 64 or kc <= 0 or mx not in (8, 16) or st < 2 or nt < 1 or warps < 1:
-        return f"KC = {kc} (a multiple of 64), MX = {mx} (8 or 16), S = {st} (>= 2)"
+        return f"config lacks {e.args[0]} (needs NT, WARPS, KC, S, MX, G)"
+    if kc % 64 or kc <= 0 or mx not in (8, 16) or st < 2 or nt < 1 or warps < 1 or gr < 1:
+        return f"KC = {kc} (a multiple of 64), MX = {mx} (8 or 16), S = {st} (>= 2), G = {gr}"
     if p.attr("M") > mx:
         return f"M = {p.attr('M')} rows of x do not fit MX = {mx}"
     if c.threadgroup != (32 * warps, 1, 1):
@@ -216,15 +228,17 @@ def bulk_fits(p: Problem, c: Config) -> str | None:
 
 
 def bulk_grid(p: Problem, c: Config) -> tuple[int, int, int]:
-    """One block per 8 NT WARPS rows of the weight."""
+    """One block per G groups of 8 NT WARPS weight rows."""
     v = c.values
-    rows = 8 * v["NT"] * v["WARPS"]  # type: ignore[operator]
-    return (-(-p.attr("N") // rows) * c.threadgroup[0], 1, 1)
+    groups = -(-p.attr("N") // (8 * v["NT"] * v["WARPS"]))  # type: ignore[operator]
+    return (-(-groups // v["G"]) * c.threadgroup[0], 1, 1)  # type: ignore[operator]
 
 
 def bulk_heuristic(p: Problem, t: Target) -> Config | None:
-    """From the probe on an H100 (see the module's docstring): 16 KiB stages, 3 in flight,
-    two blocks an SM; x's rows as M needs."""
+    """1 KiB row pieces, 4 stages, two groups of 16 rows a block; smaller where shared memory
+    is short (sm_120: 99 KiB); x's rows as M needs."""
     mx = 8 if p.attr("M") <= 8 else 16
-    c = bulk_config(1, 4, 256 if mx == 8 else 128, 4, mx)
-    return c if c.shared_memory <= t.max_shared_memory_optin_bytes else None
+    for c in (bulk_config(1, 2, 512, 4, mx, 2), bulk_config(1, 2, 256, 3, mx, 2)):
+        if c.shared_memory <= t.max_shared_memory_optin_bytes:
+            return c
+    return None
