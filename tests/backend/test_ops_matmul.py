@@ -137,15 +137,18 @@ def test_empty_shapes_and_zero_k(arrays):
 
 
 def _decode_configs(impl, torch):
-    """(configs, why not) of a decode kernel on this GPU: gemv_tc needs sm_80, gemv_bulk sm_90."""
+    """(configs, why not) of a decode kernel on this GPU: gemv_tc needs sm_80, gemv_bulk and
+    gemv_slab sm_90."""
     if impl == "gemv_tc":
         return ops._matmul.GEMV_TC_CONFIGS, None
     if torch.cuda.get_device_capability() < (9, 0):
         return (), "cp.async.bulk needs sm_90"
+    if impl == "gemv_slab":
+        return ops._matmul_bulk.SLAB_CONFIGS, None
     return ops._matmul_bulk.BULK_CONFIGS, None
 
 
-@pytest.mark.parametrize("impl", ["gemv_tc", "gemv_bulk"])
+@pytest.mark.parametrize("impl", ["gemv_tc", "gemv_bulk", "gemv_slab"])
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 def test_decode_kernels_every_config_on_the_gpu(arrays, impl, dtype):
     """The tensor-core decode kernels, forced config by config: odd M, N and K (a K tail shorter
@@ -160,13 +163,19 @@ def test_decode_kernels_every_config_on_the_gpu(arrays, impl, dtype):
     tdt = getattr(torch, dtype)
     shapes = [(1, 4096, 4096), (3, 1000, 4104), (9, 72, 40), (16, 33, 264), (12, 8200, 96)]
     shapes += [(1, 1, 8), (8, 40, 1160)]
+    if impl == "gemv_slab":  # M <= 4, K of 2048, 4096 or 8192; N not a multiple of ROWS
+        shapes = [(1, 4096, 4096), (3, 1000, 2048), (4, 33, 8192), (1, 1, 4096), (2, 8200, 2048)]
     for m, n, k in shapes:
         a = torch.randn(m, k, device="cuda").to(tdt)
         w = torch.randn(n, k, device="cuda").to(tdt)
         bias = torch.randn(n, device="cuda")
         ref = torch.nn.functional.silu(a.double() @ w.double().T + bias.double())
         for config in configs:
-            if impl == "gemv_bulk" and m > config.values["MX"]:
+            fits = {
+                "gemv_bulk": ops._matmul_bulk.bulk_fits,
+                "gemv_slab": ops._matmul_bulk.slab_fits,
+            }
+            if impl in fits and fits[impl](_problem_of(a, w, bias), config) is not None:
                 continue  # refused by the config rules (tested without a GPU)
             out = torch.full((m, n), float("nan"), device="cuda", dtype=tdt)
             with force("matmul", impl, config):
@@ -174,6 +183,12 @@ def test_decode_kernels_every_config_on_the_gpu(arrays, impl, dtype):
             torch.cuda.synchronize()
             err = ((out.double() - ref).norm() / ref.norm()).item()
             assert err <= 1e-2, (m, n, k, config.describe(), err)
+
+
+def _problem_of(a, w, bias):
+    return ops._matmul._RUNNER.problem(
+        [a, w, bias], a.dtype, None, ops._matmul._prepare(a, w, bias, "silu", True)[3]
+    )[0]
 
 
 def test_gemv_bulk_takes_strided_inputs_and_steps_aside_for_misaligned_ones(arrays):

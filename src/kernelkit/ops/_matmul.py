@@ -51,6 +51,10 @@ _GEMV_BULK = kernel(
     "ops_matmul_gemv_bulk", _INPUTS, ["y"], BULK.BULK_BODY, header=BULK.BULK,
     optional_inputs={"bias": "float32"},
 )  # fmt: skip
+_GEMV_SLAB = kernel(
+    "ops_matmul_gemv_slab", _INPUTS, ["y"], BULK.SLAB_BODY, header=BULK.SLAB,
+    optional_inputs={"bias": "float32"},
+)  # fmt: skip
 _TILED = kernel(
     "ops_matmul_tiled", _INPUTS, ["y"], K.TILED_BODY, header=K.TILED,
     optional_inputs={"bias": "float32"},
@@ -73,10 +77,10 @@ def _common_template(problem: Problem) -> list[tuple[str, Any]]:
 
 
 def _kernel_impl(
-    k: Any, extra: Callable[[Problem], list[tuple[str, Any]]]
+    k: Any, extra: Callable[[Problem, Config], list[tuple[str, Any]]]
 ) -> tuple[Callable[[KernelChoice, Any], Any], Callable[[KernelChoice, Problem, Any], Any]]:
     """``(run, prepare)`` of an implementation that launches kernel ``k`` with the common
-    template values and ``extra(problem)``; ``prepare`` fixes everything but the arrays once."""
+    template values and ``extra(problem, config)``; ``prepare`` fixes all but the arrays once."""
 
     def prepare(choice: KernelChoice, problem: Problem, output_dtype: Any) -> Any:
         kw: dict[str, Any] = {
@@ -84,7 +88,7 @@ def _kernel_impl(
             "threadgroup": choice.config.threadgroup,
             "template": tuple(choice.config.template)
             + tuple(_common_template(problem))
-            + tuple(extra(problem)),
+            + tuple(extra(problem, choice.config)),
             "shared_memory": choice.config.shared_memory or None,
         }
         return one_output_launch(k, kw, (problem.attr("M"), problem.attr("N")), output_dtype)
@@ -130,7 +134,7 @@ def _gemv_heuristic(p: Problem, t: Target) -> Config:
     return Config({"ROWS": 1, "WARPS": 4, "U": 2}, (128,))
 
 
-_gemv_run, _gemv_prepare = _kernel_impl(_GEMV, lambda p: [("M", p.attr("M"))])
+_gemv_run, _gemv_prepare = _kernel_impl(_GEMV, lambda p, c: [("M", p.attr("M"))])
 
 
 # --- gemv on the tensor cores -------------------------------------------------------------------
@@ -173,13 +177,16 @@ def _gemv_tc_heuristic(p: Problem, t: Target) -> Config:
 
 
 _gemv_tc_run, _gemv_tc_prepare = _kernel_impl(
-    _GEMV_TC, lambda p: [("MT", 1 if p.attr("M") <= 8 else 2)]
+    _GEMV_TC, lambda p, c: [("MT", 1 if p.attr("M") <= 8 else 2)]
 )
 
 
 # --- gemv on the tensor cores, the weight moved by the TMA unit (sm_90; rules in _matmul_bulk) ---
 
-_gemv_bulk_run, _gemv_bulk_prepare = _kernel_impl(_GEMV_BULK, lambda p: [])
+_gemv_bulk_run, _gemv_bulk_prepare = _kernel_impl(_GEMV_BULK, lambda p, c: [])
+_gemv_slab_run, _gemv_slab_prepare = _kernel_impl(
+    _GEMV_SLAB, lambda p, c: [("JPR", BULK.slab_jpr(p, c))]
+)
 
 
 # --- tiled -------------------------------------------------------------------------------------
@@ -195,13 +202,15 @@ def _tiled_grid(p: Problem, c: Config) -> tuple[int, int, int]:
     return (-(-p.attr("N") // v["BN"]) * c.threadgroup[0], -(-p.attr("M") // v["BM"]), 1)  # type: ignore[operator]
 
 
-_tiled_run, _tiled_prepare = _kernel_impl(_TILED, lambda p: [("W_KN", not p.attr("transpose_b"))])
+_tiled_run, _tiled_prepare = _kernel_impl(
+    _TILED, lambda p, c: [("W_KN", not p.attr("transpose_b"))]
+)
 
 
 # --- mma (tensor cores, sm_80+; rules and source in _matmul_mma) --------------------------------
 
 
-_mma_run, _mma_prepare = _kernel_impl(_MMA, lambda p: [("W_KN", not p.attr("transpose_b"))])
+_mma_run, _mma_prepare = _kernel_impl(_MMA, lambda p, c: [("W_KN", not p.attr("transpose_b"))])
 
 
 # --- the arrays' framework --------------------------------------------------------------------
@@ -294,6 +303,21 @@ OP.register(
         match=BULK.bulk_match,
         fits=BULK.bulk_fits,
         priority=30,  # before gemv_tc where both run (sm_90)
+    )
+)
+OP.register(
+    Implementation(
+        "gemv_slab",
+        run=_gemv_slab_run,
+        prepare=_gemv_slab_prepare,
+        grid=BULK.slab_grid,
+        configs=BULK.SLAB_CONFIGS,
+        default=BULK.slab_config(256, 32, 32, 3, 4),
+        heuristic=BULK.slab_heuristic,
+        requires={"tma"},
+        match=BULK.slab_match,
+        fits=BULK.slab_fits,
+        priority=40,  # M <= 4 with whole rows: before gemv_bulk
     )
 )
 OP.register(
