@@ -137,18 +137,15 @@ def test_empty_shapes_and_zero_k(arrays):
 
 
 def _decode_configs(impl, torch):
-    """(configs, why not) of a decode kernel on this GPU: gemv_tc needs sm_80, gemv_bulk and
-    gemv_slab sm_90."""
+    """(configs, why not) of a decode kernel on this GPU: gemv_tc needs sm_80, gemv_slab sm_90."""
     if impl == "gemv_tc":
         return ops._matmul.GEMV_TC_CONFIGS, None
     if torch.cuda.get_device_capability() < (9, 0):
         return (), "cp.async.bulk needs sm_90"
-    if impl == "gemv_slab":
-        return ops._matmul_bulk.SLAB_CONFIGS, None
-    return ops._matmul_bulk.BULK_CONFIGS, None
+    return ops._matmul_slab.SLAB_CONFIGS, None
 
 
-@pytest.mark.parametrize("impl", ["gemv_tc", "gemv_bulk", "gemv_slab"])
+@pytest.mark.parametrize("impl", ["gemv_tc", "gemv_slab"])
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 def test_decode_kernels_every_config_on_the_gpu(arrays, impl, dtype):
     """The tensor-core decode kernels, forced config by config: odd M, N and K (a K tail shorter
@@ -172,12 +169,9 @@ def test_decode_kernels_every_config_on_the_gpu(arrays, impl, dtype):
         w = torch.randn(n, k, device="cuda").to(tdt)
         bias = torch.randn(n, device="cuda")
         ref = torch.nn.functional.silu(a.double() @ w.double().T + bias.double())
+        problem = _problem_of(a, w, bias)
         for config in configs:
-            fits = {
-                "gemv_bulk": ops._matmul_bulk.bulk_fits,
-                "gemv_slab": ops._matmul_bulk.slab_fits,
-            }
-            if impl in fits and fits[impl](_problem_of(a, w, bias), config) is not None:
+            if impl == "gemv_slab" and ops._matmul_slab.slab_fits(problem, config) is not None:
                 continue  # refused by the config rules (tested without a GPU)
             out = torch.full((m, n), float("nan"), device="cuda", dtype=tdt)
             with force("matmul", impl, config):
@@ -193,23 +187,23 @@ def _problem_of(a, w, bias):
     )[0]
 
 
-def test_gemv_bulk_takes_strided_inputs_and_steps_aside_for_misaligned_ones(arrays):
+def test_gemv_slab_takes_strided_inputs_and_steps_aside_for_misaligned_ones(arrays):
     if not arrays.on_gpu:
         pytest.skip("cp.async.bulk runs on CUDA GPUs only")
     torch = arrays.torch
     if torch.cuda.get_device_capability() < (9, 0):
         pytest.skip("cp.async.bulk needs sm_90")
-    flat = torch.randn(7 * 520 + 8, device="cuda").to(torch.bfloat16)
-    wide = torch.randn(300, 1040, device="cuda").to(torch.bfloat16)
+    flat = torch.randn(3 * 2048 + 8, device="cuda").to(torch.bfloat16)
+    wide = torch.randn(300, 4096, device="cuda").to(torch.bfloat16)
     w = wide[:, ::2]  # not row-contiguous: copied by the op, then aligned
-    a = flat[8:].reshape(7, 520)  # 16 bytes in: aligned
+    a = flat[8:].reshape(3, 2048)  # 16 bytes in: aligned
     ref = a.double() @ w.double().T
-    with force("matmul", "gemv_bulk"):
+    with force("matmul", "gemv_slab"):
         y = ops.matmul(a, w, transpose_b=True)
     assert ((y.double() - ref).norm() / ref.norm()).item() <= 1e-2
-    off = flat[1 : 1 + 7 * 520].reshape(7, 520)  # 2 bytes off: refused, with the reason
+    off = flat[1 : 1 + 3 * 2048].reshape(3, 2048)  # 2 bytes off: refused, with the reason
     with pytest.raises(kernelkit.ArgumentError, match=r"16-byte boundary \(bulk copies need it\)"):
-        with force("matmul", "gemv_bulk"):
+        with force("matmul", "gemv_slab"):
             ops.matmul(off, w.contiguous(), transpose_b=True)
     y = ops.matmul(a, w, transpose_b=True)  # the next call works
     assert ((y.double() - ref).norm() / ref.norm()).item() <= 1e-2

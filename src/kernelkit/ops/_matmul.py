@@ -2,15 +2,16 @@
 weight [N, K]), with bias and activation fused, through the selection stage.
 
 Implementations (see ``_matmul_kernels``): ``gemv`` for decode shapes (M <= 16, weight [N, K]),
-``gemv_tc`` for the same on the tensor cores (sm_80+, float16/bfloat16),
+``gemv_tc`` for the same on the tensor cores (sm_80+, float16/bfloat16), ``gemv_slab``
+(``_matmul_slab``): M <= 4 on sm_90, whole weight rows moved by the TMA unit's bulk copies,
 ``tiled`` for everything (any backend, the CPU too), ``mma`` (``_matmul_mma``): tensor cores on
 sm_80+ for float16/bfloat16, and ``framework``: the arrays' own framework (torch: cuBLAS).
 
 Selection (``_select.select``): the ``framework`` microkernel matches torch CUDA tensors and wins
 there (microkernels come before heuristics); otherwise the generic implementations' heuristics
-are asked by priority: ``gemv_tc`` and ``gemv`` (M <= 16), ``mma`` (5: M > 16 on sm_80+), then
-``tiled``'s default. A table, the tuning database or ``kernelkit.force`` can name ``mma`` for torch
-tensors too.
+are asked by priority: ``gemv_slab`` (M <= 4), ``gemv_tc`` and ``gemv`` (M <= 16), ``mma`` (5:
+M > 16 on sm_80+), then ``tiled``'s default. A table, the tuning database or ``kernelkit.force``
+can name any of them for torch tensors too (the H100 table picks ``gemv_slab`` for M <= 4).
 """
 
 from __future__ import annotations
@@ -25,9 +26,9 @@ from .._records import Problem, Target
 from .._select.records import Config, KernelChoice
 from .._select.registry import Implementation, Op
 from .._select.select import Selection
-from . import _matmul_bulk as BULK
 from . import _matmul_kernels as K
 from . import _matmul_mma as MMA
+from . import _matmul_slab as SLAB
 from ._common import OpRunner, empty, one_output_launch, run_prepared
 
 __all__ = ["matmul"]
@@ -47,12 +48,8 @@ _GEMV_TC = kernel(
     "ops_matmul_gemv_tc", _INPUTS, ["y"], K.GEMV_TC_BODY, header=K.GEMV_TC,
     optional_inputs={"bias": "float32"}, launch_bounds=(256, 2),
 )  # fmt: skip
-_GEMV_BULK = kernel(
-    "ops_matmul_gemv_bulk", _INPUTS, ["y"], BULK.BULK_BODY, header=BULK.BULK,
-    optional_inputs={"bias": "float32"},
-)  # fmt: skip
 _GEMV_SLAB = kernel(
-    "ops_matmul_gemv_slab", _INPUTS, ["y"], BULK.SLAB_BODY, header=BULK.SLAB,
+    "ops_matmul_gemv_slab", _INPUTS, ["y"], SLAB.SLAB_BODY, header=SLAB.SLAB,
     optional_inputs={"bias": "float32"},
 )  # fmt: skip
 _TILED = kernel(
@@ -181,11 +178,10 @@ _gemv_tc_run, _gemv_tc_prepare = _kernel_impl(
 )
 
 
-# --- gemv on the tensor cores, the weight moved by the TMA unit (sm_90; rules in _matmul_bulk) ---
+# --- gemv on whole rows moved by the TMA unit (sm_90; source and rules in _matmul_slab) -------
 
-_gemv_bulk_run, _gemv_bulk_prepare = _kernel_impl(_GEMV_BULK, lambda p, c: [])
 _gemv_slab_run, _gemv_slab_prepare = _kernel_impl(
-    _GEMV_SLAB, lambda p, c: [("JPR", BULK.slab_jpr(p, c))]
+    _GEMV_SLAB, lambda p, c: [("JPR", SLAB.slab_jpr(p, c))]
 )
 
 
@@ -292,32 +288,17 @@ OP.register(
 )
 OP.register(
     Implementation(
-        "gemv_bulk",
-        run=_gemv_bulk_run,
-        prepare=_gemv_bulk_prepare,
-        grid=BULK.bulk_grid,
-        configs=BULK.BULK_CONFIGS,
-        default=BULK.bulk_config(1, 2, 256, 3, 16, 2),
-        heuristic=BULK.bulk_heuristic,
-        requires={"mma_sync", "tma"},
-        match=BULK.bulk_match,
-        fits=BULK.bulk_fits,
-        priority=30,  # before gemv_tc where both run (sm_90)
-    )
-)
-OP.register(
-    Implementation(
         "gemv_slab",
         run=_gemv_slab_run,
         prepare=_gemv_slab_prepare,
-        grid=BULK.slab_grid,
-        configs=BULK.SLAB_CONFIGS,
-        default=BULK.slab_config(256, 32, 32, 3, 4),
-        heuristic=BULK.slab_heuristic,
+        grid=SLAB.slab_grid,
+        configs=SLAB.SLAB_CONFIGS,
+        default=SLAB.slab_config(256, 32, 32, 3, 4),
+        heuristic=SLAB.slab_heuristic,
         requires={"tma"},
-        match=BULK.slab_match,
-        fits=BULK.slab_fits,
-        priority=40,  # M <= 4 with whole rows: before gemv_bulk
+        match=SLAB.slab_match,
+        fits=SLAB.slab_fits,
+        priority=30,  # M <= 4 and the K it takes: before gemv_tc
     )
 )
 OP.register(

@@ -216,24 +216,6 @@ __device__ __forceinline__ unsigned kk_mma_smem_u32(const void* p) {
 }
 """
 
-# Both tensor-core decode kernels (gemv_tc here, gemv_bulk in _matmul_bulk): one 32-wide step
-# of K as two m16n8k16 mma per n-tile, from each lane's 16-byte words of w and x (see below).
-TC_STEP = r"""
-// The mma steps of one 32-wide step of K, from the lane's 16-byte words of w (NT) and x (MT).
-template <class T, int MT, int NT>
-__device__ __forceinline__ void kk_tc_step(float (*acc)[4], const uint4* wv, const uint4* xv) {
-  for (int half = 0; half < 2; ++half) {
-    unsigned a[4];
-    a[0] = half ? xv[0].z : xv[0].x;
-    a[2] = half ? xv[0].w : xv[0].y;
-    a[1] = MT == 2 ? (half ? xv[MT - 1].z : xv[MT - 1].x) : 0u;
-    a[3] = MT == 2 ? (half ? xv[MT - 1].w : xv[MT - 1].y) : 0u;
-    for (int j = 0; j < NT; ++j)
-      kk_mma_op<T>::run(acc[j], a, half ? wv[j].z : wv[j].x, half ? wv[j].w : wv[j].y);
-  }
-}
-"""
-
 # ``GEMV_TC``: decode shapes (M <= 16) on the tensor cores, sm_80+, float16/bfloat16, weight
 # [N, K]. Reading the weight once is still the whole cost; the tensor cores only take the
 # arithmetic off the FMA pipes, which is what limits the FMA GEMV at M = 8-16 (each weight
@@ -257,7 +239,6 @@ __device__ __forceinline__ void kk_tc_step(float (*acc)[4], const uint4* wv, con
 GEMV_TC = (
     EPILOGUE
     + MMA_PTX
-    + TC_STEP
     + r"""
 // 8 consecutive 16-bit elements as a uint4: one 16-byte load when aligned (uniform per launch).
 __device__ __forceinline__ uint4 kk_tc_load(const void* p, bool vector) {
@@ -274,6 +255,20 @@ __device__ __forceinline__ uint4 kk_tc_load(const void* p, bool vector) {
 // cp.async of one lane's 16 bytes into its ring slot (zeros when !live)
 __device__ __forceinline__ void kk_tc_fill(uint4* dst, const void* src, bool live) {
   kk_mma_cp16(kk_mma_smem_u32(dst), src, live);
+}
+
+// The mma steps of one 32-wide step of K, from the lane's 16-byte words of w (NT) and x (MT).
+template <class T, int MT, int NT>
+__device__ __forceinline__ void kk_tc_step(float (*acc)[4], const uint4* wv, const uint4* xv) {
+  for (int half = 0; half < 2; ++half) {
+    unsigned a[4];
+    a[0] = half ? xv[0].z : xv[0].x;
+    a[2] = half ? xv[0].w : xv[0].y;
+    a[1] = MT == 2 ? (half ? xv[MT - 1].z : xv[MT - 1].x) : 0u;
+    a[3] = MT == 2 ? (half ? xv[MT - 1].w : xv[MT - 1].y) : 0u;
+    for (int j = 0; j < NT; ++j)
+      kk_mma_op<T>::run(acc[j], a, half ? wv[j].z : wv[j].x, half ? wv[j].w : wv[j].y);
+  }
 }
 
 template <class T, class TB, class TY, int MT, int NT, int WARPS, int U, int STAGES, int ACT,

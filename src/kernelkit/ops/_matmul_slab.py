@@ -1,0 +1,258 @@
+"""``matmul``'s decode kernel for sm_90 (``gemv_slab``): M <= 4, float16/bfloat16, weight [N, K]
+with K of 2048, 4096 or 8192. The kernel source, its configs and the rules the selection stage
+asks (match, fits, grid, heuristic).
+
+Reading the weight once at the memory's rate is the whole cost of these shapes. ``gemv_tc``
+loads it with 16-byte loads from every lane and stays at 74-83% of the copy rate on an H100
+(8192 x 8192 and 14336 x 4096, M = 1). Here the copy engine of Hopper's TMA unit moves it:
+``cp.async.bulk`` (no tensor map) copies whole rows, contiguous in memory, into a ring of
+shared-memory stages, one copy per stage issued by one thread, and an mbarrier per stage counts
+the bytes in. On an H100 this reads the 8192 x 8192 and 14336 x 4096 weights at 98% of the copy
+rate at M = 1, where cuBLAS reads them at 94% (``benchmarks/ops.py --only matmul``).
+
+A variant that copied row pieces (8-32 rows x 256-2048 bytes a stage, for the tensor cores at
+M <= 16) was measured and dropped: at 0.88-1.0x of cuBLAS it never beat both cuBLAS and
+``gemv_tc``; many short copies of rows 16 KiB apart are what it did worse.
+"""
+
+from __future__ import annotations
+
+import re
+
+from .._records import Problem, Target
+from .._select.records import Config
+from ._matmul_kernels import EPILOGUE, MMA_PTX
+
+__all__ = [
+    "SLAB",
+    "SLAB_BODY",
+    "SLAB_CONFIGS",
+    "SLAB_K",
+    "SLAB_MAX_M",
+    "slab_config",
+    "slab_fits",
+    "slab_grid",
+    "slab_heuristic",
+    "slab_jpr",
+    "slab_match",
+]
+
+# cp.async.bulk global -> shared, completing on an mbarrier that counts the bytes (sm_90).
+BULK_PTX = r"""
+__device__ __forceinline__ void kk_bulk_expect(unsigned bar, unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n"
+               :: "r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void kk_bulk_copy(unsigned dst, const void* src, unsigned bytes,
+                                             unsigned bar) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
+      :: "r"(dst), "l"(src), "r"(bytes), "r"(bar) : "memory");
+}
+__device__ __forceinline__ void kk_bulk_wait(unsigned bar, unsigned parity) {
+  asm volatile(
+      "{\n .reg .pred done;\n KK_BULK_WAIT:\n"
+      " mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      " @!done bra.uni KK_BULK_WAIT;\n}\n"
+      :: "r"(bar), "r"(parity) : "memory");
+}
+"""
+
+SLAB_KERNEL = r"""
+// --- gemv_slab: y = act(x @ w^T + bias) for M <= MX <= 4, sm_90: whole rows, one copy each ----
+// A block owns ROWS consecutive rows of w: one contiguous span, streamed through S stages of SKB
+// KiB, RS whole rows (one cp.async.bulk, thread 0 issues it). Long copies are what the
+// copy engine and the memory do best: the probe behind this kernel read 96-98% of the copy rate.
+// Thread t takes 16-byte vectors t, t + THREADS, ... of each row (JPR of them: K = 8 THREADS
+// JPR), so its k are the same in every row: x's for them stay in registers for the whole
+// kernel. Per row, each warp sums by shuffles, then the warps' sums are added in a fixed order
+// (deterministic); `part` alternates between two buffers, so one barrier per stage suffices.
+// Rows past N in the last stage are not copied: stale words, computed, never stored.
+template <class T> struct kk_slab_words;
+template <> struct kk_slab_words<__nv_bfloat16> {
+  static __device__ __forceinline__ float2 get(unsigned v) {
+    return make_float2(__uint_as_float(v << 16), __uint_as_float(v & 0xffff0000u));
+  }
+};
+template <> struct kk_slab_words<__half> {
+  static __device__ __forceinline__ float2 get(unsigned v) {
+    return __half22float2(*reinterpret_cast<const __half2*>(&v));
+  }
+};
+template <class T>
+__device__ __forceinline__ float kk_slab_dot(const uint4& a, const uint4& b, float acc) {
+  const unsigned wa[4] = {a.x, a.y, a.z, a.w}, wb[4] = {b.x, b.y, b.z, b.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 p = kk_slab_words<T>::get(wa[i]), q = kk_slab_words<T>::get(wb[i]);
+    acc = fmaf(p.x, q.x, acc);
+    acc = fmaf(p.y, q.y, acc);
+  }
+  return acc;
+}
+
+template <class T, class TB, class TY, int THREADS, int ROWS, int SKB, int JPR, int S, int MX,
+          int ACT, bool HAS_BIAS>
+__device__ __forceinline__ void kk_gemv_slab(const T* x, const T* w, const TB* bias, TY* y,
+                                             long long M, long long N, long long K) {
+#if KK_HAS_TMA
+  // K == 8 THREADS JPR, and a stage of SKB KiB holds RS whole rows (the config rules)
+  constexpr int WARPS = THREADS / 32, RS = SKB * 1024 / (16 * THREADS * JPR), VPT = RS * JPR;
+  constexpr unsigned STAGE = SKB * 1024u;
+  static_assert(RS >= 1 && RS * 16 * THREADS * JPR == SKB * 1024 && ROWS % RS == 0, "rules");
+  extern __shared__ __align__(128) uint4 kk_slab_ring[];
+  __shared__ __align__(8) unsigned long long bars[S];
+  __shared__ float part[2][WARPS][RS * MX];
+  const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
+  const long long n0 = (long long)blockIdx.x * ROWS;
+  const int rows = N - n0 < ROWS ? (int)(N - n0) : ROWS, tiles = (rows + RS - 1) / RS;
+  if (t == 0) {
+    for (int s = 0; s < S; ++s)
+      asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" :: "r"(kk_mma_smem_u32(&bars[s])));
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+  auto fill = [&](int i) {  // thread 0: stage i % S <- rows n0 + RS i ..
+    const int n = rows - RS * i < RS ? rows - RS * i : RS;
+    const unsigned bar = kk_mma_smem_u32(&bars[i % S]), bytes = (unsigned)(n * K * 2);
+    kk_bulk_expect(bar, bytes);
+    kk_bulk_copy(kk_mma_smem_u32(kk_slab_ring) + (i % S) * STAGE, w + (n0 + RS * i) * K, bytes,
+                 bar);
+  };
+  if (t == 0)
+    for (int i = 0; i < S - 1 && i < tiles; ++i) fill(i);
+  uint4 xr[MX][JPR];
+  const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
+#pragma unroll
+  for (int m = 0; m < MX; ++m)
+#pragma unroll
+    for (int j = 0; j < JPR; ++j)
+      xr[m][j] = m < M ? __ldg(reinterpret_cast<const uint4*>(x + m * K) + t + THREADS * j) : zero;
+  for (int i = 0; i < tiles; ++i) {
+    if (t == 0 && i + S - 1 < tiles) fill(i + S - 1);
+    kk_bulk_wait(kk_mma_smem_u32(&bars[i % S]), (unsigned)(i / S) & 1u);
+    uint4 v[VPT];
+#pragma unroll
+    for (int j = 0; j < VPT; ++j) v[j] = kk_slab_ring[(i % S) * (STAGE / 16) + t + THREADS * j];
+#pragma unroll
+    for (int r = 0; r < RS; ++r)
+#pragma unroll
+      for (int m = 0; m < MX; ++m) {
+        float a = 0.0f;
+#pragma unroll
+        for (int j = 0; j < JPR; ++j) a = kk_slab_dot<T>(v[r * JPR + j], xr[m][j], a);
+        for (int o = 16; o > 0; o >>= 1) a += __shfl_xor_sync(0xffffffffu, a, o);
+        if (lane == 0) part[i & 1][warp][r * MX + m] = a;
+      }
+    __syncthreads();  // part is complete, and every thread is done with stage i % S
+    if (t < RS * MX) {
+      const int r = t / MX, m = t % MX;
+      const long long n = n0 + (long long)RS * i + r;
+      if (m < M && RS * i + r < rows) {
+        float a = 0.0f;
+        for (int q = 0; q < WARPS; ++q) a += part[i & 1][q][t];  // fixed order: deterministic
+        if (HAS_BIAS) a += (float)bias[n];
+        y[m * N + n] = TY(kk_mm_act<ACT>(a));
+      }
+    }
+  }
+#else
+  __trap();  // sm_90+ only (the match rule): no cp.async.bulk / mbarrier transactions below
+#endif
+}
+"""
+
+# The header: the shared epilogue, the PTX helpers, the kernel.
+SLAB = EPILOGUE + MMA_PTX + BULK_PTX + SLAB_KERNEL
+
+SLAB_BODY = r"""
+const long long K = x_shape[1];  // x is 2-D (a batch is flattened first)
+const long long M = x_shape[0];
+const long long N = w_shape[0];
+kk_gemv_slab<T, TB, TY, THREADS, ROWS, SKB, JPR, S, MX, ACT, HAS_BIAS>(x, w, bias, y, M, N, K);
+"""
+
+_ARCH = re.compile(r"(?:sm|compute)_(\d+)[af]?")
+
+
+SLAB_MAX_M = 4
+SLAB_K = (2048, 4096, 8192)  # whole rows fill 16 or 32 KiB stages; x's vectors fit registers
+
+
+def slab_config(threads: int, rows: int, skb: int, stages: int, mx: int) -> Config:
+    """A gemv_slab config: ``rows`` weight rows a block, ``stages`` stages of ``skb`` KiB."""
+    values = {"THREADS": threads, "ROWS": rows, "SKB": skb, "S": stages, "MX": mx}
+    return Config(values, (threads,), stages * skb * 1024)
+
+
+SLAB_CONFIGS = tuple(
+    slab_config(threads, rows, skb, stages, mx)
+    for mx in (1, 2, 4)
+    for threads in (128, 256)
+    for rows in (8, 32)
+    for skb in (16, 32)
+    for stages in (3, 4)
+)
+
+
+def slab_jpr(p: Problem, c: Config) -> int:
+    """16-byte vectors of a row each thread takes (the template value JPR)."""
+    return int(p.attr("K")) // (8 * int(c.values["THREADS"]))  # type: ignore[call-overload]
+
+
+def slab_match(p: Problem, t: Target) -> str | None:
+    """None when gemv_slab can run ``p`` on ``t``, else why not."""
+    arch = _ARCH.fullmatch(t.arch)
+    if arch is None or int(arch[1]) < 90:
+        return f"cp.async.bulk and mbarrier transactions need sm_90 or newer, not {t.arch}"
+    if p.attr("M") > SLAB_MAX_M:
+        return f"M = {p.attr('M')} > {SLAB_MAX_M} (x's rows are held in registers)"
+    if not p.attr("transpose_b"):
+        return "needs the weight as [N, K] (transpose_b=True)"
+    if p.arg("x").dtype not in ("float16", "bfloat16"):
+        return f"takes float16/bfloat16, not {p.arg('x').dtype}"
+    if p.attr("K") not in SLAB_K:
+        return f"K = {p.attr('K')} is not one of {SLAB_K} (stages of whole rows)"
+    if not p.attr("aligned16"):
+        return "a or b does not start on a 16-byte boundary (bulk copies need it)"
+    return None
+
+
+def slab_fits(p: Problem, c: Config) -> str | None:
+    """Why ``c`` is not a config gemv_slab runs correctly for ``p``, or None."""
+    v = c.values
+    try:
+        threads, rows, skb, st, mx = (int(v[k]) for k in ("THREADS", "ROWS", "SKB", "S", "MX"))
+    except KeyError as e:
+        return f"config lacks {e.args[0]} (needs THREADS, ROWS, SKB, S, MX)"
+    k, m = int(p.attr("K")), int(p.attr("M"))  # type: ignore[call-overload]
+    if threads % 32 or not 32 <= threads <= 1024 or st < 2 or rows < 1:
+        return f"THREADS = {threads} (whole warps), S = {st} (>= 2), ROWS = {rows}"
+    if m > mx:
+        return f"M = {m} rows of x do not fit MX = {mx}"
+    if k % (8 * threads):
+        return f"K = {k} is not {threads} threads x 16-byte vectors x a whole number"
+    if (skb * 1024) % (2 * k) or rows % ((skb * 1024) // (2 * k)):
+        return f"a stage of {skb} KiB is not whole rows of K = {k} dividing ROWS = {rows}"
+    jpr, rs = k // (8 * threads), skb * 1024 // (2 * k)
+    if mx * jpr > 16 or rs * jpr > 16:
+        return f"x's {mx} x {jpr} and a stage's {rs} x {jpr} vectors a thread: too many registers"
+    if c.threadgroup != (threads, 1, 1) or c.shared_memory != st * skb * 1024:
+        return f"threadgroup ({threads},) and {st * skb} KiB of shared memory, got {c}"
+    return None
+
+
+def slab_grid(p: Problem, c: Config) -> tuple[int, int, int]:
+    """One block per ROWS weight rows."""
+    return (-(-p.attr("N") // c.values["ROWS"]) * c.threadgroup[0], 1, 1)  # type: ignore[operator]
+
+
+def slab_heuristic(p: Problem, t: Target) -> Config | None:
+    """From the probe on an H100: 16 KiB stages, 3 in flight, 256 threads, 8 rows a block;
+    None where the rows are too long for it (the next implementation serves)."""
+    m = int(p.attr("M"))  # type: ignore[call-overload]
+    mx = 1 if m <= 1 else 2 if m <= 2 else 4
+    for c in (slab_config(256, 8, 16, 4, mx), slab_config(256, 32, 32, 4, mx)):
+        if slab_fits(p, c) is None and c.shared_memory <= t.max_shared_memory_optin_bytes:
+            return c
+    return None
