@@ -201,28 +201,32 @@ def _variants() -> list:
 
 @pytest.mark.parametrize(("arch", "config", "dtype", "transpose_b", "bias", "act"), _variants())
 def test_every_config_compiles_without_spills(cuda, arch, config, dtype, transpose_b, bias, act):
-    from kernelkit._render import arg_types, render_request
-
     p = problem(4096, dtype=dtype, transpose_b=transpose_b, bias=bias, activation=act)
     assert MMA.mma_fits(p, config) is None
     template = [*config.template, *MM._common_template(p), ("W_KN", not transpose_b)]
+    art, report = ptxas_report(cuda, MM._MMA, p, template, arch)
+    assert report.get("bytes spill stores") == report.get("bytes spill loads") == 0, art.log
+    assert report["registers"] * config.threadgroup[0] <= 65536, art.log  # the block launches
+    assert "bytes smem" not in art.log  # no static shared memory: all of it is the dynamic ring
+
+
+def ptxas_report(cuda, k, p, template, arch: str = "sm_90") -> tuple:
+    """Kernel ``k`` rendered for ``p`` and compiled by NVRTC for ``arch``: the artifact (checked
+    to be a cubin) and ptxas's resource report (registers, stack frame, spill bytes)."""
+    from kernelkit._render import arg_types, render_request
+
     inputs, outputs = arg_types(p)
     _, req = render_request(
-        MM._MMA.spec, cuda, cuda.target_for_arch(arch), inputs, outputs, template, False
+        k.spec, cuda, cuda.target_for_arch(arch), inputs, outputs, template, False
     )
     assert req.arch == arch
     req = dataclasses.replace(req, options=(*req.options, "--ptxas-options=-v"))
     art = cuda.compile(req)
     assert art.kind == "cubin" and art.binary[:4] == b"\x7fELF"
-    report = dict(
-        (what, int(n))
-        for n, what in re.findall(
-            r"(\d+) (registers|bytes spill stores|bytes spill loads)", art.log
-        )
+    found = re.findall(
+        r"(\d+) (registers|bytes stack frame|bytes spill stores|bytes spill loads)", art.log
     )
-    assert report.get("bytes spill stores") == report.get("bytes spill loads") == 0, art.log
-    assert report["registers"] * config.threadgroup[0] <= 65536, art.log  # the block launches
-    assert "bytes smem" not in art.log  # no static shared memory: all of it is the dynamic ring
+    return art, {what: int(n) for n, what in found}
 
 
 def test_the_cuda_backend_has_the_features_mma_requires(cuda):

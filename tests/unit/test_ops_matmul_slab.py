@@ -9,7 +9,7 @@ import dataclasses
 import re
 
 import pytest
-from test_ops_matmul_mma import SM80_FEATURES, considered, problem, target
+from test_ops_matmul_mma import SM80_FEATURES, considered, problem, ptxas_report, target
 
 import kernelkit
 from kernelkit._select.select import Override, select
@@ -95,21 +95,7 @@ def test_every_slab_config_compiles_without_spills(cuda, config, k):
 
 
 def _compiles_clean(cuda, k, p, config, template) -> None:
-    from kernelkit._render import arg_types, render_request
-
-    inputs, outputs = arg_types(p)
-    _, req = render_request(
-        k.spec, cuda, cuda.target_for_arch("sm_90"), inputs, outputs, template, False
-    )
-    req = dataclasses.replace(req, options=(*req.options, "--ptxas-options=-v"))
-    art = cuda.compile(req)
-    assert art.kind == "cubin" and art.binary[:4] == b"\x7fELF"
-    report = dict(
-        (what, int(n))
-        for n, what in re.findall(
-            r"(\d+) (registers|bytes stack frame|bytes spill stores|bytes spill loads)", art.log
-        )
-    )
+    art, report = ptxas_report(cuda, k, p, template)
     assert report["bytes stack frame"] == report["bytes spill stores"] == 0, art.log
     assert report["registers"] * config.threadgroup[0] <= 65536, art.log
     assert "warning" not in art.log
