@@ -1,4 +1,5 @@
-"""Shared helpers for the benchmarks: timing loops and table printing (no kernelkit logic)."""
+"""Shared helpers for the benchmarks: timing loops (host clocks; CUDA events and graphs through
+torch, imported when used) and table printing (no kernelkit logic)."""
 
 from __future__ import annotations
 
@@ -40,3 +41,51 @@ def table(rows: list[tuple[str, float | None, str]], unit: str, base: float | No
             continue
         ratio = f"{value / base:.2f}x" if base else ""
         print(f"{name:{width}}{value:12.2f}{ratio:>9}  {note}")
+
+
+def time_us(fn, batch: int = 20, reps: int = 15) -> float:
+    """Median µs per call over ``reps`` batches of ``batch`` calls, timed with CUDA events."""
+    import torch
+
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    samples = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(batch):
+            fn()
+        end.record()
+        end.synchronize()
+        samples.append(start.elapsed_time(end) * 1e3 / batch)
+    return statistics.median(samples)
+
+
+def graph_us(fn, batch: int = 20, reps: int = 15) -> float | None:
+    """Median µs per call of ``batch`` calls captured in one CUDA graph and replayed: the
+    device time alone, without the host's per-call cost (None if the call cannot be captured)."""
+    import torch
+
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    try:
+        with torch.cuda.graph(g):
+            for _ in range(batch):
+                fn()
+    except Exception as e:  # noqa: BLE001 - report, do not stop the benchmark
+        print(f"  (graph capture failed: {type(e).__name__}: {e})")
+        return None
+    return time_us(g.replay, batch=1, reps=reps) / batch
+
+
+def copy_rate_gbs() -> float:
+    """Device-to-device copy of 1 GiB, read + write counted."""
+    import torch
+
+    a = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
+    b = torch.empty_like(a)
+    us = time_us(lambda: b.copy_(a), batch=5, reps=9)
+    return 2 * a.numel() / (us * 1e-6) / 1e9

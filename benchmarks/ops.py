@@ -25,10 +25,10 @@ gemv and gemv_tc for M <= 16, mma's tile configs above).
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 
 import torch
+from _common import copy_rate_gbs, graph_us, time_us
 
 import kernelkit
 from kernelkit import ops
@@ -43,48 +43,6 @@ SHAPES = [
     ((16384, 1024), torch.float32),
     ((8192, 8192), torch.float32),
 ]
-
-
-def time_us(fn, batch: int = 20, reps: int = 15) -> float:
-    """Median µs per call over ``reps`` batches of ``batch`` calls, timed with CUDA events."""
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    samples = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(batch):
-            fn()
-        end.record()
-        end.synchronize()
-        samples.append(start.elapsed_time(end) * 1e3 / batch)
-    return statistics.median(samples)
-
-
-def graph_us(fn, batch: int = 20, reps: int = 15) -> float | None:
-    """Median µs per call of ``batch`` calls captured in one CUDA graph and replayed: the
-    device time alone, without the host's per-call cost (None if the call cannot be captured)."""
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    try:
-        with torch.cuda.graph(g):
-            for _ in range(batch):
-                fn()
-    except Exception as e:  # noqa: BLE001 - report, do not stop the benchmark
-        print(f"  (graph capture failed: {type(e).__name__}: {e})")
-        return None
-    return time_us(g.replay, batch=1, reps=reps) / batch
-
-
-def copy_rate_gbs() -> float:
-    """Device-to-device copy of 1 GiB, read + write counted."""
-    a = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
-    b = torch.empty_like(a)
-    us = time_us(lambda: b.copy_(a), batch=5, reps=9)
-    return 2 * a.numel() / (us * 1e-6) / 1e9
 
 
 SWIGLU = ops.elementwise("y = a * silu(b)")

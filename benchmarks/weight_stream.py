@@ -12,10 +12,9 @@ device time from CUDA-graph replays; % of the copy rate measured in the same run
 
 from __future__ import annotations
 
-import statistics
-
 import torch
 import torch.nn.functional as F
+from _common import copy_rate_gbs, graph_us
 
 import kernelkit
 from kernelkit import ops
@@ -116,33 +115,6 @@ BODY = "pb_gemv<K, RS, S, PIECES, BULK>((const uint4*)x, (const uint4*)w, y, (in
 PROBE = kernelkit.kernel("probe_gemv", ["x", "w"], ["y"], BODY, header=HDR)
 
 
-def time_us(fn, batch: int = 20, reps: int = 15) -> float:
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    samples = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        for _ in range(batch):
-            fn()
-        b.record()
-        b.synchronize()
-        samples.append(a.elapsed_time(b) * 1e3 / batch)
-    return statistics.median(samples)
-
-
-def graph_us(fn, batch: int = 20) -> float:
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for _ in range(batch):
-            fn()
-    return time_us(g.replay, batch=1) / batch
-
-
 def rotating(fn, weights):
     state = [0]
 
@@ -151,13 +123,6 @@ def rotating(fn, weights):
         return fn(weights[state[0]])
 
     return call
-
-
-def copy_rate_gbs() -> float:
-    """Device-to-device copy of 1 GiB, read + write counted."""
-    src = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
-    dst = torch.empty_like(src)
-    return 2 * src.numel() / (time_us(lambda: dst.copy_(src), batch=5, reps=9) * 1e-6) / 1e9
 
 
 def main() -> int:
