@@ -7,7 +7,7 @@ one copy or 16), at three grid sizes; next to cuBLAS (``F.linear``), kernelkit's
 and the forced ``gemv_tc`` heuristic, in one process. Weights rotated (4 copies, past the L2);
 device time from CUDA-graph replays; % of the copy rate measured in the same run.
 
-    PYTHONPATH=src python3 benchmarks/weight_stream.py      (sm_90; about 5 minutes)
+    PYTHONPATH=src python3 benchmarks/weight_stream.py      (needs sm_90 for the bulk variants)
 """
 
 from __future__ import annotations
