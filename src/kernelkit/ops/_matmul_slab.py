@@ -7,12 +7,13 @@ loads it with 16-byte loads from every lane and stays at 74-83% of the copy rate
 (8192 x 8192 and 14336 x 4096, M = 1). Here the copy engine of Hopper's TMA unit moves it:
 ``cp.async.bulk`` (no tensor map) copies whole rows, contiguous in memory, into a ring of
 shared-memory stages, one copy per stage issued by one thread, and an mbarrier per stage counts
-the bytes in. On an H100 this reads the 8192 x 8192 and 14336 x 4096 weights at 98% of the copy
-rate at M = 1, where cuBLAS reads them at 94% (``benchmarks/ops.py --only matmul``).
+the bytes in. On an H100 this reads the 8192 x 8192 and 14336 x 4096 weights at 96-98% of the
+copy rate at M = 1, where cuBLAS reads them at 92-95% (``benchmarks/ops.py --only matmul``,
+``benchmarks/weight_stream.py``).
 
-A variant that copied row pieces (8-32 rows x 256-2048 bytes a stage, for the tensor cores at
-M <= 16) was measured and dropped: at 0.88-1.0x of cuBLAS it never beat both cuBLAS and
-``gemv_tc``; many short copies of rows 16 KiB apart are what it did worse.
+A variant that copied row pieces (16-64 rows x 512-2048 bytes a stage, for the tensor cores at
+M <= 16) was measured and dropped: 0.94-1.00x cuBLAS at M = 1 and 0.66-0.76x at M = 16, never
+ahead of both cuBLAS and ``gemv_tc``; it issued many short copies from rows 16 KiB apart.
 """
 
 from __future__ import annotations
