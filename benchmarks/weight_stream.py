@@ -18,34 +18,12 @@ from _common import copy_rate_gbs, graph_us
 
 import kernelkit
 from kernelkit import ops
+from kernelkit.ops._matmul_slab import SLAB
 
-HDR = r"""
-__device__ __forceinline__ unsigned pb_smem(const void* p) {
-  return (unsigned)__cvta_generic_to_shared(p);
-}
-__device__ __forceinline__ void pb_wait(unsigned bar, unsigned parity) {
-  asm volatile("{\n .reg .pred p;\n LAB_WAIT:\n"
-               " mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
-               " @p bra.uni DONE;\n bra.uni LAB_WAIT;\n DONE:\n}\n"
-               :: "r"(bar), "r"(parity) : "memory");
-}
-__device__ __forceinline__ void pb_expect(unsigned bar, unsigned bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n"
-               :: "r"(bar), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void pb_fill(unsigned dst, const void* src, unsigned bytes,
-                                        unsigned bar) {
-  asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
-      :: "r"(dst), "l"(src), "r"(bytes), "r"(bar) : "memory");
-}
-__device__ __forceinline__ float pb_lo(unsigned v) { return __uint_as_float(v << 16); }
-__device__ __forceinline__ float pb_hi(unsigned v) { return __uint_as_float(v & 0xffff0000u); }
-__device__ __forceinline__ float pb_dot(uint4 a, uint4 b) {
-  return pb_lo(a.x) * pb_lo(b.x) + pb_hi(a.x) * pb_hi(b.x) + pb_lo(a.y) * pb_lo(b.y)
-       + pb_hi(a.y) * pb_hi(b.y) + pb_lo(a.z) * pb_lo(b.z) + pb_hi(a.z) * pb_hi(b.z)
-       + pb_lo(a.w) * pb_lo(b.w) + pb_hi(a.w) * pb_hi(b.w);
-}
+# gemv_slab's header: its bulk-copy/mbarrier helpers, kk_mma_smem_u32 and kk_slab_dot.
+HDR = (
+    SLAB
+    + r"""
 // Block b: rows [b N / grid, (b + 1) N / grid) of w (K bf16 each) dotted with x; 256 threads;
 // a stage is RS whole rows (16 KiB), copied in PIECES bulk copies, or loaded directly (!BULK).
 template <int K, int RS, int S, int PIECES, bool BULK>
@@ -63,19 +41,19 @@ __device__ void pb_gemv(const uint4* x, const uint4* w, float* y, int N) {
   uint4 xr[JPR];
   for (int j = 0; j < JPR; ++j) xr[j] = x[t + 256 * j];
   auto fill = [&](int f) {  // thread 0: tile f into stage f % S
-    const unsigned bar = pb_smem(&bars[f % S]);
+    const unsigned bar = kk_mma_smem_u32(&bars[f % S]);
     const int rows = r1 - (r0 + f * RS) < RS ? r1 - (r0 + f * RS) : RS;
-    pb_expect(bar, rows * K * 2);
+    kk_bulk_expect(bar, rows * K * 2);
     const char* src = (const char*)(w + (long long)(r0 + f * RS) * VPR);
     for (int p = 0; p < PIECES; ++p)
       if (p * SB / PIECES < rows * K * 2)
-        pb_fill(pb_smem(ring) + (f % S) * SB + p * SB / PIECES, src + p * SB / PIECES,
+        kk_bulk_copy(kk_mma_smem_u32(ring) + (f % S) * SB + p * SB / PIECES, src + p * SB / PIECES,
                 SB / PIECES, bar);
   };
   if (BULK) {
     if (t == 0) {
       for (int s = 0; s < S; ++s)
-        asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" :: "r"(pb_smem(&bars[s])));
+        asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" :: "r"(kk_mma_smem_u32(&bars[s])));
       asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
     __syncthreads();
@@ -87,7 +65,7 @@ __device__ void pb_gemv(const uint4* x, const uint4* w, float* y, int N) {
     uint4 v[VPT];
     if (BULK) {
       if (t == 0 && i + S - 1 < tiles) fill(i + S - 1);  // the stage freed at step i - 1
-      pb_wait(pb_smem(&bars[i % S]), (i / S) & 1);
+      kk_bulk_wait(kk_mma_smem_u32(&bars[i % S]), (i / S) & 1);
       for (int j = 0; j < VPT; ++j) v[j] = ring[(i % S) * (SB / 16) + t + 256 * j];
     } else {
       for (int j = 0; j < VPT; ++j) {
@@ -97,7 +75,7 @@ __device__ void pb_gemv(const uint4* x, const uint4* w, float* y, int N) {
     }
     for (int r = 0; r < RS; ++r) {
       float a = 0.0f;
-      for (int j = 0; j < JPR; ++j) a += pb_dot(v[r * JPR + j], xr[j]);
+      for (int j = 0; j < JPR; ++j) a = kk_slab_dot<__nv_bfloat16>(v[r * JPR + j], xr[j], a);
       for (int o = 16; o > 0; o >>= 1) a += __shfl_xor_sync(0xffffffffu, a, o);
       if (lane == 0) part[warp][r] = a;
     }
@@ -111,6 +89,7 @@ __device__ void pb_gemv(const uint4* x, const uint4* w, float* y, int N) {
   }
 }
 """
+)
 BODY = "pb_gemv<K, RS, S, PIECES, BULK>((const uint4*)x, (const uint4*)w, y, (int)w_shape[0]);"
 PROBE = kernelkit.kernel("probe_gemv", ["x", "w"], ["y"], BODY, header=HDR)
 
