@@ -43,12 +43,12 @@ __device__ void pb_gemv(const uint4* x, const uint4* w, float* y, int N) {
   auto fill = [&](int f) {  // thread 0: tile f into stage f % S
     const unsigned bar = kk_mma_smem_u32(&bars[f % S]);
     const int rows = r1 - (r0 + f * RS) < RS ? r1 - (r0 + f * RS) : RS;
-    kk_bulk_expect(bar, rows * K * 2);
+    const unsigned total = rows * K * 2, piece = SB / PIECES;  // a last tile may be short
+    kk_bulk_expect(bar, total);
     const char* src = (const char*)(w + (long long)(r0 + f * RS) * VPR);
-    for (int p = 0; p < PIECES; ++p)
-      if (p * SB / PIECES < rows * K * 2)
-        kk_bulk_copy(kk_mma_smem_u32(ring) + (f % S) * SB + p * SB / PIECES, src + p * SB / PIECES,
-                SB / PIECES, bar);
+    for (unsigned at = 0; at < total; at += piece)
+      kk_bulk_copy(kk_mma_smem_u32(ring) + (f % S) * SB + at, src + at,
+                   total - at < piece ? total - at : piece, bar);
   };
   if (BULK) {
     if (t == 0) {
