@@ -8,6 +8,7 @@ arguments' types and dtypes (both derived from ``_key.KEY``) and one dictionary 
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -270,6 +271,7 @@ def kernel(
     arch_specific: bool = False,
     optional_inputs: Mapping[str, Any] | None = None,
     launch_bounds: int | Sequence[int] | None = None,
+    cluster_dims: int | Sequence[int] | None = None,
 ) -> Kernel:
     """Define a kernel from the body of its function; nothing is compiled until it is called.
 
@@ -280,7 +282,9 @@ def kernel(
     wgmma and friends). ``optional_inputs={"bias": "float32"}`` lets a call pass ``None`` for
     ``bias``: the body then sees a null ``const float* bias`` (test ``bias != NULL``).
     ``launch_bounds=256`` or ``(256, 2)`` puts ``__launch_bounds__(256, 2)`` on the kernel and
-    refuses launches of more threads per block.
+    refuses launches of more threads per block. ``cluster_dims=2`` or ``(2, 1, 1)`` puts
+    ``__cluster_dims__(2, 1, 1)`` on it (CUDA, sm_90+): every launch runs its blocks in clusters
+    of that shape, so the grid's blocks must divide into them (checked per launch).
 
     Example::
 
@@ -318,6 +322,7 @@ def kernel(
     spec = KernelSpec(
         optional_inputs=_optional(optional_inputs, ins, name),
         launch_bounds=_launch_bounds(launch_bounds, name),
+        cluster_dims=_cluster_dims(cluster_dims, name),
         name=name,
         input_names=ins,
         output_names=outs,
@@ -367,6 +372,23 @@ def _launch_bounds(value: Any, kernel_name: str) -> tuple[int, ...]:
             f"positive ints (max threads per block, min blocks per SM, ...), got {value!r}"
         )
     return tuple(bounds)
+
+
+def _cluster_dims(value: Any, kernel_name: str) -> tuple[int, ...]:
+    if value is None:
+        return ()
+    dims = (value,) if isinstance(value, int) else value
+    ok = (
+        isinstance(dims, tuple | list)
+        and 1 <= len(dims) <= 3
+        and all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in dims)
+    )
+    if not ok or math.prod(dims) > 8:
+        raise ArgumentError(
+            f"[{kernel_name}] cluster_dims must be a positive int or a tuple of 1 to 3 positive "
+            f"ints with at most 8 blocks in all (the portable cluster size), got {value!r}"
+        )
+    return (*dims, *(1,) * (3 - len(dims)))
 
 
 def _names(value: Any, what: str, kernel_name: str) -> tuple[str, ...]:

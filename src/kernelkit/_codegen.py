@@ -21,6 +21,7 @@ __all__ = [
     "METAL_ATTRIBUTES",
     "abi_options",
     "check_identifier",
+    "cluster_dims",
     "extent_param",
     "launch_bounds",
     "make_source",
@@ -195,6 +196,7 @@ def make_source(
         needs=frozenset(needs),
         arch_specific=spec.arch_specific,
         launch_bounds=spec.launch_bounds,
+        cluster_dims=spec.cluster_dims,
     )
 
 
@@ -222,6 +224,14 @@ def launch_bounds(source: KernelSource) -> str:
     if not source.launch_bounds:
         return ""
     return f"__launch_bounds__({', '.join(map(str, source.launch_bounds))}) "
+
+
+def cluster_dims(source: KernelSource) -> str:
+    """``__cluster_dims__(...) `` for a CUDA kernel function, or "" (compile-time cluster shape:
+    a plain launch then runs the blocks in clusters; sm_90+)."""
+    if not source.cluster_dims:
+        return ""
+    return f"__cluster_dims__({', '.join(map(str, source.cluster_dims))}) "
 
 
 def signature(params: tuple[Param, ...]) -> str:

@@ -58,6 +58,12 @@ def geometry(
             raise ArgumentError(
                 f"[{name}] grid[{axis}] = {g[axis]} needs {b} blocks; the device allows {lim}"
             )
+        c = limits.get(f"cluster_{'xyz'[axis]}", 1)
+        if b % c:
+            raise ArgumentError(
+                f"[{name}] grid[{axis}] = {g[axis]} makes {b} blocks, not a whole number of "
+                f"clusters of cluster_dims[{axis}] = {c}"
+            )
     if isinstance(shared_bytes, bool) or not isinstance(shared_bytes, int) or shared_bytes < 0:
         raise ArgumentError(
             f"[{name}] shared_memory must be a non-negative int (bytes), got {shared_bytes!r}"
@@ -136,11 +142,13 @@ def load(
     request: CompileRequest,
     default_shared_bytes: int,
     max_threads: int = 0,
+    cluster: tuple[int, ...] = (),
 ) -> LoadedProgram:
     """The program for ``request`` on ``target``'s device, loaded once per process; the
     caches are asked for its binary only when it is not loaded yet. ``max_threads`` (the
-    kernel's launch bounds, 0: none) caps threads per block."""
-    key = (backend.name, target.device, default_shared_bytes, max_threads, request)
+    kernel's launch bounds, 0: none) caps threads per block; ``cluster`` (the kernel's cluster
+    dims, (): none) must divide the blocks of every launch."""
+    key = (backend.name, target.device, default_shared_bytes, max_threads, cluster, request)
     found = _loaded.get(key)
     if found is not None:
         return found
@@ -148,7 +156,7 @@ def load(
     with _lock:
         found = _loaded.get(key)
         if found is None:
-            args = (backend, target, request.kernel, default_shared_bytes, max_threads)
+            args = (backend, target, request.kernel, default_shared_bytes, max_threads, cluster)
             try:
                 found = _load(binary, *args)
             except KernelkitError as e:  # a bundle's binary the device refuses: compile it here
@@ -165,6 +173,7 @@ def _load(
     name: str,
     default_shared_bytes: int,
     max_threads: int,
+    cluster: tuple[int, ...],
 ) -> LoadedProgram:
     with backend_call(backend, "load"):
         program = backend.load(binary, target)
@@ -173,6 +182,8 @@ def _load(
     if max_threads:
         known = limits.get("max_threads_per_block", target.max_threads_per_block)
         limits["max_threads_per_block"] = min(known, max_threads)
+    for axis, c in enumerate(cluster):
+        limits[f"cluster_{'xyz'[axis]}"] = c
 
     def reserve(nbytes: int) -> None:
         with backend_call(backend, "reserving shared memory"):

@@ -72,6 +72,7 @@ def build(
         request,
         spec.shared_memory_bytes,
         spec.launch_bounds[0] if spec.launch_bounds else 0,
+        spec.cluster_dims,
     )
     ins, outs = _routes(spec, bound, params)
     where = problem.device_type, problem.device_index

@@ -40,6 +40,7 @@ class KernelSpec:
     attribute_refs: frozenset[str] = frozenset()  # Metal thread attribute names used in the body
     optional_inputs: tuple[tuple[str, str], ...] = ()  # (input, dtype name): may be None (null)
     launch_bounds: tuple[int, ...] = ()  # (max threads per block[, min blocks per SM])
+    cluster_dims: tuple[int, ...] = ()  # thread-block cluster shape (x[, y[, z]]), () for none
 
 
 @dataclass(frozen=True)
@@ -78,6 +79,7 @@ class KernelSource:
     needs: frozenset[str] = frozenset()  # prelude parts: "fp16", "bf16", "cg", "metal"
     arch_specific: bool = False  # needs arch-specific instructions (sm_90a: wgmma, setmaxnreg)
     launch_bounds: tuple[int, ...] = ()  # render as __launch_bounds__(...) on the kernel function
+    cluster_dims: tuple[int, ...] = ()  # render as __cluster_dims__(...) (CUDA, sm_90+)
 
 
 @dataclass(frozen=True)

@@ -709,3 +709,47 @@ def test_launch_bounds_cap_threads_per_block(arrays):
     for bad in (0, (1, 2, 3, 4), "64", (64.0,)):
         with pytest.raises(kernelkit.ArgumentError, match="launch_bounds"):
             kernelkit.kernel("t_bad_bounds", ["x"], ["y"], "", launch_bounds=bad)
+
+
+# Each block of a pair reads its partner's shared word through distributed shared memory.
+CLUSTER_SWAP = r"""
+__shared__ float mine;
+unsigned rank, remote;
+asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
+if (threadIdx.x == 0) mine = x[blockIdx.x];
+asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;"
+             ::: "memory");
+asm volatile("mapa.shared::cluster.u32 %0, %1, %2;"
+             : "=r"(remote) : "r"((unsigned)__cvta_generic_to_shared(&mine)), "r"(rank ^ 1u));
+float other;
+asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(other) : "r"(remote) : "memory");
+if (threadIdx.x == 0) y[blockIdx.x] = other;
+asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;"
+             ::: "memory");
+"""
+
+
+def test_cluster_dims_run_blocks_in_clusters(arrays):
+    k = kernelkit.kernel("t_cluster_swap", ["x"], ["y"], CLUSTER_SWAP, cluster_dims=2)
+    x = rand(6)
+    poisoned = [np.full(6, np.nan, np.float32)]
+    if not arrays.on_gpu:
+        with pytest.raises(kernelkit.KernelkitError, match="no thread-block clusters"):
+            run(k, arrays, [x], poisoned, grid=(6 * 32, 1, 1), threadgroup=(32, 1, 1))
+        return
+    if arrays.torch.cuda.get_device_capability() < (9, 0):
+        pytest.skip("thread-block clusters need sm_90")
+    (y,) = run(k, arrays, [x], poisoned, grid=(6 * 32, 1, 1), threadgroup=(32, 1, 1))
+    np.testing.assert_array_equal(y, x.reshape(3, 2)[:, ::-1].reshape(6))
+    with pytest.raises(kernelkit.ArgumentError, match=r"3 blocks, not a whole number of clusters"):
+        run(k, arrays, [x], poisoned, grid=(3 * 32, 1, 1), threadgroup=(32, 1, 1))
+    (y,) = run(k, arrays, [x], poisoned, grid=(6 * 32, 1, 1), threadgroup=(32, 1, 1))
+    np.testing.assert_array_equal(y, x.reshape(3, 2)[:, ::-1].reshape(6))  # the next call works
+
+
+def test_cluster_dims_are_checked():
+    for bad in (0, (1, 2, 3, 4), "2", (2.0,), (4, 4), True):
+        with pytest.raises(kernelkit.ArgumentError, match="cluster_dims"):
+            kernelkit.kernel("t_bad_cluster", ["x"], ["y"], "", cluster_dims=bad)
+    k = kernelkit.kernel("t_cluster", ["x"], ["y"], "", cluster_dims=(2, 1))
+    assert k.spec.cluster_dims == (2, 1, 1)

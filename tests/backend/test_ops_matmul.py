@@ -137,15 +137,24 @@ def test_empty_shapes_and_zero_k(arrays):
 
 
 def _decode_configs(impl, torch):
-    """(configs, why not) of a decode kernel on this GPU: gemv_tc needs sm_80, gemv_slab sm_90."""
+    """(configs, why not) of a decode kernel on this GPU: gemv_tc needs sm_80, gemv_slab and
+    gemv_cluster sm_90."""
     if impl == "gemv_tc":
         return ops._matmul.GEMV_TC_CONFIGS, None
     if torch.cuda.get_device_capability() < (9, 0):
         return (), "cp.async.bulk needs sm_90"
+    if impl == "gemv_cluster":
+        return ops._matmul_cluster.CLUSTER_CONFIGS, None
     return ops._matmul_slab.SLAB_CONFIGS, None
 
 
-@pytest.mark.parametrize("impl", ["gemv_tc", "gemv_slab"])
+_FITS = {
+    "gemv_slab": lambda p, c: ops._matmul_slab.slab_fits(p, c),
+    "gemv_cluster": lambda p, c: ops._matmul_cluster.cluster_fits(p, c),
+}
+
+
+@pytest.mark.parametrize("impl", ["gemv_tc", "gemv_slab", "gemv_cluster"])
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 def test_decode_kernels_every_config_on_the_gpu(arrays, impl, dtype):
     """The tensor-core decode kernels, forced config by config: odd M, N and K (a K tail shorter
@@ -162,6 +171,9 @@ def test_decode_kernels_every_config_on_the_gpu(arrays, impl, dtype):
     shapes += [(1, 1, 8), (8, 40, 1160)]
     if impl == "gemv_slab":  # M <= 4, K of 2048, 4096 or 8192; N not a multiple of ROWS
         shapes = [(1, 4096, 4096), (3, 1000, 2048), (4, 33, 8192), (1, 1, 4096), (2, 8200, 2048)]
+    if impl == "gemv_cluster":  # K split over 1-8 blocks; N not a multiple of 8 or of ROWS
+        shapes = [(16, 4096, 4096), (9, 1000, 3072), (5, 33, 8192), (12, 8200, 2048)]
+        shapes += [(1, 1, 1024), (16, 300, 14336), (8, 4100, 7168)]
     for m, n, k in shapes:
         # x scaled by 1/4: with N = 1 a single silu(v) is the whole norm, and for v < -88 the
         # float epilogue's exp overflows to a true -0.0 where float64 keeps ~1e-37 (error 1.0)
@@ -171,7 +183,7 @@ def test_decode_kernels_every_config_on_the_gpu(arrays, impl, dtype):
         ref = torch.nn.functional.silu(a.double() @ w.double().T + bias.double())
         problem = _problem_of(a, w, bias)
         for config in configs:
-            if impl == "gemv_slab" and ops._matmul_slab.slab_fits(problem, config) is not None:
+            if impl in _FITS and _FITS[impl](problem, config) is not None:
                 continue  # refused by the config rules (tested without a GPU)
             out = torch.full((m, n), float("nan"), device="cuda", dtype=tdt)
             with force("matmul", impl, config):
@@ -187,7 +199,8 @@ def _problem_of(a, w, bias):
     )[0]
 
 
-def test_gemv_slab_takes_strided_inputs_and_steps_aside_for_misaligned_ones(arrays):
+@pytest.mark.parametrize("impl", ["gemv_slab", "gemv_cluster"])
+def test_bulk_copy_kernels_take_strided_inputs_and_step_aside_for_misaligned_ones(arrays, impl):
     if not arrays.on_gpu:
         pytest.skip("cp.async.bulk runs on CUDA GPUs only")
     torch = arrays.torch
@@ -198,12 +211,12 @@ def test_gemv_slab_takes_strided_inputs_and_steps_aside_for_misaligned_ones(arra
     w = wide[:, ::2]  # not row-contiguous: copied by the op, then aligned
     a = flat[8:].reshape(3, 2048)  # 16 bytes in: aligned
     ref = a.double() @ w.double().T
-    with force("matmul", "gemv_slab"):
+    with force("matmul", impl):
         y = ops.matmul(a, w, transpose_b=True)
     assert ((y.double() - ref).norm() / ref.norm()).item() <= 1e-2
     off = flat[1 : 1 + 3 * 2048].reshape(3, 2048)  # 2 bytes off: refused, with the reason
     with pytest.raises(kernelkit.ArgumentError, match=r"16-byte boundary \(bulk copies need it\)"):
-        with force("matmul", "gemv_slab"):
+        with force("matmul", impl):
             ops.matmul(off, w.contiguous(), transpose_b=True)
     y = ops.matmul(a, w, transpose_b=True)  # the next call works
     assert ((y.double() - ref).norm() / ref.norm()).item() <= 1e-2

@@ -26,6 +26,7 @@ from .._records import Problem, Target
 from .._select.records import Config, KernelChoice
 from .._select.registry import Implementation, Op
 from .._select.select import Selection
+from . import _matmul_cluster as CLU
 from . import _matmul_kernels as K
 from . import _matmul_mma as MMA
 from . import _matmul_slab as SLAB
@@ -52,6 +53,15 @@ _GEMV_SLAB = kernel(
     "ops_matmul_gemv_slab", _INPUTS, ["y"], SLAB.SLAB_BODY, header=SLAB.SLAB,
     optional_inputs={"bias": "float32"},
 )  # fmt: skip
+# one kernel per cluster size (a kernel attribute); 512 threads may use 128 registers each
+_GEMV_CLUSTER = {
+    cl: kernel(
+        f"ops_matmul_gemv_cluster{cl}", _INPUTS, ["y"], CLU.CLUSTER_BODY, header=CLU.CLUSTER,
+        optional_inputs={"bias": "float32"}, launch_bounds=(512, 1),
+        cluster_dims=cl if cl > 1 else None,
+    )
+    for cl in CLU.CLUSTER_SIZES
+}  # fmt: skip
 _TILED = kernel(
     "ops_matmul_tiled", _INPUTS, ["y"], K.TILED_BODY, header=K.TILED,
     optional_inputs={"bias": "float32"},
@@ -74,10 +84,13 @@ def _common_template(problem: Problem) -> list[tuple[str, Any]]:
 
 
 def _kernel_impl(
-    k: Any, extra: Callable[[Problem, Config], list[tuple[str, Any]]]
+    k: Any,
+    extra: Callable[[Problem, Config], list[tuple[str, Any]]],
+    which: Callable[[Problem, Config], Any] | None = None,
 ) -> tuple[Callable[[KernelChoice, Any], Any], Callable[[KernelChoice, Problem, Any], Any]]:
-    """``(run, prepare)`` of an implementation that launches kernel ``k`` with the common
-    template values and ``extra(problem, config)``; ``prepare`` fixes all but the arrays once."""
+    """``(run, prepare)`` of an implementation that launches kernel ``k`` (or the kernel
+    ``which(problem, config)`` picks) with the common template values and ``extra(problem,
+    config)``; ``prepare`` fixes all but the arrays once."""
 
     def prepare(choice: KernelChoice, problem: Problem, output_dtype: Any) -> Any:
         kw: dict[str, Any] = {
@@ -88,7 +101,8 @@ def _kernel_impl(
             + tuple(extra(problem, choice.config)),
             "shared_memory": choice.config.shared_memory or None,
         }
-        return one_output_launch(k, kw, (problem.attr("M"), problem.attr("N")), output_dtype)
+        kern = k if which is None else which(problem, choice.config)
+        return one_output_launch(kern, kw, (problem.attr("M"), problem.attr("N")), output_dtype)
 
     return run_prepared(prepare), prepare
 
@@ -182,6 +196,13 @@ _gemv_tc_run, _gemv_tc_prepare = _kernel_impl(
 
 _gemv_slab_run, _gemv_slab_prepare = _kernel_impl(
     _GEMV_SLAB, lambda p, c: [("JPR", SLAB.slab_jpr(p, c))]
+)
+
+
+# --- gemv on the tensor cores, K split over a cluster (sm_90; source and rules in _matmul_cluster)
+
+_gemv_cluster_run, _gemv_cluster_prepare = _kernel_impl(
+    None, CLU.cluster_template, lambda p, c: _GEMV_CLUSTER[CLU.cluster_size(p, c)]
 )
 
 
@@ -299,6 +320,21 @@ OP.register(
         match=SLAB.slab_match,
         fits=SLAB.slab_fits,
         priority=30,  # M <= 4 and the K it takes: before gemv_tc
+    )
+)
+OP.register(
+    Implementation(
+        "gemv_cluster",
+        run=_gemv_cluster_run,
+        prepare=_gemv_cluster_prepare,
+        grid=CLU.cluster_grid,
+        configs=CLU.CLUSTER_CONFIGS,
+        default=CLU.cluster_config(16, 64, 2048, 3),
+        heuristic=CLU.cluster_heuristic,
+        requires={"tma", "clusters", "mma_sync"},
+        match=CLU.cluster_match,
+        fits=CLU.cluster_fits,
+        priority=25,  # M <= 16 on sm_90: after gemv_slab (M <= 4), before gemv_tc
     )
 )
 OP.register(

@@ -236,9 +236,29 @@ __device__ __forceinline__ unsigned kk_mma_smem_u32(const void* p) {
 # per SM than registers can hold), else straight into registers, U steps at a time.
 # The block's WARPS warps split K, and their tiles are summed in shared memory in a fixed order:
 # deterministic, no atomics. A tail of K (K % 32) is loaded as zeros (K % 8 == 0: match rule).
+#
+# One 32-wide step of K on the tensor cores, from each lane's 16-byte words (the k order above):
+# gemv_tc's and gemv_cluster's inner step.
+TC_STEP = r"""
+// The mma steps of one 32-wide step of K, from the lane's 16-byte words of w (NT) and x (MT).
+template <class T, int MT, int NT>
+__device__ __forceinline__ void kk_tc_step(float (*acc)[4], const uint4* wv, const uint4* xv) {
+  for (int half = 0; half < 2; ++half) {
+    unsigned a[4];
+    a[0] = half ? xv[0].z : xv[0].x;
+    a[2] = half ? xv[0].w : xv[0].y;
+    a[1] = MT == 2 ? (half ? xv[MT - 1].z : xv[MT - 1].x) : 0u;
+    a[3] = MT == 2 ? (half ? xv[MT - 1].w : xv[MT - 1].y) : 0u;
+    for (int j = 0; j < NT; ++j)
+      kk_mma_op<T>::run(acc[j], a, half ? wv[j].z : wv[j].x, half ? wv[j].w : wv[j].y);
+  }
+}
+"""
+
 GEMV_TC = (
     EPILOGUE
     + MMA_PTX
+    + TC_STEP
     + r"""
 // 8 consecutive 16-bit elements as a uint4: one 16-byte load when aligned (uniform per launch).
 __device__ __forceinline__ uint4 kk_tc_load(const void* p, bool vector) {
@@ -255,20 +275,6 @@ __device__ __forceinline__ uint4 kk_tc_load(const void* p, bool vector) {
 // cp.async of one lane's 16 bytes into its ring slot (zeros when !live)
 __device__ __forceinline__ void kk_tc_fill(uint4* dst, const void* src, bool live) {
   kk_mma_cp16(kk_mma_smem_u32(dst), src, live);
-}
-
-// The mma steps of one 32-wide step of K, from the lane's 16-byte words of w (NT) and x (MT).
-template <class T, int MT, int NT>
-__device__ __forceinline__ void kk_tc_step(float (*acc)[4], const uint4* wv, const uint4* xv) {
-  for (int half = 0; half < 2; ++half) {
-    unsigned a[4];
-    a[0] = half ? xv[0].z : xv[0].x;
-    a[2] = half ? xv[0].w : xv[0].y;
-    a[1] = MT == 2 ? (half ? xv[MT - 1].z : xv[MT - 1].x) : 0u;
-    a[3] = MT == 2 ? (half ? xv[MT - 1].w : xv[MT - 1].y) : 0u;
-    for (int j = 0; j < NT; ++j)
-      kk_mma_op<T>::run(acc[j], a, half ? wv[j].z : wv[j].x, half ? wv[j].w : wv[j].y);
-  }
 }
 
 template <class T, class TB, class TY, int MT, int NT, int WARPS, int U, int STAGES, int ACT,

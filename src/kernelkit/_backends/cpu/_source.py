@@ -81,6 +81,11 @@ def needs_fibers(source: KernelSource) -> bool:
 
 def render_source(source: KernelSource, check: bool) -> RenderedKernel:
     """The complete C++ source of one kernel specialization."""
+    if source.cluster_dims and source.cluster_dims != (1, 1, 1):
+        raise BackendError(
+            f"[{source.kernel}] cluster_dims {source.cluster_dims}: the cpu backend has no "
+            "thread-block clusters (CUDA sm_90+ only)"
+        )
     fibers = needs_fibers(source)
     tls = check or fibers or bool(_TLS_RE.search(source.header)) or "cg" in source.needs
     tls = tls or "__trap" in source.body  # its fault message names the thread

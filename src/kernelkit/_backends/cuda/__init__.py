@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from importlib.resources import files
 from typing import Any, ClassVar
 
-from ..._codegen import abi_options, launch_bounds, signature
+from ..._codegen import abi_options, cluster_dims, launch_bounds, signature
 from ..._records import Artifact, CompileRequest, KernelSource, Target
 from ...backend import Backend, Launcher, Timer
 from . import driver, nvrtc
@@ -117,7 +117,8 @@ class CUDABackend(Backend):
         if source.header:
             parts += [f'#line 1 "{source.kernel}.header"', source.header]
         parts += [
-            f'extern "C" __global__ void {launch_bounds(source)}{source.entry}'
+            f'extern "C" __global__ void {launch_bounds(source)}{cluster_dims(source)}'
+            f"{source.entry}"
             f"({signature(source.params)}) {{",
             source.preamble,
             f'#line 1 "{source.kernel}"',
