@@ -249,7 +249,7 @@ def bench_matmul(rate: float, args: argparse.Namespace) -> int:
             if m > 16:  # torch tensors take cuBLAS: the tensor-core tile kernel, forced
                 mma_row(x, weights, kk_fn, d_ref, pct)
             if args.sweep and m <= 16:
-                for impl in ("gemv", "gemv_tc"):
+                for impl in ("gemv", "gemv_tc", "gemv_cluster"):
                     gemv_sweep(impl, x, weights, kk_fn, d_ref)
             if args.sweep and m > 16:
                 gemv_sweep("mma", x, weights, kk_fn, d_ref)
@@ -289,13 +289,19 @@ def gemv_sweep(impl: str, x, weights, kk_fn, t_ref: float) -> None:
     configs = {
         "gemv": _matmul.GEMV_CONFIGS,
         "gemv_tc": _matmul.GEMV_TC_CONFIGS,
+        "gemv_cluster": _matmul.CLU.CLUSTER_CONFIGS,
         "mma": _matmul.MMA.MMA_CONFIGS,
     }[impl]
     times = []
     for config in configs:
-        with force("matmul", impl, config):
-            t = graph_us(rotating(kk_fn, x, weights), reps=5)
-            times.append((t if t is not None else float("inf"), config.describe()))
+        try:
+            with force("matmul", impl, config):
+                t = graph_us(rotating(kk_fn, x, weights), reps=5)
+        except kernelkit.ArgumentError:  # the config or the implementation does not fit here
+            continue
+        times.append((t if t is not None else float("inf"), config.describe()))
+    if not times:
+        return
     times.sort()
     best = ", ".join(f"[{d}] {t:.1f}" for t, d in times[:3])
     print(f"{'':<20}{impl} sweep of {len(times)}: {best}; cuBLAS/best {t_ref / times[0][0]:.2f}x")

@@ -36,7 +36,7 @@ def test_gemv_cluster_is_chosen_for_m_5_to_16_where_k_splits(m, nk):
     assert 96 <= choice.grid[0] // (32 * v["WARPS"]) <= 160 or nk[0] < 4096  # ~one block an SM
 
 
-def test_the_heuristic_takes_long_slices_of_k():
+def test_the_heuristic_takes_long_slices_of_k_in_two_stages():
     for (n, k), (ks, rows) in {
         (4096, 4096): (4096, 32),
         (8192, 8192): (4096, 128),
@@ -45,6 +45,7 @@ def test_the_heuristic_takes_long_slices_of_k():
     }.items():
         c = C.cluster_heuristic(problem(16, n, k), target())
         assert c is not None and (c.values["KS"], c.values["ROWS"]) == (ks, rows), (n, k, c)
+        assert (c.values["S"], c.values["WARPS"]) == (2, 16)
 
 
 @pytest.mark.parametrize(
