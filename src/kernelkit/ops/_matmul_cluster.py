@@ -59,7 +59,8 @@ __device__ __forceinline__ void kk_cluster_sync() {
 // --- gemv_cluster: y = act(x @ w^T + bias) for M <= 8 MT <= 16, sm_90, tensor cores ----------
 // Cluster c owns weight rows [c ROWS, (c + 1) ROWS); its block of rank r takes k in [r KS,
 // (r + 1) KS) of each, through S stages of 8 rows x KS (thread 0 issues the bulk copies, an
-// mbarrier per stage counts the bytes in). Warp w takes k [w KW, (w + 1) KW) of its block's
+// mbarrier per stage counts the bytes in; a stage is refilled as soon as every warp is done
+// with it, so S stages are in flight but for the moments between). Warp w takes k [w KW, (w + 1) KW) of its block's
 // slice, so its x fragments (STEPS 32-wide steps, MT 16-byte words each) stay in registers;
 // per stage, each warp's 16 x 8 tile goes to `part` (two buffers: one barrier a stage) and is
 // summed over warps in a fixed order into `sums`, which the cluster adds over ranks at the end.
@@ -103,7 +104,7 @@ __device__ __forceinline__ void kk_gemv_cluster(const T* x, const T* w, const TB
     }
   };
   if (t == 0)
-    for (int i = 0; i < S - 1 && i < tiles; ++i) fill(i);
+    for (int i = 0; i < S && i < tiles; ++i) fill(i);
   uint4 xr[STEPS][MT];
   const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
 #pragma unroll
@@ -114,7 +115,6 @@ __device__ __forceinline__ void kk_gemv_cluster(const T* x, const T* w, const TB
       xr[s][h] = m < M ? __ldg(reinterpret_cast<const uint4*>(x + m * K + k)) : zero;
     }
   for (int i = 0; i < tiles; ++i) {
-    if (t == 0 && i + S - 1 < tiles) fill(i + S - 1);
     kk_bulk_wait(kk_mma_smem_u32(&bars[i % S]), (unsigned)(i / S) & 1u);
     const uint4* mine = kk_cluster_ring + (i % S) * (STAGE / 16) + (g * KS + warp * KW + 8 * q) / 8;
     float acc[1][4] = {{0.0f, 0.0f, 0.0f, 0.0f}};
@@ -126,6 +126,7 @@ __device__ __forceinline__ void kk_gemv_cluster(const T* x, const T* w, const TB
 #pragma unroll
     for (int v = 0; v < 4; ++v) part[i & 1][warp][lane][v] = acc[0][v];
     __syncthreads();  // part is complete, and every thread is done with stage i % S
+    if (t == 0 && i + S < tiles) fill(i + S);  // first: the copy engine never waits for sums
     if (t < 64 * MT) {  // output (m, r) of this stage: accumulator v of lane l in every warp
       const int m = t >> 3, r = t & 7, l = (m & 7) * 4 + (r >> 1), v = (m >> 3) * 2 + (r & 1);
       float a = 0.0f;
