@@ -256,3 +256,19 @@ def test_tune_command_end_to_end(tmp_path):
 def test_tune_op_refuses_bad_arguments_naming_them(db, kwargs, why):
     with pytest.raises(kernelkit.ArgumentError, match=why):
         kernelkit.tune_op(**kwargs, quiet=True)
+
+
+def test_the_fastest_candidates_are_timed_again_before_one_is_recorded(db):
+    from kernelkit._workflows import tune_op as T
+
+    before = timing.count()
+    t = kernelkit.tune_op("matmul", "3x8x16", limit=3, quiet=True, store=False)
+    r = t.results[0]
+    ok = [c for c in r.candidates if c.status == "ok"]
+    finals = [c for c in ok if "final round" in c.detail]
+    assert len(ok) >= 3, r.report()
+    # the FINALISTS fastest, plus any microkernel outside them (none on the CPU backend)
+    assert len(finals) == min(len(ok), T.FINALISTS), r.report()
+    assert all(f"median of {T.FINAL_ROUNDS + 1} timings" in c.detail for c in finals)
+    assert timing.count() - before == len(ok) + T.FINAL_ROUNDS * len(finals)
+    assert r.winner in finals and r.record.best_us == round(r.winner.time_s * 1e6, 4)

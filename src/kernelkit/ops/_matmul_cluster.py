@@ -60,10 +60,11 @@ __device__ __forceinline__ void kk_cluster_sync() {
 // Cluster c owns weight rows [c ROWS, (c + 1) ROWS); its block of rank r takes k in [r KS,
 // (r + 1) KS) of each, through S stages of 8 rows x KS (thread 0 issues the bulk copies, an
 // mbarrier per stage counts the bytes in; a stage is refilled as soon as every warp is done
-// with it, so S stages are in flight but for the moments between). Warp w takes k [w KW, (w + 1) KW) of its block's
-// slice, so its x fragments (STEPS 32-wide steps, MT 16-byte words each) stay in registers;
-// per stage, each warp's 16 x 8 tile goes to `part` (two buffers: one barrier a stage) and is
-// summed over warps in a fixed order into `sums`, which the cluster adds over ranks at the end.
+// with it, so S stages are in flight but for the moments between). Warp w takes k [w KW,
+// (w + 1) KW) of its block's slice, so its x fragments (STEPS 32-wide steps, MT 16-byte words
+// each) stay in registers; per stage, each warp's 16 x 8 tile goes to `part` (two buffers: one
+// barrier a stage) and is summed over warps in a fixed order into `sums`, which the cluster
+// adds over ranks at the end.
 // Rows past N in the last stage are not copied: stale words, computed, never stored.
 template <class T, class TB, class TY, int WARPS, int ROWS, int KS, int S, int CL, int MT,
           int ACT, bool HAS_BIAS>
