@@ -1,0 +1,96 @@
+"""Question: where does each sm_90 decode kernel stand against cuBLAS on the decode shapes, with
+its untuned config and with the best of a sweep of ``gemv_cluster``'s configs?
+
+For each weight [N, K] of the anchor table and each M: cuBLAS (``F.linear``), then ``gemv_slab``,
+``gemv_tc`` and ``gemv_cluster`` forced with their default configs (the ones that cannot run the
+shape are left out), then every ``gemv_cluster`` config that fits (forced), best four printed.
+bf16, weights rotated past twice L2, device time from CUDA-graph replays, % of the copy rate
+(weight + x + y once) measured in the same run, and the relative error against float64.
+
+    PYTHONPATH=src python3 benchmarks/decode_sweep.py [1,4,8,16]      (needs sm_90)
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import torch
+from _common import copy_rate_gbs, graph_us
+
+import kernelkit
+from kernelkit import ops
+from kernelkit._select.override import force
+from kernelkit.ops import _matmul as MM
+from kernelkit.ops import _matmul_cluster as C
+
+WEIGHTS = [(4096, 4096), (8192, 8192), (14336, 4096)]
+
+
+def rotating(fn, x, weights):
+    """A no-argument call of ``fn(x, w)`` taking the next weight each time."""
+    state = {"i": 0}
+
+    def call():
+        state["i"] = (state["i"] + 1) % len(weights)
+        return fn(x, weights[state["i"]])
+
+    return call
+
+
+def main() -> int:
+    ms = [int(v) for v in sys.argv[1].split(",")] if len(sys.argv) > 1 else [1, 4, 8, 16]
+    rate = copy_rate_gbs()
+    print(torch.cuda.get_device_name(), f"copy rate {rate:.0f} GB/s", flush=True)
+    l2 = torch.cuda.get_device_properties(0).L2_cache_size
+    kk = lambda x, w: ops.matmul(x, w, transpose_b=True)  # noqa: E731
+    for n, k in WEIGHTS:
+        wbytes = n * k * 2
+        copies = max(2, -(-2 * l2 // wbytes) + 1)
+        ws = [torch.randn(n, k, device="cuda", dtype=torch.bfloat16) for _ in range(copies)]
+        for m in ms:
+            t0 = time.time()
+            x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+            ref = x.double() @ ws[0].double().T
+
+            moved = wbytes + 2 * m * (n + k)  # bytes: the weight, x and y once
+
+            def pct(t: float, moved: int = moved) -> float:
+                return 100 * moved / (t * 1e-6) / (rate * 1e9)
+
+            d_ref = graph_us(rotating(torch.nn.functional.linear, x, ws))
+            row = [f"{n}x{k} M={m}: cuBLAS {d_ref:.1f} ({pct(d_ref):.0f}%)"]
+            for impl in ("gemv_slab", "gemv_tc", "gemv_cluster"):
+                try:
+                    with force("matmul", impl):
+                        y = kk(x, ws[0])
+                        d = graph_us(rotating(kk, x, ws))
+                        choice = ops.matmul.explain(x, ws[0], transpose_b=True).choice
+                except kernelkit.ArgumentError:  # this implementation cannot run the shape
+                    continue
+                err = ((y.double() - ref).norm() / ref.norm()).item()
+                row.append(
+                    f"{impl} {d:.1f} ({pct(d):.0f}%, {d_ref / d:.2f}x, err {err:.1e}) "
+                    f"[{choice.config.describe()}]"
+                )
+            print("; ".join(row), flush=True)
+            options = MM._prepare(x, ws[0], None, None, True)[3]
+            problem = MM._RUNNER.problem([x, ws[0], None], x.dtype, None, options)[0]
+            times = []
+            for c in C.CLUSTER_CONFIGS:
+                if C.cluster_fits(problem, c) is not None:
+                    continue
+                with force("matmul", "gemv_cluster", c):
+                    times.append((graph_us(rotating(kk, x, ws), reps=5), c.describe()))
+            times.sort()
+            best = "; ".join(
+                f"{d:.1f} ({pct(d):.0f}%, {d_ref / d:.2f}x) [{s}]" for d, s in times[:4]
+            )
+            print(f"   sweep {len(times)} ({time.time() - t0:.0f} s): {best}", flush=True)
+        ws.clear()
+        torch.cuda.empty_cache()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
