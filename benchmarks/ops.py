@@ -14,8 +14,9 @@ matmul: ``x[M, K] @ w[N, K].T`` in bfloat16 for the anchor shapes, kernelkit vs 
 with the weights rotated among copies that together exceed twice L2 (each call reads its weight
 from HBM), per-call time and the fraction of the copy rate for reading the weight once.
 
-For M > 16 a second row times ``matmul/mma`` (the sm_80+ tensor-core tile kernel; torch tensors
-otherwise take cuBLAS), forced with its heuristic's config, with its KernelChoice.
+For M > 16 further rows time ``matmul/mma`` (the sm_80+ tensor-core tile kernel) and
+``matmul/wgmma`` (sm_90a warpgroup MMA; torch tensors otherwise take cuBLAS), forced with their
+heuristics' configs, with their KernelChoices.
 
 ``--sweep`` also times every legal row config (forced) per op and shape and prints the best next
 to the heuristic's choice: how far the untuned choice is from an exhaustive sweep (for matmul:
@@ -246,37 +247,36 @@ def bench_matmul(rate: float, args: argparse.Namespace) -> int:
                 f"{d_ref / d_kk:9.2f}x{pct(d_kk):5.0f}%{pct(d_ref):8.0f}%{auto:>10}  {err:.1e}  "
                 f"{choice.describe()}"
             )
-            if m > 16:  # torch tensors take cuBLAS: the tensor-core tile kernel, forced
-                mma_row(x, weights, kk_fn, d_ref, pct)
+            if m > 16:  # torch tensors take cuBLAS: the tensor-core tile kernels, forced
+                for impl in ("mma", "wgmma"):
+                    tile_row(impl, x, weights, kk_fn, d_ref, pct)
             if args.sweep and m <= 16:
                 for impl in ("gemv", "gemv_tc", "gemv_cluster"):
                     gemv_sweep(impl, x, weights, kk_fn, d_ref)
             if args.sweep and m > 16:
-                gemv_sweep("mma", x, weights, kk_fn, d_ref)
+                for impl in ("mma", "wgmma"):
+                    gemv_sweep(impl, x, weights, kk_fn, d_ref)
         weights.clear()
         torch.cuda.empty_cache()
     return 0
 
 
-def mma_row(x, weights, kk_fn, d_ref: float, pct) -> None:
-    """matmul/mma (forced, with the config its heuristic gives this M, N): per-call and device
-    time, cuBLAS/mma, % of the matrix rate, error and the KernelChoice."""
-    from kernelkit._records import Problem
-    from kernelkit._registry import get_backend
-    from kernelkit.ops._matmul_mma import mma_heuristic
-
-    m, n = x.shape[0], weights[0].shape[0]
-    target = get_backend("cuda").targets()[torch.cuda.current_device()]
-    config = mma_heuristic(Problem("matmul", attrs=(("M", m), ("N", n))), target)
-    with force("matmul", "mma", config):
-        got = kk_fn(x, weights[0]).double()
-        want = x.double() @ weights[0].double().T
-        err = ((got - want).norm() / want.norm()).item()
-        t = time_us(rotating(kk_fn, x, weights))
-        d = graph_us(rotating(kk_fn, x, weights)) or t
-        choice = ops.matmul.explain(x, weights[0], transpose_b=True).choice
+def tile_row(impl: str, x, weights, kk_fn, d_ref: float, pct) -> None:
+    """A tile kernel (``mma`` or ``wgmma``) forced with the config its heuristic gives this
+    problem: per-call and device time, cuBLAS/it, % of the matrix rate, error and the
+    KernelChoice; nothing where it cannot run (wgmma before or after sm_90)."""
+    try:
+        with force("matmul", impl):
+            got = kk_fn(x, weights[0]).double()
+            want = x.double() @ weights[0].double().T
+            err = ((got - want).norm() / want.norm()).item()
+            t = time_us(rotating(kk_fn, x, weights))
+            d = graph_us(rotating(kk_fn, x, weights)) or t
+            choice = ops.matmul.explain(x, weights[0], transpose_b=True).choice
+    except kernelkit.ArgumentError:  # the implementation does not run on this GPU
+        return
     print(
-        f"{'':<14}{'mma':>6}{t:8.1f}{'':>8}{d:8.1f}{'':>11}{d_ref / d:9.2f}x{pct(d):5.0f}%"
+        f"{'':<14}{impl:>6}{t:8.1f}{'':>8}{d:8.1f}{'':>11}{d_ref / d:9.2f}x{pct(d):5.0f}%"
         f"{'':>9}{'':>10}  {err:.1e}  {choice.describe()}"
     )
 
@@ -291,6 +291,7 @@ def gemv_sweep(impl: str, x, weights, kk_fn, t_ref: float) -> None:
         "gemv_tc": _matmul.GEMV_TC_CONFIGS,
         "gemv_cluster": _matmul.CLU.CLUSTER_CONFIGS,
         "mma": _matmul.MMA.MMA_CONFIGS,
+        "wgmma": _matmul.WG.WGMMA_CONFIGS,
     }[impl]
     times = []
     for config in configs:

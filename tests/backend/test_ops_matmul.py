@@ -145,21 +145,26 @@ def _decode_configs(impl, torch):
         return (), "cp.async.bulk needs sm_90"
     if impl == "gemv_cluster":
         return ops._matmul_cluster.CLUSTER_CONFIGS, None
+    if impl == "wgmma":
+        if torch.cuda.get_device_capability() != (9, 0):
+            return (), "wgmma is an sm_90a instruction"
+        return ops._matmul_wgmma.WGMMA_CONFIGS, None
     return ops._matmul_slab.SLAB_CONFIGS, None
 
 
 _FITS = {
     "gemv_slab": lambda p, c: ops._matmul_slab.slab_fits(p, c),
     "gemv_cluster": lambda p, c: ops._matmul_cluster.cluster_fits(p, c),
+    "wgmma": lambda p, c: ops._matmul_wgmma.wgmma_fits(p, c),
 }
 
 
-@pytest.mark.parametrize("impl", ["gemv_tc", "gemv_slab", "gemv_cluster"])
+@pytest.mark.parametrize("impl", ["gemv_tc", "gemv_slab", "gemv_cluster", "wgmma"])
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 def test_decode_kernels_every_config_on_the_gpu(arrays, impl, dtype):
-    """The tensor-core decode kernels, forced config by config: odd M, N and K (a K tail shorter
-    than a 32-wide step or than a stage, N not a multiple of any n-tile, N = 1), bias and
-    activation, outputs poisoned, relative error against float64."""
+    """The tensor-core decode kernels (and wgmma's tiles), forced config by config: odd M, N and
+    K (a K tail shorter than a 32-wide step or than a stage, N not a multiple of any n-tile,
+    N = 1), bias and activation, outputs poisoned, relative error against float64."""
     if not arrays.on_gpu:
         pytest.skip("mma.sync runs on CUDA GPUs only")
     torch = arrays.torch
@@ -174,6 +179,9 @@ def test_decode_kernels_every_config_on_the_gpu(arrays, impl, dtype):
     if impl == "gemv_cluster":  # K split over 1-8 blocks; N not a multiple of 8 or of ROWS
         shapes = [(16, 4096, 4096), (9, 1000, 3072), (5, 33, 8192), (12, 8200, 2048)]
         shapes += [(1, 1, 1024), (16, 300, 14336), (8, 4100, 7168)]
+    if impl == "wgmma":  # M past one and several tiles, a K tail inside a k tile, K < SPLIT tiles
+        shapes = [(128, 4096, 4096), (17, 1000, 4104), (100, 72, 40), (256, 33, 264)]
+        shapes += [(1, 1, 8), (129, 8200, 96), (300, 130, 1160), (64, 4096, 8192)]
     for m, n, k in shapes:
         # x scaled by 1/4: with N = 1 a single silu(v) is the whole norm, and for v < -88 the
         # float epilogue's exp overflows to a true -0.0 where float64 keeps ~1e-37 (error 1.0)

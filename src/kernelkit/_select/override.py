@@ -36,7 +36,8 @@ def _config_of(config: Any, where: str) -> Config | None:
 @contextmanager
 def force(op: Any, impl: str, config: Config | Mapping[str, Any] | None = None) -> Iterator[None]:
     """Within the ``with`` block (this thread or task), ``op`` runs ``impl`` with ``config``
-    (default: the implementation's default config).
+    (default: the config the implementation's heuristic gives the problem, else its default
+    config).
 
     Example::
 

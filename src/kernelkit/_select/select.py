@@ -102,6 +102,8 @@ def _legal(
     if why is not None:
         return None, None, why
     if impl.kind == "generic":
+        if config is None and impl.heuristic is not None:  # forced without a config: the
+            config = impl.heuristic(problem, target)  # one its heuristic gives this problem
         config = config or impl.default
         assert config is not None  # generic implementations always have a default
         if listed and config != impl.default and config not in impl.configs:

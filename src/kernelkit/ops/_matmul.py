@@ -4,14 +4,19 @@ weight [N, K]), with bias and activation fused, through the selection stage.
 Implementations (see ``_matmul_kernels``): ``gemv`` for decode shapes (M <= 16, weight [N, K]),
 ``gemv_tc`` for the same on the tensor cores (sm_80+, float16/bfloat16), ``gemv_slab``
 (``_matmul_slab``): M <= 4 on sm_90, whole weight rows moved by the TMA unit's bulk copies,
-``tiled`` for everything (any backend, the CPU too), ``mma`` (``_matmul_mma``): tensor cores on
-sm_80+ for float16/bfloat16, and ``framework``: the arrays' own framework (torch: cuBLAS).
+``gemv_cluster`` (``_matmul_cluster``): M <= 16 on sm_90, K split over a thread-block cluster and
+reduced through distributed shared memory, ``tiled`` for everything (any backend, the CPU too),
+``mma`` (``_matmul_mma``): tensor cores on sm_80+ for float16/bfloat16, ``wgmma``
+(``_matmul_wgmma``): Hopper warpgroup MMA tiles (sm_90a), and ``framework``: the arrays' own
+framework (torch: cuBLAS).
 
 Selection (``_select.select``): the ``framework`` microkernel matches torch CUDA tensors and wins
 there (microkernels come before heuristics); otherwise the generic implementations' heuristics
-are asked by priority: ``gemv_slab`` (M <= 4), ``gemv_tc`` and ``gemv`` (M <= 16), ``mma`` (5:
-M > 16 on sm_80+), then ``tiled``'s default. A table, the tuning database or ``kernelkit.force``
-can name any of them for torch tensors too (the H100 table picks ``gemv_slab`` for M <= 4).
+are asked by priority: ``gemv_slab`` (M <= 4), ``gemv_cluster`` (M <= 16 on sm_90), ``gemv_tc``
+and ``gemv`` (M <= 16), ``wgmma`` (M > 16 on sm_90), ``mma`` (5: M > 16 on sm_80+), then
+``tiled``'s default. A table, the
+tuning database or ``kernelkit.force`` can name any of them for torch tensors too (the H100 and
+H200 tables pick ``gemv_slab`` or ``gemv_cluster`` for the decode rows where they beat cuBLAS).
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from . import _matmul_cluster as CLU
 from . import _matmul_kernels as K
 from . import _matmul_mma as MMA
 from . import _matmul_slab as SLAB
+from . import _matmul_wgmma as WG
 from ._common import OpRunner, empty, one_output_launch, run_prepared
 
 __all__ = ["matmul"]
@@ -61,6 +67,15 @@ _GEMV_CLUSTER = {
         cluster_dims=cl if cl > 1 else None,
     )
     for cl in CLU.CLUSTER_SIZES
+}  # fmt: skip
+# sm_90a (wgmma), one kernel per cluster size; at most two warpgroups
+_WGMMA = {
+    split: kernel(
+        f"ops_matmul_wgmma{split}", _INPUTS, ["y"], WG.WGMMA_BODY, header=WG.WGMMA,
+        optional_inputs={"bias": "float32"}, launch_bounds=(256, 1), arch_specific=True,
+        cluster_dims=split if split > 1 else None,
+    )
+    for split in WG.SPLITS
 }  # fmt: skip
 _TILED = kernel(
     "ops_matmul_tiled", _INPUTS, ["y"], K.TILED_BODY, header=K.TILED,
@@ -206,6 +221,13 @@ _gemv_cluster_run, _gemv_cluster_prepare = _kernel_impl(
 )
 
 
+# --- Hopper warpgroup MMA tiles (sm_90a; source and rules in _matmul_wgmma) -------------------
+
+_wgmma_run, _wgmma_prepare = _kernel_impl(
+    None, lambda p, c: [], lambda p, c: _WGMMA[int(c.values["SPLIT"])]
+)
+
+
 # --- tiled -------------------------------------------------------------------------------------
 
 TILED_CONFIGS = tuple(
@@ -335,6 +357,21 @@ OP.register(
         match=CLU.cluster_match,
         fits=CLU.cluster_fits,
         priority=25,  # M <= 16 on sm_90: after gemv_slab (M <= 4), before gemv_tc
+    )
+)
+OP.register(
+    Implementation(
+        "wgmma",
+        run=_wgmma_run,
+        prepare=_wgmma_prepare,
+        grid=WG.wgmma_grid,
+        configs=WG.WGMMA_CONFIGS,
+        default=WG.wgmma_config(2, 128, 1, 6, 1),
+        heuristic=WG.wgmma_heuristic,
+        requires={"arch_specific", "clusters", "cp_async"},
+        match=WG.wgmma_match,
+        fits=WG.wgmma_fits,
+        priority=15,  # M > 16 on sm_90a: after the gemv kernels (M <= 16), before mma
     )
 )
 OP.register(

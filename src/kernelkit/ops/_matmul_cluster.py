@@ -30,6 +30,7 @@ __all__ = [
     "CLUSTER",
     "CLUSTER_BODY",
     "CLUSTER_CONFIGS",
+    "CLUSTER_PTX",
     "CLUSTER_SIZES",
     "cluster_config",
     "cluster_fits",
@@ -40,22 +41,35 @@ __all__ = [
     "cluster_template",
 ]
 
-CLUSTER_KERNEL = r"""
-// Distributed shared memory: a float of block `rank` of this cluster, and a cluster-wide barrier
-// (release/acquire: what each block wrote to its shared memory before it is seen after it).
-__device__ __forceinline__ float kk_cluster_load(const float* p, unsigned rank) {
+CLUSTER_PTX = r"""
+// Distributed shared memory: a float (or two) of block `rank` of this cluster, and a
+// cluster-wide barrier (release/acquire: what each block wrote to its shared memory before it
+// is seen after it).
+__device__ __forceinline__ unsigned kk_cluster_addr(const float* p, unsigned rank) {
   unsigned remote;
-  float v;
   asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n"
                : "=r"(remote) : "r"(kk_mma_smem_u32(p)), "r"(rank));
-  asm volatile("ld.shared::cluster.f32 %0, [%1];\n" : "=f"(v) : "r"(remote) : "memory");
+  return remote;
+}
+__device__ __forceinline__ float kk_cluster_load(const float* p, unsigned rank) {
+  float v;
+  asm volatile("ld.shared::cluster.f32 %0, [%1];\n"
+               : "=f"(v) : "r"(kk_cluster_addr(p, rank)) : "memory");
+  return v;
+}
+__device__ __forceinline__ float2 kk_cluster_load2(const float* p, unsigned rank) {  // 8-aligned
+  float2 v;
+  asm volatile("ld.shared::cluster.v2.f32 {%0, %1}, [%2];\n"
+               : "=f"(v.x), "=f"(v.y) : "r"(kk_cluster_addr(p, rank)) : "memory");
   return v;
 }
 __device__ __forceinline__ void kk_cluster_sync() {
   asm volatile("barrier.cluster.arrive.release.aligned;\n"
                "barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
 }
+"""
 
+CLUSTER_KERNEL = r"""
 // --- gemv_cluster: y = act(x @ w^T + bias) for M <= 8 MT <= 16, sm_90, tensor cores ----------
 // Cluster c owns weight rows [c ROWS, (c + 1) ROWS); its block of rank r takes k in [r KS,
 // (r + 1) KS) of each, through S stages of 8 rows x KS (thread 0 issues the bulk copies, an
@@ -157,7 +171,7 @@ __device__ __forceinline__ void kk_gemv_cluster(const T* x, const T* w, const TB
 """
 
 # The header: the shared epilogue, the mma PTX and step, the bulk-copy helpers, the kernel.
-CLUSTER = EPILOGUE + MMA_PTX + TC_STEP + BULK_PTX + CLUSTER_KERNEL
+CLUSTER = EPILOGUE + MMA_PTX + TC_STEP + BULK_PTX + CLUSTER_PTX + CLUSTER_KERNEL
 
 CLUSTER_BODY = r"""
 const long long K = x_shape[1];  // x is 2-D (a batch is flattened first)

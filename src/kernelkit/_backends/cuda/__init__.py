@@ -125,12 +125,14 @@ class CUDABackend(Backend):
             source.body,
             "}",
         ]
-        # 20283: "PCH creation disabled because #line directive encountered" (harmless noise)
+        # Harmless PCH noise: 20283 "PCH creation disabled because #line directive encountered",
+        # 629 "the command line options do not match those used when precompiled header file
+        # ... was created" (a header parsed for another arch, e.g. sm_90 next to sm_90a)
         options = [
             f"--gpu-architecture={arch}",
             "--std=c++17",
             "-default-device",
-            "-diag-suppress=20283",
+            "-diag-suppress=20283,629",
             *abi_options(),
         ]
         if source.needs & {"fp16", "bf16", "cg"}:

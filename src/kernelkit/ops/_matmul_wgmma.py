@@ -1,0 +1,304 @@
+"""``matmul``'s Hopper tile kernel (``wgmma``): sm_90a warpgroup MMA for float16/bfloat16, weight
+[N, K], any M (made for the skinny M = 17-256 of batched decode and short prefill, where reading
+the weight is still most of the cost). The kernel source, its configs and the rules the
+selection stage asks (match, fits, grid, heuristic).
+
+A block of WG warpgroups computes a BM x BN tile of y (BM = 64 WG: warpgroup g takes rows
+[64 g, 64 g + 64) with ``wgmma.mma_async.m64nBNk16``, both operands read by the tensor cores
+straight from shared memory). Its k tiles of 64 elements (128 bytes a row; KB of them a stage)
+come through a ring of S stages filled by every thread's 16-byte ``cp.async`` copies into the
+128-byte swizzled layout that the wgmma shared-memory descriptors name (chunk c of row r at
+c ^ (r % 8)), so neither a TMA tensor map nor a host-side descriptor is needed, and rows past M
+or N and k past K are zero-filled. With SPLIT > 1 a thread-block cluster of SPLIT blocks shares
+a tile, block r taking the r-th share of its stages; their fp32 tiles meet in distributed shared
+memory and are added in rank order (deterministic, no atomics, no second kernel): skinny
+problems have too few tiles to fill the GPU otherwise (4096 x 4096 at M = 128: 32 tiles of
+128 x 128).
+"""
+
+from __future__ import annotations
+
+import re
+
+from .._records import Problem, Target
+from .._select.records import Config
+from ._matmul_cluster import CLUSTER_PTX
+from ._matmul_kernels import EPILOGUE, MMA_PTX
+
+__all__ = [
+    "SPLITS",
+    "WGMMA",
+    "WGMMA_BODY",
+    "WGMMA_CONFIGS",
+    "wgmma_config",
+    "wgmma_fits",
+    "wgmma_grid",
+    "wgmma_heuristic",
+    "wgmma_match",
+]
+
+BNS = (64, 128, 256)  # the n sides of the wgmma instructions generated below
+KBS = (1, 2, 4)  # 64-wide k tiles a stage
+SPLITS = (1, 2, 4, 8)  # cluster sizes: a kernel each (the cluster shape is its attribute)
+SHARED_LIMIT = 227 * 1024  # sm_90's most shared memory per block
+_PTX_TYPES = {"__half": "f16", "__nv_bfloat16": "bf16"}
+
+
+def _wgmma_instruction(ctype: str, n: int) -> str:
+    """``kk_wgmma<ctype, n>``: one m64nNk16 step, fp32 accumulators d += A B^T, A and B K-major in
+    shared memory (descriptors a, b), for the operand type ``ctype``."""
+    regs = n // 2
+    outs = ", ".join(f"%{i}" for i in range(regs))
+    binds = ", ".join(f'"+f"(d[{i}])' for i in range(regs))
+    t = _PTX_TYPES[ctype]
+    return (
+        f"template <> __device__ __forceinline__ void kk_wgmma<{ctype}, {n}>(\n"
+        f"    float (&d)[{regs}], unsigned long long a, unsigned long long b) {{\n"
+        f'  asm volatile("{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{regs + 2}, 0;\\n"\n'
+        f'      "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{t}.{t} "\n'
+        f'      "{{{outs}}}, %{regs}, %{regs + 1}, p, 1, 1, 0, 0;\\n}}\\n"\n'
+        f"      : {binds}\n"
+        f'      : "l"(a), "l"(b), "n"(1));\n'
+        f"}}\n"
+    )
+
+
+WGMMA_PTX = r"""
+// sm_90a warpgroup MMA. A shared-memory operand descriptor for a K-major tile of 128-byte rows
+// in the 128-byte swizzle: start address >> 4 (bits 0-13), leading offset 16 bytes (unused when
+// swizzled), stride 1024 bytes between 8-row groups (bits 32-45), layout 1 = 128B swizzle.
+__device__ __forceinline__ unsigned long long kk_wg_desc(unsigned addr) {
+  return (unsigned long long)((addr & 0x3FFFFu) >> 4) | (1ull << 16) | (64ull << 32) |
+         (1ull << 62);
+}
+__device__ __forceinline__ void kk_wgmma_fence() {
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void kk_wgmma_commit() {
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+template <int N>
+__device__ __forceinline__ void kk_wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" :: "n"(N) : "memory");
+}
+// Keeps the compiler from moving accumulators between registers while a wgmma owns them.
+template <int R>
+__device__ __forceinline__ void kk_wg_pin(float (&d)[R]) {
+#pragma unroll
+  for (int i = 0; i < R; ++i) asm volatile("" : "+f"(d[i]) :: "memory");
+}
+template <class T, int N>
+__device__ __forceinline__ void kk_wgmma(float (&d)[N / 2], unsigned long long a,
+                                         unsigned long long b);
+""" + "".join(_wgmma_instruction(c, n) for c in _PTX_TYPES for n in BNS)
+
+WGMMA_KERNEL = r"""
+// --- wgmma: y = act(x @ w^T + bias), sm_90a -------------------------------------------------
+// Block b: cluster tile b / SPLIT (m tiles fastest: neighbours share a weight tile in L2), rank
+// b % SPLIT. Its k tiles [kt0, kt1) come through S stages of [BM + BN rows x 128 bytes] (x's rows
+// then w's, 128-byte swizzle); S - 2 stages are in flight while the tensor cores take one and the
+// one before it may still be read by an unfinished wgmma.
+template <class T, class TB, class TY, int WG, int BN, int KB, int S, int SPLIT, int ACT,
+          bool HAS_BIAS>
+__device__ __forceinline__ void kk_wgmma_gemm(const T* x, const T* w, const TB* bias, TY* y,
+                                              long long M, long long N, long long K) {
+#if KK_HAS_WGMMA
+  constexpr int BM = 64 * WG, THREADS = 128 * WG, ACC = BN / 2, PITCH = BN + 8;
+  constexpr unsigned A_BYTES = BM * 128u, SUB = (BM + BN) * 128u, STAGE = KB * SUB;
+  constexpr int COPIES = (BM + BN) * 8 * KB / THREADS;  // 16-byte copies a thread, a stage
+  static_assert((BM + BN) * 8 * KB % THREADS == 0 && S >= 3, "the config rules");
+  extern __shared__ __align__(1024) unsigned char kk_wg_smem[];
+  const unsigned raw = kk_mma_smem_u32(kk_wg_smem), base = (raw + 1023u) & ~1023u;
+  float* red = reinterpret_cast<float*>(kk_wg_smem + (base - raw));  // the ring, reused
+  const int t = threadIdx.x, wg = t >> 7, warp = (t >> 5) & 3, g = (t & 31) >> 2, q = t & 3;
+  unsigned rank = 0;
+  if (SPLIT > 1) asm("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(rank));
+  const long long tile = blockIdx.x / SPLIT, tiles_m = (M + BM - 1) / BM;
+  const long long m0 = tile % tiles_m * BM, n0 = tile / tiles_m * BN;
+  const int kt_all = (int)((K + 64 * KB - 1) / (64 * KB)), per = (kt_all + SPLIT - 1) / SPLIT;
+  const int kt0 = (int)rank * per, kts = kt_all - kt0 < per ? kt_all - kt0 : per;
+  auto load = [&](int i) {  // k tile kt0 + i into stage i % S; always a commit group
+    if (i < kts) {
+      const unsigned stage = base + (i % S) * STAGE;
+      const long long k = (long long)(kt0 + i) * 64 * KB;
+#pragma unroll
+      for (int j = 0; j < COPIES; ++j) {  // neighbouring threads: neighbouring 16 bytes of a row
+        const int c = t + j * THREADS, r = c / (8 * KB), kc = c % (8 * KB), ch = kc & 7;
+        const bool is_x = r < BM;
+        const long long row = is_x ? m0 + r : n0 + (r - BM), kk = k + 8 * kc;
+        const bool full = row < (is_x ? M : N) && kk < K;
+        const T* src = full ? (is_x ? x : w) + row * K + kk : x;
+        kk_mma_cp16(stage + (kc >> 3) * SUB + r * 128u + ((ch ^ (r & 7)) << 4), src, full);
+      }
+    }
+    kk_mma_commit();
+  };
+  float acc[ACC];
+#pragma unroll
+  for (int j = 0; j < ACC; ++j) acc[j] = 0.0f;
+  for (int i = 0; i < S - 2; ++i) load(i);
+  for (int i = 0; i < kts; ++i) {
+    kk_mma_wait<S - 3>();  // this thread's copies of stage i are in
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // seen by the tensor cores
+    __syncthreads();  // every copy of stage i is in; every wgmma of stage i - 2 is done
+    load(i + S - 2);  // into stage (i - 2) % S
+    const unsigned stage = base + (i % S) * STAGE;
+    kk_wg_pin(acc);
+    kk_wgmma_fence();
+#pragma unroll
+    for (int h = 0; h < KB; ++h) {  // sub-tile h: k [64 h, 64 h + 64) of the stage
+      const unsigned long long da = kk_wg_desc(stage + h * SUB + wg * 8192u);  // rows 64 wg ..
+      const unsigned long long db = kk_wg_desc(stage + h * SUB + A_BYTES);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) kk_wgmma<T, BN>(acc, da + 2 * k, db + 2 * k);  // +32 bytes
+    }
+    kk_wgmma_commit();
+    kk_wg_pin(acc);
+    kk_wgmma_wait<1>();  // stage i - 1's wgmma is done
+  }
+  kk_wgmma_wait<0>();
+  kk_wg_pin(acc);
+  kk_mma_wait<0>();  // no copy into the ring is left (the last groups are empty)
+  __syncthreads();   // every warpgroup is done with the ring: red takes its place
+#pragma unroll
+  for (int j = 0; j < BN / 8; ++j) {  // accumulator 4j + v: row g (+8 for v >= 2), col 8j + 2q
+    const int r = 64 * wg + 16 * warp + g, c = 8 * j + 2 * q;
+    *reinterpret_cast<float2*>(&red[r * PITCH + c]) = make_float2(acc[4 * j], acc[4 * j + 1]);
+    *reinterpret_cast<float2*>(&red[(r + 8) * PITCH + c]) =
+        make_float2(acc[4 * j + 2], acc[4 * j + 3]);
+  }
+  if (SPLIT > 1) kk_cluster_sync();  // every block's tile is in (and visible to the cluster)
+  else __syncthreads();
+  constexpr int SHARE = (BM + SPLIT - 1) / SPLIT, PAIRS = BN / 2;
+  for (int idx = t; idx < SHARE * PAIRS; idx += THREADS) {  // rank r stores rows share r
+    const int r = (int)rank * SHARE + idx / PAIRS, c = 2 * (idx % PAIRS);
+    const long long m = m0 + r, n = n0 + c;
+    if (r >= BM || m >= M || n >= N) continue;
+    float2 v = *reinterpret_cast<const float2*>(&red[r * PITCH + c]);
+    if (SPLIT > 1) {
+      v = make_float2(0.0f, 0.0f);
+      for (unsigned b = 0; b < SPLIT; ++b) {  // in rank order: deterministic
+        const float2 u = kk_cluster_load2(&red[r * PITCH + c], b);
+        v.x += u.x;
+        v.y += u.y;
+      }
+    }
+    if (HAS_BIAS) v.x += (float)bias[n];
+    y[m * N + n] = TY(kk_mm_act<ACT>(v.x));
+    if (n + 1 < N) {
+      if (HAS_BIAS) v.y += (float)bias[n + 1];
+      y[m * N + n + 1] = TY(kk_mm_act<ACT>(v.y));
+    }
+  }
+  if (SPLIT > 1) kk_cluster_sync();  // no block leaves while another may still read its tile
+#else
+  __trap();  // sm_90a only (the match rule): wgmma is an arch-specific instruction
+#endif
+}
+"""
+
+# The header: the shared epilogue, cp.async helpers, cluster helpers, wgmma, the kernel.
+WGMMA = EPILOGUE + MMA_PTX + CLUSTER_PTX + WGMMA_PTX + WGMMA_KERNEL
+
+WGMMA_BODY = r"""
+const long long M = x_shape[0];  // x is 2-D (a batch is flattened first)
+const long long K = x_shape[1];
+const long long N = w_shape[0];
+kk_wgmma_gemm<T, TB, TY, WG, BN, KB, S, SPLIT, ACT, HAS_BIAS>(x, w, bias, y, M, N, K);
+"""
+
+_ARCH = re.compile(r"(?:sm|compute)_(\d+)[af]?")
+
+
+def shared_bytes(wg: int, bn: int, kb: int, stages: int) -> int:
+    """Dynamic shared memory: the ring (or the fp32 tile that reuses it, if larger) and 1 KiB
+    to align it to the swizzle's 1024 bytes."""
+    bm = 64 * wg
+    return max(stages * kb * (bm + bn) * 128, bm * (bn + 8) * 4) + 1024
+
+
+def wgmma_config(wg: int, bn: int, kb: int, stages: int, split: int) -> Config:
+    """A wgmma config: ``wg`` warpgroups (a 64 wg x ``bn`` tile), ``stages`` stages of ``kb``
+    64-wide k tiles (128 kb contiguous bytes of each row) in flight or in use, the stages split
+    over a cluster of ``split`` blocks."""
+    values = {"WG": wg, "BN": bn, "KB": kb, "S": stages, "SPLIT": split}
+    return Config(values, (128 * wg,), shared_bytes(wg, bn, kb, stages))
+
+
+WGMMA_CONFIGS = tuple(
+    wgmma_config(wg, bn, kb, stages, split)
+    for wg in (1, 2)
+    for bn in BNS
+    for kb in KBS
+    for stages in (3, 4, 6, 8)
+    for split in SPLITS
+    if shared_bytes(wg, bn, kb, stages) <= SHARED_LIMIT and (wg, bn) != (1, 256)
+)
+
+
+def wgmma_match(p: Problem, t: Target) -> str | None:
+    """None when the wgmma kernel can run ``p`` on ``t``, else why not."""
+    arch = _ARCH.fullmatch(t.arch)
+    if arch is None or int(arch[1]) != 90:
+        return f"wgmma is an sm_90a instruction (not on other archs), not {t.arch}"
+    if not p.attr("transpose_b"):
+        return "needs the weight as [N, K] (transpose_b=True)"
+    if p.arg("x").dtype not in ("float16", "bfloat16"):
+        return f"tensor cores take float16/bfloat16, not {p.arg('x').dtype}"
+    if p.attr("K") % 8:
+        return f"K = {p.attr('K')} is not a multiple of 8 (rows are copied in 16-byte chunks)"
+    if not p.attr("aligned16"):
+        return "a or b does not start on a 16-byte boundary (cp.async copies 16 bytes)"
+    return None
+
+
+def wgmma_fits(p: Problem, c: Config) -> str | None:
+    """Why ``c`` is not a config the kernel runs correctly for ``p``, or None."""
+    v = c.values
+    try:
+        wg, bn, kb, st, split = (int(v[k]) for k in ("WG", "BN", "KB", "S", "SPLIT"))
+    except KeyError as e:
+        return f"config lacks {e.args[0]} (needs WG, BN, KB, S, SPLIT)"
+    if wg not in (1, 2) or bn not in BNS or kb not in KBS or not 3 <= st <= 8:
+        return f"WG = {wg} (1, 2), BN = {bn} {BNS}, KB = {kb} {KBS}, S = {st} (3 to 8): outside"
+    if (wg, bn) == (1, 256):
+        return "WG = 1 with BN = 256: 128 accumulators and the copies' addresses spill"
+    if split not in SPLITS:
+        return f"SPLIT = {split} is not a cluster size in {SPLITS}"
+    need = shared_bytes(wg, bn, kb, st)
+    if c.threadgroup != (128 * wg, 1, 1) or c.shared_memory != need:
+        return f"threadgroup ({128 * wg},) and {need} bytes of shared memory, got {c}"
+    if need > SHARED_LIMIT:
+        return f"{need} bytes of shared memory > {SHARED_LIMIT}"
+    if wgmma_grid(p, c)[0] >= 2**31:
+        return "more blocks than one launch holds"
+    return None
+
+
+def wgmma_grid(p: Problem, c: Config) -> tuple[int, int, int]:
+    """SPLIT blocks (one cluster) per BM x BN tile of y."""
+    v = c.values
+    m, n = int(p.attr("M")), int(p.attr("N"))  # type: ignore[call-overload]
+    tiles = -(-m // (64 * int(v["WG"]))) * -(-n // int(v["BN"]))  # type: ignore[call-overload]
+    return (tiles * int(v["SPLIT"]) * c.threadgroup[0], 1, 1)  # type: ignore[call-overload]
+
+
+_WAVE = 132  # blocks: one per SM of an H100 or H200 (the heuristic does not go over)
+
+
+def wgmma_heuristic(p: Problem, t: Target) -> Config | None:
+    """For M > 16 (on an H100, 1.4-2.7x mma's tiles from M = 32 to 8192): one warpgroup per 64
+    rows of M (two from M = 65), a 128-wide tile, the split that brings the blocks closest to
+    one per SM without going over, and the most stages that fit. None for M <= 16 (the gemv
+    kernels)."""
+    m, n, k = (int(p.attr(a)) for a in ("M", "N", "K"))  # type: ignore[call-overload]
+    if m <= 16:
+        return None
+    wg = 1 if m <= 64 else 2
+    tiles = -(-m // (64 * wg)) * -(-n // 128)
+    split = max((s for s in SPLITS if tiles * s <= _WAVE and -(-k // 64) >= 2 * s), default=1)
+    for stages in (8, 6, 4, 3):
+        c = wgmma_config(wg, 128, 1, stages, split)
+        if c.shared_memory <= t.max_shared_memory_optin_bytes and wgmma_fits(p, c) is None:
+            return c
+    return None

@@ -1,0 +1,121 @@
+"""``matmul/wgmma`` without a device: configs rendered and compiled by NVRTC for sm_90a (no
+spills, no local memory, registers for the block, the cluster attribute and the arch-specific
+target), and the selection stage: chosen for M > 16 on sm_90 (after the gemv kernels), refused
+with a reason on other archs, for float32, [K, N] weights, K not a multiple of 8 and misaligned
+views; configs that do not fit are refused; forcing it without a config takes its heuristic's."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+import pytest
+from test_ops_matmul_mma import SM80_FEATURES, problem, target
+
+import kernelkit
+from kernelkit._select.select import Override, select
+from kernelkit.ops import _matmul as MM
+from kernelkit.ops import _matmul_wgmma as W
+
+SM90 = SM80_FEATURES | {"tma", "clusters", "arch_specific"}
+
+
+def sm90(arch: str = "sm_90"):
+    return target(arch, SM90)
+
+
+@pytest.mark.parametrize("m", [1, 16, 17, 32, 64, 65, 128, 256, 1000, 8192])
+@pytest.mark.parametrize("nk", [(4096, 4096), (8192, 8192), (14336, 4096), (1000, 72)])
+def test_wgmma_is_chosen_above_m16_on_sm90(m, nk):
+    p = problem(m, *nk)
+    choice = select(MM.OP, p, sm90()).choice
+    if m <= 16:
+        assert choice.impl != "matmul/wgmma"
+        return
+    assert (choice.impl, choice.source) == ("matmul/wgmma", "heuristic")
+    assert W.wgmma_fits(p, choice.config) is None
+    v = choice.config.values
+    assert v["WG"] == (1 if m <= 64 else 2) and v["BN"] == 128
+    tiles = -(-m // (64 * v["WG"])) * -(-nk[0] // 128)
+    assert choice.grid == (tiles * v["SPLIT"] * 128 * v["WG"], 1, 1)
+    assert tiles * v["SPLIT"] <= 132 or v["SPLIT"] == 1  # about one block an SM, never more
+    if m == 128 and nk == (4096, 4096):
+        assert v["SPLIT"] == 4  # 32 tiles of 128 x 128: four blocks share each
+
+
+@pytest.mark.parametrize(
+    ("p", "reason"),
+    [
+        (problem(128), None),
+        (problem(128, k=4100), "K = 4100 is not a multiple of 8"),
+        (problem(128, dtype="float32"), "not float32"),
+        (problem(128, transpose_b=False), "transpose_b=True"),
+        (problem(128, aligned16=False), "16-byte boundary"),
+    ],
+    ids=["ok", "K", "float32", "KN", "misaligned"],
+)
+def test_wgmma_rules(p, reason):
+    for arch in ("sm_80", "sm_100"):  # wgmma is sm_90a's alone
+        assert "sm_90a" in W.wgmma_match(p, target(arch, SM90))
+    without = select(MM.OP, p, target("sm_90", SM80_FEATURES | {"tma", "clusters"}))
+    assert any("arch_specific" in c.verdict for c in without.considered if c.impl == "matmul/wgmma")
+    if reason is None:
+        assert W.wgmma_match(p, sm90()) is None
+        return
+    assert reason in W.wgmma_match(p, sm90())
+    with pytest.raises(kernelkit.ArgumentError, match=re.escape(reason)):
+        select(MM.OP, p, sm90(), override=Override("wgmma"))
+
+
+def test_configs_that_do_not_fit_are_refused():
+    p = problem(128)
+    good = W.wgmma_config(2, 128, 1, 6, 2)
+    assert W.wgmma_fits(p, good) is None
+    assert "SPLIT = 3" in W.wgmma_fits(p, W.wgmma_config(2, 128, 1, 4, 3))
+    assert "outside" in W.wgmma_fits(p, W.wgmma_config(2, 96, 1, 4, 1))
+    assert "outside" in W.wgmma_fits(p, W.wgmma_config(2, 128, 1, 2, 1))
+    assert "spill" in W.wgmma_fits(p, W.wgmma_config(1, 256, 1, 3, 1))
+    assert "> 232448" in W.wgmma_fits(p, W.wgmma_config(2, 128, 1, 8, 1))
+    assert "shared memory" in W.wgmma_fits(p, dataclasses.replace(good, shared_memory=1024))
+    assert "lacks BN" in W.wgmma_fits(p, dataclasses.replace(good, template=(("WG", 2),)))
+    assert all(W.wgmma_fits(p, c) is None for c in W.WGMMA_CONFIGS)
+
+
+def test_forcing_without_a_config_takes_the_heuristics():
+    p = problem(128)
+    forced = select(MM.OP, p, sm90(), override=Override("wgmma")).choice
+    assert forced.config == W.wgmma_heuristic(p, sm90()) != MM.OP.get("wgmma").default
+
+
+def _variants() -> list:
+    """Each (WG, BN, KB, S) once, with a split of 2 (the cluster path)."""
+    return [c for c in W.WGMMA_CONFIGS if c.values["SPLIT"] == 2]
+
+
+@pytest.mark.parametrize("config", _variants(), ids=lambda c: c.describe().split(" thr")[0])
+def test_every_config_compiles_without_spills(cuda, config):
+    from kernelkit._render import arg_types, render_request
+
+    p = problem(128, 4096, 4096, bias="float32", activation="silu")
+    template = [*config.template, *MM._common_template(p)]
+    inputs, outputs = arg_types(p)
+    _, req = render_request(
+        MM._WGMMA[2].spec, cuda, cuda.target_for_arch("sm_90"), inputs, outputs, template, False
+    )
+    assert req.arch == "sm_90a"  # wgmma needs the arch-specific target
+    assert "__cluster_dims__(2, 1, 1) ops_matmul_wgmma2(" in req.source
+    req = dataclasses.replace(req, options=(*req.options, "--ptxas-options=-v"))
+    art = cuda.compile(req)
+    assert art.kind == "cubin" and art.binary[:4] == b"\x7fELF"
+    found = re.findall(r"(\d+) (registers|bytes stack frame|bytes spill stores)", art.log)
+    report = {what: int(n) for n, what in found}
+    assert report["bytes stack frame"] == report["bytes spill stores"] == 0, art.log
+    assert report["registers"] * config.threadgroup[0] <= 65536, art.log
+    assert "warning" not in art.log.lower()  # ptxas says so when it serializes wgmma
+
+
+def test_the_cuda_backend_has_the_features_wgmma_requires(cuda):
+    impl = MM.OP.get("wgmma")
+    assert impl is not None
+    assert impl.requires <= cuda.target_for_arch("sm_90").features
+    assert not impl.requires <= cuda.target_for_arch("sm_80").features
