@@ -184,7 +184,9 @@ def test_decode_kernels_every_config_on_the_gpu(arrays, impl, dtype):
         shapes += [(1, 1, 8), (129, 8200, 96), (300, 130, 1160), (64, 4096, 8192)]
     for m, n, k in shapes:
         # x scaled by 1/4: with N = 1 a single silu(v) is the whole norm, and for v < -88 the
-        # float epilogue's exp overflows to a true -0.0 where float64 keeps ~1e-37 (error 1.0)
+        # float epilogue's exp overflows to a true -0.0 where float64 keeps ~1e-37 (error 1.0);
+        # and a tiny silu(v) is a float16 subnormal, good to 6e-8 absolute (the norm's floor)
+        torch.manual_seed(m * 7919 + n * 31 + k)
         a = (torch.randn(m, k, device="cuda") / 4).to(tdt)
         w = torch.randn(n, k, device="cuda").to(tdt)
         bias = torch.randn(n, device="cuda")
@@ -197,7 +199,7 @@ def test_decode_kernels_every_config_on_the_gpu(arrays, impl, dtype):
             with force("matmul", impl, config):
                 ops.matmul(a, w, bias=bias, activation="silu", transpose_b=True, out=out)
             torch.cuda.synchronize()
-            err = ((out.double() - ref).norm() / ref.norm()).item()
+            err = ((out.double() - ref).norm() / max(ref.norm().item(), 1e-4)).item()
             assert err <= 1e-2, (m, n, k, config.describe(), err)
 
 
