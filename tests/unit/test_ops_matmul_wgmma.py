@@ -35,12 +35,20 @@ def test_wgmma_is_chosen_above_m16_on_sm90(m, nk):
     assert (choice.impl, choice.source) == ("matmul/wgmma", "heuristic")
     assert W.wgmma_fits(p, choice.config) is None
     v = choice.config.values
-    assert v["WG"] == (1 if m <= 64 else 2) and v["BN"] == 128
-    tiles = -(-m // (64 * v["WG"])) * -(-nk[0] // 128)
+    assert v["WG"] == (1 if m <= 64 else 2) and v["SPLIT"] in (1, 2)
+    tiles = -(-m // (64 * v["WG"])) * -(-nk[0] // v["BN"])
     assert choice.grid == (tiles * v["SPLIT"] * 128 * v["WG"], 1, 1)
     assert tiles * v["SPLIT"] <= 132 or v["SPLIT"] == 1  # about one block an SM, never more
-    if m == 128 and nk == (4096, 4096):
-        assert v["SPLIT"] == 4  # 32 tiles of 128 x 128: four blocks share each
+    expected = {  # the sweep's best shapes of tile (BN, KB, SPLIT) on an H100
+        (32, (4096, 4096)): (64, 2, 2),
+        (128, (4096, 4096)): (64, 2, 2),
+        (32, (8192, 8192)): (64, 2, 1),
+        (128, (8192, 8192)): (64, 2, 1),
+        (32, (14336, 4096)): (128, 1, 1),
+        (128, (14336, 4096)): (128, 1, 1),
+        (8192, (8192, 8192)): (128, 1, 1),
+    }.get((m, nk))
+    assert expected is None or (v["BN"], v["KB"], v["SPLIT"]) == expected
 
 
 @pytest.mark.parametrize(

@@ -287,18 +287,21 @@ _WAVE = 132  # blocks: one per SM of an H100 or H200 (the heuristic does not go 
 
 
 def wgmma_heuristic(p: Problem, t: Target) -> Config | None:
-    """For M > 16 (on an H100, 1.4-2.7x mma's tiles from M = 32 to 8192): one warpgroup per 64
-    rows of M (two from M = 65), a 128-wide tile, the split that brings the blocks closest to
-    one per SM without going over, and the most stages that fit. None for M <= 16 (the gemv
-    kernels)."""
+    """For M > 16 (from a sweep of every config on an H100 at M = 32, 128, 256 on the three
+    anchor weights): one warpgroup per 64 rows of M (two from M = 65); 128-wide tiles where
+    they make about a wave of blocks, else 64-wide ones with two k tiles a stage; a cluster of
+    two where that still fits in one wave (larger splits lost in every sweep); the most stages
+    that fit. None for M <= 16 (the gemv kernels)."""
     m, n, k = (int(p.attr(a)) for a in ("M", "N", "K"))  # type: ignore[call-overload]
     if m <= 16:
         return None
     wg = 1 if m <= 64 else 2
-    tiles = -(-m // (64 * wg)) * -(-n // 128)
-    split = max((s for s in SPLITS if tiles * s <= _WAVE and -(-k // 64) >= 2 * s), default=1)
+    tiles_m = -(-m // (64 * wg))
+    bn, kb = (128, 1) if tiles_m * -(-n // 128) >= 100 else (64, 2)
+    tiles = tiles_m * -(-n // bn)
+    split = 2 if tiles * 2 <= _WAVE and -(-k // (64 * kb)) >= 4 else 1
     for stages in (8, 6, 4, 3):
-        c = wgmma_config(wg, 128, 1, stages, split)
+        c = wgmma_config(wg, bn, kb, stages, split)
         if c.shared_memory <= t.max_shared_memory_optin_bytes and wgmma_fits(p, c) is None:
             return c
     return None
