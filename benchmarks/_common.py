@@ -81,6 +81,17 @@ def graph_us(fn, batch: int = 20, reps: int = 15) -> float | None:
     return time_us(g.replay, batch=1, reps=reps) / batch
 
 
+def rotating(fn, x, weights):
+    """A no-argument call of ``fn(x, w)`` taking the next weight each time."""
+    state = {"i": 0}
+
+    def call():
+        state["i"] = (state["i"] + 1) % len(weights)
+        return fn(x, weights[state["i"]])
+
+    return call
+
+
 def copy_rate_gbs() -> float:
     """Device-to-device copy of 1 GiB, read + write counted."""
     import torch

@@ -16,7 +16,7 @@ import sys
 import time
 
 import torch
-from _common import copy_rate_gbs, graph_us
+from _common import copy_rate_gbs, graph_us, rotating
 
 import kernelkit
 from kernelkit import ops
@@ -25,17 +25,6 @@ from kernelkit.ops import _matmul as MM
 from kernelkit.ops import _matmul_cluster as C
 
 WEIGHTS = [(4096, 4096), (8192, 8192), (14336, 4096)]
-
-
-def rotating(fn, x, weights):
-    """A no-argument call of ``fn(x, w)`` taking the next weight each time."""
-    state = {"i": 0}
-
-    def call():
-        state["i"] = (state["i"] + 1) % len(weights)
-        return fn(x, weights[state["i"]])
-
-    return call
 
 
 def main() -> int:

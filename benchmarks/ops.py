@@ -29,7 +29,7 @@ import argparse
 import sys
 
 import torch
-from _common import copy_rate_gbs, graph_us, time_us
+from _common import copy_rate_gbs, graph_us, rotating, time_us
 
 import kernelkit
 from kernelkit import ops
@@ -173,17 +173,6 @@ def main() -> int:
 
 MATMUL_NK = [(4096, 4096), (8192, 8192), (14336, 4096)]
 MATMUL_M = [1, 4, 8, 16, 128, 3500, 8192]
-
-
-def rotating(fn, x, weights):
-    """A no-argument call of ``fn(x, w)`` taking the next weight each time."""
-    state = {"i": 0}
-
-    def call():
-        state["i"] = (state["i"] + 1) % len(weights)
-        return fn(x, weights[state["i"]])
-
-    return call
 
 
 def matrix_rate_tflops() -> float:
