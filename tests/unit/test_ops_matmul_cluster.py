@@ -133,24 +133,14 @@ def test_the_cluster_shape_is_in_the_compiled_source(cuda):
     p = problem(16, 4096, 8192)
     c = C.cluster_config(16, 128, 4096, 3)
     template = [*c.template, *MM._common_template(p), *C.cluster_template(p, c)]
-    _, req = render_request(
-        MM._GEMV_CLUSTER[2].spec,
-        cuda,
-        cuda.target_for_arch("sm_90"),
-        *arg_types(p),
-        template,
-        False,
-    )
-    assert "__cluster_dims__(2, 1, 1) ops_matmul_gemv_cluster2(" in req.source
-    _, req1 = render_request(
-        MM._GEMV_CLUSTER[1].spec,
-        cuda,
-        cuda.target_for_arch("sm_90"),
-        *arg_types(p),
-        template,
-        False,
-    )
-    assert "__cluster_dims__" not in req1.source
+    target = cuda.target_for_arch("sm_90")
+
+    def source(cl: int) -> str:
+        spec = MM._GEMV_CLUSTER[cl].spec
+        return render_request(spec, cuda, target, *arg_types(p), template, False)[1].source
+
+    assert "__cluster_dims__(2, 1, 1) ops_matmul_gemv_cluster2(" in source(2)
+    assert "__cluster_dims__" not in source(1)
 
 
 def test_the_cuda_backend_has_the_features_gemv_cluster_requires(cuda):

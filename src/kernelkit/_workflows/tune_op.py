@@ -26,10 +26,11 @@ kernels are tuned in worker processes, ``tune.py``); a GPU fault ends the run.
 from __future__ import annotations
 
 import os
+import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -225,9 +226,6 @@ def _final_round(bench: _Bench, runs: dict[int, Any], results: dict[int, OpCandi
     median of each one's timings: candidates within a few percent of each other are ranked by
     more than one sample (one sample each picked a kernel 0.2% "faster" than cuBLAS that then
     ran 6% slower)."""
-    import dataclasses
-    import statistics
-
     timed = sorted(
         (i for i, c in results.items() if c.status == "ok" and c.time_s is not None),
         key=lambda i: results[i].time_s or 0.0,
@@ -242,7 +240,7 @@ def _final_round(bench: _Bench, runs: dict[int, Any], results: dict[int, OpCandi
     for i in chosen:
         median = statistics.median(samples[i])
         detail = f"median of {len(samples[i])} timings, final round"
-        results[i] = dataclasses.replace(results[i], time_s=median, detail=detail)
+        results[i] = replace(results[i], time_s=median, detail=detail)
 
 
 def _check_and_time(

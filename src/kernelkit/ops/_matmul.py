@@ -14,9 +14,9 @@ Selection (``_select.select``): the ``framework`` microkernel matches torch CUDA
 there (microkernels come before heuristics); otherwise the generic implementations' heuristics
 are asked by priority: ``gemv_slab`` (M <= 4), ``gemv_cluster`` (M <= 16 on sm_90), ``gemv_tc``
 and ``gemv`` (M <= 16), ``wgmma`` (M > 16 on sm_90), ``mma`` (5: M > 16 on sm_80+), then
-``tiled``'s default. A table, the
-tuning database or ``kernelkit.force`` can name any of them for torch tensors too (the H100 and
-H200 tables pick ``gemv_slab`` or ``gemv_cluster`` for the decode rows where they beat cuBLAS).
+``tiled``'s default. A table, the tuning database or ``kernelkit.force`` can name any of them for
+torch tensors too (the H100 and H200 tables pick ``gemv_slab`` or ``gemv_cluster`` for the decode
+rows where they beat cuBLAS).
 """
 
 from __future__ import annotations
@@ -59,24 +59,31 @@ _GEMV_SLAB = kernel(
     "ops_matmul_gemv_slab", _INPUTS, ["y"], SLAB.SLAB_BODY, header=SLAB.SLAB,
     optional_inputs={"bias": "float32"},
 )  # fmt: skip
-# one kernel per cluster size (a kernel attribute); 512 threads may use 128 registers each
-_GEMV_CLUSTER = {
-    cl: kernel(
-        f"ops_matmul_gemv_cluster{cl}", _INPUTS, ["y"], CLU.CLUSTER_BODY, header=CLU.CLUSTER,
-        optional_inputs={"bias": "float32"}, launch_bounds=(512, 1),
-        cluster_dims=cl if cl > 1 else None,
-    )
-    for cl in CLU.CLUSTER_SIZES
-}  # fmt: skip
-# sm_90a (wgmma), one kernel per cluster size; at most two warpgroups
-_WGMMA = {
-    split: kernel(
-        f"ops_matmul_wgmma{split}", _INPUTS, ["y"], WG.WGMMA_BODY, header=WG.WGMMA,
-        optional_inputs={"bias": "float32"}, launch_bounds=(256, 1), arch_specific=True,
-        cluster_dims=split if split > 1 else None,
-    )
-    for split in WG.SPLITS
-}  # fmt: skip
+
+
+def _per_cluster_size(
+    name: str, body: str, header: str, sizes: tuple[int, ...], threads: int, **kw: Any
+) -> dict[int, Any]:
+    """One kernel per cluster size (the cluster shape is a kernel attribute), named
+    ``name`` + size, with at most ``threads`` threads a block (one block an SM)."""
+    return {
+        n: kernel(
+            f"{name}{n}", _INPUTS, ["y"], body, header=header,
+            optional_inputs={"bias": "float32"}, launch_bounds=(threads, 1),
+            cluster_dims=n if n > 1 else None, **kw,
+        )
+        for n in sizes
+    }  # fmt: skip
+
+
+# 512 threads may use 128 registers each; wgmma: at most two warpgroups, sm_90a
+_GEMV_CLUSTER = _per_cluster_size(
+    "ops_matmul_gemv_cluster", CLU.CLUSTER_BODY, CLU.CLUSTER, CLU.CLUSTER_SIZES, 512
+)
+_WGMMA = _per_cluster_size(
+    "ops_matmul_wgmma", WG.WGMMA_BODY, WG.WGMMA, WG.SPLITS, 256, arch_specific=True
+)
+
 _TILED = kernel(
     "ops_matmul_tiled", _INPUTS, ["y"], K.TILED_BODY, header=K.TILED,
     optional_inputs={"bias": "float32"},

@@ -19,11 +19,9 @@ M = 4.
 
 from __future__ import annotations
 
-import re
-
 from .._records import Problem, Target
 from .._select.records import Config
-from ._matmul_kernels import EPILOGUE, MMA_PTX, TC_STEP
+from ._matmul_kernels import EPILOGUE, MMA_PTX, TC_STEP, cuda_cc
 from ._matmul_slab import BULK_PTX
 
 __all__ = [
@@ -180,7 +178,6 @@ const long long N = w_shape[0];
 kk_gemv_cluster<T, TB, TY, WARPS, ROWS, KS, S, CL, MT, ACT, HAS_BIAS>(x, w, bias, y, M, N, K);
 """
 
-_ARCH = re.compile(r"(?:sm|compute)_(\d+)[af]?")
 
 MAX_M = 16
 CLUSTER_SIZES = (1, 2, 3, 4, 5, 6, 7, 8)  # a kernel each (the cluster shape is its attribute)
@@ -227,8 +224,8 @@ def static_shared(c: Config, mt: int) -> int:
 
 def cluster_match(p: Problem, t: Target) -> str | None:
     """None when gemv_cluster can run ``p`` on ``t``, else why not."""
-    arch = _ARCH.fullmatch(t.arch)
-    if arch is None or int(arch[1]) < 90:
+    cc = cuda_cc(t.arch)
+    if cc is None or cc < 90:
         return f"bulk copies and thread-block clusters need sm_90 or newer, not {t.arch}"
     if p.attr("M") > MAX_M:
         return f"M = {p.attr('M')} > {MAX_M} (one m16 tile of x)"

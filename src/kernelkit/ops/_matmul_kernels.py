@@ -16,6 +16,18 @@ output tile per block, K in steps of BK staged through shared memory, float accu
 
 from __future__ import annotations
 
+import re
+
+_CUDA_ARCH = re.compile(r"(?:sm|compute)_(\d+)[af]?")
+
+
+def cuda_cc(arch: str) -> int | None:
+    """The compute capability in a CUDA target's arch (``sm_90a`` -> 90), None for other
+    backends' archs (the tensor-core kernels' match rules ask it first)."""
+    found = _CUDA_ARCH.fullmatch(arch)
+    return int(found[1]) if found else None
+
+
 # Epilogue shared by both kernels: bias (per column) and activation, in float.
 EPILOGUE = r"""
 template <int ACT>

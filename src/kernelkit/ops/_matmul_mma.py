@@ -12,13 +12,12 @@ The epilogue (bias, activation) is ``_matmul_kernels.EPILOGUE``, shared with the
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from .._arrays import adapter_for
 from .._records import Problem, Target
 from .._select.records import Config
-from ._matmul_kernels import EPILOGUE, MMA_PTX
+from ._matmul_kernels import EPILOGUE, MMA_PTX, cuda_cc
 
 __all__ = [
     "MMA",
@@ -294,7 +293,6 @@ MMA_CONFIGS = (
 MMA_DTYPES = ("float16", "bfloat16")
 # About one wave of blocks on an A100 (108 SMs) or an H100 (132): a smaller tile below that.
 _WAVE_BLOCKS = 128
-_ARCH = re.compile(r"(?:sm|compute)_(\d+)[af]?")
 
 
 def aligned16(*arrays: Any) -> bool:
@@ -310,10 +308,10 @@ def aligned16(*arrays: Any) -> bool:
 
 def mma_match(p: Problem, t: Target) -> str | None:
     """None when the mma kernel can run ``p`` on ``t``, else why not."""
-    arch = _ARCH.fullmatch(t.arch)
-    if arch is None:
+    cc = cuda_cc(t.arch)
+    if cc is None:
         return f"mma.sync, ldmatrix and cp.async are PTX: needs a CUDA target, not {t.arch}"
-    if int(arch[1]) < 80:
+    if cc < 80:
         return f"needs sm_80 or newer (mma.sync m16n8k16, cp.async), not {t.arch}"
     dtype = p.arg("x").dtype
     if dtype not in MMA_DTYPES:

@@ -18,11 +18,9 @@ ahead of both cuBLAS and ``gemv_tc``; it issued many short copies from rows 16 K
 
 from __future__ import annotations
 
-import re
-
 from .._records import Problem, Target
 from .._select.records import Config
-from ._matmul_kernels import EPILOGUE, MMA_PTX
+from ._matmul_kernels import EPILOGUE, MMA_PTX, cuda_cc
 
 __all__ = [
     "SLAB",
@@ -173,8 +171,6 @@ const long long N = w_shape[0];
 kk_gemv_slab<T, TB, TY, THREADS, ROWS, SKB, JPR, S, MX, ACT, HAS_BIAS>(x, w, bias, y, M, N, K);
 """
 
-_ARCH = re.compile(r"(?:sm|compute)_(\d+)[af]?")
-
 
 SLAB_MAX_M = 4
 SLAB_K = (2048, 4096, 8192)  # whole rows fill 16 or 32 KiB stages; x's vectors fit registers
@@ -203,8 +199,8 @@ def slab_jpr(p: Problem, c: Config) -> int:
 
 def slab_match(p: Problem, t: Target) -> str | None:
     """None when gemv_slab can run ``p`` on ``t``, else why not."""
-    arch = _ARCH.fullmatch(t.arch)
-    if arch is None or int(arch[1]) < 90:
+    cc = cuda_cc(t.arch)
+    if cc is None or cc < 90:
         return f"cp.async.bulk and mbarrier transactions need sm_90 or newer, not {t.arch}"
     if p.attr("M") > SLAB_MAX_M:
         return f"M = {p.attr('M')} > {SLAB_MAX_M} (x's rows are held in registers)"

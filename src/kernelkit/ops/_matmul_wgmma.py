@@ -18,12 +18,10 @@ problems have too few tiles to fill the GPU otherwise (4096 x 4096 at M = 128: 3
 
 from __future__ import annotations
 
-import re
-
 from .._records import Problem, Target
 from .._select.records import Config
 from ._matmul_cluster import CLUSTER_PTX
-from ._matmul_kernels import EPILOGUE, MMA_PTX
+from ._matmul_kernels import EPILOGUE, MMA_PTX, cuda_cc
 
 __all__ = [
     "SPLITS",
@@ -207,8 +205,6 @@ const long long N = w_shape[0];
 kk_wgmma_gemm<T, TB, TY, WG, BN, KB, S, SPLIT, ACT, HAS_BIAS>(x, w, bias, y, M, N, K);
 """
 
-_ARCH = re.compile(r"(?:sm|compute)_(\d+)[af]?")
-
 
 def shared_bytes(wg: int, bn: int, kb: int, stages: int) -> int:
     """Dynamic shared memory: the ring (or the fp32 tile that reuses it, if larger) and 1 KiB
@@ -238,8 +234,7 @@ WGMMA_CONFIGS = tuple(
 
 def wgmma_match(p: Problem, t: Target) -> str | None:
     """None when the wgmma kernel can run ``p`` on ``t``, else why not."""
-    arch = _ARCH.fullmatch(t.arch)
-    if arch is None or int(arch[1]) != 90:
+    if cuda_cc(t.arch) != 90:
         return f"wgmma is an sm_90a instruction (not on other archs), not {t.arch}"
     if not p.attr("transpose_b"):
         return "needs the weight as [N, K] (transpose_b=True)"
