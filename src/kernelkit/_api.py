@@ -116,6 +116,19 @@ class Kernel:
             self._last = plan.run
         return result
 
+    def direct_run(self, args: tuple) -> Any:
+        """The hot path of the specialization that a call with ``args`` (``CallArgs``' order:
+        inputs, output_shapes, output_dtypes, grid, threadgroup, template, init_value, stream,
+        out, backend, check, shared_memory) is of, without the check that a call belongs to
+        it; None until such a call has been made. For callers that key their own calls by
+        signatures that fix the specialization (the built-in ops), so that a repeated call
+        does not check its arguments twice."""
+        try:
+            plan = self._plans.get(call_key(*args))
+        except Exception:  # noqa: BLE001 - unhashable arguments: no plan to share
+            return None
+        return None if plan is None else plan.direct
+
     def precompile(
         self,
         inputs: Sequence[Any],

@@ -32,6 +32,9 @@ class LaunchPlan:
     run: Callable[..., Any]  # the call's arguments (_key.CallArgs) -> outputs, or _key.MISS
     guarded: bool  # run checks that a call is this specialization's (else it never returns MISS)
     run_source: str
+    # run without that check, for callers that already know a call is this specialization's
+    # (the built-in ops key their calls by the arrays' full signatures): the same arguments
+    direct: Callable[..., Any] | None = None
 
 
 def _lazy_allocator(
@@ -78,7 +81,7 @@ def build(
     where = problem.device_type, problem.device_index
     outputs = [a for a in problem.args if a.is_output]
     allocators = [_lazy_allocator(adapters.result, a.dtype, *where) for a in outputs]
-    run, run_source = generate_run(
+    hot_path = (
         spec.name,
         params,
         ins,
@@ -90,8 +93,9 @@ def build(
         (problem.device_type, target.device),
         backend.synchronize,
         backend.name,
-        guard,
     )
+    run, run_source = generate_run(*hot_path, guard)
+    direct = run if guard is None else generate_run(*hot_path, None)[0]
     plan = LaunchPlan(
         kernel=spec.name,
         request=request,
@@ -100,6 +104,7 @@ def build(
         run=run,
         run_source=run_source,
         guarded=guard is not None,
+        direct=direct,
     )
     return _framework_run(plan, bound, guard)
 
@@ -110,7 +115,7 @@ def _framework_run(plan: LaunchPlan, bound: Bound, guard: Any) -> LaunchPlan:
     run = bound.adapters.result.run_for(plan, bound, guard)
     if run is plan.run:
         return plan
-    return replace(plan, run=run, run_source=f"# run: {run!r}; else\n{plan.run_source}")
+    return replace(plan, run=run, run_source=f"# run: {run!r}; else\n{plan.run_source}", direct=run)
 
 
 def _routes(spec: KernelSpec, bound: Bound, params: tuple[Param, ...]) -> tuple[list, list]:

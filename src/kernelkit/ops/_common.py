@@ -10,6 +10,7 @@ from typing import Any
 
 from .._bind import bind
 from .._errors import ArgumentError
+from .._key import MISS
 from .._records import KernelSpec, Problem
 from .._select.decide import decide, explain_selection
 from .._select.override import forced
@@ -17,7 +18,7 @@ from .._select.records import KernelChoice
 from .._select.registry import Op
 from .._select.select import Selection
 
-__all__ = ["OpRunner", "signature_of", "vec_width"]
+__all__ = ["OpRunner", "kernel_caller", "one_output_launch", "signature_of", "vec_width"]
 
 _ITEMSIZE = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
 
@@ -165,18 +166,44 @@ class OpRunner:
         return explain_selection(self.op, problem, target, backend)
 
 
+def kernel_caller(k: Any, kw: dict[str, Any]) -> Callable[[Any, Any, Any, Any], list[Any]]:
+    """``call(arrays, output_shapes, output_dtypes, outs)``: kernel ``k`` with the fixed keywords
+    ``kw`` (grid, threadgroup, template, shared_memory), allocating its outputs or writing into
+    ``outs``. It serves one op signature (``OpRunner``'s key fixes the arrays' types, dtypes,
+    shapes, strides and devices), so after its first call through ``k`` it calls the
+    specialization's hot path directly, without checking the arguments a second time."""
+    grid, group = kw["grid"], kw["threadgroup"]
+    template, smem = kw.get("template"), kw.get("shared_memory")
+    direct: dict[bool, Callable[..., Any]] = {}  # outs given? -> the plan's unchecked run
+
+    def call(arrays: Any, shapes: Any, dtypes: Any, outs: Any) -> list[Any]:
+        args = (arrays, shapes, dtypes, grid, group, template, None, None, outs, None, None,
+                smem)  # fmt: skip
+        run = direct.get(outs is None)
+        result = MISS if run is None else run(*args)
+        if result is MISS:  # the first call (or a framework route that declines this one)
+            result = k(arrays, shapes, dtypes, grid, group, template, out=outs,
+                       shared_memory=smem)  # fmt: skip
+            found = k.direct_run(args)
+            if found is not None:
+                direct[outs is None] = found
+        return result  # type: ignore[no-any-return]
+
+    return call
+
+
 def one_output_launch(
     k: Any, kw: dict[str, Any], shape: Any, output_dtype: Any
 ) -> Callable[[Any, Any], Any]:
-    """``launch(arrays, out)`` calling kernel ``k`` (one output) with the fixed keywords ``kw``:
-    into ``out``, or into a new array of ``shape`` and ``output_dtype``."""
-    allocate = {"output_shapes": [shape], "output_dtypes": [output_dtype]}
+    """``launch(arrays, out)`` calling kernel ``k`` (one output) with the fixed keywords ``kw``
+    (``kernel_caller``): into ``out``, or into a new array of ``shape`` and ``output_dtype``."""
+    call, shapes, dtypes = kernel_caller(k, kw), [shape], [output_dtype]
 
     def launch(arrays: Any, out: Any) -> Any:
         if out is not None:
-            k(arrays, out=[out], **kw)
+            call(arrays, None, None, [out])
             return out
-        return k(arrays, **kw, **allocate)[0]
+        return call(arrays, shapes, dtypes, None)[0]
 
     return launch
 

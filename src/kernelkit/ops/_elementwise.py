@@ -24,7 +24,7 @@ from .._select.records import Config, KernelChoice
 from .._select.registry import Implementation, Op
 from .._select.select import Selection
 from . import _rows
-from ._common import OpRunner, namespace, run_prepared, signature_of, vec_width
+from ._common import OpRunner, kernel_caller, namespace, run_prepared, signature_of, vec_width
 
 __all__ = ["Elementwise", "elementwise"]
 
@@ -300,27 +300,22 @@ class Elementwise:
             template.append(("VEC", widths.pop() if same else 1))
         else:
             template.append(("ND", len(shape)))
-        launch_kw = {
-            "grid": choice.grid,
-            "threadgroup": choice.config.threadgroup,
-            "template": template,
-        }
+        call = kernel_caller(
+            k, {"grid": choice.grid, "threadgroup": choice.config.threadgroup, "template": template}
+        )
         # the body reads y0_shape[0] on the flat path: it gets flat views
         new_shape = (n,) if flat else shape
-        allocate = {
-            "output_shapes": [new_shape] * len(self.outputs),
-            "output_dtypes": [output_dtype] * len(self.outputs),
-        }
+        shapes = [new_shape] * len(self.outputs)
+        dtypes = [output_dtype] * len(self.outputs)
         single = len(self.outputs) == 1
 
         def launch(arrays: Any, out: Any) -> Any:
             if flat:
                 arrays = [a if s else a.reshape(-1) for a, s in zip(arrays, scalars)]
             if out is not None:
-                outs = [o.reshape(-1) for o in out] if flat else list(out)
-                k(arrays, out=outs, **launch_kw)
+                call(arrays, None, None, [o.reshape(-1) for o in out] if flat else list(out))
                 return list(out)
-            results = k(arrays, **launch_kw, **allocate)
+            results = call(arrays, shapes, dtypes, None)
             if not flat:
                 return results
             return [results[0].reshape(shape)] if single else [r.reshape(shape) for r in results]

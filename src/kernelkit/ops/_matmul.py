@@ -36,7 +36,7 @@ from . import _matmul_kernels as K
 from . import _matmul_mma as MMA
 from . import _matmul_slab as SLAB
 from . import _matmul_wgmma as WG
-from ._common import OpRunner, empty, one_output_launch, run_prepared
+from ._common import OpRunner, empty, one_output_launch, run_prepared, signature_of
 
 __all__ = ["matmul"]
 
@@ -482,17 +482,43 @@ def matmul(
     return eager_matmul(a, b, bias, activation, transpose_b, out)
 
 
+_KNOWN: dict[Any, tuple] = {}  # argument signature -> what _prepare found for it
+
+
 def eager_matmul(
     a: Any, b: Any, bias: Any, activation: str | None, transpose_b: bool, out: Any
 ) -> Any:
-    """``matmul`` without the torch op (what the torch op runs)."""
-    x, lead, n, options = _prepare(a, b, bias, activation, transpose_b)
-    if out is not None and tuple(out.shape) != (*lead, n):
-        raise ArgumentError(f"[matmul] out must have shape {(*lead, n)}, got {tuple(out.shape)}")
+    """``matmul`` without the torch op (what the torch op runs). Arguments are validated once
+    per signature (frameworks, dtypes, shapes, strides, devices, options); a repeated call
+    reads only the pointers' alignment, which no signature holds."""
+    try:  # (1 == True: a transpose_b that is not a bool is never looked up, so it is refused)
+        sig = (signature_of(a), signature_of(b), signature_of(bias), activation, transpose_b,
+               None if out is None else signature_of(out))  # fmt: skip
+        known = _KNOWN.get(sig) if transpose_b.__class__ is bool else None
+    except TypeError:  # an unhashable argument: validation names it
+        sig, known = None, None
+    if known is None:
+        x, lead, n, options = _prepare(a, b, bias, activation, transpose_b)
+        if out is not None and tuple(out.shape) != (*lead, n):
+            raise ArgumentError(
+                f"[matmul] out must have shape {(*lead, n)}, got {tuple(out.shape)}"
+            )
+        known = (lead, n, x.shape[1], options, options["aligned16"] is not None)
+        if sig is not None:
+            if len(_KNOWN) > 4096:
+                _KNOWN.clear()
+            _KNOWN[sig] = known
+    lead, n, k, options, mma_dtype = known
+    x = a.reshape(-1, k) if len(lead) == 2 else a
     flat_out = out.reshape(-1, n) if out is not None and len(lead) == 2 else out
     if x.shape[0] == 0 or n == 0:  # no elements: nothing to launch
         return out if out is not None else empty(a, (*lead, n))
-    y = _RUNNER.run([x, b, bias], x.dtype, flat_out, options)
+    aligned = MMA.aligned16(x, b) if mma_dtype else None
+    if aligned != options["aligned16"]:
+        options = {**options, "aligned16": aligned}
+    y = _RUNNER.run(
+        [x, b, bias], x.dtype, flat_out, options, None if sig is None else (sig, aligned)
+    )
     if out is not None:
         return out
     return y.reshape(*lead, n) if len(lead) == 2 else y

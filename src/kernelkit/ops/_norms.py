@@ -9,6 +9,7 @@ from .._errors import ArgumentError
 from .._integrations import torch_route
 from .._select.select import Selection
 from . import _rows
+from ._common import signature_of
 from ._rowops import make_row_op
 
 __all__ = ["layer_norm", "rms_norm"]
@@ -47,6 +48,28 @@ def _check(name: str, x: Any, params: dict[str, Any], eps: Any) -> float:
     return float(eps)
 
 
+_CHECKED: set[Any] = set()  # argument signatures that passed _check
+
+
+def _checked(name: str, x: Any, params: dict[str, Any], eps: Any, out: Any) -> tuple[Any, Any]:
+    """(eps as a float, the arguments' signature for the runner, or None): ``_check`` once per
+    signature of x, the parameters and ``out``; a float ``eps`` is checked on every call."""
+    try:
+        sig = (signature_of(x), *[signature_of(p) for p in params.values()],
+               None if out is None else signature_of(out))  # fmt: skip
+        known = sig in _CHECKED
+    except TypeError:  # unhashable: _check names what is wrong
+        sig, known = None, False
+    if known and eps.__class__ is float and eps >= 0:
+        return eps, sig
+    eps = _check(name, x, params, eps)
+    if sig is not None:
+        if len(_CHECKED) > 4096:
+            _CHECKED.clear()
+        _CHECKED.add(sig)
+    return eps, sig
+
+
 def rms_norm(x: Any, weight: Any, eps: float = 1e-6, *, out: Any = None) -> Any:
     """``x / sqrt(mean(x**2, -1) + eps) * weight`` over the last dimension, in ``x``'s dtype
     (float16, bfloat16 or float32; statistics in float32).
@@ -59,10 +82,10 @@ def rms_norm(x: Any, weight: Any, eps: float = 1e-6, *, out: Any = None) -> Any:
         >>> bool(np.allclose(rms_norm(x, np.ones(2, np.float32), eps=0.0), x / np.sqrt(12.5)))
         True
     """
-    eps = _check("rms_norm", x, {"weight": weight}, eps)
+    eps, sig = _checked("rms_norm", x, {"weight": weight}, eps, out)
     if torch_route.wants(x, weight):  # torch.compile, autograd: torch.ops.kernelkit.rms_norm
         return torch_route.call("rms_norm", x, weight, eps, out=out)
-    return _RMS.run([x, weight, eps], x.dtype, out, {})
+    return _RMS.run([x, weight, eps], x.dtype, out, {}, sig)
 
 
 def eager_rms_norm(x: Any, weight: Any, eps: float, out: Any) -> Any:
@@ -73,10 +96,10 @@ def eager_rms_norm(x: Any, weight: Any, eps: float, out: Any) -> Any:
 def layer_norm(x: Any, weight: Any, bias: Any, eps: float = 1e-5, *, out: Any = None) -> Any:
     """``(x - mean) / sqrt(var + eps) * weight + bias`` over the last dimension (biased
     variance, as torch), in ``x``'s dtype; statistics in float32."""
-    eps = _check("layer_norm", x, {"weight": weight, "bias": bias}, eps)
+    eps, sig = _checked("layer_norm", x, {"weight": weight, "bias": bias}, eps, out)
     if torch_route.wants(x, weight, bias):  # torch.compile, autograd: the torch op
         return torch_route.call("layer_norm", x, weight, bias, eps, out=out)
-    return _LAYER.run([x, weight, bias, eps], x.dtype, out, {})
+    return _LAYER.run([x, weight, bias, eps], x.dtype, out, {}, sig)
 
 
 def eager_layer_norm(x: Any, weight: Any, bias: Any, eps: float, out: Any) -> Any:

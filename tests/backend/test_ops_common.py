@@ -1,0 +1,138 @@
+"""The built-in ops' repeated-call path (``ops._common``): after its first call, an op signature
+launches its kernel's hot path directly and validates nothing again; these tests check that a
+call whose arguments differ in any way the signature holds (dtype, shape, strides, out=, scalar
+values and types, pointer alignment) is still validated and computed as its own, on every
+backend and framework."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import kernelkit
+from kernelkit import ops
+from kernelkit._api import Kernel
+
+RNG = np.random.default_rng(5)
+
+
+def _rms(x, w, eps):
+    return x / np.sqrt((x**2).mean(-1, keepdims=True) + eps) * w
+
+
+def _rel(got, want):
+    return np.linalg.norm(got - want) / np.linalg.norm(want)
+
+
+def _calls_through_kernel(monkeypatch):
+    """A counter of calls that go through ``Kernel.__call__`` (the checked path)."""
+    calls = {"n": 0}
+    original = Kernel.__call__
+
+    def counting(self, *args, **kwargs):
+        calls["n"] += 1
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(Kernel, "__call__", counting)
+    return calls
+
+
+def test_repeated_op_calls_skip_the_kernel_check(arrays, monkeypatch):
+    x = arrays.put(RNG.standard_normal((5, 40)).astype(np.float32) + 0.5)
+    w = arrays.put(RNG.standard_normal(40).astype(np.float32))
+    ops.rms_norm(x, w, 1e-5)  # compiles, binds, decides
+    calls = _calls_through_kernel(monkeypatch)
+    for eps in (1e-5, 0.25, 3.0):  # a scalar's value is no part of the signature
+        y = arrays.get(ops.rms_norm(x, w, eps))
+        assert _rel(y, _rms(arrays.get(x), arrays.get(w), eps)) < 1e-5
+    assert calls["n"] == 0
+
+
+def test_a_new_signature_takes_its_own_specialization(arrays):
+    base = RNG.standard_normal((6, 64)).astype(np.float32) + 0.5
+    w = RNG.standard_normal(64).astype(np.float32)
+    ref = _rms(base, w, 1e-6)
+    for _ in range(2):
+        assert _rel(arrays.get(ops.rms_norm(arrays.put(base), arrays.put(w), 1e-6)), ref) < 1e-5
+    strided = arrays.put(np.repeat(base, 2, axis=1))[:, ::2]  # the same values, stride 2
+    for _ in range(2):
+        assert _rel(arrays.get(ops.rms_norm(strided, arrays.put(w), 1e-6)), ref) < 1e-5
+    half = arrays.put(base.astype(np.float16))
+    y = ops.rms_norm(half, arrays.put(w.astype(np.float16)), 1e-6)
+    assert str(y.dtype).endswith("float16")
+    assert _rel(arrays.get(y).astype(np.float64), ref) < 2e-3
+    out = arrays.put(np.full((6, 64), np.nan, np.float32))
+    for _ in range(2):
+        ops.rms_norm(arrays.put(base), arrays.put(w), 1e-6, out=out)
+        assert _rel(arrays.get(out), ref) < 1e-5
+
+
+@pytest.mark.parametrize("eps", [-1.0, math.nan, True, "1e-5", None])
+def test_a_bad_eps_is_refused_after_good_calls(arrays, eps):
+    x = arrays.put(RNG.standard_normal((3, 16)).astype(np.float32))
+    w = arrays.put(np.ones(16, np.float32))
+    ops.rms_norm(x, w, 1e-5)
+    with pytest.raises(kernelkit.ArgumentError, match="eps"):
+        ops.rms_norm(x, w, eps)
+    ops.rms_norm(x, w, 2)  # an int eps is taken as a float
+    y = arrays.get(ops.rms_norm(x, w, 1e-5))
+    assert _rel(y, _rms(arrays.get(x), 1.0, 1e-5)) < 1e-5
+
+
+def test_matmul_repeats_and_refuses_what_it_refused(arrays, monkeypatch):
+    a = RNG.standard_normal((3, 24)).astype(np.float32)
+    w = RNG.standard_normal((10, 24)).astype(np.float32)
+    ref = a.astype(np.float64) @ w.T.astype(np.float64)
+    xa, xw = arrays.put(a), arrays.put(w)
+    ops.matmul(xa, xw, transpose_b=True)
+    calls = _calls_through_kernel(monkeypatch)
+    for _ in range(3):
+        assert _rel(arrays.get(ops.matmul(xa, xw, transpose_b=True)), ref) < 1e-5
+    assert calls["n"] == 0
+    # 1 == True hashes alike: a transpose_b that is not a bool is refused, not looked up
+    with pytest.raises(kernelkit.ArgumentError, match="transpose_b"):
+        ops.matmul(xa, xw, transpose_b=1)
+    with pytest.raises(kernelkit.ArgumentError, match="activation"):
+        ops.matmul(xa, xw, transpose_b=True, activation="tanh")
+    with pytest.raises(kernelkit.ArgumentError, match="out must have shape"):
+        ops.matmul(xa, xw, transpose_b=True, out=arrays.put(np.zeros((3, 9), np.float32)))
+    out = arrays.put(np.full((3, 10), np.nan, np.float32))
+    for _ in range(2):
+        ops.matmul(xa, xw, transpose_b=True, out=out)
+        assert _rel(arrays.get(out), ref) < 1e-5
+    relu = np.maximum(ref, 0)
+    assert _rel(arrays.get(ops.matmul(xa, xw, transpose_b=True, activation="relu")), relu) < 1e-5
+
+
+def test_matmul_alignment_is_read_per_call(arrays):
+    """A view one element into its buffer has the signature of an aligned array: the kernels
+    that need 16-byte boundaries must still be refused for it, every time."""
+    buf = RNG.standard_normal(3 * 32 + 1).astype(np.float32)
+    w = RNG.standard_normal((8, 32)).astype(np.float32)
+    aligned = arrays.put(buf[:96].copy()).reshape(3, 32)
+    shifted = arrays.put(buf)[1:].reshape(3, 32)
+    xw = arrays.put(w)
+    for x, host in (
+        (aligned, buf[:96]),
+        (shifted, buf[1:]),
+        (aligned, buf[:96]),
+        (shifted, buf[1:]),
+    ):
+        want = host.reshape(3, 32).astype(np.float64) @ w.T.astype(np.float64)
+        assert _rel(arrays.get(ops.matmul(x, xw, transpose_b=True)), want) < 1e-5
+
+
+def test_elementwise_repeats_through_the_direct_path(arrays, monkeypatch):
+    f = ops.elementwise("y = a * b + 1")
+    a = RNG.standard_normal((4, 9)).astype(np.float32)
+    b = RNG.standard_normal((1, 9)).astype(np.float32)  # broadcast
+    xa, xb = arrays.put(a), arrays.put(b)
+    f(xa, xb)
+    calls = _calls_through_kernel(monkeypatch)
+    for _ in range(3):
+        assert _rel(arrays.get(f(xa, xb)), a * b + 1) < 1e-6
+    assert calls["n"] == 0
+    c = RNG.standard_normal((4, 9)).astype(np.float32)
+    assert _rel(arrays.get(f(xa, arrays.put(c))), a * c + 1) < 1e-6  # a new signature
