@@ -136,3 +136,91 @@ def test_elementwise_repeats_through_the_direct_path(arrays, monkeypatch):
     assert calls["n"] == 0
     c = RNG.standard_normal((4, 9)).astype(np.float32)
     assert _rel(arrays.get(f(xa, arrays.put(c))), a * c + 1) < 1e-6  # a new signature
+
+
+# --- bad input found by an independent review: each refused with a named argument -----------
+
+
+def test_out_of_the_wrong_shape_is_refused_by_the_row_ops(arrays):
+    x = arrays.put(RNG.standard_normal((4, 16)).astype(np.float32))
+    w = arrays.put(np.ones(16, np.float32))
+    for bad in ((1,), (2, 16), (64,), (4, 17)):  # (1,): 4 bytes for 64 floats (heap damage)
+        out = arrays.put(np.full(bad, np.nan, np.float32))
+        with pytest.raises(kernelkit.ArgumentError, match="out must have shape"):
+            ops.softmax(x, out=out)
+        with pytest.raises(kernelkit.ArgumentError, match="out must have shape"):
+            ops.rms_norm(x, w, 1e-6, out=out)
+        with pytest.raises(kernelkit.ArgumentError, match="out must have shape"):
+            ops.layer_norm(x, w, w, 1e-6, out=out)
+    out = arrays.put(np.full((4, 16), np.nan, np.float32))
+    ops.softmax(x, out=out)  # the next call works
+    assert np.allclose(arrays.get(out).sum(-1), 1.0, atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", ["int8", "int32", "int64", "bool", "float64"])
+def test_matmul_refuses_dtypes_it_does_not_compute(arrays, dtype):
+    if dtype == "float64" and arrays.use_torch is False and arrays.on_gpu:
+        pytest.skip("NumPy arrays run on the CPU backend only")
+    a = arrays.put(np.ones((2, 4), dtype))
+    with pytest.raises(
+        kernelkit.ArgumentTypeError, match=f"a must be float16, bfloat16 or float32, got {dtype}"
+    ):
+        ops.matmul(a, arrays.put(np.ones((4, 3), dtype)))
+
+
+def test_matmul_refuses_an_out_it_cannot_write_in_place(arrays):
+    a = RNG.standard_normal((2, 3, 4)).astype(np.float32)
+    b = RNG.standard_normal((4, 5)).astype(np.float32)
+    xa, xb = arrays.put(a), arrays.put(b)
+    base = arrays.put(np.full((3, 2, 5), np.nan, np.float32))
+    strided = base.permute(1, 0, 2) if hasattr(base, "permute") else base.transpose(1, 0, 2)
+    with pytest.raises(kernelkit.ArgumentError, match="3-D out must be row-contiguous"):
+        ops.matmul(xa, xb, out=strided)
+    sq = arrays.put(RNG.standard_normal((6, 6)).astype(np.float32))
+    with pytest.raises(kernelkit.ArgumentError, match="must not overlap"):
+        ops.matmul(sq, arrays.put(np.eye(6, dtype=np.float32)), out=sq)
+    out = arrays.put(np.full((2, 3, 5), np.nan, np.float32))
+    ops.matmul(xa, xb, out=out)  # the next call works
+    assert _rel(arrays.get(out), a.astype(np.float64) @ b) < 1e-5
+
+
+def test_ops_name_arguments_of_the_wrong_kind(arrays):
+    x = arrays.put(np.ones((2, 4), np.float32))
+    w = arrays.put(np.ones(4, np.float32))
+    cases = [
+        (lambda: ops.rms_norm(x, None, 1e-6), kernelkit.ArgumentTypeError, "weight must be an"),
+        (lambda: ops.rms_norm(x, 1.0, 1e-6), kernelkit.ArgumentTypeError, "weight must be an"),
+        (lambda: ops.layer_norm(x, w, None, 1e-5), kernelkit.ArgumentTypeError, "bias must be"),
+        (lambda: ops.rms_norm(x, arrays.put(np.arange(1, 5, dtype=np.int32)), 1e-6),
+         kernelkit.ArgumentTypeError, "weight must be float16"),
+        (lambda: ops.matmul(x, arrays.put(np.ones((4, 2), np.float32)), bias=1.0),
+         kernelkit.ArgumentTypeError, "bias must be an array"),
+        (lambda: ops.matmul(None, x), kernelkit.ArgumentTypeError, "a must be an array"),
+        (lambda: ops.softmax([[1.0, 2.0]]), kernelkit.ArgumentTypeError, "x must be an array"),
+        (lambda: ops.matmul(x, x, transpose_b=True, activation=["relu"]),
+         kernelkit.ArgumentError, "activation"),
+        (lambda: ops.rms_norm(x, w, 10**400), kernelkit.ArgumentError, "eps"),
+    ]  # fmt: skip
+    for call, error, match in cases:
+        with pytest.raises(error, match=match):
+            call()
+    y = arrays.get(ops.rms_norm(x, w, np.float32(1e-6)))  # a NumPy float is a float
+    assert np.allclose(y, 1.0, atol=1e-5)
+
+
+def test_big_endian_numpy_arrays_are_refused():
+    x = np.array([[1.0, 2.0, 3.0, 4.0]], ">f4")
+    with pytest.raises(kernelkit.ArgumentTypeError, match="non-native byte order"):
+        ops.softmax(x)
+    y = ops.softmax(x.astype(x.dtype.newbyteorder("=")))
+    assert np.allclose(y, np.exp(x - 4) / np.exp(x - 4).sum(), rtol=1e-6)
+
+
+def test_out_with_autograd_is_refused_as_torch_does():
+    torch = pytest.importorskip("torch")
+    x = torch.randn(2, 3, requires_grad=True)
+    with pytest.raises(kernelkit.ArgumentError, match="out= does not take part in autograd"):
+        ops.softmax(x, out=torch.empty(2, 3))
+    with torch.no_grad():
+        y = ops.softmax(x, out=torch.empty(2, 3))
+    assert torch.allclose(y, torch.softmax(x.detach(), -1), atol=1e-6)

@@ -37,6 +37,11 @@ class NumpyAdapter(Adapter):
     def info(self, x: Any, what: str) -> ArrayInfo:
         """NumPy-style arrays (NumPy, CuPy) keep strides in bytes; kernels get elements."""
         item = x.itemsize
+        if not x.dtype.isnative:  # kernels read the machine's byte order
+            raise ArgumentTypeError(
+                f"{what} has non-native byte order (dtype {x.dtype.str}); pass "
+                "x.astype(x.dtype.newbyteorder('='))"
+            )
         if any(s % item for s in x.strides):
             raise ArgumentError(f"{what} has strides {x.strides} not a multiple of its itemsize")
         device_type, device_index = self.device(x)

@@ -2,7 +2,7 @@
 
 The eager path is the fastest, but torch cannot see inside it: under ``torch.compile`` it would
 be a graph break, under autograd it has no gradient, and a fake tensor has no data. Those calls
-go through the op's ``torch.library`` registration (``torch_ops``). This module imports nothing:
+go through the op's ``torch.library`` registration (``torch_ops``). It imports no framework:
 a NumPy call pays one ``sys.modules`` lookup.
 """
 
@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import sys
 from typing import Any
+
+from .._errors import ArgumentError
 
 __all__ = ["call", "wants"]
 
@@ -35,7 +37,15 @@ def wants(*arrays: Any) -> bool:
 
 
 def call(name: str, *args: Any, out: Any = None) -> Any:
-    """Run built-in op ``name`` through its torch op (defined on first use)."""
+    """Run built-in op ``name`` through its torch op (defined on first use). Like torch's
+    own ops, an ``out=`` call refuses inputs that need a gradient (its result has none)."""
     from . import torch_ops
 
+    torch = sys.modules["torch"]
+    if out is not None and torch.is_grad_enabled():
+        if any(isinstance(a, torch.Tensor) and a.requires_grad for a in args):
+            raise ArgumentError(
+                f"[{name}] out= does not take part in autograd, and an input requires grad: "
+                "call without out= (or under torch.no_grad())"
+            )
     return torch_ops.OPS[name](*args, out=out)

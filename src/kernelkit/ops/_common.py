@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from .._bind import bind
-from .._errors import ArgumentError
+from .._errors import ArgumentError, ArgumentTypeError
 from .._key import MISS
 from .._records import KernelSpec, Problem
 from .._select.decide import decide, explain_selection
@@ -79,6 +79,8 @@ class OpRunner:
     op: Op
     spec: KernelSpec
     attrs: Callable[[Problem, dict[str, Any]], dict[str, Any]]
+    # the shape every out= array must have (checked once a signature), if the op checks none
+    out_shape: Callable[[Problem], tuple[int, ...]] | None = None
     _lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
     _bound: dict[Any, Any] = dataclasses.field(default_factory=dict)
     _ready: dict[Any, Any] = dataclasses.field(default_factory=dict)
@@ -98,6 +100,13 @@ class OpRunner:
             outs = None if out is None else list(out) if isinstance(out, list | tuple) else [out]
             dtypes = [output_dtype] * len(self.spec.output_names)
             b = bind(self.spec, list(inputs), dtypes, outs, None)
+            if outs is not None and self.out_shape is not None:
+                want = self.out_shape(b.problem)
+                for a in b.problem.args:
+                    if a.is_output and a.shape != want:
+                        raise ArgumentError(
+                            f"[{self.op.name}] out must have shape {want}, got {a.shape}"
+                        )
             attrs = self.attrs(b.problem, options)
             problem = dataclasses.replace(
                 b.problem, name=self.op.name, attrs=tuple(sorted(attrs.items()))
@@ -223,6 +232,8 @@ def run_prepared(
 def move_last(x: Any, dim: Any, name: str) -> tuple[Any, Callable[[Any], Any] | None]:
     """``x`` with ``dim`` moved last (a view), and how to move a result back (None: already
     last). Works for torch (movedim) and NumPy-style frameworks (moveaxis)."""
+    if not hasattr(x, "shape") or not hasattr(x, "dtype"):
+        raise ArgumentTypeError(f"[{name}] x must be an array, got {type(x).__name__}")
     ndim = len(x.shape)
     if isinstance(dim, bool) or not isinstance(dim, int) or not -ndim <= dim < max(ndim, 1):
         raise ArgumentError(f"[{name}] dim must be an int in [{-ndim}, {ndim}), got {dim!r}")

@@ -25,7 +25,8 @@ from collections.abc import Callable
 from typing import Any
 
 from .._api import kernel
-from .._errors import ArgumentError
+from .._arrays import adapter_for
+from .._errors import ArgumentError, ArgumentTypeError
 from .._integrations import torch_route
 from .._records import Problem, Target
 from .._select.records import Config, KernelChoice
@@ -418,8 +419,58 @@ def _attrs(problem: Problem, options: dict[str, Any]) -> dict[str, Any]:
 _RUNNER = OpRunner(OP, _GEMV.spec, _attrs)
 
 
+def _array(x: Any, what: str) -> str:
+    """``x``'s dtype name, after checking that it is an array matmul takes."""
+    if not hasattr(x, "shape") or not hasattr(x, "dtype"):
+        raise ArgumentTypeError(f"[matmul] {what} must be an array, got {type(x).__name__}")
+    dtype = str(x.dtype).split(".")[-1]
+    if dtype not in DTYPES:
+        raise ArgumentTypeError(
+            f"[matmul] {what} must be float16, bfloat16 or float32, got {dtype}"
+        )
+    return dtype
+
+
+def _row_contiguous(x: Any) -> bool:
+    if hasattr(x, "is_contiguous"):  # torch
+        return bool(x.is_contiguous())
+    flags = getattr(x, "flags", None)  # NumPy, CuPy (JAX arrays are always row-contiguous)
+    return flags is None or bool(flags.c_contiguous)
+
+
+def _span(x: Any) -> tuple[int, int]:
+    """(offset of the lowest, of one past the highest byte) of ``x``'s elements from its
+    pointer (strides may be negative)."""
+    info = adapter_for(x, "[matmul]").info(x, "[matmul]")
+    lo = hi = 0
+    for n, st in zip(info.shape, info.strides):
+        if n == 0:
+            return 0, 0
+        (lo, hi) = (lo + (n - 1) * st, hi) if st < 0 else (lo, hi + (n - 1) * st)
+    size = info.dtype.itemsize
+    return lo * size, (hi + 1) * size
+
+
+def _overlap(out: Any, spans: tuple, arrays: tuple) -> bool:
+    """Whether ``out``'s bytes meet any of ``arrays``' (spans from ``_span``, per signature;
+    the pointers are read per call)."""
+    (o_lo, o_hi), *rest = spans
+    base = adapter_for(out, "[matmul]").pointer(out)
+    for x, (lo, hi) in zip(arrays, rest):
+        if x is not None and hi > lo:
+            p = adapter_for(x, "[matmul]").pointer(x)
+            if p + lo < base + o_hi and base + o_lo < p + hi:
+                return True
+    return False
+
+
 def _prepare(a: Any, b: Any, bias: Any, activation: Any, transpose_b: Any) -> tuple:
-    if activation not in ACTIVATIONS:
+    dtype = _array(a, "a")
+    if _array(b, "b") != dtype:
+        raise ArgumentError(f"[matmul] a and b must have one dtype, got {a.dtype} and {b.dtype}")
+    if bias is not None:
+        _array(bias, "bias")
+    if not isinstance(activation, str | None) or activation not in ACTIVATIONS:
         raise ArgumentError(
             f"[matmul] activation must be one of {list(ACTIVATIONS)}, got {activation!r}"
         )
@@ -436,9 +487,6 @@ def _prepare(a: Any, b: Any, bias: Any, activation: Any, transpose_b: Any) -> tu
         raise ArgumentError(
             f"[matmul] a has K = {k} but b {tuple(b.shape)} as {layout} has K = {bk}"
         )
-    dtype = str(a.dtype).split(".")[-1]
-    if dtype != str(b.dtype).split(".")[-1]:
-        raise ArgumentError(f"[matmul] a and b must have one dtype, got {a.dtype} and {b.dtype}")
     if bias is not None and tuple(bias.shape) != (n,):
         raise ArgumentError(f"[matmul] bias must have shape ({n},), got {tuple(bias.shape)}")
     lead = tuple(a.shape[:-1])
@@ -499,16 +547,27 @@ def eager_matmul(
         sig, known = None, None
     if known is None:
         x, lead, n, options = _prepare(a, b, bias, activation, transpose_b)
-        if out is not None and tuple(out.shape) != (*lead, n):
-            raise ArgumentError(
-                f"[matmul] out must have shape {(*lead, n)}, got {tuple(out.shape)}"
-            )
-        known = (lead, n, x.shape[1], options, options["aligned16"] is not None)
+        spans = None
+        if out is not None:
+            if not hasattr(out, "shape") or tuple(out.shape) != (*lead, n):
+                got = tuple(out.shape) if hasattr(out, "shape") else type(out).__name__
+                raise ArgumentError(f"[matmul] out must have shape {(*lead, n)}, got {got}")
+            if len(lead) == 2 and not _row_contiguous(out):
+                raise ArgumentError(
+                    f"[matmul] a 3-D out must be row-contiguous (it is written as [{x.shape[0]}, "
+                    f"{n}]), got strides {_strides(out)}"
+                )
+            spans = tuple(_span(v) if v is not None else (0, 0) for v in (out, a, b, bias))
+        known = (lead, n, x.shape[1], options, options["aligned16"] is not None, spans)
         if sig is not None:
             if len(_KNOWN) > 4096:
                 _KNOWN.clear()
             _KNOWN[sig] = known
-    lead, n, k, options, mma_dtype = known
+    lead, n, k, options, mma_dtype, spans = known
+    if spans is not None and _overlap(out, spans, (a, b, bias)):
+        raise ArgumentError(
+            "[matmul] out must not overlap a, b or bias (it is written while they are read)"
+        )
     x = a.reshape(-1, k) if len(lead) == 2 else a
     flat_out = out.reshape(-1, n) if out is not None and len(lead) == 2 else out
     if x.shape[0] == 0 or n == 0:  # no elements: nothing to launch
@@ -522,6 +581,10 @@ def eager_matmul(
     if out is not None:
         return out
     return y.reshape(*lead, n) if len(lead) == 2 else y
+
+
+def _strides(x: Any) -> tuple:
+    return tuple(x.stride()) if hasattr(x, "stride") else tuple(getattr(x, "strides", ()))
 
 
 def _explain(

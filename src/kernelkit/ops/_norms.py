@@ -3,9 +3,11 @@ write of ``x`` when the row fits in registers."""
 
 from __future__ import annotations
 
+import math
+import numbers
 from typing import Any
 
-from .._errors import ArgumentError
+from .._errors import ArgumentError, ArgumentTypeError
 from .._integrations import torch_route
 from .._select.select import Selection
 from . import _rows
@@ -32,8 +34,21 @@ LAYER_OP, _LAYER = make_row_op(
 )
 
 
+_FLOATS = ("float16", "bfloat16", "float32")
+
+
 def _check(name: str, x: Any, params: dict[str, Any], eps: Any) -> float:
-    n = x.shape[-1] if len(x.shape) else None
+    for what, a in (("x", x), *params.items()):
+        if not hasattr(a, "shape") or not hasattr(a, "dtype"):
+            raise ArgumentTypeError(f"[{name}] {what} must be an array, got {type(a).__name__}")
+        dtype = str(a.dtype).split(".")[-1]
+        if dtype not in _FLOATS:
+            raise ArgumentTypeError(
+                f"[{name}] {what} must be float16, bfloat16 or float32, got {dtype}"
+            )
+    if len(x.shape) == 0:
+        raise ArgumentError(f"[{name}] x must have at least one dimension, got a 0-d array")
+    n = x.shape[-1]
     for pname, p in params.items():
         if tuple(p.shape) != (n,):
             raise ArgumentError(
@@ -43,9 +58,15 @@ def _check(name: str, x: Any, params: dict[str, Any], eps: Any) -> float:
     dtypes = {str(p.dtype) for p in params.values()}
     if len(dtypes) > 1:
         raise ArgumentError(f"[{name}] weight and bias must have one dtype, got {sorted(dtypes)}")
-    if isinstance(eps, bool) or not isinstance(eps, int | float) or not eps >= 0:
+    if isinstance(eps, bool) or not isinstance(eps, numbers.Real):
         raise ArgumentError(f"[{name}] eps must be a non-negative float, got {eps!r}")
-    return float(eps)
+    try:
+        value = float(eps)
+    except (OverflowError, ValueError):
+        value = math.nan
+    if not value >= 0 or math.isinf(value) and not math.isinf(eps):
+        raise ArgumentError(f"[{name}] eps must be a non-negative float, got {eps!r}")
+    return value
 
 
 _CHECKED: set[Any] = set()  # argument signatures that passed _check

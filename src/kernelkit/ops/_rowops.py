@@ -147,4 +147,4 @@ def make_row_op(
             rows *= d
         return {"rows": rows, "N": shape[-1], **options}
 
-    return op, OpRunner(op, k.spec, attrs)
+    return op, OpRunner(op, k.spec, attrs, out_shape=lambda p: p.arg("x").shape)
