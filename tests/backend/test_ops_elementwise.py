@@ -120,11 +120,52 @@ def test_half_dtypes_compute_in_float(arrays, dtype):
         ("y = y + 1", "both an input and an output"),
         ("y = ", "empty expression"),
         ("", "no 'out = expr'"),
+        # malformed expressions: refused here, not by the C++ compiler (CompileError) at the call
+        ("y = (a + b", r"unbalanced '\('"),
+        ("y = a + b)", r"unbalanced '\)' after 'b'"),
+        ("y = silu(a + b", r"unbalanced '\('"),
+        ("y = a +", "expected an operand after '\\+', got the end"),
+        ("y = a * / b", "expected an operand after '\\*', got '/'"),
+        ("y = a b", "operator between 'a' and 'b'"),
+        ("y = (a)(b)", r"operator between '\)' and '\('"),
+        ("y = 2 a", "operator between '2' and 'a'"),
+        ("y = a and b", "operator between 'a' and 'and'"),
+        ("y = a ** b", r"operator '\*\*' is not supported \(use pow"),
+        ("y = a % b", "operator '%' is not supported"),
+        ("y = a & b", "operator '&' is not supported"),
+        ("y = ~a", "operator '~' is not supported"),
+        ("y = a << 1", "operator '<<' is not supported"),
+        ("y = a = b", "operator '=' is not supported"),
+        ("y = a == b", "operator '==' is not supported"),
+        ("y = ++a", r"operator '\+\+' is not supported"),
+        ("y = a > b ? a : b", "operator '>' is not supported"),
+        ("y = a.x", r"operator '\.' is not supported"),
+        ("y = a[0]", r"operator '\[' is not supported"),
+        ("y = silu(a, b)", r"silu\(\) takes 1 argument, got 2"),
+        ("y = pow(a)", r"pow\(\) takes 2 arguments, got 1"),
+        ("y = max(a, b, 1)", r"max\(\) takes 2 arguments, got 3"),
+        ("y = fma(a, b)", r"fma\(\) takes 3 arguments, got 2"),
+        ("y = exp()", r"expected an operand after '\(', got '\)'"),
+        ("y = ()", r"expected an operand after '\(', got '\)'"),
+        # C's comma operator: a comma only separates a function's arguments
+        ("y = a, 3", "',' outside a function's arguments after 'a'"),
+        ("y = (a, 3)", "',' outside a function's arguments"),
+        ("y = silu((a, b))", "',' outside a function's arguments"),
+        # numbers are plain decimals (float32): no C hex, suffixes or malformed literals
+        ("y = a * 0x10", "number '0x10' is not a plain decimal"),
+        ("y = a * 1f", "number '1f' is not a plain decimal"),
+        ("y = a + 1u", "number '1u' is not a plain decimal"),
+        ("y = a + 2.5f", "number '2.5f' is not a plain decimal"),
+        ("y = a + 10L", "number '10L' is not a plain decimal"),
+        ("y = a + 1.2.3", "number '1.2.3' is not a plain decimal"),
+        ("y = a * 2e", "number '2e' is not a plain decimal"),
+        ("y = a * 1e39", "number '1e39' is out of float32's range"),
     ],
 )
 def test_bad_expressions_never_reach_the_source(expression, match):
-    with pytest.raises(kernelkit.ArgumentError, match=match):
+    with pytest.raises(kernelkit.ArgumentError, match=match) as info:
         ops.elementwise(expression)
+    assert str(info.value).startswith(f"[elementwise({expression!r})]")
 
 
 def test_bad_calls_name_the_problem_and_the_next_call_works(arrays):
@@ -143,3 +184,130 @@ def test_empty_inputs(arrays):
         a=arrays.put(np.zeros((0, 3), np.float32)), b=arrays.put(np.zeros((0, 3), np.float32))
     )
     assert tuple(y.shape) == (0, 3)
+
+
+def test_number_literals_are_float32_values_of_their_decimal_text(arrays):
+    """Literals were copied into the C++ source as they stood: ``1/2`` was C's integer division
+    (0), ``7/2`` was 3 and ``010`` octal 8."""
+    a = (RNG.uniform(0.5, 2.0, (3, 17)) * RNG.choice([-1, 1], (3, 17))).astype(np.float32)
+    ad = a.astype(np.float64)
+    cases = [
+        ("y = a * (1/2)", ad * 0.5),
+        ("y = a + 7/2", ad + 3.5),
+        ("y = a * 010", ad * 10),
+        ("y = a * 1.5e1 - .25 + 2. + 1E-1", ad * 15 - 0.25 + 2 + 0.1),
+        ("y = a / 3 + 0", ad / 3),
+        ("y = pow(a * a, 1/2) - 2/4 * -a", np.abs(ad) + 0.5 * ad),
+    ]
+    for expression, ref in cases:
+        out = arrays.full(a.shape, np.nan, np.float32)
+        ops.elementwise(expression)(arrays.put(a), out=out)
+        np.testing.assert_allclose(arrays.get(out), ref, rtol=2e-6, atol=1e-6, err_msg=expression)
+
+
+def test_valid_expressions_keep_working(arrays):
+    """What the checked grammar allows: unary signs, nested calls with their number of
+    arguments, parentheses, whitespace."""
+    a = RNG.uniform(0.5, 2.0, (5, 9)).astype(np.float32)
+    b = RNG.uniform(0.5, 2.0, (5, 9)).astype(np.float32)
+    ad, bd = a.astype(np.float64), b.astype(np.float64)
+    f = ops.elementwise(
+        "y = -a * -b + (+a - -b) / fma(a, b, 1)\n ; z = max(min(a, b), pow(sqrt(a), 2)) - (((b)))"
+    )
+    y, z = f(arrays.put(a), arrays.put(b))
+    np.testing.assert_allclose(arrays.get(y), ad * bd + (ad + bd) / (ad * bd + 1), rtol=1e-5)
+    np.testing.assert_allclose(
+        arrays.get(z), np.maximum(np.minimum(ad, bd), ad) - bd, rtol=1e-5, atol=1e-6
+    )
+
+
+def test_out_must_be_the_output_shape_dtype_and_row_contiguous(arrays):
+    """``out=`` was never checked against the broadcast shape: a larger out had the kernel read
+    past the ends of the inputs (garbage, or a crash), a smaller one was partly computed. Each
+    call's out is checked once per signature; nothing is written into a refused out."""
+    a = RNG.uniform(0.5, 2.0, (4, 8)).astype(np.float32)
+    b = RNG.uniform(0.5, 2.0, (1, 8)).astype(np.float32)
+    ref = a.astype(np.float64) + b
+    f = ops.elementwise("y = a + b")
+    da, db = arrays.put(a), arrays.put(b)
+    bad = [
+        (
+            np.full((8, 8), np.nan, np.float32),
+            r"out must have the output shape \(4, 8\), got \(8, 8\)",
+        ),
+        (np.full((2, 8), np.nan, np.float32), r"output shape \(4, 8\), got \(2, 8\)"),
+        (np.full((32,), np.nan, np.float32), r"output shape \(4, 8\), got \(32,\)"),
+        (np.full((1, 8), np.nan, np.float32), r"output shape \(4, 8\), got \(1, 8\)"),
+        (np.full((4, 8), np.nan, np.float64), "output dtype float32, got float64"),
+        (np.full((4, 16), np.nan, np.float32)[:, ::2], "out must be row-contiguous"),
+    ]
+    for _ in range(2):  # a refused signature is refused again (nothing cached for it)
+        for poisoned, match in bad:
+            out = arrays.put(poisoned)
+            with pytest.raises(kernelkit.ArgumentError, match="elementwise\\('y = a \\+ b'\\)"):
+                f(da, db, out=out)
+            with pytest.raises(kernelkit.ArgumentError, match=match):
+                f(da, db, out=out)
+            assert np.isnan(arrays.get(out)).all()
+    for _ in range(2):  # the right out works, first call and repeated
+        out = arrays.full((4, 8), np.nan, np.float32)
+        assert f(da, db, out=out) is out
+        np.testing.assert_allclose(arrays.get(out), ref, rtol=1e-6)
+    with pytest.raises(kernelkit.ArgumentError, match="output shape"):  # after a cached good call
+        f(da, db, out=arrays.full((8, 8), np.nan, np.float32))
+    two = ops.elementwise("y = a + b; z = a * b")
+    outs = [arrays.full((4, 8), np.nan, np.float32), arrays.full((4, 7), np.nan, np.float32)]
+    with pytest.raises(kernelkit.ArgumentError, match=r"out\[1\] \('z'\) must have the output"):
+        two(da, db, out=outs)
+    with pytest.raises(kernelkit.ArgumentError, match="out= needs 2 arrays, got 1"):
+        two(da, db, out=outs[:1])
+    with pytest.raises(kernelkit.ArgumentTypeError, match="out must be an array, got list"):
+        f(da, db, out=[[1.0]])
+
+
+def test_zero_d_arrays_broadcast_like_numpy(arrays):
+    """A 0-d array was routed as a by-value scalar while the kernel took its pointer: the
+    source did not compile. It broadcasts as a shape-() array does in NumPy."""
+    s = np.array(RNG.uniform(0.5, 2.0), np.float32)
+    t = np.array(RNG.uniform(-2.0, -0.5), np.float32)
+    b = RNG.uniform(0.5, 2.0, (3, 5)).astype(np.float32)
+    sd, td, bd = float(s), float(t), b.astype(np.float64)
+    f = ops.elementwise("y = a * 3 + c")
+    for _ in range(2):  # first call and repeated
+        y = f(arrays.put(s), 0.25)
+        assert tuple(y.shape) == ()
+        np.testing.assert_allclose(arrays.get(y), sd * 3 + 0.25, rtol=1e-6)
+        y = f(arrays.put(s), arrays.put(t))
+        assert tuple(y.shape) == ()
+        np.testing.assert_allclose(arrays.get(y), sd * 3 + td, rtol=1e-6)
+        y = f(arrays.put(s), arrays.put(b))  # 0-d with an array: broadcast to its shape
+        assert tuple(y.shape) == (3, 5)
+        np.testing.assert_allclose(arrays.get(y), sd * 3 + bd, rtol=1e-6)
+        y = f(arrays.put(b), arrays.put(t))
+        np.testing.assert_allclose(arrays.get(y), bd * 3 + td, rtol=1e-6)
+        out = arrays.full((), np.nan, np.float32)
+        assert f(arrays.put(s), arrays.put(t), out=out) is out
+        np.testing.assert_allclose(arrays.get(out), sd * 3 + td, rtol=1e-6)
+    with kernelkit.force(f.op, "strided"):
+        y = f(arrays.put(s), arrays.put(t))
+        np.testing.assert_allclose(arrays.get(y), sd * 3 + td, rtol=1e-6)
+
+
+def test_scalar_inputs_do_not_depend_on_earlier_calls(arrays):
+    """Whether an int is accepted (and its value) must not depend on what earlier calls
+    passed: the first call of a signature was converting ints to float, and a cached one not."""
+    a = RNG.uniform(0.5, 2.0, 6).astype(np.float32)
+    da = arrays.put(a)
+    for earlier in (None, 3, 2.5, True):
+        f = ops.elementwise("y = a * s")
+        if earlier is not None:
+            f(da, earlier)
+        for s in (2**40, -(2**31) - 5, 7, True, 2.0**-3):
+            np.testing.assert_allclose(arrays.get(f(da, s)), a * float(s), rtol=1e-6)
+        for huge in (10**400, -(2**1024)):
+            with pytest.raises(kernelkit.ArgumentError, match="input 's' .* too large for a float"):
+                f(da, huge)
+        for bad in (None, "3", 1 + 2j, [1.0]):
+            with pytest.raises(kernelkit.ArgumentTypeError, match="input 's' must be an array or"):
+                f(da, bad)
+        np.testing.assert_allclose(arrays.get(f(da, 3)), a * 3, rtol=1e-6)

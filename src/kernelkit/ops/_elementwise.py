@@ -1,12 +1,15 @@
 """``elementwise``: a fused kernel from a C expression over named inputs.
 
 ``elementwise("y = a * silu(b)")`` returns a callable ``f(a=..., b=...)``. The expression is
-checked token by token (names of inputs, an allowlisted set of math functions, numbers and
-operators; nothing else reaches the generated source), inputs are read as float and results
-written in the output dtype. Two implementations, chosen by the selection stage: ``flat`` when
-every array is contiguous with the output's shape (16-byte vector loads and stores where
-aligned, a grid-stride loop, 32-bit indexing when the size allows), ``strided`` otherwise
-(broadcasting of size-1 dims through stride-0 views, any layout).
+checked when the op is made, token by token and for its form (names of inputs, calls of an
+allowlisted set of math functions with their number of arguments, plain decimal numbers, the
+operators ``+ - * /`` and parentheses; nothing else reaches the generated source). Numbers are
+float32 values of their decimal text (``1/2`` is 0.5, not C's integer division), inputs are read
+as float (0-d arrays broadcast as in NumPy) and results written in the output dtype; ``out=``
+arrays must have the output's shape and dtype and be row-contiguous. Two implementations,
+chosen by the selection stage: ``flat`` when every array is contiguous with the output's shape
+(16-byte vector loads and stores where aligned, a grid-stride loop, 32-bit indexing when the size
+allows), ``strided`` otherwise (broadcasting of size-1 dims through stride-0 views, any layout).
 """
 
 from __future__ import annotations
@@ -48,53 +51,133 @@ HEADER = _rows.HEADER + "".join(
     f"__device__ __forceinline__ float kk_ew_{n}(float x) {{ return {body}; }}\n"
     for n, body in _OWN.items()
 )
+# Tokens: a number-like run (checked against _NUMBER afterwards, so ``0x10``, ``1f`` or ``1.2.3``
+# are refused whole rather than split), a name, an operator (C's multi-character ones whole, so an
+# error names ``**`` or ``==``, not half of it), or any other character (refused as unexpected).
 _TOKEN = re.compile(
-    r"\s*(?:(?P<num>(?:\d+\.\d*|\.\d+|\d+)(?:[eE][+-]?\d+)?f?)|(?P<name>[A-Za-z_]\w*)"
-    r"|(?P<op>[-+*/%()<>=!&|^?:,~]))"
+    r"\s*(?:(?P<num>(?:[0-9]|\.[0-9])(?:[A-Za-z0-9_.]|(?<=[eE])[-+])*)|(?P<name>[A-Za-z_]\w*)"
+    r"|(?P<op>\*\*|==|!=|<=|>=|<<|>>|&&|\|\||\+\+|--|->|[-+*/%()<>=!&|^?:,~.\[\]])"
+    r"|(?P<other>\S))"
 )
+_NUMBER = re.compile(r"(?P<int>[0-9]*)(?:\.(?P<frac>[0-9]*))?(?:[eE](?P<exp>[-+]?[0-9]+))?\Z")
+_FLOAT32_OVERFLOW = 2.0**128 - 2.0**103  # the smallest decimal value that rounds to inf
+_BINARY = frozenset("+-*/")
+_OPERATORS = _BINARY | frozenset("(),")
+_ARITY = {name: 1 for name in FUNCTIONS} | {"min": 2, "max": 2, "pow": 2, "fma": 3}
 _STATEMENT = re.compile(r"\s*([A-Za-z_]\w*)\s*=(?!=)(.*)\Z", re.S)
 _VEC_DTYPES = ("float16", "bfloat16", "float32")
 
 
+def _float_literal(text: str, where: str) -> str:
+    """``text`` (a plain decimal number) as a C float literal of its decimal value: ``1`` ->
+    ``1.0f`` (so ``1/2`` is 0.5, not C's integer division), ``010`` -> ``10.0f`` (not octal)."""
+    m = _NUMBER.match(text)
+    if m is None or not (m["int"] or m["frac"]):
+        raise ArgumentError(
+            f"{where} number {text!r} is not a plain decimal number (digits, an optional "
+            "fraction and exponent, no 0x prefix or f/u/l suffix); numbers are float32"
+        )
+    if float(text) >= _FLOAT32_OVERFLOW:
+        raise ArgumentError(f"{where} number {text!r} is out of float32's range")
+    if float(text) == 0.0:
+        return "0.0f"
+    digits = f"{m['int'].lstrip('0') or '0'}.{m['frac'] or '0'}"
+    return f"{digits}e{int(m['exp'])}f" if m["exp"] else f"{digits}f"
+
+
 def _translate(expr: str, inputs: dict[str, int], where: str) -> str:
-    """The expression as C++ over the float locals ``v0, v1, ...``; ArgumentError naming what
-    is not allowed. New names are added to ``inputs`` in order of first use."""
-    out, pos = [], 0
+    """The expression as C++ over the float locals ``v0, v1, ...``; ArgumentError (its message
+    starting with ``where``) naming what is not allowed. New names are added to ``inputs`` in
+    order of first use. The grammar: operands (numbers, input names, ``f(arg, ...)`` calls of
+    the functions in FUNCTIONS with their number of arguments, parenthesized expressions),
+    unary ``+ -`` before an operand, binary ``+ - * /`` between operands; a comma only
+    separates a call's arguments. C gives these the same precedence, so the checked tokens are
+    emitted as they stand."""
+    tokens: list[tuple[str, str]] = []  # (kind, text)
+    pos = 0
     while pos < len(expr):
         m = _TOKEN.match(expr, pos)
-        if m is None or m.end() == pos:
-            if expr[pos:].strip() == "":
-                break
+        if m is None:  # only whitespace is left
+            break
+        pos = m.end()
+        kind = m.lastgroup or "other"
+        if kind == "other":
             raise ArgumentError(
-                f"[elementwise] {where}: unexpected {expr[pos:].strip()[:20]!r}; an expression "
-                "may use input names, numbers, operators and the functions "
+                f"{where} unexpected {expr[m.start(kind) :].strip()[:20]!r}; an expression "
+                "may use input names, numbers, + - * / ( ) and the functions "
                 f"{', '.join(sorted(FUNCTIONS))}"
             )
-        pos = m.end()
-        if m["num"]:
-            num = m["num"]
-            out.append(num if num.endswith("f") or not re.search(r"[.eE]", num) else num + "f")
-        elif m["name"]:
-            name = m["name"]
-            following = expr[pos:].lstrip()[:1]
-            if following == "(":
-                if name not in FUNCTIONS:
+        tokens.append((kind, m[kind]))
+    if not tokens:
+        raise ArgumentError(f"{where} empty expression")
+    out: list[str] = []
+    stack: list[list[Any]] = []  # per open '(': [function name (None: a group), arguments seen]
+    operand = True  # an operand is expected next (else a binary operator, ')' or ',')
+    previous = "the start"
+    i = 0
+    while i < len(tokens):
+        kind, text = tokens[i]
+        if kind == "op" and text not in _OPERATORS:
+            hint = " (use pow(x, y))" if text == "**" else ""
+            raise ArgumentError(
+                f"{where} operator {text!r} is not supported{hint}; an expression may use "
+                "+ - * / and parentheses"
+            )
+        if operand:
+            if kind == "num":
+                out.append(_float_literal(text, where))
+                operand = False
+            elif kind == "name" and tokens[i + 1 : i + 2] == [("op", "(")]:
+                if text not in FUNCTIONS:
                     raise ArgumentError(
-                        f"[elementwise] {where}: unknown function {name!r}; known: "
-                        f"{', '.join(sorted(FUNCTIONS))}"
+                        f"{where} unknown function {text!r}; known: {', '.join(sorted(FUNCTIONS))}"
                     )
-                out.append(f"kk_ew_{name}" if name in _OWN else _MATH[name])
+                out += [f"kk_ew_{text}" if text in _OWN else _MATH[text], "("]
+                stack.append([text, 0])
+                i += 1  # its '(' is taken
+            elif kind == "name":
+                if text in FUNCTIONS:
+                    raise ArgumentError(f"{where} {text!r} is a function")
+                if text.startswith(("kk_", "__")):
+                    raise ArgumentError(f"{where} name {text!r} is reserved")
+                out.append(f"v{inputs.setdefault(text, len(inputs))}")
+                operand = False
+            elif text == "(":
+                stack.append([None, 0])
+                out.append(text)
+            elif text in ("+", "-"):
+                out.append(text)  # unary
             else:
-                if name in FUNCTIONS:
-                    raise ArgumentError(f"[elementwise] {where}: {name!r} is a function")
-                if name.startswith(("kk_", "__")):
-                    raise ArgumentError(f"[elementwise] {where}: name {name!r} is reserved")
-                index = inputs.setdefault(name, len(inputs))
-                out.append(f"v{index}")
+                raise ArgumentError(f"{where} expected an operand after {previous}, got {text!r}")
+        elif text in _BINARY:
+            out.append(text)
+            operand = True
+        elif text in (")", ","):
+            if not stack or (text == "," and stack[-1][0] is None):
+                what = "unbalanced ')'" if text == ")" else "',' outside a function's arguments"
+                raise ArgumentError(f"{where} {what} after {previous}")
+            name = stack[-1][0]
+            if name is not None:
+                stack[-1][1] += 1
+                n, want = stack[-1][1], _ARITY[name]
+                if n > want or (text == ")" and n < want):
+                    raise ArgumentError(
+                        f"{where} {name}() takes {want} argument{'s' if want > 1 else ''}, "
+                        f"got {n}{' or more' if text == ',' else ''}"
+                    )
+            if text == ")":
+                stack.pop()
+            else:
+                operand = True
+            out.append(text)
         else:
-            out.append(m["op"])
-    if not out:
-        raise ArgumentError(f"[elementwise] {where}: empty expression")
+            raise ArgumentError(f"{where} expected an operator between {previous} and {text!r}")
+        previous = repr(tokens[i][1])
+        i += 1
+    if operand:
+        raise ArgumentError(f"{where} expected an operand after {previous}, got the end")
+    if stack:
+        raise ArgumentError(f"{where} unbalanced '(': {len(stack)} not closed")
     return " ".join(out)
 
 
@@ -102,21 +185,22 @@ def _parse(text: str) -> tuple[list[str], dict[str, int], list[str]]:
     """(output names, input names -> index, C++ expressions) of ``"y = ...; z = ..."``."""
     if not isinstance(text, str):
         raise ArgumentTypeError(f"[elementwise] the expression must be a str, got {text!r}")
+    where = f"elementwise({text!r})"
     outputs, inputs, exprs = [], {}, []  # type: ignore[var-annotated]
     for i, stmt in enumerate(s for s in text.split(";") if s.strip()):
         m = _STATEMENT.match(stmt)
         if m is None:
-            raise ArgumentError(f"[elementwise] statement {i} {stmt.strip()!r} is not 'out = expr'")
+            raise ArgumentError(f"[{where}] statement {i} {stmt.strip()!r} is not 'out = expr'")
         name, expr = m.group(1), m.group(2)
         if name in outputs or name in FUNCTIONS:
-            raise ArgumentError(f"[elementwise] output {name!r} is assigned twice or is a function")
-        exprs.append(_translate(expr, inputs, f"{name} = ..."))
+            raise ArgumentError(f"[{where}] output {name!r} is assigned twice or is a function")
+        exprs.append(_translate(expr, inputs, f"[{where}] {name} = ...:"))
         outputs.append(name)
     if not outputs:
-        raise ArgumentError("[elementwise] no 'out = expr' statement in the expression")
+        raise ArgumentError(f"[{where}] no 'out = expr' statement in the expression")
     clash = set(outputs) & set(inputs)
     if clash:
-        raise ArgumentError(f"[elementwise] {sorted(clash)[0]!r} is both an input and an output")
+        raise ArgumentError(f"[{where}] {sorted(clash)[0]!r} is both an input and an output")
     return outputs, inputs, exprs
 
 
@@ -284,7 +368,9 @@ class Elementwise:
     ) -> Callable[[Any, Any], Any]:
         """``launch(arrays, out)`` for this choice and problem, everything else fixed here."""
         flat = choice.impl.endswith("/flat")
-        scalars = tuple(a.kind != "array" for a in problem.args)
+        # by-value scalars (Python numbers); a 0-d array ("scalar_array") is read through its
+        # pointer like any other array
+        scalars = tuple(a.kind == "scalar" for a in problem.args[: len(self.inputs)])
         k = self._kernel(flat, scalars)
         shape = problem.attr("shape")
         n = problem.attr("elements")
@@ -339,7 +425,23 @@ class Elementwise:
                     f"[{self}] inputs are {self.inputs}; missing {missing}, unexpected {extra}"
                 )
             values = [kwargs[n] for n in self.inputs]
-        arrays = [v for v in values if hasattr(v, "shape")]
+        arrays = []
+        for name, v in zip(self.inputs, values):
+            if hasattr(v, "shape"):
+                arrays.append(v)
+            elif not isinstance(v, int | float):
+                raise ArgumentTypeError(
+                    f"[{self}] input {name!r} must be an array or a real number, "
+                    f"got {type(v).__name__}"
+                )
+            elif isinstance(v, int) and v.bit_length() > 1000:
+                try:
+                    float(v)
+                except OverflowError:
+                    raise ArgumentError(
+                        f"[{self}] input {name!r} (an int of {v.bit_length()} bits) is too "
+                        "large for a float"
+                    ) from None
         if not arrays:
             raise ArgumentError(f"[{self}] at least one input must be an array")
         shape = _broadcast_shape([tuple(a.shape) for a in arrays], str(self))
@@ -353,7 +455,28 @@ class Elementwise:
         if out is not None:
             out = [out] if not isinstance(out, list | tuple) else list(out)
             if len(out) != len(self.outputs):
-                raise ArgumentError(f"[{self}] out= needs {len(self.outputs)} arrays")
+                raise ArgumentError(
+                    f"[{self}] out= needs {len(self.outputs)} arrays, got {len(out)}"
+                )
+            # the kernel writes each out as a row-contiguous array of the output's shape and
+            # dtype: anything else would be written past its end or only partly
+            for j, o in enumerate(out):
+                what = f"out[{j}] ({self.outputs[j]!r})" if len(out) > 1 else "out"
+                if not hasattr(o, "shape") or not hasattr(o, "dtype"):
+                    raise ArgumentTypeError(
+                        f"[{self}] {what} must be an array, got {type(o).__name__}"
+                    )
+                if tuple(o.shape) != shape:
+                    raise ArgumentError(
+                        f"[{self}] {what} must have the output shape {shape}, got {tuple(o.shape)}"
+                    )
+                if str(o.dtype).split(".")[-1] != dtype:
+                    raise ArgumentError(
+                        f"[{self}] {what} must have the output dtype {dtype}, got "
+                        f"{str(o.dtype).split('.')[-1]}"
+                    )
+                if not _contiguous(o):
+                    raise ArgumentError(f"[{self}] {what} must be row-contiguous")
         views = [_broadcast_to(v, shape) if hasattr(v, "shape") else float(v) for v in values]
         flat = all(
             not hasattr(v, "shape") or (_contiguous(v) and tuple(v.shape) == shape) for v in values
@@ -372,12 +495,16 @@ class Elementwise:
         when the expression has several."""
         values = args if args else tuple(kwargs.get(n) for n in self.inputs)
         outs = None if out is None else list(out) if isinstance(out, list | tuple) else [out]
-        sig = (
-            len(args),
-            tuple(kwargs),
-            tuple([signature_of(v) for v in values]),
-            None if outs is None else tuple([signature_of(o) for o in outs]),
-        )
+        try:
+            sig = (
+                len(args),
+                tuple(kwargs),
+                tuple([signature_of(v) for v in values]),
+                None if outs is None else tuple([signature_of(o) for o in outs]),
+            )
+        except AttributeError:  # not an array or a number: _bind_args says which
+            self._bind_args(args, kwargs, out)
+            raise
         known = self._known.get(sig) if len(kwargs) <= len(self.inputs) else None
         if known is None:  # validate, broadcast and describe once per argument signature
             views, dtype, options, outs = self._bind_args(args, kwargs, out)
@@ -389,7 +516,11 @@ class Elementwise:
         else:
             dtype, options, direct = known
             views = list(values) if direct else self._bind_args(args, kwargs, None)[0]
-        results = self._runner.run(views, dtype, outs, options, signature=sig)
+        try:
+            results = self._runner.run(views, dtype, outs, options, signature=sig)
+        except OverflowError:  # an int scalar too large for a float: the same error as above
+            self._bind_args(args, kwargs, out)
+            raise
         return results[0] if len(self.outputs) == 1 else results
 
     def explain(self, *args: Any, **kwargs: Any) -> Selection:
