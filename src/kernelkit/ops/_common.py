@@ -18,9 +18,27 @@ from .._select.records import KernelChoice
 from .._select.registry import Op
 from .._select.select import Selection
 
-__all__ = ["OpRunner", "kernel_caller", "one_output_launch", "signature_of", "vec_width"]
+__all__ = [
+    "OpRunner",
+    "float_array",
+    "kernel_caller",
+    "one_output_launch",
+    "signature_of",
+    "vec_width",
+]
 
 _ITEMSIZE = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
+
+
+def float_array(x: Any, op: str, what: str) -> str:
+    """``x``'s dtype name, after checking that it is an array of a dtype the ops compute in
+    (float16, bfloat16, float32); ArgumentTypeError naming ``what`` otherwise."""
+    if not hasattr(x, "shape") or not hasattr(x, "dtype"):
+        raise ArgumentTypeError(f"[{op}] {what} must be an array, got {type(x).__name__}")
+    dtype = str(x.dtype).split(".")[-1]
+    if dtype not in ("float16", "bfloat16", "float32"):
+        raise ArgumentTypeError(f"[{op}] {what} must be float16, bfloat16 or float32, got {dtype}")
+    return dtype
 
 
 def vec_width(dtype: str) -> int:

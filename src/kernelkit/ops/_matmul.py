@@ -26,7 +26,7 @@ from typing import Any
 
 from .._api import kernel
 from .._arrays import adapter_for
-from .._errors import ArgumentError, ArgumentTypeError
+from .._errors import ArgumentError
 from .._integrations import torch_route
 from .._records import Problem, Target
 from .._select.records import Config, KernelChoice
@@ -37,7 +37,14 @@ from . import _matmul_kernels as K
 from . import _matmul_mma as MMA
 from . import _matmul_slab as SLAB
 from . import _matmul_wgmma as WG
-from ._common import OpRunner, empty, one_output_launch, run_prepared, signature_of
+from ._common import (
+    OpRunner,
+    empty,
+    float_array,
+    one_output_launch,
+    run_prepared,
+    signature_of,
+)
 
 __all__ = ["matmul"]
 
@@ -419,18 +426,6 @@ def _attrs(problem: Problem, options: dict[str, Any]) -> dict[str, Any]:
 _RUNNER = OpRunner(OP, _GEMV.spec, _attrs)
 
 
-def _array(x: Any, what: str) -> str:
-    """``x``'s dtype name, after checking that it is an array matmul takes."""
-    if not hasattr(x, "shape") or not hasattr(x, "dtype"):
-        raise ArgumentTypeError(f"[matmul] {what} must be an array, got {type(x).__name__}")
-    dtype = str(x.dtype).split(".")[-1]
-    if dtype not in DTYPES:
-        raise ArgumentTypeError(
-            f"[matmul] {what} must be float16, bfloat16 or float32, got {dtype}"
-        )
-    return dtype
-
-
 def _row_contiguous(x: Any) -> bool:
     if hasattr(x, "is_contiguous"):  # torch
         return bool(x.is_contiguous())
@@ -465,11 +460,11 @@ def _overlap(out: Any, spans: tuple, arrays: tuple) -> bool:
 
 
 def _prepare(a: Any, b: Any, bias: Any, activation: Any, transpose_b: Any) -> tuple:
-    dtype = _array(a, "a")
-    if _array(b, "b") != dtype:
+    dtype = float_array(a, "matmul", "a")
+    if float_array(b, "matmul", "b") != dtype:
         raise ArgumentError(f"[matmul] a and b must have one dtype, got {a.dtype} and {b.dtype}")
     if bias is not None:
-        _array(bias, "bias")
+        float_array(bias, "matmul", "bias")
     if not isinstance(activation, str | None) or activation not in ACTIVATIONS:
         raise ArgumentError(
             f"[matmul] activation must be one of {list(ACTIVATIONS)}, got {activation!r}"

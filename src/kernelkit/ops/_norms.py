@@ -7,11 +7,11 @@ import math
 import numbers
 from typing import Any
 
-from .._errors import ArgumentError, ArgumentTypeError
+from .._errors import ArgumentError
 from .._integrations import torch_route
 from .._select.select import Selection
 from . import _rows
-from ._common import signature_of
+from ._common import float_array, signature_of
 from ._rowops import make_row_op
 
 __all__ = ["layer_norm", "rms_norm"]
@@ -34,18 +34,9 @@ LAYER_OP, _LAYER = make_row_op(
 )
 
 
-_FLOATS = ("float16", "bfloat16", "float32")
-
-
 def _check(name: str, x: Any, params: dict[str, Any], eps: Any) -> float:
     for what, a in (("x", x), *params.items()):
-        if not hasattr(a, "shape") or not hasattr(a, "dtype"):
-            raise ArgumentTypeError(f"[{name}] {what} must be an array, got {type(a).__name__}")
-        dtype = str(a.dtype).split(".")[-1]
-        if dtype not in _FLOATS:
-            raise ArgumentTypeError(
-                f"[{name}] {what} must be float16, bfloat16 or float32, got {dtype}"
-            )
+        float_array(a, name, what)
     if len(x.shape) == 0:
         raise ArgumentError(f"[{name}] x must have at least one dimension, got a 0-d array")
     n = x.shape[-1]
