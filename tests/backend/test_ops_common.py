@@ -224,3 +224,29 @@ def test_out_with_autograd_is_refused_as_torch_does():
     with torch.no_grad():
         y = ops.softmax(x, out=torch.empty(2, 3))
     assert torch.allclose(y, torch.softmax(x.detach(), -1), atol=1e-6)
+
+
+def test_explain_validates_like_the_call(arrays):
+    x = arrays.put(np.ones((2, 4), np.float32))
+    with pytest.raises(kernelkit.ArgumentError, match="weight must have shape"):
+        ops.rms_norm.explain(x, arrays.put(np.ones(3, np.float32)), 1e-6)
+    with pytest.raises(kernelkit.ArgumentError, match="eps"):
+        ops.layer_norm.explain(
+            x, arrays.put(np.ones(4, np.float32)), arrays.put(np.ones(4, np.float32)), "a"
+        )
+
+
+@pytest.mark.parametrize(
+    "sa, sb", [((3, 0), (0, 4)), ((2, 3, 0), (0, 4)), ((2, 3, 5), (5, 0)), ((0, 3, 5), (5, 4))]
+)
+def test_matmul_with_an_empty_dimension_runs_forward_and_backward(sa, sb):
+    torch = pytest.importorskip("torch")
+    a = torch.randn(*sa, dtype=torch.float64).float().requires_grad_()
+    b = torch.randn(*sb, dtype=torch.float64).float().requires_grad_()
+    y = ops.matmul(a, b)
+    (y * 2).sum().backward()
+    a2, b2 = a.detach().clone().requires_grad_(), b.detach().clone().requires_grad_()
+    y2 = a2 @ b2
+    (y2 * 2).sum().backward()
+    assert y.shape == y2.shape and torch.equal(y, y2)  # K = 0: zeros
+    assert torch.allclose(a.grad, a2.grad) and torch.allclose(b.grad, b2.grad)

@@ -155,7 +155,8 @@ def test_half_dtypes_compute_in_float(arrays, dtype):
         ("y = a * 0x10", "number '0x10' is not a plain decimal"),
         ("y = a * 1f", "number '1f' is not a plain decimal"),
         ("y = a + 1u", "number '1u' is not a plain decimal"),
-        ("y = a + 2.5f", "number '2.5f' is not a plain decimal"),
+        ("y = a + 2f", "number '2f' is not a plain decimal"),
+        ("y = a + 2.5ff", "number '2.5ff' is not a plain decimal"),
         ("y = a + 10L", "number '10L' is not a plain decimal"),
         ("y = a + 1.2.3", "number '1.2.3' is not a plain decimal"),
         ("y = a * 2e", "number '2e' is not a plain decimal"),
@@ -198,6 +199,7 @@ def test_number_literals_are_float32_values_of_their_decimal_text(arrays):
         ("y = a * 1.5e1 - .25 + 2. + 1E-1", ad * 15 - 0.25 + 2 + 0.1),
         ("y = a / 3 + 0", ad / 3),
         ("y = pow(a * a, 1/2) - 2/4 * -a", np.abs(ad) + 0.5 * ad),
+        ("y = a * 0.5f + 1e-1f - 2.F", ad * 0.5 + 0.1 - 2),  # CUDA's float literals
     ]
     for expression, ref in cases:
         out = arrays.full(a.shape, np.nan, np.float32)

@@ -258,3 +258,33 @@ def test_softmax_rows_with_minus_inf_and_large_values(arrays, dtype_name):
         assert (got[0, ::3] == 0).all() and got[1, 5] == 0
         np.testing.assert_allclose(got[ok], ref, atol=TOL[dtype_name], rtol=TOL[dtype_name])
         np.testing.assert_allclose(got[ok].sum(-1), 1.0, rtol=TOL[dtype_name] * 4)
+
+
+@pytest.mark.parametrize("dtype_name", ["float32", "float16", "bfloat16"])
+def test_softmax_rows_with_nan_or_plus_inf_are_nan(arrays, dtype_name):
+    """A row holding NaN or +inf is NaN everywhere (torch's softmax), whatever the row's length
+    and path: register rows, vector loops and element loops (unaligned lengths), with the NaN
+    or inf alone in its vector or beside -inf; the other rows are untouched."""
+    if dtype_name == "bfloat16" and not arrays.use_torch:
+        pytest.skip("bfloat16 through torch")
+    configs = ({"BLOCK": 32, "ITEMS": 2}, {"BLOCK": 32, "ITEMS": 0}, {"BLOCK": 64, "ITEMS": 0})
+    for n in (3, 8, 257, 1024):
+        for config in configs:
+            a = RNG.standard_normal((6, n))
+            a[0, n // 2] = np.nan
+            a[1, -1] = np.inf
+            a[2, :] = -np.inf
+            a[2, 0] = np.nan  # NaN among -inf: alone in its vector
+            a[3, :] = -np.inf
+            a[3, -1] = np.inf
+            a[4, 0] = np.nan
+            a[4, 1] = np.inf
+            forced = {**config, "ROWS": 1, "threadgroup": (config["BLOCK"],)}
+            try:
+                with force("softmax", "rows", forced):
+                    got = get(arrays, ops.softmax(put(arrays, a, dtype_name)))
+            except kernelkit.ArgumentError:  # a register config that cannot hold this row
+                continue
+            assert np.isnan(got[:5]).all(), (n, config, got[:5])
+            ref = _softmax(exact(arrays, a[5:], dtype_name))
+            np.testing.assert_allclose(got[5:], ref, atol=TOL[dtype_name], rtol=TOL[dtype_name])

@@ -9,6 +9,7 @@ so ``torch.compile`` traces forward and backward without a graph break.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -107,7 +108,9 @@ def _matmul_grad(
         else:  # gelu (erf)
             phi = torch.exp(-0.5 * z * z) * 0.3989422804014327
             g32 = g32 * (0.5 * (1 + torch.erf(z * 0.7071067811865476)) + z * phi)
-    flat_a, flat_g = a32.reshape(-1, a.shape[-1]), g32.reshape(-1, g32.shape[-1])
+    # explicit row counts: reshape(-1, 0) cannot infer rows when K or N is 0
+    rows = a32.numel() // a.shape[-1] if a.shape[-1] else math.prod(a.shape[:-1])
+    flat_a, flat_g = a32.reshape(rows, a.shape[-1]), g32.reshape(rows, g32.shape[-1])
     gw = flat_a.t() @ flat_g  # [K, N]
     grads = {
         "grad_a": (g32 @ w.t()).to(a.dtype),

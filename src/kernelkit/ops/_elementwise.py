@@ -59,7 +59,11 @@ _TOKEN = re.compile(
     r"|(?P<op>\*\*|==|!=|<=|>=|<<|>>|&&|\|\||\+\+|--|->|[-+*/%()<>=!&|^?:,~.\[\]])"
     r"|(?P<other>\S))"
 )
-_NUMBER = re.compile(r"(?P<int>[0-9]*)(?:\.(?P<frac>[0-9]*))?(?:[eE](?P<exp>[-+]?[0-9]+))?\Z")
+# an optional f suffix on a number with a point or an exponent (0.5f, 1e-3f: CUDA's float
+# literals, the same value); not on an integer (C has no 1f either)
+_NUMBER = re.compile(
+    r"(?P<int>[0-9]*)(?:\.(?P<frac>[0-9]*))?(?:[eE](?P<exp>[-+]?[0-9]+))?(?P<f>[fF])?\Z"
+)
 _FLOAT32_OVERFLOW = 2.0**128 - 2.0**103  # the smallest decimal value that rounds to inf
 _BINARY = frozenset("+-*/")
 _OPERATORS = _BINARY | frozenset("(),")
@@ -72,14 +76,18 @@ def _float_literal(text: str, where: str) -> str:
     """``text`` (a plain decimal number) as a C float literal of its decimal value: ``1`` ->
     ``1.0f`` (so ``1/2`` is 0.5, not C's integer division), ``010`` -> ``10.0f`` (not octal)."""
     m = _NUMBER.match(text)
+    if m is not None and m["f"] and "." not in text and m["exp"] is None:
+        m = None  # 1f
     if m is None or not (m["int"] or m["frac"]):
         raise ArgumentError(
             f"{where} number {text!r} is not a plain decimal number (digits, an optional "
-            "fraction and exponent, no 0x prefix or f/u/l suffix); numbers are float32"
+            "fraction and exponent, an f suffix only after those; no 0x prefix, no u/l "
+            "suffix); numbers are float32"
         )
-    if float(text) >= _FLOAT32_OVERFLOW:
+    value = float(text.rstrip("fF"))
+    if value >= _FLOAT32_OVERFLOW:
         raise ArgumentError(f"{where} number {text!r} is out of float32's range")
-    if float(text) == 0.0:
+    if value == 0.0:
         return "0.0f"
     digits = f"{m['int'].lstrip('0') or '0'}.{m['frac'] or '0'}"
     return f"{digits}e{int(m['exp'])}f" if m["exp"] else f"{digits}f"

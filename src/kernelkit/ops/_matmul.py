@@ -485,7 +485,8 @@ def _prepare(a: Any, b: Any, bias: Any, activation: Any, transpose_b: Any) -> tu
     if bias is not None and tuple(bias.shape) != (n,):
         raise ArgumentError(f"[matmul] bias must have shape ({n},), got {tuple(bias.shape)}")
     lead = tuple(a.shape[:-1])
-    x = a.reshape(-1, k) if len(a.shape) == 3 else a
+    # explicit rows: reshape(-1, 0) cannot infer them when K is 0
+    x = a.reshape(a.shape[0] * a.shape[1], k) if len(a.shape) == 3 else a
     options = {
         "transpose_b": transpose_b,
         "activation": activation,
@@ -563,8 +564,9 @@ def eager_matmul(
         raise ArgumentError(
             "[matmul] out must not overlap a, b or bias (it is written while they are read)"
         )
-    x = a.reshape(-1, k) if len(lead) == 2 else a
-    flat_out = out.reshape(-1, n) if out is not None and len(lead) == 2 else out
+    rows = lead[0] * lead[1] if len(lead) == 2 else 0
+    x = a.reshape(rows, k) if len(lead) == 2 else a
+    flat_out = out.reshape(rows, n) if out is not None and len(lead) == 2 else out
     if x.shape[0] == 0 or n == 0:  # no elements: nothing to launch
         return out if out is not None else empty(a, (*lead, n))
     aligned = MMA.aligned16(x, b) if mma_dtype else None

@@ -121,12 +121,14 @@ def eager_layer_norm(x: Any, weight: Any, bias: Any, eps: float, out: Any) -> An
 
 def _explain_rms_norm(x: Any, weight: Any, eps: float = 1e-6) -> Selection:
     """The choice ``rms_norm(x, weight, eps)`` makes, and why."""
-    return _RMS.explain([x, weight, float(eps)], x.dtype, None, {})
+    eps = _check("rms_norm", x, {"weight": weight}, eps)
+    return _RMS.explain([x, weight, eps], x.dtype, None, {})
 
 
 def _explain_layer_norm(x: Any, weight: Any, bias: Any, eps: float = 1e-5) -> Selection:
     """The choice ``layer_norm(x, weight, bias, eps)`` makes, and why."""
-    return _LAYER.explain([x, weight, bias, float(eps)], x.dtype, None, {})
+    eps = _check("layer_norm", x, {"weight": weight, "bias": bias}, eps)
+    return _LAYER.explain([x, weight, bias, eps], x.dtype, None, {})
 
 
 rms_norm.explain = _explain_rms_norm  # type: ignore[attr-defined]  # kernelkit.explain(op, ...)

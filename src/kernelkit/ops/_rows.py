@@ -156,11 +156,24 @@ if (n % kk_pack<T>::N == 0 && kk_aligned16(x) && kk_aligned16(y) EXTRA_ALIGN) {
 SOFTMAX = r"""
 constexpr float KK_L2E = 1.4426950408889634f;  // exp(x) = 2^(x log2 e)
 
+// max that returns NaN when either operand is NaN (fmaxf returns the other operand): a row
+// holding NaN or +inf gives NaN everywhere, as torch's softmax does, on every path.
+__device__ __forceinline__ float kk_max_nan(float a, float b) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  float r;
+  asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+  return r;
+#else
+  return a != a || b != b ? a + b : fmaxf(a, b);
+#endif
+}
+
 // Two partial softmax sums, s1 of exp(x - m1) and s2 of exp(x - m2), as one sum of exp(x - m)
 // for m = max(m1, m2): only the smaller part is rescaled (one exponential); a part with nothing
 // but -inf (m = -inf) adds nothing.
+// A NaN max stays NaN (the row's outputs are NaN, as in torch).
 __device__ __forceinline__ void kk_softmax_merge(float& m, float& s, float m2, float s2) {
-  const bool first = m >= m2;
+  const bool first = m >= m2 || m != m;
   const float hi = first ? m : m2, lo = first ? m2 : m;
   const float s_hi = first ? s : s2, s_lo = first ? s2 : s;
   s = lo == -INFINITY ? s_hi : s_hi + s_lo * kk_exp2((lo - hi) * KK_L2E);
@@ -208,8 +221,8 @@ __device__ void kk_softmax_row(const T* xr, T* yr, long long n, int t, float* re
     if (sizeof(T) == 4) {
       for (int it = 0; it < K; ++it) {
         float mi = kk_get<T>(v[it], 0);
-        for (int j = 1; j < VEC; ++j) mi = fmaxf(mi, kk_get<T>(v[it], j));
-        m = fmaxf(m, mi);
+        for (int j = 1; j < VEC; ++j) mi = kk_max_nan(mi, kk_get<T>(v[it], j));
+        m = kk_max_nan(m, mi);
       }
       const float ml = m == -INFINITY ? 0.0f : m;  // all -inf here: exp(-inf - 0) = 0
       for (int it = 0; it < K; ++it) {
@@ -224,7 +237,7 @@ __device__ void kk_softmax_row(const T* xr, T* yr, long long n, int t, float* re
     } else {
       for (int it = 0; it < K; ++it) {
         float mi = kk_get<T>(v[it], 0);
-        for (int j = 1; j < VEC; ++j) mi = fmaxf(mi, kk_get<T>(v[it], j));
+        for (int j = 1; j < VEC; ++j) mi = kk_max_nan(mi, kk_get<T>(v[it], j));
         if (mi == -INFINITY) continue;
         float si = 0.0f;
         for (int j = 0; j < VEC; ++j) si += kk_exp2((kk_get<T>(v[it], j) - mi) * KK_L2E);
@@ -233,9 +246,10 @@ __device__ void kk_softmax_row(const T* xr, T* yr, long long n, int t, float* re
     }
     float mb = m, sb = s;
     kk_softmax_reduce<BLOCK>(mb, sb, red);
+    if (mb == INFINITY) mb = NAN;  // exp(inf - inf): torch gives the row NaN
     // A row of nothing but -inf gives NaN, as torch does.
     const float inv = 1.0f / sb;
-    const float scale = mb == -INFINITY ? NAN
+    const float scale = mb == -INFINITY || mb != mb ? NAN
                         : m == -INFINITY ? 0.0f
                                          : kk_exp2((m - mb) * KK_L2E) * inv;
     kk_reconvert(v);
@@ -258,7 +272,7 @@ __device__ void kk_softmax_row(const T* xr, T* yr, long long n, int t, float* re
       kk_words v[1];
       kk_load_row<T, BLOCK, 1>(xr + c, (int)min(n - c, chunk), t, v, -INFINITY);
       float mv = -INFINITY;
-      for (int j = 0; j < VEC; ++j) mv = fmaxf(mv, kk_get<T>(v[0], j));
+      for (int j = 0; j < VEC; ++j) mv = kk_max_nan(mv, kk_get<T>(v[0], j));
       if (mv == -INFINITY) continue;  // nothing but -inf (or padding) in this vector
       float sv = 0.0f;
       for (int j = 0; j < VEC; ++j) sv += kk_exp2((kk_get<T>(v[0], j) - mv) * KK_L2E);
@@ -271,6 +285,7 @@ __device__ void kk_softmax_row(const T* xr, T* yr, long long n, int t, float* re
     }
   }
   kk_softmax_reduce<BLOCK>(m, s, red);
+  if (m == INFINITY) m = NAN;  // exp(inf - inf): torch gives the row NaN
   const float inv = 1.0f / s;  // a row of nothing but -inf: exp(NaN) * inf, NaN as in torch
   if (VECTOR) {
     for (long long c = 0; c < n; c += chunk) {
