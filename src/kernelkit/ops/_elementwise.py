@@ -14,7 +14,6 @@ allows), ``strided`` otherwise (broadcasting of size-1 dims through stride-0 vie
 
 from __future__ import annotations
 
-import re
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -28,188 +27,15 @@ from .._select.registry import Implementation, Op
 from .._select.select import Selection
 from . import _rows
 from ._common import OpRunner, kernel_caller, namespace, run_prepared, signature_of, vec_width
+from ._elementwise_parse import _OWN, _parse
 
 __all__ = ["Elementwise", "elementwise"]
 
-# Functions an expression may call (all take and return float). The first group are kernelkit's
-# own (defined in HEADER); the second are CUDA's float math, which both backends provide.
-_OWN = {
-    "silu": "x / (1.0f + expf(-x))",
-    "sigmoid": "1.0f / (1.0f + expf(-x))",
-    "relu": "fmaxf(x, 0.0f)",
-    "gelu": "0.5f * x * (1.0f + erff(x * 0.70710678118654752f))",
-    "gelu_tanh": "0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)))",
-}
-_MATH = {
-    "exp": "expf", "exp2": "exp2f", "log": "logf", "log2": "log2f", "log1p": "log1pf",
-    "sqrt": "sqrtf", "rsqrt": "rsqrtf", "tanh": "tanhf", "erf": "erff", "sin": "sinf",
-    "cos": "cosf", "abs": "fabsf", "floor": "floorf", "ceil": "ceilf", "min": "fminf",
-    "max": "fmaxf", "pow": "powf", "fma": "fmaf",
-}  # fmt: skip
-FUNCTIONS = frozenset(_OWN) | frozenset(_MATH)
 HEADER = _rows.HEADER + "".join(
     f"__device__ __forceinline__ float kk_ew_{n}(float x) {{ return {body}; }}\n"
     for n, body in _OWN.items()
 )
-# Tokens: a number-like run (checked against _NUMBER afterwards, so ``0x10``, ``1f`` or ``1.2.3``
-# are refused whole rather than split), a name, an operator (C's multi-character ones whole, so an
-# error names ``**`` or ``==``, not half of it), or any other character (refused as unexpected).
-_TOKEN = re.compile(
-    r"\s*(?:(?P<num>(?:[0-9]|\.[0-9])(?:[A-Za-z0-9_.]|(?<=[eE])[-+])*)|(?P<name>[A-Za-z_]\w*)"
-    r"|(?P<op>\*\*|==|!=|<=|>=|<<|>>|&&|\|\||\+\+|--|->|[-+*/%()<>=!&|^?:,~.\[\]])"
-    r"|(?P<other>\S))"
-)
-# an optional f suffix on a number with a point or an exponent (0.5f, 1e-3f: CUDA's float
-# literals, the same value); not on an integer (C has no 1f either)
-_NUMBER = re.compile(
-    r"(?P<int>[0-9]*)(?:\.(?P<frac>[0-9]*))?(?:[eE](?P<exp>[-+]?[0-9]+))?(?P<f>[fF])?\Z"
-)
-_FLOAT32_OVERFLOW = 2.0**128 - 2.0**103  # the smallest decimal value that rounds to inf
-_BINARY = frozenset("+-*/")
-_OPERATORS = _BINARY | frozenset("(),")
-_ARITY = {name: 1 for name in FUNCTIONS} | {"min": 2, "max": 2, "pow": 2, "fma": 3}
-_STATEMENT = re.compile(r"\s*([A-Za-z_]\w*)\s*=(?!=)(.*)\Z", re.S)
 _VEC_DTYPES = ("float16", "bfloat16", "float32")
-
-
-def _float_literal(text: str, where: str) -> str:
-    """``text`` (a plain decimal number) as a C float literal of its decimal value: ``1`` ->
-    ``1.0f`` (so ``1/2`` is 0.5, not C's integer division), ``010`` -> ``10.0f`` (not octal)."""
-    m = _NUMBER.match(text)
-    if m is not None and m["f"] and "." not in text and m["exp"] is None:
-        m = None  # 1f
-    if m is None or not (m["int"] or m["frac"]):
-        raise ArgumentError(
-            f"{where} number {text!r} is not a plain decimal number (digits, an optional "
-            "fraction and exponent, an f suffix only after those; no 0x prefix, no u/l "
-            "suffix); numbers are float32"
-        )
-    value = float(text.rstrip("fF"))
-    if value >= _FLOAT32_OVERFLOW:
-        raise ArgumentError(f"{where} number {text!r} is out of float32's range")
-    if value == 0.0:
-        return "0.0f"
-    digits = f"{m['int'].lstrip('0') or '0'}.{m['frac'] or '0'}"
-    return f"{digits}e{int(m['exp'])}f" if m["exp"] else f"{digits}f"
-
-
-def _translate(expr: str, inputs: dict[str, int], where: str) -> str:
-    """The expression as C++ over the float locals ``v0, v1, ...``; ArgumentError (its message
-    starting with ``where``) naming what is not allowed. New names are added to ``inputs`` in
-    order of first use. The grammar: operands (numbers, input names, ``f(arg, ...)`` calls of
-    the functions in FUNCTIONS with their number of arguments, parenthesized expressions),
-    unary ``+ -`` before an operand, binary ``+ - * /`` between operands; a comma only
-    separates a call's arguments. C gives these the same precedence, so the checked tokens are
-    emitted as they stand."""
-    tokens: list[tuple[str, str]] = []  # (kind, text)
-    pos = 0
-    while pos < len(expr):
-        m = _TOKEN.match(expr, pos)
-        if m is None:  # only whitespace is left
-            break
-        pos = m.end()
-        kind = m.lastgroup or "other"
-        if kind == "other":
-            raise ArgumentError(
-                f"{where} unexpected {expr[m.start(kind) :].strip()[:20]!r}; an expression "
-                "may use input names, numbers, + - * / ( ) and the functions "
-                f"{', '.join(sorted(FUNCTIONS))}"
-            )
-        tokens.append((kind, m[kind]))
-    if not tokens:
-        raise ArgumentError(f"{where} empty expression")
-    out: list[str] = []
-    stack: list[list[Any]] = []  # per open '(': [function name (None: a group), arguments seen]
-    operand = True  # an operand is expected next (else a binary operator, ')' or ',')
-    previous = "the start"
-    i = 0
-    while i < len(tokens):
-        kind, text = tokens[i]
-        if kind == "op" and text not in _OPERATORS:
-            hint = " (use pow(x, y))" if text == "**" else ""
-            raise ArgumentError(
-                f"{where} operator {text!r} is not supported{hint}; an expression may use "
-                "+ - * / and parentheses"
-            )
-        if operand:
-            if kind == "num":
-                out.append(_float_literal(text, where))
-                operand = False
-            elif kind == "name" and tokens[i + 1 : i + 2] == [("op", "(")]:
-                if text not in FUNCTIONS:
-                    raise ArgumentError(
-                        f"{where} unknown function {text!r}; known: {', '.join(sorted(FUNCTIONS))}"
-                    )
-                out += [f"kk_ew_{text}" if text in _OWN else _MATH[text], "("]
-                stack.append([text, 0])
-                i += 1  # its '(' is taken
-            elif kind == "name":
-                if text in FUNCTIONS:
-                    raise ArgumentError(f"{where} {text!r} is a function")
-                if text.startswith(("kk_", "__")):
-                    raise ArgumentError(f"{where} name {text!r} is reserved")
-                out.append(f"v{inputs.setdefault(text, len(inputs))}")
-                operand = False
-            elif text == "(":
-                stack.append([None, 0])
-                out.append(text)
-            elif text in ("+", "-"):
-                out.append(text)  # unary
-            else:
-                raise ArgumentError(f"{where} expected an operand after {previous}, got {text!r}")
-        elif text in _BINARY:
-            out.append(text)
-            operand = True
-        elif text in (")", ","):
-            if not stack or (text == "," and stack[-1][0] is None):
-                what = "unbalanced ')'" if text == ")" else "',' outside a function's arguments"
-                raise ArgumentError(f"{where} {what} after {previous}")
-            name = stack[-1][0]
-            if name is not None:
-                stack[-1][1] += 1
-                n, want = stack[-1][1], _ARITY[name]
-                if n > want or (text == ")" and n < want):
-                    raise ArgumentError(
-                        f"{where} {name}() takes {want} argument{'s' if want > 1 else ''}, "
-                        f"got {n}{' or more' if text == ',' else ''}"
-                    )
-            if text == ")":
-                stack.pop()
-            else:
-                operand = True
-            out.append(text)
-        else:
-            raise ArgumentError(f"{where} expected an operator between {previous} and {text!r}")
-        previous = repr(tokens[i][1])
-        i += 1
-    if operand:
-        raise ArgumentError(f"{where} expected an operand after {previous}, got the end")
-    if stack:
-        raise ArgumentError(f"{where} unbalanced '(': {len(stack)} not closed")
-    return " ".join(out)
-
-
-def _parse(text: str) -> tuple[list[str], dict[str, int], list[str]]:
-    """(output names, input names -> index, C++ expressions) of ``"y = ...; z = ..."``."""
-    if not isinstance(text, str):
-        raise ArgumentTypeError(f"[elementwise] the expression must be a str, got {text!r}")
-    where = f"elementwise({text!r})"
-    outputs, inputs, exprs = [], {}, []  # type: ignore[var-annotated]
-    for i, stmt in enumerate(s for s in text.split(";") if s.strip()):
-        m = _STATEMENT.match(stmt)
-        if m is None:
-            raise ArgumentError(f"[{where}] statement {i} {stmt.strip()!r} is not 'out = expr'")
-        name, expr = m.group(1), m.group(2)
-        if name in outputs or name in FUNCTIONS:
-            raise ArgumentError(f"[{where}] output {name!r} is assigned twice or is a function")
-        exprs.append(_translate(expr, inputs, f"[{where}] {name} = ...:"))
-        outputs.append(name)
-    if not outputs:
-        raise ArgumentError(f"[{where}] no 'out = expr' statement in the expression")
-    clash = set(outputs) & set(inputs)
-    if clash:
-        raise ArgumentError(f"[{where}] {sorted(clash)[0]!r} is both an input and an output")
-    return outputs, inputs, exprs
 
 
 def _body(n_in: int, exprs: list[str], scalars: Sequence[bool], flat: bool) -> str:

@@ -25,7 +25,6 @@ from collections.abc import Callable
 from typing import Any
 
 from .._api import kernel
-from .._arrays import adapter_for
 from .._errors import ArgumentError
 from .._integrations import torch_route
 from .._records import Problem, Target
@@ -40,15 +39,15 @@ from . import _matmul_wgmma as WG
 from ._common import (
     OpRunner,
     empty,
-    float_array,
     one_output_launch,
     run_prepared,
     signature_of,
 )
+from ._matmul_args import ACTIVATIONS, check_out, overlaps
+from ._matmul_args import prepare as _prepare
 
 __all__ = ["matmul"]
 
-ACTIVATIONS = {None: 0, "relu": 1, "silu": 2, "gelu": 3}
 DTYPES = ("float16", "bfloat16", "float32")
 GEMV_MAX_M = 16
 
@@ -426,79 +425,6 @@ def _attrs(problem: Problem, options: dict[str, Any]) -> dict[str, Any]:
 _RUNNER = OpRunner(OP, _GEMV.spec, _attrs)
 
 
-def _row_contiguous(x: Any) -> bool:
-    if hasattr(x, "is_contiguous"):  # torch
-        return bool(x.is_contiguous())
-    flags = getattr(x, "flags", None)  # NumPy, CuPy (JAX arrays are always row-contiguous)
-    return flags is None or bool(flags.c_contiguous)
-
-
-def _span(x: Any) -> tuple[int, int]:
-    """(offset of the lowest, of one past the highest byte) of ``x``'s elements from its
-    pointer (strides may be negative)."""
-    info = adapter_for(x, "[matmul]").info(x, "[matmul]")
-    lo = hi = 0
-    for n, st in zip(info.shape, info.strides):
-        if n == 0:
-            return 0, 0
-        (lo, hi) = (lo + (n - 1) * st, hi) if st < 0 else (lo, hi + (n - 1) * st)
-    size = info.dtype.itemsize
-    return lo * size, (hi + 1) * size
-
-
-def _overlap(out: Any, spans: tuple, arrays: tuple) -> bool:
-    """Whether ``out``'s bytes meet any of ``arrays``' (spans from ``_span``, per signature;
-    the pointers are read per call)."""
-    (o_lo, o_hi), *rest = spans
-    base = adapter_for(out, "[matmul]").pointer(out)
-    for x, (lo, hi) in zip(arrays, rest):
-        if x is not None and hi > lo:
-            p = adapter_for(x, "[matmul]").pointer(x)
-            if p + lo < base + o_hi and base + o_lo < p + hi:
-                return True
-    return False
-
-
-def _prepare(a: Any, b: Any, bias: Any, activation: Any, transpose_b: Any) -> tuple:
-    dtype = float_array(a, "matmul", "a")
-    if float_array(b, "matmul", "b") != dtype:
-        raise ArgumentError(f"[matmul] a and b must have one dtype, got {a.dtype} and {b.dtype}")
-    if bias is not None:
-        float_array(bias, "matmul", "bias")
-    if not isinstance(activation, str | None) or activation not in ACTIVATIONS:
-        raise ArgumentError(
-            f"[matmul] activation must be one of {list(ACTIVATIONS)}, got {activation!r}"
-        )
-    if not isinstance(transpose_b, bool):
-        raise ArgumentError(f"[matmul] transpose_b must be True or False, got {transpose_b!r}")
-    if len(b.shape) != 2:
-        raise ArgumentError(f"[matmul] b must be 2-D, got shape {tuple(b.shape)}")
-    if len(a.shape) not in (2, 3):
-        raise ArgumentError(f"[matmul] a must be 2-D or 3-D (batched), got shape {tuple(a.shape)}")
-    k = a.shape[-1]
-    bk, n = (b.shape[1], b.shape[0]) if transpose_b else (b.shape[0], b.shape[1])
-    if bk != k:
-        layout = "[N, K]" if transpose_b else "[K, N]"
-        raise ArgumentError(
-            f"[matmul] a has K = {k} but b {tuple(b.shape)} as {layout} has K = {bk}"
-        )
-    if bias is not None and tuple(bias.shape) != (n,):
-        raise ArgumentError(f"[matmul] bias must have shape ({n},), got {tuple(bias.shape)}")
-    lead = tuple(a.shape[:-1])
-    # explicit rows: reshape(-1, 0) cannot infer them when K is 0
-    x = a.reshape(a.shape[0] * a.shape[1], k) if len(a.shape) == 3 else a
-    options = {
-        "transpose_b": transpose_b,
-        "activation": activation,
-        "bias": None if bias is None else str(bias.dtype).split(".")[-1],
-        "framework": type(a).__module__.split(".")[0],
-        # mma's 16-byte copies: read per call (a view's offset is in no signature); None where
-        # mma cannot run anyway (other dtypes), so those calls read no pointers
-        "aligned16": MMA.aligned16(x, b) if dtype in MMA.MMA_DTYPES else None,
-    }
-    return x, lead, n, options
-
-
 def matmul(
     a: Any,
     b: Any,
@@ -543,24 +469,14 @@ def eager_matmul(
         sig, known = None, None
     if known is None:
         x, lead, n, options = _prepare(a, b, bias, activation, transpose_b)
-        spans = None
-        if out is not None:
-            if not hasattr(out, "shape") or tuple(out.shape) != (*lead, n):
-                got = tuple(out.shape) if hasattr(out, "shape") else type(out).__name__
-                raise ArgumentError(f"[matmul] out must have shape {(*lead, n)}, got {got}")
-            if len(lead) == 2 and not _row_contiguous(out):
-                raise ArgumentError(
-                    f"[matmul] a 3-D out must be row-contiguous (it is written as [{x.shape[0]}, "
-                    f"{n}]), got strides {_strides(out)}"
-                )
-            spans = tuple(_span(v) if v is not None else (0, 0) for v in (out, a, b, bias))
+        spans = None if out is None else check_out(out, (*lead, n), a, b, bias)
         known = (lead, n, x.shape[1], options, options["aligned16"] is not None, spans)
         if sig is not None:
             if len(_KNOWN) > 4096:
                 _KNOWN.clear()
             _KNOWN[sig] = known
     lead, n, k, options, mma_dtype, spans = known
-    if spans is not None and _overlap(out, spans, (a, b, bias)):
+    if spans is not None and overlaps(out, spans, (a, b, bias)):
         raise ArgumentError(
             "[matmul] out must not overlap a, b or bias (it is written while they are read)"
         )
@@ -578,10 +494,6 @@ def eager_matmul(
     if out is not None:
         return out
     return y.reshape(*lead, n) if len(lead) == 2 else y
-
-
-def _strides(x: Any) -> tuple:
-    return tuple(x.stride()) if hasattr(x, "stride") else tuple(getattr(x, "strides", ()))
 
 
 def _explain(
