@@ -177,7 +177,7 @@ def test_matmul_refuses_an_out_it_cannot_write_in_place(arrays):
     with pytest.raises(kernelkit.ArgumentError, match="3-D out must be row-contiguous"):
         ops.matmul(xa, xb, out=strided)
     sq = arrays.put(RNG.standard_normal((6, 6)).astype(np.float32))
-    with pytest.raises(kernelkit.ArgumentError, match="must not overlap"):
+    with pytest.raises(kernelkit.ArgumentError, match="out= overlaps input .a."):
         ops.matmul(sq, arrays.put(np.eye(6, dtype=np.float32)), out=sq)
     out = arrays.put(np.full((2, 3, 5), np.nan, np.float32))
     ops.matmul(xa, xb, out=out)  # the next call works
@@ -250,3 +250,102 @@ def test_matmul_with_an_empty_dimension_runs_forward_and_backward(sa, sb):
     (y2 * 2).sum().backward()
     assert y.shape == y2.shape and torch.equal(y, y2)  # K = 0: zeros
     assert torch.allclose(a.grad, a2.grad) and torch.allclose(b.grad, b2.grad)
+
+
+# --- a second review: signatures, overlaps, JAX namespaces, gradients ---------------------------
+
+
+def test_a_meta_tensor_after_a_cpu_tensor_is_refused_not_run():
+    """get_device() is -1 for both: the op signature must still tell them apart (the meta
+    call ran the CPU call's kernel on a tensor with no data: a segfault)."""
+    torch = pytest.importorskip("torch")
+    for call in (
+        lambda d: ops.softmax(torch.randn(4, 64, device=d)),
+        lambda d: ops.rms_norm(torch.randn(4, 64, device=d), torch.ones(64, device=d), 1e-6),
+        lambda d: ops.matmul(torch.randn(3, 8, device=d), torch.randn(8, 5, device=d)),
+    ):
+        call("cpu")
+        with pytest.raises(kernelkit.ArgumentTypeError, match="meta"):
+            call("meta")
+        call("cpu")
+
+
+def test_sparse_tensors_are_refused_by_kernels_and_ops():
+    torch = pytest.importorskip("torch")
+    k = kernelkit.kernel(
+        "ops_common_copy", ["x"], ["y"], "if (threadIdx.x < 8) y[threadIdx.x] = x[threadIdx.x];"
+    )
+    x = torch.ones(8)
+    geo = {
+        "grid": (8, 1, 1),
+        "threadgroup": (8, 1, 1),
+        "output_shapes": [(8,)],
+        "output_dtypes": [x.dtype],
+    }
+    k([x], **geo)
+    with pytest.raises(kernelkit.ArgumentTypeError, match="dense"):
+        k([x.to_sparse()], **geo)
+    with pytest.raises(kernelkit.ArgumentTypeError, match="dense"):
+        ops.softmax(torch.ones(2, 4).to_sparse())
+    assert torch.equal(k([x], **geo)[0], x)
+
+
+def test_out_overlapping_an_input_is_refused_unless_it_is_the_input(arrays):
+    buf = arrays.put(RNG.standard_normal((9, 64)).astype(np.float32))
+    with pytest.raises(kernelkit.ArgumentError, match="out= overlaps input 'x'"):
+        ops.softmax(buf[:8], out=buf[1:])
+    w = arrays.put(np.ones(64, np.float32))
+    with pytest.raises(kernelkit.ArgumentError, match="out= overlaps input 'x'"):
+        ops.rms_norm(buf[:8], w, 1e-6, out=buf[1:])
+    f = ops.elementwise("y = a * 2")
+    flat = arrays.put(RNG.standard_normal(1001).astype(np.float32))
+    with pytest.raises(kernelkit.ArgumentError, match="out= overlaps input 'a'"):
+        f(a=flat[:1000], out=flat[1:])
+    g = ops.elementwise("y = a + b")
+    o = arrays.put(RNG.standard_normal((4, 8)).astype(np.float32))
+    with pytest.raises(kernelkit.ArgumentError, match="out= overlaps input 'b'"):
+        g(a=o, b=o[0], out=o)  # b broadcast from a row of out
+    # exactly in place: each element is read before it is written
+    x = RNG.standard_normal((8, 64)).astype(np.float32)
+    e = np.exp(x - x.max(-1, keepdims=True))
+    xd = arrays.put(x.copy())
+    ops.softmax(xd, out=xd)
+    assert _rel(arrays.get(xd), e / e.sum(-1, keepdims=True)) < 1e-5
+    f(a=flat, out=flat)
+    with pytest.raises(kernelkit.ArgumentError, match="out= overlaps input 'a'"):
+        sq = arrays.put(RNG.standard_normal((6, 6)).astype(np.float32))
+        ops.matmul(sq, arrays.put(np.eye(6, dtype=np.float32)), out=sq)  # never in place
+
+
+def test_jax_arrays_take_every_path():
+    jnp = pytest.importorskip("jax.numpy")
+    x = RNG.standard_normal((4, 37)).astype(np.float32)
+    got = np.asarray(ops.softmax(jnp.asarray(x), dim=0))  # moveaxis
+    e = np.exp(x - x.max(0, keepdims=True))
+    assert _rel(got, e / e.sum(0, keepdims=True)) < 1e-5
+    f = ops.elementwise("y = a + b")
+    got = np.asarray(f(a=jnp.asarray(x), b=jnp.asarray(x[0])))  # broadcast_to
+    assert _rel(got, x + x[0]) < 1e-6
+    assert ops.softmax(jnp.zeros((0, 5), jnp.float32)).shape == (0, 5)  # empty
+
+
+def test_elementwise_refuses_inputs_that_need_a_gradient():
+    torch = pytest.importorskip("torch")
+    f = ops.elementwise("y = a * a")
+    x = torch.randn(8, requires_grad=True)
+    with pytest.raises(kernelkit.ArgumentError, match="no gradient"):
+        f(a=x)
+    with torch.no_grad():
+        assert torch.allclose(f(a=x), x.detach() ** 2)
+    assert torch.allclose(f(a=x.detach()), x.detach() ** 2)
+
+
+def test_softmax_dim_and_rank_errors():
+    torch = pytest.importorskip("torch")
+    x = torch.randn(2, 3, requires_grad=True)  # the torch op's path validates too
+    with pytest.raises(kernelkit.ArgumentError, match="dim must be an int"):
+        ops.softmax(x, dim=3)
+    with pytest.raises(kernelkit.ArgumentError, match="at least one dimension"):
+        ops.softmax(np.float32(1.0) * np.ones((), np.float32))
+    y = ops.softmax(np.ones((2, 3), np.float32), dim=np.int64(0))  # a NumPy int is an int
+    assert np.allclose(y, 0.5)

@@ -34,9 +34,21 @@ _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
 class TorchAdapter(Adapter):
     framework = "torch"
     # get_device() is -1 for CPU, meta and other non-CUDA tensors alike: is_cuda/is_cpu tell
-    key_fields = ("{x}.dtype", "{x}.get_device()", "{x}.dim() == 0", ("{x}.is_cuda", "{x}.is_cpu"))
+    # the layout: a sparse tensor has dtype and device too, but no strides or data pointer
+    key_fields = (
+        "{x}.dtype",
+        "{x}.get_device()",
+        "{x}.dim() == 0",
+        ("{x}.is_cuda", "{x}.is_cpu"),
+        "{x}.layout",
+    )
 
     def info(self, x: torch.Tensor, what: str) -> ArrayInfo:
+        if x.layout is not torch.strided:
+            raise ArgumentTypeError(
+                f"{what} is a {x.layout} torch tensor; kernels take dense (strided) tensors: "
+                "pass x.to_dense()"
+            )
         dev = x.device
         if dev.type == "cuda":
             dtype_ = DLPACK_CUDA

@@ -13,7 +13,7 @@ from typing import Any
 
 from .._errors import ArgumentError
 
-__all__ = ["call", "wants"]
+__all__ = ["call", "needs_grad", "wants"]
 
 
 def wants(*arrays: Any) -> bool:
@@ -34,6 +34,15 @@ def wants(*arrays: Any) -> bool:
             if grad and a.requires_grad:
                 return True
     return False
+
+
+def needs_grad(arrays: Any) -> bool:
+    """True when autograd is on and one of ``arrays`` is a torch tensor that requires grad
+    (for ops without a gradient, which must refuse such calls rather than drop it)."""
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.is_grad_enabled():
+        return False
+    return any(isinstance(a, torch.Tensor) and a.requires_grad for a in arrays)
 
 
 def call(name: str, *args: Any, out: Any = None) -> Any:

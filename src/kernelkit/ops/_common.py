@@ -4,10 +4,12 @@ stage, and carry the choice out with a kernelkit kernel. Nothing here is op-spec
 from __future__ import annotations
 
 import dataclasses
+import numbers
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from .._arrays import adapter_for
 from .._bind import bind
 from .._errors import ArgumentError, ArgumentTypeError
 from .._key import MISS
@@ -47,7 +49,8 @@ def vec_width(dtype: str) -> int:
 
 
 def _torch_signature(x: Any) -> Any:
-    return (x.__class__, x.dtype, x.shape, x.stride(), x.get_device(), x.is_cuda)
+    # get_device() is -1 for CPU and meta tensors alike: is_cuda and is_cpu tell them apart
+    return (x.__class__, x.dtype, x.shape, x.stride(), x.get_device(), x.is_cuda, x.is_cpu)
 
 
 def _numpy_signature(x: Any) -> Any:
@@ -78,7 +81,10 @@ def signature_of(x: Any) -> Any:
         else:
             fn = _generic_signature
         _SIGNATURES[x.__class__] = fn
-    return fn(x)
+    try:
+        return fn(x)
+    except Exception as e:  # noqa: BLE001 - a list, a sparse tensor: validation names it
+        raise TypeError(f"no signature for a {type(x).__name__}") from e
 
 
 def _out_signature(out: Any) -> Any:
@@ -99,6 +105,10 @@ class OpRunner:
     attrs: Callable[[Problem, dict[str, Any]], dict[str, Any]]
     # the shape every out= array must have (checked once a signature), if the op checks none
     out_shape: Callable[[Problem], tuple[int, ...]] | None = None
+    # whether out= may be an input itself (the same memory and layout: each element is read
+    # before it is written by the same thread); a partial overlap is always refused
+    in_place: bool = True
+    names: tuple[str, ...] = ()  # the inputs as the op's caller names them (default: spec's)
     _lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
     _bound: dict[Any, Any] = dataclasses.field(default_factory=dict)
     _ready: dict[Any, Any] = dataclasses.field(default_factory=dict)
@@ -107,13 +117,16 @@ class OpRunner:
         self, inputs: Sequence[Any], output_dtype: Any, out: Any, options: dict[str, Any]
     ) -> tuple[Problem, Any, Any]:
         """(problem, target, backend) for these arguments, bound once per signature."""
-        key = (
-            tuple(signature_of(x) for x in inputs),
-            _out_signature(out),
-            str(output_dtype),
-            tuple(sorted(options.items())),
-        )
-        found = self._bound.get(key)
+        try:
+            key: Any = (
+                tuple(signature_of(x) for x in inputs),
+                _out_signature(out),
+                str(output_dtype),
+                tuple(sorted(options.items())),
+            )
+        except TypeError:  # not arrays: bind names what is wrong
+            key = None
+        found = None if key is None else self._bound.get(key)
         if found is None:
             outs = None if out is None else list(out) if isinstance(out, list | tuple) else [out]
             dtypes = [output_dtype] * len(self.spec.output_names)
@@ -130,6 +143,8 @@ class OpRunner:
                 b.problem, name=self.op.name, attrs=tuple(sorted(attrs.items()))
             )
             found = (problem, b.target, b.backend)
+            if key is None:
+                return found
             with self._lock:
                 if len(self._bound) > 4096:
                     self._bound.clear()
@@ -155,23 +170,50 @@ class OpRunner:
         op forgets its decisions (tuning, imports). ``signature``: the caller's own signature
         of these arguments when it already has one that fixes dtype and options too."""
         if signature is None:
-            signature = (
-                tuple([signature_of(x) for x in inputs]),
-                _out_signature(out),
-                output_dtype,
-                tuple(options.items()) if options else (),
-            )
+            try:
+                signature = (
+                    tuple([signature_of(x) for x in inputs]),
+                    _out_signature(out),
+                    output_dtype,
+                    tuple(options.items()) if options else (),
+                )
+            except TypeError:  # no signature: validated (and refused) without caching
+                problem, choice = self.choose(inputs, output_dtype, out, options)
+                return self._launcher(choice, problem, output_dtype)(inputs, out)
         key = (signature, forced(self.op.name))
         entry = self._ready.get(key)
         if entry is None or entry[0] != self.op.generation:
             generation = self.op.generation
             problem, choice = self.choose(inputs, output_dtype, out, options)
-            entry = (generation, self._launcher(choice, problem, output_dtype))
+            spans = None if out is None else _spans(inputs, _as_list(out))
+            entry = (generation, self._launcher(choice, problem, output_dtype), spans)
             with self._lock:
                 if len(self._ready) > 4096:
                     self._ready.clear()
                 self._ready[key] = entry
+        if entry[2] is not None:
+            self._refuse_overlap(inputs, _as_list(out), entry[2])
         return entry[1](inputs, out)
+
+    def _refuse_overlap(self, inputs: Sequence[Any], outs: list[Any], spans: tuple) -> None:
+        """ArgumentError when an out= array shares memory with an input, other than being that
+        input itself where the op allows it (pointers are read per call: no signature has them)."""
+        in_spans, out_spans = spans
+        for o, (optr, olo, ohi, olay) in zip(outs, out_spans):
+            if ohi <= olo:
+                continue
+            base = optr(o)
+            for i, ptr, lo, hi, lay in in_spans:
+                p = ptr(inputs[i])
+                if p + lo < base + ohi and base + olo < p + hi:
+                    if self.in_place and p == base and (lo, hi, lay) == (olo, ohi, olay):
+                        continue
+                    name = (self.names or self.spec.input_names)[i]
+                    raise ArgumentError(
+                        f"[{self.op.name}] out= overlaps input {name!r} (it would be read after "
+                        "parts of it are written); pass a separate array"
+                        + (" or the input itself" if self.in_place else "")
+                    )
 
     def _launcher(
         self, choice: KernelChoice, problem: Problem, output_dtype: Any
@@ -191,6 +233,39 @@ class OpRunner:
     ) -> Selection:
         problem, target, backend = self.problem(inputs, output_dtype, out, options)
         return explain_selection(self.op, problem, target, backend)
+
+
+def byte_span(x: Any) -> tuple[Callable[[Any], int], int, int, tuple] | None:
+    """(its framework's pointer getter, lowest byte, one past the highest byte, (shape,
+    strides)) of an array's elements relative to its pointer (strides may be negative or 0);
+    None for scalars and None."""
+    if x is None or not hasattr(x, "shape"):
+        return None
+    adapter = adapter_for(x, "[op]")
+    info = adapter.info(x, "[op]")
+    lo = hi = 0
+    for n, st in zip(info.shape, info.strides):
+        if n == 0:
+            return adapter.pointer, 0, 0, ()
+        if st < 0:
+            lo += (n - 1) * st
+        else:
+            hi += (n - 1) * st
+    size = info.dtype.itemsize
+    return adapter.pointer, lo * size, (hi + 1) * size, (info.shape, info.strides)
+
+
+def _as_list(out: Any) -> list[Any]:
+    return list(out) if isinstance(out, list | tuple) else [out]
+
+
+def _spans(inputs: Sequence[Any], outs: list[Any]) -> tuple:
+    """What ``OpRunner._refuse_overlap`` needs per signature: (input index, pointer getter,
+    span, layout) of each input array with elements, and (getter, span, layout) of each out."""
+    ins = [(i, byte_span(x)) for i, x in enumerate(inputs)]
+    in_spans = tuple((i, *sp) for i, sp in ins if sp is not None and sp[2] > sp[1])
+    out_spans = tuple(byte_span(o) for o in outs)
+    return in_spans, tuple(sp for sp in out_spans if sp is not None)
 
 
 def kernel_caller(k: Any, kw: dict[str, Any]) -> Callable[[Any, Any, Any, Any], list[Any]]:
@@ -253,10 +328,13 @@ def move_last(x: Any, dim: Any, name: str) -> tuple[Any, Callable[[Any], Any] | 
     if not hasattr(x, "shape") or not hasattr(x, "dtype"):
         raise ArgumentTypeError(f"[{name}] x must be an array, got {type(x).__name__}")
     ndim = len(x.shape)
-    if isinstance(dim, bool) or not isinstance(dim, int) or not -ndim <= dim < max(ndim, 1):
+    if ndim == 0:
+        raise ArgumentError(f"[{name}] x must have at least one dimension, got a 0-d array")
+    ok = dim.__class__ is int or isinstance(dim, numbers.Integral) and not isinstance(dim, bool)
+    if not ok or not -ndim <= dim < ndim:
         raise ArgumentError(f"[{name}] dim must be an int in [{-ndim}, {ndim}), got {dim!r}")
-    dim %= max(ndim, 1)
-    if dim == ndim - 1 or ndim == 0:
+    dim = int(dim) % ndim
+    if dim == ndim - 1:
         return x, None
     if hasattr(x, "movedim"):
         return x.movedim(dim, -1), lambda y: y.movedim(-1, dim)
@@ -277,5 +355,7 @@ def namespace(x: Any) -> Any:
     """The NumPy-style module of a non-torch array's framework (numpy, cupy, jax.numpy)."""
     import importlib
 
-    xp = importlib.import_module(type(x).__module__.split(".")[0])
-    return getattr(xp, "numpy", xp) if xp.__name__ == "jax" else xp
+    module = type(x).__module__.split(".")[0]
+    if module in ("jax", "jaxlib"):  # jax.Array is jaxlib's ArrayImpl
+        return importlib.import_module("jax.numpy")
+    return importlib.import_module(module)

@@ -21,6 +21,7 @@ from typing import Any
 from .._api import kernel
 from .._dtypes import normalize_dtype
 from .._errors import ArgumentError, ArgumentTypeError
+from .._integrations import torch_route
 from .._records import Problem
 from .._select.records import Config, KernelChoice
 from .._select.registry import Implementation, Op
@@ -156,7 +157,7 @@ class Elementwise:
             [f"y{j}" for j in range(len(self.outputs))],
             "",
         )
-        self._runner = OpRunner(self.op, spec_kernel.spec, self._attrs)
+        self._runner = OpRunner(self.op, spec_kernel.spec, self._attrs, names=tuple(self.inputs))
 
     def __repr__(self) -> str:
         return f"elementwise({self.expression!r})"
@@ -336,9 +337,15 @@ class Elementwise:
                 tuple([signature_of(v) for v in values]),
                 None if outs is None else tuple([signature_of(o) for o in outs]),
             )
-        except AttributeError:  # not an array or a number: _bind_args says which
+        except TypeError:  # not an array or a number: _bind_args says which
             self._bind_args(args, kwargs, out)
             raise
+        if torch_route.needs_grad(values):
+            raise ArgumentError(
+                f"[{self}] has no gradient, and an input requires grad: call it under "
+                "torch.no_grad() or on detached tensors (a kernel with a gradient: "
+                "Kernel.as_torch_op and kernelkit.custom_vjp)"
+            )
         known = self._known.get(sig) if len(kwargs) <= len(self.inputs) else None
         if known is None:  # validate, broadcast and describe once per argument signature
             views, dtype, options, outs = self._bind_args(args, kwargs, out)

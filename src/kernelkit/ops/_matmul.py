@@ -25,7 +25,6 @@ from collections.abc import Callable
 from typing import Any
 
 from .._api import kernel
-from .._errors import ArgumentError
 from .._integrations import torch_route
 from .._records import Problem, Target
 from .._select.records import Config, KernelChoice
@@ -43,7 +42,7 @@ from ._common import (
     run_prepared,
     signature_of,
 )
-from ._matmul_args import ACTIVATIONS, check_out, overlaps
+from ._matmul_args import ACTIVATIONS, check_out
 from ._matmul_args import prepare as _prepare
 
 __all__ = ["matmul"]
@@ -422,7 +421,8 @@ def _attrs(problem: Problem, options: dict[str, Any]) -> dict[str, Any]:
     return {"M": x.shape[0], "K": x.shape[1], "N": n, **options}
 
 
-_RUNNER = OpRunner(OP, _GEMV.spec, _attrs)
+# out= is never safely an input: other blocks still read the row it overwrites
+_RUNNER = OpRunner(OP, _GEMV.spec, _attrs, in_place=False, names=("a", "b", "bias"))
 
 
 def matmul(
@@ -469,17 +469,14 @@ def eager_matmul(
         sig, known = None, None
     if known is None:
         x, lead, n, options = _prepare(a, b, bias, activation, transpose_b)
-        spans = None if out is None else check_out(out, (*lead, n), a, b, bias)
-        known = (lead, n, x.shape[1], options, options["aligned16"] is not None, spans)
+        if out is not None:
+            check_out(out, (*lead, n))
+        known = (lead, n, x.shape[1], options, options["aligned16"] is not None)
         if sig is not None:
             if len(_KNOWN) > 4096:
                 _KNOWN.clear()
             _KNOWN[sig] = known
-    lead, n, k, options, mma_dtype, spans = known
-    if spans is not None and overlaps(out, spans, (a, b, bias)):
-        raise ArgumentError(
-            "[matmul] out must not overlap a, b or bias (it is written while they are read)"
-        )
+    lead, n, k, options, mma_dtype = known
     rows = lead[0] * lead[1] if len(lead) == 2 else 0
     x = a.reshape(rows, k) if len(lead) == 2 else a
     flat_out = out.reshape(rows, n) if out is not None and len(lead) == 2 else out

@@ -1,17 +1,15 @@
 """``matmul``'s arguments: what a call may pass (checked once per argument signature by
-``_matmul.eager_matmul``), the problem options they give the selection stage, and the per-call
-test that ``out=`` does not overlap the inputs (pointers are in no signature)."""
+``_matmul.eager_matmul``) and the problem options they give the selection stage."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from .._arrays import adapter_for
 from .._errors import ArgumentError
 from . import _matmul_mma as MMA
 from ._common import float_array
 
-__all__ = ["ACTIVATIONS", "check_out", "overlaps", "prepare"]
+__all__ = ["ACTIVATIONS", "check_out", "prepare"]
 
 ACTIVATIONS = {None: 0, "relu": 1, "silu": 2, "gelu": 3}
 
@@ -58,9 +56,9 @@ def prepare(a: Any, b: Any, bias: Any, activation: Any, transpose_b: Any) -> tup
     return x, lead, n, options
 
 
-def check_out(out: Any, shape: tuple, a: Any, b: Any, bias: Any) -> tuple:
-    """The byte spans of ``out``, ``a``, ``b`` and ``bias`` (for ``overlaps``), after checking
-    that ``out`` has ``shape`` and, when batched, is row-contiguous (it is written as rows)."""
+def check_out(out: Any, shape: tuple) -> None:
+    """ArgumentError unless ``out`` has ``shape`` and, when batched, is row-contiguous (it is
+    written as rows). Overlap with the inputs is ``OpRunner``'s per-call check."""
     if not hasattr(out, "shape") or tuple(out.shape) != shape:
         got = tuple(out.shape) if hasattr(out, "shape") else type(out).__name__
         raise ArgumentError(f"[matmul] out must have shape {shape}, got {got}")
@@ -69,7 +67,6 @@ def check_out(out: Any, shape: tuple, a: Any, b: Any, bias: Any) -> tuple:
             f"[matmul] a 3-D out must be row-contiguous (it is written as "
             f"[{shape[0] * shape[1]}, {shape[2]}]), got strides {_strides(out)}"
         )
-    return tuple(_span(v) if v is not None else (0, 0) for v in (out, a, b, bias))
 
 
 def _strides(x: Any) -> tuple:
@@ -81,29 +78,3 @@ def _row_contiguous(x: Any) -> bool:
         return bool(x.is_contiguous())
     flags = getattr(x, "flags", None)  # NumPy, CuPy (JAX arrays are always row-contiguous)
     return flags is None or bool(flags.c_contiguous)
-
-
-def _span(x: Any) -> tuple[int, int]:
-    """(offset of the lowest, of one past the highest byte) of ``x``'s elements from its
-    pointer (strides may be negative)."""
-    info = adapter_for(x, "[matmul]").info(x, "[matmul]")
-    lo = hi = 0
-    for n, st in zip(info.shape, info.strides):
-        if n == 0:
-            return 0, 0
-        (lo, hi) = (lo + (n - 1) * st, hi) if st < 0 else (lo, hi + (n - 1) * st)
-    size = info.dtype.itemsize
-    return lo * size, (hi + 1) * size
-
-
-def overlaps(out: Any, spans: tuple, arrays: tuple) -> bool:
-    """Whether ``out``'s bytes meet any of ``arrays``' (spans from ``_span``, per signature;
-    the pointers are read per call)."""
-    (o_lo, o_hi), *rest = spans
-    base = adapter_for(out, "[matmul]").pointer(out)
-    for x, (lo, hi) in zip(arrays, rest):
-        if x is not None and hi > lo:
-            p = adapter_for(x, "[matmul]").pointer(x)
-            if p + lo < base + o_hi and base + o_lo < p + hi:
-                return True
-    return False

@@ -23,6 +23,7 @@ RMS_OP, _RMS = make_row_op(
     _rows.NORM,
     lambda p: (("T", p.arg("x").dtype), ("WT", p.arg("w").dtype)),
     aligned=("w",),
+    names=("x", "weight", "eps"),
 )
 LAYER_OP, _LAYER = make_row_op(
     "layer_norm",
@@ -31,6 +32,7 @@ LAYER_OP, _LAYER = make_row_op(
     _rows.NORM,
     lambda p: (("T", p.arg("x").dtype), ("WT", p.arg("w").dtype)),
     aligned=("w", "b"),
+    names=("x", "weight", "bias", "eps"),
 )
 
 

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .._api import kernel
-from .._errors import ArgumentError
+from .._errors import ArgumentError, ArgumentTypeError
 from .._records import Problem, Target
 from .._select.records import Config, KernelChoice
 from .._select.registry import Implementation, Op
@@ -93,9 +93,11 @@ def make_row_op(
     source: str,
     template: Any,
     aligned: tuple[str, ...] = (),
+    names: tuple[str, ...] = (),
 ) -> tuple[Op, OpRunner]:
     """An op over rows of ``x``'s last dimension. ``row_call`` calls the row function (with
-    ``VECTOR``), ``source`` defines it, ``template(problem)`` gives the dtype template values."""
+    ``VECTOR``), ``source`` defines it, ``template(problem)`` gives the dtype template values;
+    ``names``: the inputs as the op's caller names them, for messages."""
     k = kernel(
         f"ops_{name}",
         list(inputs),
@@ -139,7 +141,9 @@ def make_row_op(
     )
 
     def attrs(problem: Problem, options: dict[str, Any]) -> dict[str, Any]:
-        shape = problem.arg("x").shape
+        shape, dtype = problem.arg("x").shape, problem.arg("x").dtype
+        if dtype not in ("float16", "bfloat16", "float32"):
+            raise ArgumentTypeError(f"[{name}] x must be float16, bfloat16 or float32, got {dtype}")
         if len(shape) == 0:
             raise ArgumentError(f"[{name}] x must have at least one dimension, got a 0-d array")
         rows = 1
@@ -147,4 +151,4 @@ def make_row_op(
             rows *= d
         return {"rows": rows, "N": shape[-1], **options}
 
-    return op, OpRunner(op, k.spec, attrs, out_shape=lambda p: p.arg("x").shape)
+    return op, OpRunner(op, k.spec, attrs, out_shape=lambda p: p.arg("x").shape, names=tuple(names))

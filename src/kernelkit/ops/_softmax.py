@@ -36,7 +36,8 @@ def softmax(x: Any, dim: int = -1, *, out: Any = None) -> Any:
         True
     """
     if torch_route.wants(x):  # torch.compile, autograd: through torch.ops.kernelkit.softmax
-        return torch_route.call("softmax", x, dim, out=out)
+        move_last(x, dim, "softmax")  # the same errors, before tracing
+        return torch_route.call("softmax", x, int(dim), out=out)
     return eager_softmax(x, dim, out)
 
 
