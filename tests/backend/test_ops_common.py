@@ -349,3 +349,52 @@ def test_softmax_dim_and_rank_errors():
         ops.softmax(np.float32(1.0) * np.ones((), np.float32))
     y = ops.softmax(np.ones((2, 3), np.float32), dim=np.int64(0))  # a NumPy int is an int
     assert np.allclose(y, 0.5)
+
+
+# --- a review of the change: signatures that must differ ----------------------------------------
+
+
+def test_a_sparse_tensor_after_an_expanded_dense_one_is_refused():
+    """torch 2.13 gives a COO tensor strides (0, 0), those of an expanded dense tensor: the
+    layout must be in the ops' signature too."""
+    torch = pytest.importorskip("torch")
+    dense = torch.full((1, 1), 3.0).expand(4, 8)
+    sparse = torch.arange(32.0).reshape(4, 8).to_sparse()
+    for op in (ops.softmax, lambda x: ops.elementwise("y = a * 2")(a=x)):
+        op(dense)
+        with pytest.raises(kernelkit.ArgumentTypeError):
+            op(sparse)
+
+
+def test_torch_subclasses_are_signed_with_their_strides():
+    torch = pytest.importorskip("torch")
+
+    class Tagged(torch.Tensor):
+        pass
+
+    f = ops.elementwise("y = a * 2")
+    x = torch.arange(16.0).reshape(4, 4).as_subclass(Tagged)
+    f(a=x, out=torch.zeros(4, 4).as_subclass(Tagged))
+    with pytest.raises(kernelkit.ArgumentError, match="row-contiguous"):
+        f(a=x, out=torch.zeros(4, 4).as_subclass(Tagged).t())
+
+
+def test_elementwise_int_scalars_stay_floats_after_the_choice_is_forgotten():
+    f = ops.elementwise("y = a * s")
+    x = np.ones(4, np.float32)
+    for _ in range(2):
+        assert np.allclose(f(a=x, s=2**40), 2.0**40)
+    f.op.forget()
+    assert np.allclose(f(a=x, s=2**40), 2.0**40)
+    with kernelkit.force(f.op, "strided"):
+        assert np.allclose(f(a=x, s=2**40), 2.0**40)
+
+
+def test_outputs_must_not_overlap_each_other(arrays):
+    f = ops.elementwise("y = a + 1; z = a * 2")
+    a = arrays.put(RNG.standard_normal(8).astype(np.float32))
+    buf = arrays.put(np.zeros(9, np.float32))
+    with pytest.raises(kernelkit.ArgumentError, match=r"out\[1\] overlaps an earlier out"):
+        f(a=a, out=[buf[:8], buf[1:]])
+    y, z = f(a=a, out=[arrays.put(np.zeros(8, np.float32)), arrays.put(np.zeros(8, np.float32))])
+    assert np.allclose(arrays.get(z), 2 * arrays.get(a))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import numbers
+import sys
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -49,8 +50,18 @@ def vec_width(dtype: str) -> int:
 
 
 def _torch_signature(x: Any) -> Any:
-    # get_device() is -1 for CPU and meta tensors alike: is_cuda and is_cpu tell them apart
-    return (x.__class__, x.dtype, x.shape, x.stride(), x.get_device(), x.is_cuda, x.is_cpu)
+    # get_device() is -1 for CPU and meta tensors alike: is_cuda and is_cpu tell them apart;
+    # a sparse COO tensor has strides too (all 0, as an expanded dense one): the layout
+    return (
+        x.__class__,
+        x.dtype,
+        x.shape,
+        x.stride(),
+        x.get_device(),
+        x.is_cuda,
+        x.is_cpu,
+        x.layout,
+    )
 
 
 def _numpy_signature(x: Any) -> Any:
@@ -74,7 +85,8 @@ def signature_of(x: Any) -> Any:
     fn = _SIGNATURES.get(x.__class__)
     if fn is None:
         module = x.__class__.__module__.split(".")[0]
-        if module == "torch":
+        torch = sys.modules.get("torch")
+        if torch is not None and isinstance(x, torch.Tensor):  # subclasses defined anywhere
             fn = _torch_signature
         elif module == "numpy" and hasattr(x, "strides") and hasattr(x, "shape"):
             fn = _numpy_signature
@@ -199,10 +211,15 @@ class OpRunner:
         """ArgumentError when an out= array shares memory with an input, other than being that
         input itself where the op allows it (pointers are read per call: no signature has them)."""
         in_spans, out_spans = spans
-        for o, (optr, olo, ohi, olay) in zip(outs, out_spans):
+        seen: list[tuple[int, int]] = []  # the outs' byte ranges so far: outs must not meet
+        for j, (o, (optr, olo, ohi, olay)) in enumerate(zip(outs, out_spans)):
             if ohi <= olo:
                 continue
             base = optr(o)
+            for lo, hi in seen:
+                if lo < base + ohi and base + olo < hi:
+                    raise ArgumentError(f"[{self.op.name}] out[{j}] overlaps an earlier out")
+            seen.append((base + olo, base + ohi))
             for i, ptr, lo, hi, lay in in_spans:
                 p = ptr(inputs[i])
                 if p + lo < base + ohi and base + olo < p + hi:

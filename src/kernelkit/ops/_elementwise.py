@@ -263,6 +263,12 @@ class Elementwise:
         arrays = []
         for name, v in zip(self.inputs, values):
             if hasattr(v, "shape"):
+                layout = getattr(v, "layout", None)  # torch: sparse tensors have no strides
+                if layout is not None and str(layout) != "torch.strided":
+                    raise ArgumentTypeError(
+                        f"[{self}] input {name!r} is a {layout} tensor; pass a dense one "
+                        "(x.to_dense())"
+                    )
                 arrays.append(v)
             elif not isinstance(v, int | float):
                 raise ArgumentTypeError(
@@ -350,13 +356,19 @@ class Elementwise:
         if known is None:  # validate, broadcast and describe once per argument signature
             views, dtype, options, outs = self._bind_args(args, kwargs, out)
             direct = all(v is w for v, w in zip(values, views) if hasattr(v, "shape"))
+            scalars = not all(hasattr(v, "shape") for v in values)
             with self._lock:
                 if len(self._known) > 4096:
                     self._known.clear()
-                self._known[sig] = (dtype, options, direct)
+                self._known[sig] = (dtype, options, direct, scalars)
         else:
-            dtype, options, direct = known
-            views = list(values) if direct else self._bind_args(args, kwargs, None)[0]
+            dtype, options, direct, scalars = known
+            if not direct:
+                views = self._bind_args(args, kwargs, None)[0]
+            elif scalars:  # Python numbers go as floats, as on the first call
+                views = [v if hasattr(v, "shape") else float(v) for v in values]
+            else:
+                views = list(values)
         try:
             results = self._runner.run(views, dtype, outs, options, signature=sig)
         except OverflowError:  # an int scalar too large for a float: the same error as above
