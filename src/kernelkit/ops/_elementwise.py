@@ -366,7 +366,11 @@ class Elementwise:
             if not direct:
                 views = self._bind_args(args, kwargs, None)[0]
             elif scalars:  # Python numbers go as floats, as on the first call
-                views = [v if hasattr(v, "shape") else float(v) for v in values]
+                try:
+                    views = [v if hasattr(v, "shape") else float(v) for v in values]
+                except OverflowError:  # an int too large for a float: _bind_args names it
+                    self._bind_args(args, kwargs, out)
+                    raise
             else:
                 views = list(values)
         try:
