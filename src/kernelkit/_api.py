@@ -116,7 +116,7 @@ class Kernel:
             self._last = plan.run
         return result
 
-    def direct_run(self, args: tuple) -> Any:
+    def _direct_run(self, args: tuple) -> Any:
         """The hot path of the specialization that a call with ``args`` (``CallArgs``' order:
         inputs, output_shapes, output_dtypes, grid, threadgroup, template, init_value, stream,
         out, backend, check, shared_memory) is of, without the check that a call belongs to

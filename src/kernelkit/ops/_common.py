@@ -303,7 +303,7 @@ def kernel_caller(k: Any, kw: dict[str, Any]) -> Callable[[Any, Any, Any, Any], 
         if result is MISS:  # the first call (or a framework route that declines this one)
             result = k(arrays, shapes, dtypes, grid, group, template, out=outs,
                        shared_memory=smem)  # fmt: skip
-            found = k.direct_run(args)
+            found = k._direct_run(args)
             if found is not None:
                 direct[outs is None] = found
         return result  # type: ignore[no-any-return]
