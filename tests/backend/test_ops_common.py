@@ -398,3 +398,65 @@ def test_outputs_must_not_overlap_each_other(arrays):
         f(a=a, out=[buf[:8], buf[1:]])
     y, z = f(a=a, out=[arrays.put(np.zeros(8, np.float32)), arrays.put(np.zeros(8, np.float32))])
     assert np.allclose(arrays.get(z), 2 * arrays.get(a))
+
+
+# --- a third review: sizes, constant rows, transforms --------------------------------------------
+
+
+def test_elementwise_index_type_leaves_room_for_the_last_stride():
+    from kernelkit.ops._elementwise import index_type
+
+    threads = 65536 * 256  # the largest flat grid
+    assert index_type(2**31 - 2**25, threads) == "int32"
+    assert index_type(2**31 - 1, threads) == "int64"  # e + stride passed 2**31 - 1: a crash
+    assert index_type(2**31 - 2**24 + 1000, threads) == "int64"
+
+
+def test_layer_norm_of_a_constant_row_is_the_bias(arrays):
+    """Statistics of x - x[0]: a constant row's deviations are exact zeros (a float32 mean of
+    1000.1 was an ulp off, and the output ±0.02, or ±1 with eps = 0)."""
+    for n in (7, 12, 13, 64, 1001):
+        x = arrays.put(np.full((3, n), 1000.1, np.float32))
+        w = arrays.put(RNG.standard_normal(n).astype(np.float32))
+        b = arrays.put(RNG.standard_normal(n).astype(np.float32))
+        y = arrays.get(ops.layer_norm(x, w, b, 1e-5))
+        assert np.array_equal(y, np.broadcast_to(arrays.get(b), (3, n))), n
+        assert np.isnan(arrays.get(ops.layer_norm(x, w, b, 0.0))).all(), n  # 0 / 0, as torch
+
+
+def test_matmul_tiles_past_65535_row_blocks():
+    """The tiled kernel's M tiles were on grid.y (at most 65535 blocks)."""
+    m = 65535 * 16 + 3
+    a = RNG.standard_normal((m, 2)).astype(np.float32)
+    b = RNG.standard_normal((2, 3)).astype(np.float32)
+    config = {"BM": 16, "BN": 64, "BK": 16, "TM": 1, "TN": 4, "threadgroup": (256,)}
+    with kernelkit.force("matmul", "tiled", config):
+        y = ops.matmul(a, b)
+    assert _rel(y, a.astype(np.float64) @ b) < 1e-6
+
+
+def test_torch_func_transforms_are_refused_by_name():
+    torch = pytest.importorskip("torch")
+    x = torch.randn(3, 4, 8)
+    with pytest.raises(kernelkit.ArgumentError, match="torch.func transforms"):
+        torch.vmap(ops.softmax)(x)
+    with pytest.raises(kernelkit.ArgumentError, match="torch.func transforms"):
+        torch.vmap(lambda t: ops.elementwise("y = a * 2")(a=t))(x)
+    assert ops.softmax(x).shape == x.shape  # the next call works
+
+
+def test_norms_under_torch_compile_keep_dynamic_shapes():
+    torch = pytest.importorskip("torch")
+    torch._dynamo.reset()
+    counts = {"graphs": 0}
+
+    def backend(gm, example_inputs):
+        counts["graphs"] += 1
+        return gm.forward
+
+    f = torch.compile(lambda x, w: ops.rms_norm(x, w, 1e-6), backend=backend, dynamic=True)
+    w = torch.ones(16)
+    for rows in (3, 5, 7, 9):
+        x = torch.randn(rows, 16)
+        assert torch.allclose(f(x, w), torch.nn.functional.rms_norm(x, (16,), w, 1e-6), atol=1e-5)
+    assert counts["graphs"] == 1

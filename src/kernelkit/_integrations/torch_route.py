@@ -25,6 +25,7 @@ def wants(*arrays: Any) -> bool:
         return False
     if torch.compiler.is_compiling():
         return True
+    _refuse_functorch(torch)
     grad = torch.is_grad_enabled()
     for a in arrays:
         if isinstance(a, torch.Tensor):
@@ -40,9 +41,23 @@ def needs_grad(arrays: Any) -> bool:
     """True when autograd is on and one of ``arrays`` is a torch tensor that requires grad
     (for ops without a gradient, which must refuse such calls rather than drop it)."""
     torch = sys.modules.get("torch")
-    if torch is None or not torch.is_grad_enabled():
+    if torch is None:
+        return False
+    if any(isinstance(a, torch.Tensor) for a in arrays):
+        _refuse_functorch(torch)
+    if not torch.is_grad_enabled():
         return False
     return any(isinstance(a, torch.Tensor) and a.requires_grad for a in arrays)
+
+
+def _refuse_functorch(torch: Any) -> None:
+    """ArgumentError inside a torch.func transform: its tensors are wrappers with no storage."""
+    peek = getattr(getattr(torch._C, "_functorch", None), "peek_interpreter_stack", None)
+    if peek is not None and peek() is not None:
+        raise ArgumentError(
+            "[kernelkit.ops] torch.func transforms (vmap, grad, jacrev, ...) are not supported: "
+            "call the op outside the transform, or use torch.autograd / a loop over the batch"
+        )
 
 
 def call(name: str, *args: Any, out: Any = None) -> Any:

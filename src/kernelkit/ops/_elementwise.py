@@ -213,7 +213,7 @@ class Elementwise:
             (f"TY{j}", output_dtype) for j in range(len(self.outputs))
         ]
         if flat:
-            template.append(("IDX", "int32" if n < 2**31 else "int64"))
+            template.append(("IDX", index_type(n, choice.grid[0])))
             array_dtypes = [problem.args[i].dtype for i, s in enumerate(scalars) if not s]
             template += [(f"TX{i}", problem.args[i].dtype) for i, s in enumerate(scalars) if not s]
             widths = {vec_width(d) for d in (*array_dtypes, output_dtype) if d in _VEC_DTYPES}
@@ -429,6 +429,12 @@ def _promote(dtypes: list[str], what: str) -> str:
     if "bfloat16" in floats and "float16" in floats:
         return "float32"
     return max(floats, key=order.index)
+
+
+def index_type(elements: int, grid_threads: int) -> str:
+    """The flat path's index type: 32-bit only where the grid-stride loop's last step (an
+    index below ``elements`` plus the grid's threads) cannot pass 2**31 - 1 either."""
+    return "int32" if elements + grid_threads < 2**31 else "int64"
 
 
 def _contiguous(x: Any) -> bool:

@@ -250,8 +250,10 @@ TILED_CONFIGS = tuple(
 
 
 def _tiled_grid(p: Problem, c: Config) -> tuple[int, int, int]:
+    """Every BM x BN tile on grid.x (the kernel splits the index; grid.y stops at 65535)."""
     v = c.values
-    return (-(-p.attr("N") // v["BN"]) * c.threadgroup[0], -(-p.attr("M") // v["BM"]), 1)  # type: ignore[operator]
+    tiles = -(-p.attr("N") // v["BN"]) * -(-p.attr("M") // v["BM"])  # type: ignore[operator]
+    return (tiles * c.threadgroup[0], 1, 1)
 
 
 _tiled_run, _tiled_prepare = _kernel_impl(

@@ -135,7 +135,9 @@ __device__ __forceinline__ void kk_tiled(const T* x, const T* w, const TB* bias,
   __shared__ float ws[BK][BN + 1];
   constexpr int TX = BN / TN, TY_ = BM / TM, THREADS = TX * TY_;
   const int tid = threadIdx.x, tx = tid % TX, ty = tid / TX;
-  const long long m0 = (long long)blockIdx.y * BM, n0 = (long long)blockIdx.x * BN;
+  // every tile on grid.x (grid.y holds at most 65535 blocks: M up to 4M rows otherwise), n fastest
+  const long long tiles_n = (N + BN - 1) / BN, tile = blockIdx.x;
+  const long long m0 = tile / tiles_n * BM, n0 = tile % tiles_n * BN;
   float acc[TM][TN];
   for (int i = 0; i < TM; ++i)
     for (int j = 0; j < TN; ++j) acc[i][j] = 0.0f;

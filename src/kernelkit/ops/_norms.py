@@ -96,9 +96,12 @@ def rms_norm(x: Any, weight: Any, eps: float = 1e-6, *, out: Any = None) -> Any:
         >>> bool(np.allclose(rms_norm(x, np.ones(2, np.float32), eps=0.0), x / np.sqrt(12.5)))
         True
     """
-    eps, sig = _checked("rms_norm", x, {"weight": weight}, eps, out)
     if torch_route.wants(x, weight):  # torch.compile, autograd: torch.ops.kernelkit.rms_norm
+        # checked without the signature cache: hashing shapes would specialize them while
+        # torch.compile traces
+        eps = _check("rms_norm", x, {"weight": weight}, eps)
         return torch_route.call("rms_norm", x, weight, eps, out=out)
+    eps, sig = _checked("rms_norm", x, {"weight": weight}, eps, out)
     return _RMS.run([x, weight, eps], x.dtype, out, {}, sig)
 
 
@@ -110,9 +113,10 @@ def eager_rms_norm(x: Any, weight: Any, eps: float, out: Any) -> Any:
 def layer_norm(x: Any, weight: Any, bias: Any, eps: float = 1e-5, *, out: Any = None) -> Any:
     """``(x - mean) / sqrt(var + eps) * weight + bias`` over the last dimension (biased
     variance, as torch), in ``x``'s dtype; statistics in float32."""
-    eps, sig = _checked("layer_norm", x, {"weight": weight, "bias": bias}, eps, out)
     if torch_route.wants(x, weight, bias):  # torch.compile, autograd: the torch op
+        eps = _check("layer_norm", x, {"weight": weight, "bias": bias}, eps)
         return torch_route.call("layer_norm", x, weight, bias, eps, out=out)
+    eps, sig = _checked("layer_norm", x, {"weight": weight, "bias": bias}, eps, out)
     return _LAYER.run([x, weight, bias, eps], x.dtype, out, {}, sig)
 
 

@@ -309,7 +309,10 @@ __device__ void kk_norm_row(const T* xr, T* yr, long long n, int t, float* red, 
                             const W* b, float eps) {
   constexpr int VEC = kk_pack<T>::N;
   constexpr int K = ITEMS > 0 ? ITEMS : 1;
-  float mean = 0.0f;
+  // layer_norm's statistics of x - x[0] (shifted data): a constant row's deviations are exact
+  // zeros (its output is the bias, as in torch), and a large mean loses no digits
+  const float sh = CENTER ? (float)xr[0] : 0.0f;
+  float mean = 0.0f;  // of x - sh
   if (ITEMS > 0 && VECTOR) {  // in registers (as softmax): exact two-pass stats, one read of x
     const int ni = (int)n;
     kk_words v[K];
@@ -325,8 +328,9 @@ __device__ void kk_norm_row(const T* xr, T* yr, long long n, int t, float* red, 
     if (CENTER) {
       float s = 0.0f;
       for (int it = 0; it < K; ++it) {
+        if (kk_at<T, BLOCK>(it, t) >= ni) continue;  // padding (whole vectors: n % VEC == 0)
         float si = 0.0f;
-        for (int j = 0; j < VEC; ++j) si += kk_get<T>(v[it], j);
+        for (int j = 0; j < VEC; ++j) si += kk_get<T>(v[it], j) - sh;
         s += si;
       }
       mean = kk_block_reduce<BLOCK, false>(s, red) / (float)n;
@@ -337,7 +341,7 @@ __device__ void kk_norm_row(const T* xr, T* yr, long long n, int t, float* red, 
       if (kk_at<T, BLOCK>(it, t) >= ni) continue;  // whole vectors: n % VEC == 0
       float qi = 0.0f;
       for (int j = 0; j < VEC; ++j) {
-        const float d = kk_get<T>(v[it], j) - mean;
+        const float d = kk_get<T>(v[it], j) - sh - mean;
         qi += d * d;
       }
       q += qi;
@@ -348,7 +352,8 @@ __device__ void kk_norm_row(const T* xr, T* yr, long long n, int t, float* red, 
       for (int j = 0; j < VEC; ++j) {
         const int e = kk_at<T, BLOCK>(it, t) + j;
         if (!WVEC && e >= ni) continue;
-        float o = (kk_get<T>(v[it], j) - mean) * rstd * (WVEC ? kk_get<W>(wv[it], j) : (float)w[e]);
+        float o =
+            (kk_get<T>(v[it], j) - sh - mean) * rstd * (WVEC ? kk_get<W>(wv[it], j) : (float)w[e]);
         if (CENTER) o += WVEC ? kk_get<W>(bv[it], j) : (float)b[e];
         kk_set<T>(v[it], j, o);
       }
@@ -359,17 +364,17 @@ __device__ void kk_norm_row(const T* xr, T* yr, long long n, int t, float* red, 
   // output, element by element.
   if (CENTER) {
     float s = 0.0f;
-    for (long long e = t; e < n; e += BLOCK) s += (float)xr[e];
+    for (long long e = t; e < n; e += BLOCK) s += (float)xr[e] - sh;
     mean = kk_block_reduce<BLOCK, false>(s, red) / (float)n;
   }
   float q = 0.0f;
   for (long long e = t; e < n; e += BLOCK) {
-    const float d = (float)xr[e] - mean;
+    const float d = (float)xr[e] - sh - mean;
     q += d * d;
   }
   const float rstd = rsqrtf(kk_block_reduce<BLOCK, false>(q, red + 32) / (float)n + eps);
   for (long long e = t; e < n; e += BLOCK) {
-    float o = ((float)xr[e] - mean) * rstd * (float)w[e];
+    float o = ((float)xr[e] - sh - mean) * rstd * (float)w[e];
     if (CENTER) o += (float)b[e];
     yr[e] = T(o);
   }
