@@ -45,9 +45,13 @@ def needs_grad(arrays: Any) -> bool:
         return False
     if any(isinstance(a, torch.Tensor) for a in arrays):
         _refuse_functorch(torch)
-    if not torch.is_grad_enabled():
-        return False
-    return any(isinstance(a, torch.Tensor) and a.requires_grad for a in arrays)
+    return _requires_grad(torch, arrays)
+
+
+def _requires_grad(torch: Any, arrays: Any) -> bool:
+    return torch.is_grad_enabled() and any(
+        isinstance(a, torch.Tensor) and a.requires_grad for a in arrays
+    )
 
 
 def _refuse_functorch(torch: Any) -> None:
@@ -65,11 +69,9 @@ def call(name: str, *args: Any, out: Any = None) -> Any:
     own ops, an ``out=`` call refuses inputs that need a gradient (its result has none)."""
     from . import torch_ops
 
-    torch = sys.modules["torch"]
-    if out is not None and torch.is_grad_enabled():
-        if any(isinstance(a, torch.Tensor) and a.requires_grad for a in args):
-            raise ArgumentError(
-                f"[{name}] out= does not take part in autograd, and an input requires grad: "
-                "call without out= (or under torch.no_grad())"
-            )
+    if out is not None and _requires_grad(sys.modules["torch"], args):
+        raise ArgumentError(
+            f"[{name}] out= does not take part in autograd, and an input requires grad: "
+            "call without out= (or under torch.no_grad())"
+        )
     return torch_ops.OPS[name](*args, out=out)

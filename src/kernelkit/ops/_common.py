@@ -22,15 +22,18 @@ from .._select.registry import Op
 from .._select.select import Selection
 
 __all__ = [
+    "FLOAT_DTYPES",
     "OpRunner",
     "float_array",
     "kernel_caller",
     "one_output_launch",
+    "row_contiguous",
     "signature_of",
     "vec_width",
 ]
 
 _ITEMSIZE = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
+FLOAT_DTYPES = ("float16", "bfloat16", "float32")  # what the ops compute in
 
 
 def float_array(x: Any, op: str, what: str) -> str:
@@ -39,9 +42,18 @@ def float_array(x: Any, op: str, what: str) -> str:
     if not hasattr(x, "shape") or not hasattr(x, "dtype"):
         raise ArgumentTypeError(f"[{op}] {what} must be an array, got {type(x).__name__}")
     dtype = str(x.dtype).split(".")[-1]
-    if dtype not in ("float16", "bfloat16", "float32"):
+    if dtype not in FLOAT_DTYPES:
         raise ArgumentTypeError(f"[{op}] {what} must be float16, bfloat16 or float32, got {dtype}")
     return dtype
+
+
+def row_contiguous(x: Any) -> bool:
+    """Whether an array's elements are in row-major order without gaps (torch, NumPy, CuPy;
+    an object without flags, a JAX array, always is)."""
+    if hasattr(x, "is_contiguous"):  # torch
+        return bool(x.is_contiguous())
+    flags = getattr(x, "flags", None)
+    return flags is None or bool(flags["C_CONTIGUOUS"])
 
 
 def vec_width(dtype: str) -> int:

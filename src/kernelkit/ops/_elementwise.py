@@ -27,7 +27,15 @@ from .._select.records import Config, KernelChoice
 from .._select.registry import Implementation, Op
 from .._select.select import Selection
 from . import _rows
-from ._common import OpRunner, kernel_caller, namespace, run_prepared, signature_of, vec_width
+from ._common import (
+    OpRunner,
+    kernel_caller,
+    namespace,
+    row_contiguous,
+    run_prepared,
+    signature_of,
+    vec_width,
+)
 from ._elementwise_parse import _OWN, _parse
 
 __all__ = ["Elementwise", "elementwise"]
@@ -316,12 +324,13 @@ class Elementwise:
                         f"[{self}] {what} must have the output dtype {dtype}, got "
                         f"{str(o.dtype).split('.')[-1]}"
                     )
-                if not _contiguous(o):
+                if not row_contiguous(o):
                     raise ArgumentError(f"[{self}] {what} must be row-contiguous")
         views = [_broadcast_to(v, shape) if hasattr(v, "shape") else float(v) for v in values]
         flat = all(
-            not hasattr(v, "shape") or (_contiguous(v) and tuple(v.shape) == shape) for v in values
-        ) and all(_contiguous(o) for o in out or ())
+            not hasattr(v, "shape") or (row_contiguous(v) and tuple(v.shape) == shape)
+            for v in values
+        ) and all(row_contiguous(o) for o in out or ())
         options = {
             "shape": shape,
             "elements": _size(shape),
@@ -435,13 +444,6 @@ def index_type(elements: int, grid_threads: int) -> str:
     """The flat path's index type: 32-bit only where the grid-stride loop's last step (an
     index below ``elements`` plus the grid's threads) cannot pass 2**31 - 1 either."""
     return "int32" if elements + grid_threads < 2**31 else "int64"
-
-
-def _contiguous(x: Any) -> bool:
-    if hasattr(x, "is_contiguous"):
-        return bool(x.is_contiguous())
-    flags = getattr(x, "flags", None)
-    return bool(flags["C_CONTIGUOUS"]) if flags is not None else True
 
 
 def _broadcast_to(x: Any, shape: tuple[int, ...]) -> Any:

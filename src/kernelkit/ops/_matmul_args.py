@@ -7,7 +7,7 @@ from typing import Any
 
 from .._errors import ArgumentError
 from . import _matmul_mma as MMA
-from ._common import float_array
+from ._common import float_array, row_contiguous
 
 __all__ = ["ACTIVATIONS", "check_out", "prepare"]
 
@@ -62,7 +62,7 @@ def check_out(out: Any, shape: tuple) -> None:
     if not hasattr(out, "shape") or tuple(out.shape) != shape:
         got = tuple(out.shape) if hasattr(out, "shape") else type(out).__name__
         raise ArgumentError(f"[matmul] out must have shape {shape}, got {got}")
-    if len(shape) == 3 and not _row_contiguous(out):
+    if len(shape) == 3 and not row_contiguous(out):
         raise ArgumentError(
             f"[matmul] a 3-D out must be row-contiguous (it is written as "
             f"[{shape[0] * shape[1]}, {shape[2]}]), got strides {_strides(out)}"
@@ -71,10 +71,3 @@ def check_out(out: Any, shape: tuple) -> None:
 
 def _strides(x: Any) -> tuple:
     return tuple(x.stride()) if hasattr(x, "stride") else tuple(getattr(x, "strides", ()))
-
-
-def _row_contiguous(x: Any) -> bool:
-    if hasattr(x, "is_contiguous"):  # torch
-        return bool(x.is_contiguous())
-    flags = getattr(x, "flags", None)  # NumPy, CuPy (JAX arrays are always row-contiguous)
-    return flags is None or bool(flags.c_contiguous)

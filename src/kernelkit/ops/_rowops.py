@@ -14,7 +14,7 @@ from .._records import Problem, Target
 from .._select.records import Config, KernelChoice
 from .._select.registry import Implementation, Op
 from . import _rows
-from ._common import OpRunner, empty, one_output_launch, run_prepared, vec_width
+from ._common import FLOAT_DTYPES, OpRunner, empty, one_output_launch, run_prepared, vec_width
 
 __all__ = ["CONFIGS", "make_row_op"]
 
@@ -142,7 +142,7 @@ def make_row_op(
 
     def attrs(problem: Problem, options: dict[str, Any]) -> dict[str, Any]:
         shape, dtype = problem.arg("x").shape, problem.arg("x").dtype
-        if dtype not in ("float16", "bfloat16", "float32"):
+        if dtype not in FLOAT_DTYPES:
             raise ArgumentTypeError(f"[{name}] x must be float16, bfloat16 or float32, got {dtype}")
         if len(shape) == 0:
             raise ArgumentError(f"[{name}] x must have at least one dimension, got a 0-d array")
