@@ -8,7 +8,7 @@ to torch.compile, and the KernelChoice behind kernelkit's result. Inputs of thes
 MiB) are far larger than L2, so every batch reads from HBM.
 
     PYTHONPATH=src python3 benchmarks/ops.py [--no-compile] [--quick] [--sweep] [--only rows|matmul]
-        [--max-autotune]
+        [--max-autotune] [--nk NxK ...]
 
 matmul: ``x[M, K] @ w[N, K].T`` in bfloat16 for the anchor shapes, kernelkit vs torch (cuBLAS),
 with the weights rotated among copies that together exceed twice L2 (each call reads its weight
@@ -109,6 +109,9 @@ def main() -> int:
     parser.add_argument(
         "--max-autotune", action="store_true", help="matmul: torch.compile max-autotune too"
     )
+    parser.add_argument(
+        "--nk", action="append", help="matmul: only this weight shape, e.g. 4096x4096 (repeatable)"
+    )
     args = parser.parse_args()
     if not torch.cuda.is_available():
         print("needs a CUDA GPU")
@@ -203,7 +206,10 @@ def bench_matmul(rate: float, args: argparse.Namespace) -> int:
     )
     kk_fn = lambda x, w: ops.matmul(x, w, transpose_b=True)  # noqa: E731
     ref_fn = torch.nn.functional.linear
-    for n, k in MATMUL_NK[:1] if args.quick else MATMUL_NK:
+    shapes = MATMUL_NK[:1] if args.quick else MATMUL_NK
+    if args.nk:
+        shapes = [(n, k) for n, k in shapes if f"{n}x{k}" in args.nk]
+    for n, k in shapes:
         wbytes = n * k * 2
         copies = max(2, -(-2 * l2 // wbytes) + 1)
         weights = [torch.randn(n, k, device="cuda", dtype=torch.bfloat16) for _ in range(copies)]
