@@ -325,6 +325,46 @@ __device__ void kk_norm_row(const T* xr, T* yr, long long n, int t, float* red, 
       kk_load_row<W, BLOCK, WVEC ? K : 1>(w, ni, t, wv, 0.0f);
       if (CENTER) kk_load_row<W, BLOCK, WVEC && CENTER ? K : 1>(b, ni, t, bv, 0.0f);
     }
+    if (CENTER && sizeof(T) == 4) {
+      // float32 layer_norm keeps the deviations (x - sh, then x - sh - mean) in the row's own
+      // registers from pass to pass: 6 instead of 10 float operations an element, and no
+      // register more (on an H200, 4096x4096: 39.0 -> 36.6 µs; the kernel issued an
+      // instruction on 68% of cycles). A 16-bit row would take twice its registers as floats
+      // (163 a thread at 8192 bf16 in 128 threads: 73 -> 104 µs), so it converts each pass.
+      float s = 0.0f;
+      for (int it = 0; it < K; ++it) {
+        const bool pad = kk_at<T, BLOCK>(it, t) >= ni;  // whole vectors: n % VEC == 0
+        float si = 0.0f;
+        for (int j = 0; j < VEC; ++j) {
+          const float d = pad ? 0.0f : kk_get<T>(v[it], j) - sh;
+          kk_set<T>(v[it], j, d);
+          si += d;
+        }
+        s += si;
+      }
+      mean = kk_block_reduce<BLOCK, false>(s, red) / (float)n;
+      float q = 0.0f;
+      for (int it = 0; it < K; ++it) {
+        float qi = 0.0f;
+        for (int j = 0; j < VEC; ++j) {
+          const float d = kk_get<T>(v[it], j) - mean;
+          kk_set<T>(v[it], j, d);
+          qi += d * d;
+        }
+        if (kk_at<T, BLOCK>(it, t) < ni) q += qi;
+      }
+      const float rstd = rsqrtf(kk_block_reduce<BLOCK, false>(q, red + 32) / (float)n + eps);
+      for (int it = 0; it < K; ++it)
+        for (int j = 0; j < VEC; ++j) {
+          const int e = kk_at<T, BLOCK>(it, t) + j;
+          if (!WVEC && e >= ni) continue;
+          kk_set<T>(v[it], j,
+                    kk_get<T>(v[it], j) * rstd * (WVEC ? kk_get<W>(wv[it], j) : (float)w[e]) +
+                        (WVEC ? kk_get<W>(bv[it], j) : (float)b[e]));
+        }
+      kk_store_row<T, BLOCK, K>(yr, ni, t, v);
+      return;
+    }
     if (CENTER) {
       float s = 0.0f;
       for (int it = 0; it < K; ++it) {
