@@ -365,23 +365,31 @@ __device__ void kk_norm_row(const T* xr, T* yr, long long n, int t, float* red, 
       kk_store_row<T, BLOCK, K>(yr, ni, t, v);
       return;
     }
+    // A 16-bit layer_norm row, in fewer instructions (the H200 runs out of issue slots here,
+    // not bytes): each thread sums x and takes its count times the shift off once (a constant
+    // row still gives exactly 0: sums of at most 64 equal 16-bit values are exact), and x is
+    // centred by one offset sh + mean. A 16-bit x is a multiple of 2^-8 (bf16) or 2^-11 (fp16)
+    // of its magnitude, so any nonzero deviation is too; the offset's rounding, 2^-24 of it,
+    // is at most 2^-16 (2^-13) of a deviation.
     if (CENTER) {
-      float s = 0.0f;
+      float s = 0.0f, c = 0.0f;
       for (int it = 0; it < K; ++it) {
         if (kk_at<T, BLOCK>(it, t) >= ni) continue;  // padding (whole vectors: n % VEC == 0)
         float si = 0.0f;
-        for (int j = 0; j < VEC; ++j) si += kk_get<T>(v[it], j) - sh;
+        for (int j = 0; j < VEC; ++j) si += kk_get<T>(v[it], j);
         s += si;
+        c += (float)VEC;
       }
-      mean = kk_block_reduce<BLOCK, false>(s, red) / (float)n;
+      mean = kk_block_reduce<BLOCK, false>(fmaf(-c, sh, s), red) / (float)n;
       kk_reconvert(v);
     }
+    const float off = sh + mean;  // 0 for rms_norm
     float q = 0.0f;
     for (int it = 0; it < K; ++it) {
       if (kk_at<T, BLOCK>(it, t) >= ni) continue;  // whole vectors: n % VEC == 0
       float qi = 0.0f;
       for (int j = 0; j < VEC; ++j) {
-        const float d = kk_get<T>(v[it], j) - sh - mean;
+        const float d = kk_get<T>(v[it], j) - off;
         qi += d * d;
       }
       q += qi;
@@ -392,8 +400,7 @@ __device__ void kk_norm_row(const T* xr, T* yr, long long n, int t, float* red, 
       for (int j = 0; j < VEC; ++j) {
         const int e = kk_at<T, BLOCK>(it, t) + j;
         if (!WVEC && e >= ni) continue;
-        float o =
-            (kk_get<T>(v[it], j) - sh - mean) * rstd * (WVEC ? kk_get<W>(wv[it], j) : (float)w[e]);
+        float o = (kk_get<T>(v[it], j) - off) * rstd * (WVEC ? kk_get<W>(wv[it], j) : (float)w[e]);
         if (CENTER) o += WVEC ? kk_get<W>(bv[it], j) : (float)b[e];
         kk_set<T>(v[it], j, o);
       }
