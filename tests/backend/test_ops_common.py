@@ -424,6 +424,31 @@ def test_layer_norm_of_a_constant_row_is_the_bias(arrays):
         assert np.isnan(arrays.get(ops.layer_norm(x, w, b, 0.0))).all(), n  # 0 / 0, as torch
 
 
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_layer_norm_16bit_rows_constant_and_far_from_zero(dtype):
+    """16-bit rows sum x and take count * shift off per thread, and centre x by one offset
+    (shift + mean): a constant row still gives exactly the bias, and a row whose mean is far
+    larger than its spread (1000 + a few ulps) keeps its digits; vector and element paths."""
+    torch = pytest.importorskip("torch")
+    tdt = getattr(torch, dtype)
+    devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+    gen = torch.Generator().manual_seed(3)
+    for device in devices:
+        for n in (13, 64, 1000, 4096):  # 13: the element path; the others: registers
+            w = torch.randn(n, generator=gen).to(tdt).to(device)
+            b = torch.randn(n, generator=gen).to(tdt).to(device)
+            x = torch.full((3, n), 1000.0, dtype=tdt, device=device)
+            y = ops.layer_norm(x, w, b, 1e-5)
+            assert torch.equal(y, b.expand(3, n)), (device, n)
+            ulp = 4.0 if dtype == "bfloat16" else 0.5  # the spacing of 16-bit numbers at 1000
+            steps = torch.randint(-3, 4, (3, n), generator=gen).to(torch.float64)
+            x = (1000.0 + ulp * steps).to(tdt).to(device)
+            ref = torch.nn.functional.layer_norm(x.double(), (n,), w.double(), b.double(), 1e-5)
+            y = ops.layer_norm(x, w, b, 1e-5).double()
+            err = ((y - ref).norm() / ref.norm()).item()
+            assert err <= 1e-2, (device, n, err)
+
+
 def test_matmul_tiles_past_65535_row_blocks():
     """The tiled kernel's M tiles were on grid.y (at most 65535 blocks)."""
     m = 65535 * 16 + 3
