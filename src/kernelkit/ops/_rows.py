@@ -329,8 +329,8 @@ __device__ void kk_norm_row(const T* xr, T* yr, long long n, int t, float* red, 
       // float32 layer_norm keeps the deviations (x - sh, then x - sh - mean) in the row's own
       // registers from pass to pass: 6 instead of 10 float operations an element, and no
       // register more (on an H200, where the kernel issued an instruction on 68% of cycles,
-      // 4096x4096 took 39.0 -> 34.4 µs). A 16-bit row would take twice its registers as
-      // floats (163 a thread at 8192 bf16 in 128 threads: 73 -> 104 µs): see below.
+      // 4096x4096 took 39.0 -> 34.4 us). A 16-bit row would take twice its registers as
+      // floats (163 a thread at 8192 bf16 in 128 threads: 73 -> 104 us): see below.
       float s = 0.0f;
       for (int it = 0; it < K; ++it) {
         const bool pad = kk_at<T, BLOCK>(it, t) >= ni;  // whole vectors: n % VEC == 0
