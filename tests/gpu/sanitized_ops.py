@@ -7,7 +7,7 @@ implementation, writes into a NaN-poisoned output and is checked against float64
 exits 1 naming the failed cases, 0 when all pass. Shapes are small (the tools slow kernels by
 10-1000x) but cover tails: M, N, K off every tile, N = 1, rows past a stage, views.
 
-    PYTHONPATH=src python3 tests/gpu/sanitized_ops.py [--list]
+    PYTHONPATH=src python3 tests/gpu/sanitized_ops.py
 """
 
 from __future__ import annotations
@@ -127,9 +127,6 @@ def elementwise_cases() -> list[tuple[str, float, float]]:
 
 
 def main() -> int:
-    if "--list" in sys.argv:
-        print("\n".join(f"matmul/{c[0]} {c[1:4]}" for c in MATMUL))
-        return 0
     results = matmul_cases() + row_cases() + elementwise_cases()
     torch.cuda.synchronize()
     failed = [(n, e, t) for n, e, t in results if not e <= t]
