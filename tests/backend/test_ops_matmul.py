@@ -145,6 +145,8 @@ def _decode_configs(impl, torch):
         return (), "cp.async.bulk needs sm_90"
     if impl == "gemv_cluster":
         return ops._matmul_cluster.CLUSTER_CONFIGS, None
+    if impl == "gemv_slab_tc":
+        return ops._matmul_slab_tc.SLAB_TC_CONFIGS, None
     if impl == "wgmma":
         if torch.cuda.get_device_capability() != (9, 0):
             return (), "wgmma is an sm_90a instruction"
@@ -155,11 +157,12 @@ def _decode_configs(impl, torch):
 _FITS = {
     "gemv_slab": lambda p, c: ops._matmul_slab.slab_fits(p, c),
     "gemv_cluster": lambda p, c: ops._matmul_cluster.cluster_fits(p, c),
+    "gemv_slab_tc": lambda p, c: ops._matmul_slab_tc.slab_tc_fits(p, c),
     "wgmma": lambda p, c: ops._matmul_wgmma.wgmma_fits(p, c),
 }
 
 
-@pytest.mark.parametrize("impl", ["gemv_tc", "gemv_slab", "gemv_cluster", "wgmma"])
+@pytest.mark.parametrize("impl", ["gemv_tc", "gemv_slab", "gemv_slab_tc", "gemv_cluster", "wgmma"])
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 def test_decode_kernels_every_config_on_the_gpu(arrays, impl, dtype):
     """The tensor-core decode kernels (and wgmma's tiles), forced config by config: odd M, N and
@@ -176,6 +179,9 @@ def test_decode_kernels_every_config_on_the_gpu(arrays, impl, dtype):
     shapes += [(1, 1, 8), (8, 40, 1160)]
     if impl == "gemv_slab":  # M <= 4, K of 2048, 4096 or 8192; N not a multiple of ROWS
         shapes = [(1, 4096, 4096), (3, 1000, 2048), (4, 33, 8192), (1, 1, 4096), (2, 8200, 2048)]
+    if impl == "gemv_slab_tc":  # K a divisor of 32768; every M range of the segment shapes
+        shapes = [(1, 4096, 4096), (2, 1000, 2048), (4, 33, 8192), (7, 1, 1024), (16, 4100, 4096)]
+        shapes += [(11, 300, 512), (3, 8200, 16384)]
     if impl == "gemv_cluster":  # K split over 1-8 blocks; N not a multiple of 8 or of ROWS
         shapes = [(16, 4096, 4096), (9, 1000, 3072), (5, 33, 8192), (12, 8200, 2048)]
         shapes += [(1, 1, 1024), (16, 300, 14336), (8, 4100, 7168)]

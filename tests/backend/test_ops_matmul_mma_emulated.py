@@ -103,6 +103,10 @@ __device__ inline void kk_mma_ldsm_t(unsigned (&r)[4], unsigned addr) {
     r[i] = lo | (unsigned)hi << 16;
   }
 }
+"""
+
+# mma.sync, emulated: also used by the other emulated kernels' tests.
+MMA_SYNC_EMULATION = r"""
 // mma.sync m16n8k16 .row.col, f32 += T * T (g = lane / 4, t = lane % 4):
 //   a0 = A[g][2t..], a1 = A[g+8][2t..], a2 = A[g][2t+8..], a3 = A[g+8][2t+8..]
 //   b0 = B[2t..][g], b1 = B[2t+8..][g];  c0, c1 = C[g][2t, 2t+1], c2, c3 = C[g+8][2t, 2t+1]
@@ -137,7 +141,7 @@ _EMULATED = kernelkit.kernel(
     ["x", "w", "bias"],
     ["y"],
     MMA.MMA_BODY,
-    header=EPILOGUE + EMULATION + MMA.MMA_KERNEL,
+    header=EPILOGUE + EMULATION + MMA_SYNC_EMULATION + MMA.MMA_KERNEL,
     optional_inputs={"bias": "float32"},
     backend="cpu",
 )

@@ -32,6 +32,10 @@ MATMUL = [
     ("gemv_tc", 3, 130, 1000, BF16, True),
     ("gemv_slab", 3, 33, 2048, BF16, True),
     ("gemv_slab", 1, 1, 4096, BF16, True),
+    ("gemv_slab_tc", 1, 33, 8192, BF16, True),
+    ("gemv_slab_tc", 4, 37, 4096, BF16, True),
+    ("gemv_slab_tc", 7, 300, 2048, BF16, True),
+    ("gemv_slab_tc", 13, 9, 1024, BF16, True),
     ("gemv_cluster", 5, 33, 8192, BF16, True),
     ("gemv_cluster", 12, 300, 2048, BF16, True),
     ("gemv_cluster", 16, 40, 3072, BF16, True),
@@ -66,7 +70,7 @@ def matmul_cases() -> list[tuple[str, float, float]]:
     for impl, m, n, k, dtype, tb in MATMUL:
         if impl == "wgmma" and torch.cuda.get_device_capability() != (9, 0):
             continue  # sm_90a only
-        if impl in ("gemv_slab", "gemv_cluster") and torch.cuda.get_device_capability() < (9, 0):
+        if impl in ("gemv_slab", "gemv_slab_tc", "gemv_cluster") and torch.cuda.get_device_capability() < (9, 0):
             continue
         g = torch.Generator(device="cuda").manual_seed(m * 131 + n * 7 + k)
         a = (torch.randn(m, k, device="cuda", generator=g) / 4).to(dtype)

@@ -34,6 +34,7 @@ from . import _matmul_cluster as CLU
 from . import _matmul_kernels as K
 from . import _matmul_mma as MMA
 from . import _matmul_slab as SLAB
+from . import _matmul_slab_tc as STC
 from . import _matmul_wgmma as WG
 from ._common import (
     OpRunner,
@@ -63,6 +64,10 @@ _GEMV_TC = kernel(
 )  # fmt: skip
 _GEMV_SLAB = kernel(
     "ops_matmul_gemv_slab", _INPUTS, ["y"], SLAB.SLAB_BODY, header=SLAB.SLAB,
+    optional_inputs={"bias": "float32"},
+)  # fmt: skip
+_GEMV_SLAB_TC = kernel(
+    "ops_matmul_gemv_slab_tc", _INPUTS, ["y"], STC.SLAB_TC_BODY, header=STC.SLAB_TC,
     optional_inputs={"bias": "float32"},
 )  # fmt: skip
 
@@ -225,6 +230,9 @@ _gemv_tc_run, _gemv_tc_prepare = _kernel_impl(
 _gemv_slab_run, _gemv_slab_prepare = _kernel_impl(
     _GEMV_SLAB, lambda p, c: [("JPR", SLAB.slab_jpr(p, c))]
 )
+_gemv_slab_tc_run, _gemv_slab_tc_prepare = _kernel_impl(
+    _GEMV_SLAB_TC, lambda p, c: [("JW", STC.slab_tc_jw(p, c))]
+)
 
 
 # --- gemv on the tensor cores, K split over a cluster (sm_90; source and rules in _matmul_cluster)
@@ -357,6 +365,21 @@ OP.register(
         match=SLAB.slab_match,
         fits=SLAB.slab_fits,
         priority=30,  # M <= 4 and the K it takes: before gemv_tc
+    )
+)
+OP.register(
+    Implementation(
+        "gemv_slab_tc",
+        run=_gemv_slab_tc_run,
+        prepare=_gemv_slab_tc_prepare,
+        grid=STC.slab_tc_grid,
+        configs=STC.SLAB_TC_CONFIGS,
+        default=STC.slab_tc_config(8, 32, 32, 4, 4, True),
+        heuristic=STC.slab_tc_heuristic,
+        requires={"tma", "mma_sync"},
+        match=STC.slab_tc_match,
+        fits=STC.slab_tc_fits,
+        priority=27,  # M <= 16 on sm_90, whole rows: after gemv_slab, before gemv_cluster
     )
 )
 OP.register(

@@ -87,7 +87,7 @@ __device__ __forceinline__ void kk_gemv_cluster(const T* x, const T* w, const TB
   constexpr unsigned STAGE = 16u * KS;  // bytes: 8 rows x KS 16-bit elements
   static_assert(KW % 32 == 0 && ROWS % 8 == 0 && WARPS >= 2 * MT, "the config rules");
   extern __shared__ __align__(128) uint4 kk_cluster_ring[];
-  __shared__ __align__(8) unsigned long long bars[S];
+  __shared__ unsigned long long bars[S];  // 8-byte aligned, as mbarriers must be
   __shared__ float part[2][WARPS][32][4];
   __shared__ float sums[ROWS][8 * MT];
   const int t = threadIdx.x, lane = t & 31, warp = t >> 5, g = lane >> 2, q = lane & 3;
@@ -99,9 +99,8 @@ __device__ __forceinline__ void kk_gemv_cluster(const T* x, const T* w, const TB
   const long long n0 = (long long)cluster * ROWS, k0 = (long long)rank * KS;
   const int rows = N - n0 < ROWS ? (int)(N - n0) : ROWS, tiles = (rows + 7) / 8;
   if (t == 0) {
-    for (int s = 0; s < S; ++s)
-      asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" :: "r"(kk_mma_smem_u32(&bars[s])));
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    for (int s = 0; s < S; ++s) kk_bulk_init(kk_mma_smem_u32(&bars[s]));
+    kk_bulk_init_fence();
   }
   __syncthreads();
   auto fill = [&](int i) {  // thread 0: stage i % S <- rows n0 + 8 i .., k in [k0, k0 + KS)

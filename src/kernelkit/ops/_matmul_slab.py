@@ -38,6 +38,12 @@ __all__ = [
 
 # cp.async.bulk global -> shared, completing on an mbarrier that counts the bytes (sm_90).
 BULK_PTX = r"""
+__device__ __forceinline__ void kk_bulk_init(unsigned bar) {  // one arrival a phase
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" :: "r"(bar));
+}
+__device__ __forceinline__ void kk_bulk_init_fence() {  // the inits, seen by the copy engine
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
 __device__ __forceinline__ void kk_bulk_expect(unsigned bar, unsigned bytes) {
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n"
                :: "r"(bar), "r"(bytes) : "memory");
@@ -100,15 +106,14 @@ __device__ __forceinline__ void kk_gemv_slab(const T* x, const T* w, const TB* b
   constexpr unsigned STAGE = SKB * 1024u;
   static_assert(RS >= 1 && RS * 16 * THREADS * JPR == SKB * 1024 && ROWS % RS == 0, "rules");
   extern __shared__ __align__(128) uint4 kk_slab_ring[];
-  __shared__ __align__(8) unsigned long long bars[S];
+  __shared__ unsigned long long bars[S];  // 8-byte aligned, as mbarriers must be
   __shared__ float part[2][WARPS][RS * MX];
   const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
   const long long n0 = (long long)blockIdx.x * ROWS;
   const int rows = N - n0 < ROWS ? (int)(N - n0) : ROWS, tiles = (rows + RS - 1) / RS;
   if (t == 0) {
-    for (int s = 0; s < S; ++s)
-      asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" :: "r"(kk_mma_smem_u32(&bars[s])));
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    for (int s = 0; s < S; ++s) kk_bulk_init(kk_mma_smem_u32(&bars[s]));
+    kk_bulk_init_fence();
   }
   __syncthreads();
   auto fill = [&](int i) {  // thread 0: stage i % S <- rows n0 + RS i ..
