@@ -186,7 +186,7 @@ SLAB_TC_CONFIGS = tuple(
     for seg in (8, 4, 2, 1)
     for hi in (False, True)
     for warps in (4, 8, 16)
-    for rows in (16, 64)
+    for rows in (16, 32, 64, 112)  # 112: 14336 rows in one wave of 128 blocks
     for skb, stages in ((16, 3), (16, 4), (32, 3), (32, 4), (64, 2), (64, 3))
 )
 
