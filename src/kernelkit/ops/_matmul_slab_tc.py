@@ -20,8 +20,6 @@ of an ``mma``: the FMA pipes and the registers of x as floats are gone.
 
 from __future__ import annotations
 
-from typing import Any
-
 from .._records import Problem, Target
 from .._select.records import Config
 from ._matmul_kernels import EPILOGUE, MMA_PTX, TC_STEP, cuda_cc
@@ -35,7 +33,7 @@ __all__ = [
     "slab_tc_fits",
     "slab_tc_grid",
     "slab_tc_heuristic",
-    "slab_tc_template",
+    "slab_tc_jw",
     "slab_tc_match",
 ]
 
@@ -55,10 +53,8 @@ SLAB_TC_KERNEL = r"""
 // Per group of R rows each lane keeps its agreeing entries, the segments are added by
 // butterfly shuffles, the warps' sums in a fixed order (deterministic), as in gemv_slab.
 // Rows past N in the last stage are not copied: stale words, computed, never stored.
-// With MS = 2, blocks 2b and 2b + 1 take the same rows for x's rows [0, MX) and [MX, 2 MX):
-// each reads the rows from memory, the second (launched beside the first) mostly from L2.
 template <class T, class TB, class TY, int WARPS, int ROWS, int SKB, int S, int SEG, bool HI,
-          int MS, int JW, int ACT, bool HAS_BIAS>
+          int JW, int ACT, bool HAS_BIAS>
 __device__ __forceinline__ void kk_gemv_slab_tc(const T* x, const T* w, const TB* bias, TY* y,
                                                 long long M, long long N, long long K) {
 #if KK_HAS_TMA
@@ -73,10 +69,7 @@ __device__ __forceinline__ void kk_gemv_slab_tc(const T* x, const T* w, const TB
   __shared__ float part[2][WARPS][RS * MX];
   const int t = threadIdx.x, lane = t & 31, warp = t >> 5, g = lane >> 2, q = lane & 3;
   const int seg = g % SEG;  // this lane's segment, for x (A row g) and w (B column g) alike
-  const long long n0 = (long long)(blockIdx.x / MS) * ROWS, m0 = (long long)(blockIdx.x % MS) * MX;
-  x += m0 * K;  // this block's rows of x and y
-  y += m0 * N;
-  M -= m0;
+  const long long n0 = (long long)blockIdx.x * ROWS;
   const int rows = N - n0 < ROWS ? (int)(N - n0) : ROWS, tiles = (rows + RS - 1) / RS;
   if (t == 0) {
     for (int s = 0; s < S; ++s) kk_bulk_init(kk_mma_smem_u32(&bars[s]));
@@ -170,8 +163,8 @@ SLAB_TC_BODY = r"""
 const long long K = x_shape[1];  // x is 2-D (a batch is flattened first)
 const long long M = x_shape[0];
 const long long N = w_shape[0];
-kk_gemv_slab_tc<T, TB, TY, WARPS, ROWS, SKB, S, SEG, HI, MS, JW, ACT, HAS_BIAS>(x, w, bias, y, M,
-                                                                                 N, K);
+kk_gemv_slab_tc<T, TB, TY, WARPS, ROWS, SKB, S, SEG, HI, JW, ACT, HAS_BIAS>(x, w, bias, y, M, N,
+                                                                             K);
 """
 
 MAX_M = 16
@@ -181,34 +174,31 @@ SHARED_LIMIT = 227 * 1024  # sm_90's most shared memory per block (dynamic + sta
 STATIC_LIMIT = 48 * 1024  # statically declared shared memory (the sums)
 
 
-def slab_tc_config(
-    warps: int, rows: int, skb: int, stages: int, seg: int, hi: bool, ms: int = 1
-) -> Config:
+def slab_tc_config(warps: int, rows: int, skb: int, stages: int, seg: int, hi: bool) -> Config:
     """A gemv_slab_tc config: ``rows`` weight rows a block, ``stages`` stages of ``skb`` KiB,
-    K cut into ``seg`` segments, x's rows in both halves of the mma (``hi``) or the first, and
-    ``ms`` blocks on the same rows, each for its own rows of x."""
+    K cut into ``seg`` segments, x's rows in both halves of the mma (``hi``) or the first."""
     values = {"WARPS": warps, "ROWS": rows, "SKB": skb, "S": stages, "SEG": seg, "HI": hi}
-    values["MS"] = ms
     return Config(values, (32 * warps,), stages * skb * 1024)
 
 
 SLAB_TC_CONFIGS = tuple(
-    slab_tc_config(warps, rows, skb, stages, seg, hi, ms)
+    slab_tc_config(warps, rows, skb, stages, seg, hi)
     for seg in (8, 4, 2, 1)
     for hi in (False, True)
-    for ms in ((1, 2) if (16 if hi else 8) // seg == 8 else (1,))  # M = 9-16 as 2 x 8 too
     for warps in (4, 8, 16)
     for rows in (16, 32, 64, 112)  # 112: 14336 rows in one wave of 128 blocks
     for skb, stages in ((16, 3), (16, 4), (32, 3), (32, 4), (64, 2), (64, 3))
 )
 
 
-def slab_tc_template(p: Problem, c: Config) -> list[tuple[str, Any]]:
-    """The template values a config leaves to the problem: JW, 32-SEG-wide steps of each row a
-    warp takes (and MS = 1 for a config that predates it)."""
+def _mx(c: Config) -> int:
+    return (16 if c.values["HI"] else 8) // int(c.values["SEG"])  # type: ignore[call-overload]
+
+
+def slab_tc_jw(p: Problem, c: Config) -> int:
+    """32-SEG-wide steps of each row a warp takes (the template value JW)."""
     k = int(p.attr("K"))  # type: ignore[call-overload]
-    jw = k // (32 * int(c.values["SEG"]) * int(c.values["WARPS"]))  # type: ignore[call-overload]
-    return [("JW", jw)] + ([] if "MS" in c.values else [("MS", 1)])
+    return k // (32 * int(c.values["SEG"]) * int(c.values["WARPS"]))  # type: ignore[call-overload]
 
 
 def slab_tc_match(p: Problem, t: Target) -> str | None:
@@ -235,18 +225,15 @@ def slab_tc_fits(p: Problem, c: Config) -> str | None:
     v = c.values
     try:
         warps, rows, skb, st, seg = (int(v[k]) for k in ("WARPS", "ROWS", "SKB", "S", "SEG"))
-        hi, ms = bool(v["HI"]), int(v.get("MS", 1))  # type: ignore[call-overload]
+        hi = bool(v["HI"])
     except KeyError as e:
         return f"config lacks {e.args[0]} (needs WARPS, ROWS, SKB, S, SEG, HI)"
     k, m = int(p.attr("K")), int(p.attr("M"))  # type: ignore[call-overload]
     if seg not in (1, 2, 4, 8) or not 1 <= warps <= 32 or st < 2 or rows < 1:
         return f"SEG = {seg} (1, 2, 4 or 8), WARPS = {warps} (1-32), S = {st} (>= 2)"
     mx, r = (16 if hi else 8) // seg, 8 // seg
-    if ms not in (1, 2) or not m <= mx * ms < 2 * m:
-        return (
-            f"M = {m} wants the smallest MX x MS >= M; SEG = {seg}, HI = {hi} gives MX = {mx}, "
-            f"MS = {ms}"
-        )
+    if not m <= mx < 2 * m:
+        return f"M = {m} wants the smallest MX >= M; SEG = {seg}, HI = {hi} gives MX = {mx}"
     if k % (32 * seg * warps):
         return f"K = {k} is not {warps} warps x {seg} segments x 32-wide chunks x a whole number"
     if (skb * 512) % k or (skb * 512 // k) % r or rows % (skb * 512 // k):
@@ -267,9 +254,8 @@ def slab_tc_fits(p: Problem, c: Config) -> str | None:
 
 
 def slab_tc_grid(p: Problem, c: Config) -> tuple[int, int, int]:
-    """MS blocks per ROWS weight rows."""
-    blocks = -(-p.attr("N") // c.values["ROWS"]) * c.values.get("MS", 1)  # type: ignore[operator]
-    return (blocks * c.threadgroup[0], 1, 1)
+    """One block per ROWS weight rows."""
+    return (-(-p.attr("N") // c.values["ROWS"]) * c.threadgroup[0], 1, 1)  # type: ignore[operator]
 
 
 def slab_tc_heuristic(p: Problem, t: Target) -> Config | None:
