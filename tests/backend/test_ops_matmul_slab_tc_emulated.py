@@ -58,11 +58,6 @@ __device__ inline void kk_bulk_init(unsigned bar) {
   kk_emu_ncopies = 0;  // a new block: nothing in flight
 }
 __device__ inline void kk_bulk_init_fence() {}
-static thread_local const unsigned char* kk_emu_w[2];  // the weight's first and past-last bytes
-__device__ inline void kk_bulk_prefetch_l2(const void* src, unsigned bytes) {  // in bounds only
-  const unsigned char* p = (const unsigned char*)src;
-  if ((size_t)p % 16 || bytes % 16 || p < kk_emu_w[0] || p + bytes > kk_emu_w[1]) __trap();
-}
 __device__ inline void kk_bulk_expect(unsigned bar, unsigned bytes) {
   kk_emu_bar& b = kk_emu_bar_at(bar);
   if (b.arrived) __trap();  // a second arrival in a phase that counts one
@@ -102,8 +97,7 @@ _EMULATED = kernelkit.kernel(
     "ops_matmul_gemv_slab_tc_emulated",
     ["x", "w", "bias"],
     ["y"],
-    "kk_emu_w[0] = (const unsigned char*)w;  // the bounds a prefetch must stay in\n"
-    "kk_emu_w[1] = (const unsigned char*)(w + w_shape[0] * w_shape[1]);\n" + STC.SLAB_TC_BODY,
+    STC.SLAB_TC_BODY,
     header=EPILOGUE + EMULATION + MMA_SYNC_EMULATION + TC_STEP + STC.SLAB_TC_KERNEL,
     optional_inputs={"bias": "float32"},
     backend="cpu",
@@ -124,7 +118,7 @@ def run(config, a, w, bias=None, activation=None):
     tb = "float32" if bias is None else str(bias.dtype).split(".")[-1]
     template = [*config.template, ("T", dtype), ("TB", tb), ("TY", dtype),
                 ("ACT", ACT[activation]), ("HAS_BIAS", bias is not None),
-                *STC.slab_tc_template(p, config)]  # fmt: skip
+                ("JW", STC.slab_tc_jw(p, config))]  # fmt: skip
     out = torch.full((m, n), float("nan")).to(a.dtype)
     _EMULATED(
         [a, w, bias],
@@ -170,9 +164,8 @@ def test_every_segment_shape_each_m_it_serves(seg, hi):
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("activation", [None, "relu", "silu", "gelu"])
 def test_bias_activation_and_a_longer_ring(dtype, activation):
-    """A ring of three stages of 2 rows (K = 4096), 8 rows a block: 3 blocks, the last partial;
-    2 stages past the ring prefetched to L2 (in bounds: the emulation checks)."""
-    config = STC.slab_tc_config(4, 8, 16, 3, 4, True, pf=2)
+    """A ring of three stages of 2 rows (K = 4096), 8 rows a block: 3 blocks, the last partial."""
+    config = STC.slab_tc_config(4, 8, 16, 3, 4, True)
     a = torch.randn(4, 4096).to(dtype)
     w = torch.randn(21, 4096).to(dtype)
     bias = torch.randn(21).to(torch.float32)

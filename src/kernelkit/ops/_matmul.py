@@ -231,7 +231,7 @@ _gemv_slab_run, _gemv_slab_prepare = _kernel_impl(
     _GEMV_SLAB, lambda p, c: [("JPR", SLAB.slab_jpr(p, c))]
 )
 _gemv_slab_tc_run, _gemv_slab_tc_prepare = _kernel_impl(
-    _GEMV_SLAB_TC, STC.slab_tc_template
+    _GEMV_SLAB_TC, lambda p, c: [("JW", STC.slab_tc_jw(p, c))]
 )
 
 

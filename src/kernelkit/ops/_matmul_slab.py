@@ -54,9 +54,6 @@ __device__ __forceinline__ void kk_bulk_copy(unsigned dst, const void* src, unsi
       "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
       :: "r"(dst), "l"(src), "r"(bytes), "r"(bar) : "memory");
 }
-__device__ __forceinline__ void kk_bulk_prefetch_l2(const void* src, unsigned bytes) {
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" :: "l"(src), "r"(bytes) : "memory");
-}
 __device__ __forceinline__ void kk_bulk_wait(unsigned bar, unsigned parity) {
   asm volatile(
       "{\n .reg .pred done;\n KK_BULK_WAIT:\n"

@@ -20,8 +20,6 @@ of an ``mma``: the FMA pipes and the registers of x as floats are gone.
 
 from __future__ import annotations
 
-from typing import Any
-
 from .._records import Problem, Target
 from .._select.records import Config
 from ._matmul_kernels import EPILOGUE, MMA_PTX, TC_STEP, cuda_cc
@@ -35,7 +33,7 @@ __all__ = [
     "slab_tc_fits",
     "slab_tc_grid",
     "slab_tc_heuristic",
-    "slab_tc_template",
+    "slab_tc_jw",
     "slab_tc_match",
 ]
 
@@ -56,7 +54,7 @@ SLAB_TC_KERNEL = r"""
 // butterfly shuffles, the warps' sums in a fixed order (deterministic), as in gemv_slab.
 // Rows past N in the last stage are not copied: stale words, computed, never stored.
 template <class T, class TB, class TY, int WARPS, int ROWS, int SKB, int S, int SEG, bool HI,
-          int PF, int JW, int ACT, bool HAS_BIAS>
+          int JW, int ACT, bool HAS_BIAS>
 __device__ __forceinline__ void kk_gemv_slab_tc(const T* x, const T* w, const TB* bias, TY* y,
                                                 long long M, long long N, long long K) {
 #if KK_HAS_TMA
@@ -85,14 +83,8 @@ __device__ __forceinline__ void kk_gemv_slab_tc(const T* x, const T* w, const TB
     kk_bulk_copy(kk_mma_smem_u32(kk_slab_tc_ring) + (i % S) * STAGE, w + (n0 + RS * i) * KC,
                  bytes, bar);
   };
-  auto prefetch = [&](int i) {  // thread 0: rows of stage i into L2, PF stages past the ring
-    const int n = rows - RS * i < RS ? rows - RS * i : RS;
-    kk_bulk_prefetch_l2(w + (n0 + RS * i) * KC, (unsigned)(n * KC * 2));
-  };
-  if (t == 0) {
+  if (t == 0)
     for (int i = 0; i < S - 1 && i < tiles; ++i) fill(i);
-    for (int i = S - 1; i < S - 1 + PF && i < tiles; ++i) prefetch(i);
-  }
   // this lane's 8 elements of step j: k = (warp JW + j) 32 SEG + 32 seg + 8 q
   const int k_lane = warp * JW * 32 * SEG + 32 * seg + 8 * q;
   uint4 xr[JW][MT];
@@ -107,7 +99,6 @@ __device__ __forceinline__ void kk_gemv_slab_tc(const T* x, const T* w, const TB
     }
   for (int i = 0; i < tiles; ++i) {
     if (t == 0 && i + S - 1 < tiles) fill(i + S - 1);
-    if (t == 0 && PF && i + S - 1 + PF < tiles) prefetch(i + S - 1 + PF);
     kk_bulk_wait(kk_mma_smem_u32(&bars[i % S]), (unsigned)(i / S) & 1u);
 #pragma unroll
     for (int grp = 0; grp < G; ++grp) {
@@ -172,8 +163,8 @@ SLAB_TC_BODY = r"""
 const long long K = x_shape[1];  // x is 2-D (a batch is flattened first)
 const long long M = x_shape[0];
 const long long N = w_shape[0];
-kk_gemv_slab_tc<T, TB, TY, WARPS, ROWS, SKB, S, SEG, HI, PF, JW, ACT, HAS_BIAS>(x, w, bias, y, M,
-                                                                                 N, K);
+kk_gemv_slab_tc<T, TB, TY, WARPS, ROWS, SKB, S, SEG, HI, JW, ACT, HAS_BIAS>(x, w, bias, y, M, N,
+                                                                             K);
 """
 
 MAX_M = 16
@@ -183,14 +174,10 @@ SHARED_LIMIT = 227 * 1024  # sm_90's most shared memory per block (dynamic + sta
 STATIC_LIMIT = 48 * 1024  # statically declared shared memory (the sums)
 
 
-def slab_tc_config(
-    warps: int, rows: int, skb: int, stages: int, seg: int, hi: bool, pf: int = 0
-) -> Config:
+def slab_tc_config(warps: int, rows: int, skb: int, stages: int, seg: int, hi: bool) -> Config:
     """A gemv_slab_tc config: ``rows`` weight rows a block, ``stages`` stages of ``skb`` KiB,
-    K cut into ``seg`` segments, x's rows in both halves of the mma (``hi``) or the first, and
-    the rows of ``pf`` stages past the ring prefetched into L2."""
+    K cut into ``seg`` segments, x's rows in both halves of the mma (``hi``) or the first."""
     values = {"WARPS": warps, "ROWS": rows, "SKB": skb, "S": stages, "SEG": seg, "HI": hi}
-    values["PF"] = pf
     return Config(values, (32 * warps,), stages * skb * 1024)
 
 
@@ -208,12 +195,10 @@ def _mx(c: Config) -> int:
     return (16 if c.values["HI"] else 8) // int(c.values["SEG"])  # type: ignore[call-overload]
 
 
-def slab_tc_template(p: Problem, c: Config) -> list[tuple[str, Any]]:
-    """The template values a config leaves to the problem: JW, 32-SEG-wide steps of each row a
-    warp takes (and PF = 0 for a config without it)."""
+def slab_tc_jw(p: Problem, c: Config) -> int:
+    """32-SEG-wide steps of each row a warp takes (the template value JW)."""
     k = int(p.attr("K"))  # type: ignore[call-overload]
-    jw = k // (32 * int(c.values["SEG"]) * int(c.values["WARPS"]))  # type: ignore[call-overload]
-    return [("JW", jw)] + ([] if "PF" in c.values else [("PF", 0)])
+    return k // (32 * int(c.values["SEG"]) * int(c.values["WARPS"]))  # type: ignore[call-overload]
 
 
 def slab_tc_match(p: Problem, t: Target) -> str | None:
