@@ -41,7 +41,9 @@ __device__ inline unsigned kk_mma_smem_u32(const void* p) {
   kk_emu_region[i] = c;
   return (unsigned)i << 24;
 }
-static inline unsigned char* kk_emu_at(unsigned a) { return kk_emu_region[a >> 24] + (a & 0xffffff); }
+static inline unsigned char* kk_emu_at(unsigned a) {
+  return kk_emu_region[a >> 24] + (a & 0xffffff);
+}
 
 // An mbarrier in its own 8 shared bytes: phase, whether this phase's one arrival came, the bytes
 // it expects. Copies in flight: a block-wide list, landed when a thread waits on their barrier.
@@ -74,7 +76,8 @@ __device__ inline void kk_bulk_wait(unsigned bar, unsigned parity) {
   for (int spins = 0; (kk_emu_bar_at(bar).phase & 1u) == parity; ++spins) {
     kk_emu_bar& b = kk_emu_bar_at(bar);
     unsigned landed = 0;
-    for (int i = 0; i < kk_emu_ncopies; ++i) landed += kk_emu_copies[i].bar == bar ? kk_emu_copies[i].bytes : 0;
+    for (int i = 0; i < kk_emu_ncopies; ++i)
+      landed += kk_emu_copies[i].bar == bar ? kk_emu_copies[i].bytes : 0;
     if (b.arrived && landed == b.expected) {  // the phase completes: its copies land now
       int kept = 0;
       for (int i = 0; i < kk_emu_ncopies; ++i) {
@@ -146,10 +149,13 @@ def check(y, a, w, bias=None, activation=None):
 
 
 # (SEG, HI): x's rows an mma takes (MX) and each M it serves
-SHAPES = [(8, False), (8, True), (4, False), (4, True), (2, False), (2, True), (1, False), (1, True)]
+SHAPES = [(8, False), (8, True), (4, False), (4, True), (2, False), (2, True), (1, False)]
+SHAPES += [(1, True)]
 
 
-@pytest.mark.parametrize(("seg", "hi"), SHAPES, ids=[f"SEG{s}{'-HI' if h else ''}" for s, h in SHAPES])
+@pytest.mark.parametrize(
+    ("seg", "hi"), SHAPES, ids=[f"SEG{s}{'-HI' if h else ''}" for s, h in SHAPES]
+)
 def test_every_segment_shape_each_m_it_serves(seg, hi):
     """K = 1024 in 4 warps: rows of 2 KiB, 8 a 16 KiB stage, 4 stages a block through a ring of
     2 (N = 37 over 32-row blocks: a partial block and a partial stage); every M of the shape."""

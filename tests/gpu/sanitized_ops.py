@@ -70,7 +70,8 @@ def matmul_cases() -> list[tuple[str, float, float]]:
     for impl, m, n, k, dtype, tb in MATMUL:
         if impl == "wgmma" and torch.cuda.get_device_capability() != (9, 0):
             continue  # sm_90a only
-        if impl in ("gemv_slab", "gemv_slab_tc", "gemv_cluster") and torch.cuda.get_device_capability() < (9, 0):
+        sm90 = impl in ("gemv_slab", "gemv_slab_tc", "gemv_cluster")
+        if sm90 and torch.cuda.get_device_capability() < (9, 0):
             continue
         g = torch.Generator(device="cuda").manual_seed(m * 131 + n * 7 + k)
         a = (torch.randn(m, k, device="cuda", generator=g) / 4).to(dtype)

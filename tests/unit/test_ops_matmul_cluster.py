@@ -16,12 +16,18 @@ import kernelkit
 from kernelkit._select.select import Override, select
 from kernelkit.ops import _matmul as MM
 from kernelkit.ops import _matmul_cluster as C
+from kernelkit.ops import _matmul_slab_tc as STC
 
 
 @pytest.mark.parametrize("m", [1, 4, 5, 8, 9, 16, 17])
 @pytest.mark.parametrize("nk", [(4096, 4096), (8192, 8192), (14336, 4096), (1000, 3072), (64, 264)])
 def test_gemv_cluster_is_chosen_for_m_5_to_16_where_k_splits(m, nk):
+    """Where gemv_slab_tc steps aside: K that is not a divisor of 32768 (3072), or x's 16 rows
+    too many for its registers (M = 9-16 at K = 8192)."""
     choice = select(MM.OP, problem(m, *nk), target()).choice
+    if STC.slab_tc_heuristic(problem(m, *nk), target()) is not None:  # whole rows come first
+        assert choice.impl == "matmul/gemv_slab_tc"
+        return
     if m <= 4 and nk[1] in (2048, 4096, 8192):
         assert choice.impl == "matmul/gemv_slab"
         return

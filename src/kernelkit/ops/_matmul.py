@@ -374,12 +374,12 @@ OP.register(
         prepare=_gemv_slab_tc_prepare,
         grid=STC.slab_tc_grid,
         configs=STC.SLAB_TC_CONFIGS,
-        default=STC.slab_tc_config(8, 32, 32, 4, 4, True),
+        default=STC.slab_tc_config(16, 32, 32, 4, 2, False),
         heuristic=STC.slab_tc_heuristic,
         requires={"tma", "mma_sync"},
         match=STC.slab_tc_match,
         fits=STC.slab_tc_fits,
-        priority=27,  # M <= 16 on sm_90, whole rows: after gemv_slab, before gemv_cluster
+        priority=35,  # M <= 16 on sm_90, whole rows: first (it leaves M = 1 to gemv_slab)
     )
 )
 OP.register(

@@ -23,7 +23,7 @@ from __future__ import annotations
 from .._records import Problem, Target
 from .._select.records import Config
 from ._matmul_kernels import EPILOGUE, MMA_PTX, TC_STEP, cuda_cc
-from ._matmul_slab import BULK_PTX
+from ._matmul_slab import BULK_PTX, SLAB_K
 
 __all__ = [
     "SLAB_TC",
@@ -131,7 +131,7 @@ __device__ __forceinline__ void kk_gemv_slab_tc(const T* x, const T* w, const TB
           lo += __shfl_xor_sync(0xffffffffu, lo, b);
           if (HI) hi += __shfl_xor_sync(0xffffffffu, hi, b);
         }
-        if (seg == 0 && q % (SEG / 2) == 0) {
+        if (seg == 0 && q % (SEG > 1 ? SEG / 2 : 1) == 0) {  // (SEG > 1 here; the guard for nvcc)
           const int r = 2 * q / SEG, m = g / SEG;
           out[r * MX + m] = lo;
           if (HI) out[r * MX + m + 8 / SEG] = hi;
@@ -259,15 +259,21 @@ def slab_tc_grid(p: Problem, c: Config) -> tuple[int, int, int]:
 
 
 def slab_tc_heuristic(p: Problem, t: Target) -> Config | None:
-    """8 warps, 32 rows a block, 3-4 stages of 16-64 KiB with x in both halves of the mma; None
-    where none of them fits (the next implementation serves)."""
-    m = int(p.attr("M"))  # type: ignore[call-overload]
-    for hi in (True, False):
+    """What won most tuned rows on the H100 and H200: x's rows in the first half of the mma up
+    to M = 4 (SEG = 8 / M), in both from M = 5 (SEG = 2 or 1), 16 warps, 32 rows a block, 128
+    KiB of stages (less, or the other shape, where that does not fit); None at M = 1 where
+    gemv_slab takes the K (1-2% faster there) and where no config fits (the next
+    implementation serves)."""
+    m, k = int(p.attr("M")), int(p.attr("K"))  # type: ignore[call-overload]
+    if m > MAX_M or (m == 1 and k in SLAB_K):
+        return None
+    for hi in (m > 4, m <= 4):  # the other shape when the first fits nothing
         seg = next((s for s in (8, 4, 2, 1) if m <= (16 if hi else 8) // s), 0)
-        for warps in (8, 16):
-            for skb, st in ((32, 4), (16, 4), (64, 3)):
+        for warps in (16, 8, 4):
+            for skb, st in ((32, 4), (64, 2), (16, 4), (32, 3)):
                 c = slab_tc_config(warps, 32, skb, st, seg, hi) if seg else None
-                if c and slab_tc_fits(p, c) is None:
-                    if c.shared_memory <= t.max_shared_memory_optin_bytes:
-                        return c
+                if c is None or slab_tc_fits(p, c) is not None:
+                    continue
+                if c.shared_memory <= t.max_shared_memory_optin_bytes:
+                    return c
     return None

@@ -1,0 +1,156 @@
+"""``matmul/gemv_slab_tc`` without a device: configs rendered and compiled by NVRTC for sm_90 (no
+spills, no local memory, registers for the block), the config rules, and the selection stage:
+chosen for M = 2-16 on sm_90 where x's rows fit its registers (M = 1 is gemv_slab's), refused
+with a reason before sm_90, above M = 16, for float32, [K, N] weights, K that is not a divisor of
+32768 and misaligned views. The kernel's arithmetic is checked by the emulated test
+(tests/backend/test_ops_matmul_slab_tc_emulated.py) and on the GPU."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+import pytest
+from test_ops_matmul_mma import SM80_FEATURES, considered, problem, ptxas_report, target
+
+import kernelkit
+from kernelkit._select.records import Config
+from kernelkit._select.select import Override, select
+from kernelkit.ops import _matmul as MM
+from kernelkit.ops import _matmul_slab_tc as STC
+
+WEIGHTS = [(4096, 4096), (8192, 8192), (14336, 4096)]
+
+
+@pytest.mark.parametrize("m", [1, 2, 3, 4, 5, 8, 9, 16])
+@pytest.mark.parametrize("nk", WEIGHTS)
+def test_chosen_for_m_2_to_16_on_the_table_weights(m, nk):
+    p = problem(m, *nk)
+    choice = select(MM.OP, p, target()).choice
+    if m == 1:  # gemv_slab is 1-2% faster there
+        assert choice.impl == "matmul/gemv_slab"
+        return
+    if m > 8 and nk[1] == 8192:  # 8 rows of 16 KiB an mma: no stage holds them
+        assert choice.impl == "matmul/gemv_cluster"
+        assert all(STC.slab_tc_fits(p, c) for c in STC.SLAB_TC_CONFIGS)
+        return
+    assert (choice.impl, choice.source) == ("matmul/gemv_slab_tc", "heuristic")
+    c = choice.config
+    assert c in STC.SLAB_TC_CONFIGS and STC.slab_tc_fits(p, c) is None
+    mx = (16 if c.values["HI"] else 8) // c.values["SEG"]
+    assert mx >= m > mx // 2  # the smallest shape that holds x's rows
+    assert choice.grid == (-(-nk[0] // c.values["ROWS"]) * c.threadgroup[0], 1, 1)
+
+
+def test_m_1_is_served_where_gemv_slab_cannot_take_the_k():
+    p = problem(1, 1000, 1024)  # K = 1024 is not one of gemv_slab's
+    choice = select(MM.OP, p, target()).choice
+    assert choice.impl == "matmul/gemv_slab_tc"
+    assert (choice.config.values["SEG"], choice.config.values["HI"]) == (8, False)
+
+
+@pytest.mark.parametrize(
+    ("p", "reason"),
+    [
+        (problem(4), None),
+        (problem(16, 14336, 4096), None),
+        (problem(17), "M = 17 > 16"),
+        (problem(2, k=4104), "K = 4104 is not a divisor of 32768"),
+        (problem(2, k=3072), "K = 3072 is not a divisor"),
+        (problem(2, k=128), "from 256"),
+        (problem(2, dtype="float32"), "not float32"),
+        (problem(2, transpose_b=False), "transpose_b=True"),
+        (problem(2, aligned16=False), "16-byte boundary"),
+    ],
+    ids=["ok", "ok16", "M", "K", "K3072", "K_small", "float32", "KN", "misaligned"],
+)
+def test_rules(p, reason):
+    sm80 = considered(select(MM.OP, p, target("sm_80", SM80_FEATURES)), "matmul/gemv_slab_tc")
+    assert "needs tma" in sm80[0]
+    assert STC.slab_tc_match(p, target("sm_80", SM80_FEATURES | {"tma"})) is not None
+    if reason is None:
+        assert STC.slab_tc_match(p, target()) is None
+        return
+    assert reason in STC.slab_tc_match(p, target())
+    with pytest.raises(kernelkit.ArgumentError, match=re.escape(reason)):
+        select(MM.OP, p, target(), override=Override("gemv_slab_tc"))
+
+
+def test_configs_that_do_not_fit_are_refused():
+    good = STC.slab_tc_config(16, 32, 64, 2, 2, False)
+    assert STC.slab_tc_fits(problem(4, 8192, 8192), good) is None
+    assert STC.slab_tc_fits(problem(3, 8192, 8192), good) is None
+    # M = 2 would leave half the mma's rows of x empty: the smaller shape serves it
+    assert "smallest MX" in STC.slab_tc_fits(problem(2, 8192, 8192), good)
+    assert "smallest MX" in STC.slab_tc_fits(problem(5, 8192, 8192), good)
+    # 4 warps x 2 segments at K = 8192: 32 steps of 4 registers of x a thread
+    assert "128 registers" in STC.slab_tc_fits(
+        problem(4, 8192, 8192), STC.slab_tc_config(4, 32, 64, 2, 2, False)
+    )
+    # SEG = 1 puts 8 rows in an mma: 8 rows of 16 KiB do not fit a 64 KiB stage
+    assert "whole groups of 8 rows" in STC.slab_tc_fits(
+        problem(16, 4096, 8192), STC.slab_tc_config(16, 32, 64, 2, 1, True)
+    )
+    assert "dividing ROWS" in STC.slab_tc_fits(
+        problem(4, 4096, 1024), STC.slab_tc_config(16, 16, 64, 2, 2, False)  # 32 rows a stage
+    )
+    assert "48 KiB" in STC.slab_tc_fits(
+        problem(16, 300, 512), STC.slab_tc_config(16, 64, 32, 3, 1, True)  # 32 rows x 16 x 16
+    )
+    assert "227 KiB" in STC.slab_tc_fits(
+        problem(4, 4096, 4096), STC.slab_tc_config(16, 64, 64, 4, 2, False)  # 256 KiB of stages
+    )
+    assert "shared memory" in STC.slab_tc_fits(
+        problem(4, 8192, 8192), dataclasses.replace(good, shared_memory=1024)
+    )
+    assert "lacks SKB" in STC.slab_tc_fits(problem(4), Config({"WARPS": 16, "ROWS": 32}, (512,)))
+
+
+def test_every_table_weight_has_configs_at_each_m():
+    for n, k in WEIGHTS:
+        for m in (1, 2, 4, 8):
+            p = problem(m, n, k)
+            assert sum(STC.slab_tc_fits(p, c) is None for c in STC.SLAB_TC_CONFIGS) >= 4, p
+    assert all(STC.slab_tc_fits(problem(16, 8192, 8192), c) for c in STC.SLAB_TC_CONFIGS)
+
+
+def test_the_heuristic_fits_a_small_shared_memory_or_steps_aside():
+    small = dataclasses.replace(target(), max_shared_memory_optin_bytes=99 * 1024)
+    c = STC.slab_tc_heuristic(problem(4, 8192, 8192), small)
+    assert c is not None and c.shared_memory <= 99 * 1024 and c in STC.SLAB_TC_CONFIGS
+    tiny = dataclasses.replace(target(), max_shared_memory_optin_bytes=40 * 1024)
+    assert STC.slab_tc_heuristic(problem(4), tiny) is None
+    assert select(MM.OP, problem(4), tiny).choice.impl not in ("matmul/gemv_slab_tc",)
+
+
+def _variants() -> list:
+    """Each (SEG, HI, WARPS, SKB, S) once (32 rows a block), with the largest K it takes: the
+    most registers of x and the longest unrolled loops."""
+    out = []
+    for c in STC.SLAB_TC_CONFIGS:
+        v = c.values
+        if v["ROWS"] != 32:
+            continue
+        m = (16 if v["HI"] else 8) // v["SEG"]
+        for k in (32768, 16384, 8192, 4096, 2048, 1024, 512, 256):
+            if STC.slab_tc_fits(problem(m, 4096, k), c) is None:
+                out.append((c, m, k))
+                break
+    return out
+
+
+@pytest.mark.parametrize(("config", "m", "k"), _variants())
+def test_every_config_shape_compiles_without_spills(cuda, config, m, k):
+    p = problem(m, 4096, k, bias="float32", activation="gelu")
+    template = [*config.template, *MM._common_template(p), ("JW", STC.slab_tc_jw(p, config))]
+    art, report = ptxas_report(cuda, MM._GEMV_SLAB_TC, p, template)
+    assert report["bytes stack frame"] == report["bytes spill stores"] == 0, art.log
+    assert report["registers"] * config.threadgroup[0] <= 65536, art.log
+    assert "warning" not in art.log
+
+
+def test_the_cuda_backend_has_the_features_gemv_slab_tc_requires(cuda):
+    impl = MM.OP.get("gemv_slab_tc")
+    assert impl is not None
+    assert impl.requires <= cuda.target_for_arch("sm_90").features
+    assert not impl.requires <= cuda.target_for_arch("sm_80").features
