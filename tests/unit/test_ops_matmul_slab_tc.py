@@ -24,12 +24,9 @@ WEIGHTS = [(4096, 4096), (8192, 8192), (14336, 4096)]
 
 @pytest.mark.parametrize("m", [1, 2, 3, 4, 5, 8, 9, 16])
 @pytest.mark.parametrize("nk", WEIGHTS)
-def test_chosen_for_m_2_to_16_on_the_table_weights(m, nk):
+def test_chosen_for_m_up_to_16_on_the_table_weights(m, nk):
     p = problem(m, *nk)
     choice = select(MM.OP, p, target()).choice
-    if m == 1:  # gemv_slab is 1-2% faster there
-        assert choice.impl == "matmul/gemv_slab"
-        return
     if m > 8 and nk[1] == 8192:  # 8 rows of 16 KiB an mma: no stage holds them
         assert choice.impl == "matmul/gemv_cluster"
         assert all(STC.slab_tc_fits(p, c) for c in STC.SLAB_TC_CONFIGS)
@@ -42,8 +39,8 @@ def test_chosen_for_m_2_to_16_on_the_table_weights(m, nk):
     assert choice.grid == (-(-nk[0] // c.values["ROWS"]) * c.threadgroup[0], 1, 1)
 
 
-def test_m_1_is_served_where_gemv_slab_cannot_take_the_k():
-    p = problem(1, 1000, 1024)  # K = 1024 is not one of gemv_slab's
+def test_m_1_takes_one_row_of_x_in_eight_segments():
+    p = problem(1, 1000, 1024)
     choice = select(MM.OP, p, target()).choice
     assert choice.impl == "matmul/gemv_slab_tc"
     assert (choice.config.values["SEG"], choice.config.values["HI"]) == (8, False)

@@ -379,7 +379,7 @@ OP.register(
         requires={"tma", "mma_sync"},
         match=STC.slab_tc_match,
         fits=STC.slab_tc_fits,
-        priority=35,  # M <= 16 on sm_90, whole rows: first (it leaves M = 1 to gemv_slab)
+        priority=35,  # M <= 16 on sm_90, whole rows: first (tables pick gemv_slab at M = 1)
     )
 )
 OP.register(

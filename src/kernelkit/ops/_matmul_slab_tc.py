@@ -23,7 +23,7 @@ from __future__ import annotations
 from .._records import Problem, Target
 from .._select.records import Config
 from ._matmul_kernels import EPILOGUE, MMA_PTX, TC_STEP, cuda_cc
-from ._matmul_slab import BULK_PTX, SLAB_K
+from ._matmul_slab import BULK_PTX
 
 __all__ = [
     "SLAB_TC",
@@ -261,11 +261,10 @@ def slab_tc_grid(p: Problem, c: Config) -> tuple[int, int, int]:
 def slab_tc_heuristic(p: Problem, t: Target) -> Config | None:
     """What won most tuned rows on the H100 and H200: x's rows in the first half of the mma up
     to M = 4 (SEG = 8 / M), in both from M = 5 (SEG = 2 or 1), 16 warps, 32 rows a block, 128
-    KiB of stages (less, or the other shape, where that does not fit); None at M = 1 where
-    gemv_slab takes the K (1-2% faster there) and where no config fits (the next
-    implementation serves)."""
-    m, k = int(p.attr("M")), int(p.attr("K"))  # type: ignore[call-overload]
-    if m > MAX_M or (m == 1 and k in SLAB_K):
+    KiB of stages (less, or the other shape, where that does not fit); None where no config
+    fits (the next implementation serves). At M = 1 the tables pick gemv_slab, 1-2% faster."""
+    m = int(p.attr("M"))  # type: ignore[call-overload]
+    if m > MAX_M:
         return None
     for hi in (m > 4, m <= 4):  # the other shape when the first fits nothing
         seg = next((s for s in (8, 4, 2, 1) if m <= (16 if hi else 8) // s), 0)
