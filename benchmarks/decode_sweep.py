@@ -1,13 +1,14 @@
 """Question: where does each sm_90 decode kernel stand against cuBLAS on the decode shapes, with
-its untuned config and with the best of a sweep of ``gemv_cluster``'s configs?
+its untuned config and with the best of a sweep of its configs?
 
 For each weight [N, K] of the anchor table and each M: cuBLAS (``F.linear``), then ``gemv_slab``,
-``gemv_tc`` and ``gemv_cluster`` forced with their default configs (the ones that cannot run the
-shape are left out), then every ``gemv_cluster`` config that fits (forced), best four printed.
-bf16, weights rotated past twice L2, device time from CUDA-graph replays, % of the copy rate
-(weight + x + y once) measured in the same run, and the relative error against float64.
+``gemv_slab_tc``, ``gemv_tc`` and ``gemv_cluster`` forced with their heuristics' configs (the
+ones that cannot run the shape are left out), then every config of the swept implementations
+that fits (forced), best four printed. bf16, weights rotated past twice L2, device time from
+CUDA-graph replays, % of the copy rate (weight + x + y once) measured in the same run, and the
+relative error against float64.
 
-    PYTHONPATH=src python3 benchmarks/decode_sweep.py [1,4,8,16]      (needs sm_90)
+    PYTHONPATH=src python3 benchmarks/decode_sweep.py [1,4,8,16] [gemv_slab_tc,gemv_cluster]
 """
 
 from __future__ import annotations
@@ -23,12 +24,18 @@ from kernelkit import ops
 from kernelkit._select.override import force
 from kernelkit.ops import _matmul as MM
 from kernelkit.ops import _matmul_cluster as C
+from kernelkit.ops import _matmul_slab_tc as STC
 
 WEIGHTS = [(4096, 4096), (8192, 8192), (14336, 4096)]
 
 
 def main() -> int:
     ms = [int(v) for v in sys.argv[1].split(",")] if len(sys.argv) > 1 else [1, 4, 8, 16]
+    swept = sys.argv[2].split(",") if len(sys.argv) > 2 else ["gemv_slab_tc", "gemv_cluster"]
+    sweeps = {
+        "gemv_slab_tc": (STC.SLAB_TC_CONFIGS, STC.slab_tc_fits),
+        "gemv_cluster": (C.CLUSTER_CONFIGS, C.cluster_fits),
+    }
     rate = copy_rate_gbs()
     print(torch.cuda.get_device_name(), f"copy rate {rate:.0f} GB/s", flush=True)
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
@@ -49,7 +56,7 @@ def main() -> int:
 
             d_ref = graph_us(rotating(torch.nn.functional.linear, x, ws))
             row = [f"{n}x{k} M={m}: cuBLAS {d_ref:.1f} ({pct(d_ref):.0f}%)"]
-            for impl in ("gemv_slab", "gemv_tc", "gemv_cluster"):
+            for impl in ("gemv_slab", "gemv_slab_tc", "gemv_tc", "gemv_cluster"):
                 try:
                     with force("matmul", impl):
                         y = kk(x, ws[0])
@@ -65,17 +72,19 @@ def main() -> int:
             print("; ".join(row), flush=True)
             options = MM._prepare(x, ws[0], None, None, True)[3]
             problem = MM._RUNNER.problem([x, ws[0], None], x.dtype, None, options)[0]
-            times = []
-            for c in C.CLUSTER_CONFIGS:
-                if C.cluster_fits(problem, c) is not None:
-                    continue
-                with force("matmul", "gemv_cluster", c):
-                    times.append((graph_us(rotating(kk, x, ws), reps=5), c.describe()))
-            times.sort()
-            best = "; ".join(
-                f"{d:.1f} ({pct(d):.0f}%, {d_ref / d:.2f}x) [{s}]" for d, s in times[:4]
-            )
-            print(f"   sweep {len(times)} ({time.time() - t0:.0f} s): {best}", flush=True)
+            for impl in swept:
+                configs, fits = sweeps[impl]
+                times = []
+                for c in configs:
+                    if fits(problem, c) is not None:
+                        continue
+                    with force("matmul", impl, c):
+                        times.append((graph_us(rotating(kk, x, ws), reps=5), c.describe()))
+                times.sort()
+                best = "; ".join(
+                    f"{d:.1f} ({pct(d):.0f}%, {d_ref / d:.2f}x) [{s}]" for d, s in times[:4]
+                )
+                print(f"   {impl} sweep {len(times)} ({time.time() - t0:.0f} s): {best}")
         ws.clear()
         torch.cuda.empty_cache()
     return 0
