@@ -260,17 +260,18 @@ def slab_tc_grid(p: Problem, c: Config) -> tuple[int, int, int]:
 
 def slab_tc_heuristic(p: Problem, t: Target) -> Config | None:
     """What won most tuned rows on the H100 and H200: x's rows in the first half of the mma up
-    to M = 4 (SEG = 8 / M), in both from M = 5 (SEG = 2 or 1), 16 warps, 32 rows a block, 128
-    KiB of stages (less, or the other shape, where that does not fit); None where no config
+    to M = 4 (SEG = 8 / M), in both from M = 5 (SEG = 2 or 1), 16 warps, ROWS for about 128
+    blocks (one an SM), 128 KiB of stages (less, or the other shape, where that does not fit); None where no config
     fits (the next implementation serves). At M = 1 the tables pick gemv_slab, 1-2% faster."""
-    m = int(p.attr("M"))  # type: ignore[call-overload]
+    m, n = int(p.attr("M")), int(p.attr("N"))  # type: ignore[call-overload]
     if m > MAX_M:
         return None
+    rows = min((16, 32, 64, 112), key=lambda r: abs(n / r - 128))  # ~one block an SM
     for hi in (m > 4, m <= 4):  # the other shape when the first fits nothing
         seg = next((s for s in (8, 4, 2, 1) if m <= (16 if hi else 8) // s), 0)
         for warps in (16, 8, 4):
             for skb, st in ((32, 4), (64, 2), (16, 4), (32, 3)):
-                c = slab_tc_config(warps, 32, skb, st, seg, hi) if seg else None
+                c = slab_tc_config(warps, rows, skb, st, seg, hi) if seg else None
                 if c is None or slab_tc_fits(p, c) is not None:
                     continue
                 if c.shared_memory <= t.max_shared_memory_optin_bytes:
