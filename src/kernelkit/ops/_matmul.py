@@ -4,6 +4,7 @@ weight [N, K]), with bias and activation fused, through the selection stage.
 Implementations (see ``_matmul_kernels``): ``gemv`` for decode shapes (M <= 16, weight [N, K]),
 ``gemv_tc`` for the same on the tensor cores (sm_80+, float16/bfloat16), ``gemv_slab``
 (``_matmul_slab``): M <= 4 on sm_90, whole weight rows moved by the TMA unit's bulk copies,
+``gemv_slab_tc`` (``_matmul_slab_tc``): M <= 16 on sm_90, the same rows on the tensor cores,
 ``gemv_cluster`` (``_matmul_cluster``): M <= 16 on sm_90, K split over a thread-block cluster and
 reduced through distributed shared memory, ``tiled`` for everything (any backend, the CPU too),
 ``mma`` (``_matmul_mma``): tensor cores on sm_80+ for float16/bfloat16, ``wgmma``
@@ -12,11 +13,12 @@ framework (torch: cuBLAS).
 
 Selection (``_select.select``): the ``framework`` microkernel matches torch CUDA tensors and wins
 there (microkernels come before heuristics); otherwise the generic implementations' heuristics
-are asked by priority: ``gemv_slab`` (M <= 4), ``gemv_cluster`` (M <= 16 on sm_90), ``gemv_tc``
+are asked by priority: ``gemv_slab_tc`` (M <= 16 on sm_90), ``gemv_slab`` (M <= 4),
+``gemv_cluster`` (M <= 16 on sm_90), ``gemv_tc``
 and ``gemv`` (M <= 16), ``wgmma`` (M > 16 on sm_90), ``mma`` (5: M > 16 on sm_80+), then
 ``tiled``'s default. A table, the tuning database or ``kernelkit.force`` can name any of them for
-torch tensors too (the H100 and H200 tables pick ``gemv_slab`` or ``gemv_cluster`` for the decode
-rows where they beat cuBLAS).
+torch tensors too (the H100 and H200 tables pick ``gemv_slab``, ``gemv_slab_tc`` or
+``gemv_cluster`` for the decode rows where they beat cuBLAS).
 """
 
 from __future__ import annotations

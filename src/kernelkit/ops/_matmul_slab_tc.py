@@ -261,8 +261,9 @@ def slab_tc_grid(p: Problem, c: Config) -> tuple[int, int, int]:
 def slab_tc_heuristic(p: Problem, t: Target) -> Config | None:
     """What won most tuned rows on the H100 and H200: x's rows in the first half of the mma up
     to M = 4 (SEG = 8 / M), in both from M = 5 (SEG = 2 or 1), 16 warps, ROWS for about 128
-    blocks (one an SM), 128 KiB of stages (less, or the other shape, where that does not fit); None where no config
-    fits (the next implementation serves). At M = 1 the tables pick gemv_slab, 1-2% faster."""
+    blocks (one an SM), 128 KiB of stages (less, or the other shape, where that does not fit);
+    None where no config fits (the next implementation serves). At M = 1 the tables pick
+    gemv_slab, 1-2% faster."""
     m, n = int(p.attr("M")), int(p.attr("N"))  # type: ignore[call-overload]
     if m > MAX_M:
         return None
