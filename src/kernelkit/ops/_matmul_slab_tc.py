@@ -191,10 +191,6 @@ SLAB_TC_CONFIGS = tuple(
 )
 
 
-def _mx(c: Config) -> int:
-    return (16 if c.values["HI"] else 8) // int(c.values["SEG"])  # type: ignore[call-overload]
-
-
 def slab_tc_jw(p: Problem, c: Config) -> int:
     """32-SEG-wide steps of each row a warp takes (the template value JW)."""
     k = int(p.attr("K"))  # type: ignore[call-overload]
