@@ -19,6 +19,7 @@ import kernelkit
 from kernelkit._records import ArgFacts, Problem
 from kernelkit.ops import _matmul_slab_tc as STC
 from kernelkit.ops._matmul_kernels import EPILOGUE, TC_STEP
+from kernelkit.ops._matmul_slab import SLAB_RING
 
 torch = pytest.importorskip("torch")
 
@@ -101,7 +102,7 @@ _EMULATED = kernelkit.kernel(
     ["x", "w", "bias"],
     ["y"],
     STC.SLAB_TC_BODY,
-    header=EPILOGUE + EMULATION + MMA_SYNC_EMULATION + TC_STEP + STC.SLAB_TC_KERNEL,
+    header=EPILOGUE + EMULATION + MMA_SYNC_EMULATION + TC_STEP + SLAB_RING + STC.SLAB_TC_KERNEL,
     optional_inputs={"bias": "float32"},
     backend="cpu",
 )

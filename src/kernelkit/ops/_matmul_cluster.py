@@ -22,7 +22,7 @@ from __future__ import annotations
 from .._records import Problem, Target
 from .._select.records import Config
 from ._matmul_kernels import EPILOGUE, MMA_PTX, TC_STEP, cuda_cc
-from ._matmul_slab import BULK_PTX
+from ._matmul_slab import BULK_PTX, SLAB_RING
 
 __all__ = [
     "CLUSTER",
@@ -98,10 +98,7 @@ __device__ __forceinline__ void kk_gemv_cluster(const T* x, const T* w, const TB
   }
   const long long n0 = (long long)cluster * ROWS, k0 = (long long)rank * KS;
   const int rows = N - n0 < ROWS ? (int)(N - n0) : ROWS, tiles = (rows + 7) / 8;
-  if (t == 0) {
-    for (int s = 0; s < S; ++s) kk_bulk_init(kk_mma_smem_u32(&bars[s]));
-    kk_bulk_init_fence();
-  }
+  kk_slab_ring_init(bars);
   __syncthreads();
   auto fill = [&](int i) {  // thread 0: stage i % S <- rows n0 + 8 i .., k in [k0, k0 + KS)
     const int n = rows - 8 * i < 8 ? rows - 8 * i : 8;
@@ -167,8 +164,9 @@ __device__ __forceinline__ void kk_gemv_cluster(const T* x, const T* w, const TB
 }
 """
 
-# The header: the shared epilogue, the mma PTX and step, the bulk-copy helpers, the kernel.
-CLUSTER = EPILOGUE + MMA_PTX + TC_STEP + BULK_PTX + CLUSTER_PTX + CLUSTER_KERNEL
+# The header: the shared epilogue, the mma PTX and step, the bulk copies and the ring set-up,
+# the cluster helpers, the kernel.
+CLUSTER = EPILOGUE + MMA_PTX + TC_STEP + BULK_PTX + SLAB_RING + CLUSTER_PTX + CLUSTER_KERNEL
 
 CLUSTER_BODY = r"""
 const long long K = x_shape[1];  // x is 2-D (a batch is flattened first)

@@ -23,11 +23,13 @@ from .._select.records import Config
 from ._matmul_kernels import EPILOGUE, MMA_PTX, cuda_cc
 
 __all__ = [
+    "BULK_PTX",
     "SLAB",
     "SLAB_BODY",
     "SLAB_CONFIGS",
     "SLAB_K",
     "SLAB_MAX_M",
+    "SLAB_RING",
     "slab_config",
     "slab_fits",
     "slab_grid",
@@ -60,6 +62,43 @@ __device__ __forceinline__ void kk_bulk_wait(unsigned bar, unsigned parity) {
       " mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
       " @!done bra.uni KK_BULK_WAIT;\n}\n"
       :: "r"(bar), "r"(parity) : "memory");
+}
+"""
+
+# What the whole-row kernels (gemv_slab, gemv_slab_tc) share, built on the helpers above (so an
+# emulation of those runs it too): the ring's barriers, one stage's copy, one stage's outputs.
+SLAB_RING = r"""
+// Thread 0: the S mbarriers of a ring, one arrival a phase, set up for the copy engine.
+template <int S>
+__device__ __forceinline__ void kk_slab_ring_init(unsigned long long (&bars)[S]) {
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < S; ++s) kk_bulk_init(kk_mma_smem_u32(&bars[s]));
+    kk_bulk_init_fence();
+  }
+}
+// Thread 0: stage i % S of the ring (STAGE bytes each) <- n rows of `row_bytes` from src, one
+// copy (the rows are contiguous), counted in by the stage's barrier.
+template <int S, unsigned STAGE>
+__device__ __forceinline__ void kk_slab_ring_fill(const void* ring, unsigned long long (&bars)[S],
+                                                  int i, const void* src, int n,
+                                                  unsigned row_bytes) {
+  const unsigned bar = kk_mma_smem_u32(&bars[i % S]), bytes = (unsigned)n * row_bytes;
+  kk_bulk_expect(bar, bytes);
+  kk_bulk_copy(kk_mma_smem_u32(ring) + (i % S) * STAGE, src, bytes, bar);
+}
+// Thread t < RS MX of a stage: output t = (row r, x row m) is the warps' partial sums, added in
+// a fixed order (deterministic), plus the bias, through the activation. part: [WARPS][RS MX].
+template <class TB, class TY, int WARPS, int RS, int MX, int ACT, bool HAS_BIAS>
+__device__ __forceinline__ void kk_slab_store(const float* part, int t, long long M, int rows_left,
+                                              long long n_first, const TB* bias, TY* y,
+                                              long long N) {
+  const int r = t / MX, m = t % MX;
+  if (t >= RS * MX || m >= M || r >= rows_left) return;
+  float a = 0.0f;
+  for (int p = 0; p < WARPS; ++p) a += part[p * RS * MX + t];
+  const long long n = n_first + r;
+  if (HAS_BIAS) a += (float)bias[n];
+  y[m * N + n] = TY(kk_mm_act<ACT>(a));
 }
 """
 
@@ -111,17 +150,11 @@ __device__ __forceinline__ void kk_gemv_slab(const T* x, const T* w, const TB* b
   const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
   const long long n0 = (long long)blockIdx.x * ROWS;
   const int rows = N - n0 < ROWS ? (int)(N - n0) : ROWS, tiles = (rows + RS - 1) / RS;
-  if (t == 0) {
-    for (int s = 0; s < S; ++s) kk_bulk_init(kk_mma_smem_u32(&bars[s]));
-    kk_bulk_init_fence();
-  }
+  kk_slab_ring_init(bars);
   __syncthreads();
   auto fill = [&](int i) {  // thread 0: stage i % S <- rows n0 + RS i ..
     const int n = rows - RS * i < RS ? rows - RS * i : RS;
-    const unsigned bar = kk_mma_smem_u32(&bars[i % S]), bytes = (unsigned)(n * K * 2);
-    kk_bulk_expect(bar, bytes);
-    kk_bulk_copy(kk_mma_smem_u32(kk_slab_ring) + (i % S) * STAGE, w + (n0 + RS * i) * K, bytes,
-                 bar);
+    kk_slab_ring_fill<S, STAGE>(kk_slab_ring, bars, i, w + (n0 + RS * i) * K, n, (unsigned)K * 2u);
   };
   if (t == 0)
     for (int i = 0; i < S - 1 && i < tiles; ++i) fill(i);
@@ -149,16 +182,8 @@ __device__ __forceinline__ void kk_gemv_slab(const T* x, const T* w, const TB* b
         if (lane == 0) part[i & 1][warp][r * MX + m] = a;
       }
     __syncthreads();  // part is complete, and every thread is done with stage i % S
-    if (t < RS * MX) {
-      const int r = t / MX, m = t % MX;
-      const long long n = n0 + (long long)RS * i + r;
-      if (m < M && RS * i + r < rows) {
-        float a = 0.0f;
-        for (int q = 0; q < WARPS; ++q) a += part[i & 1][q][t];  // fixed order: deterministic
-        if (HAS_BIAS) a += (float)bias[n];
-        y[m * N + n] = TY(kk_mm_act<ACT>(a));
-      }
-    }
+    kk_slab_store<TB, TY, WARPS, RS, MX, ACT, HAS_BIAS>(&part[i & 1][0][0], t, M, rows - RS * i,
+                                                         n0 + (long long)RS * i, bias, y, N);
   }
 #else
   __trap();  // sm_90+ only (the match rule): no cp.async.bulk / mbarrier transactions below
@@ -166,8 +191,8 @@ __device__ __forceinline__ void kk_gemv_slab(const T* x, const T* w, const TB* b
 }
 """
 
-# The header: the shared epilogue, the PTX helpers, the kernel.
-SLAB = EPILOGUE + MMA_PTX + BULK_PTX + SLAB_KERNEL
+# The header: the shared epilogue, the PTX helpers, the ring, the kernel.
+SLAB = EPILOGUE + MMA_PTX + BULK_PTX + SLAB_RING + SLAB_KERNEL
 
 SLAB_BODY = r"""
 const long long K = x_shape[1];  // x is 2-D (a batch is flattened first)

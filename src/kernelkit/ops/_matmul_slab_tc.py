@@ -23,7 +23,7 @@ from __future__ import annotations
 from .._records import Problem, Target
 from .._select.records import Config
 from ._matmul_kernels import EPILOGUE, MMA_PTX, TC_STEP, cuda_cc
-from ._matmul_slab import BULK_PTX
+from ._matmul_slab import BULK_PTX, SLAB_RING
 
 __all__ = [
     "SLAB_TC",
@@ -71,17 +71,11 @@ __device__ __forceinline__ void kk_gemv_slab_tc(const T* x, const T* w, const TB
   const int seg = g % SEG;  // this lane's segment, for x (A row g) and w (B column g) alike
   const long long n0 = (long long)blockIdx.x * ROWS;
   const int rows = N - n0 < ROWS ? (int)(N - n0) : ROWS, tiles = (rows + RS - 1) / RS;
-  if (t == 0) {
-    for (int s = 0; s < S; ++s) kk_bulk_init(kk_mma_smem_u32(&bars[s]));
-    kk_bulk_init_fence();
-  }
+  kk_slab_ring_init(bars);
   __syncthreads();
   auto fill = [&](int i) {  // thread 0: stage i % S <- rows n0 + RS i ..
     const int n = rows - RS * i < RS ? rows - RS * i : RS;
-    const unsigned bar = kk_mma_smem_u32(&bars[i % S]), bytes = (unsigned)(n * KC * 2);
-    kk_bulk_expect(bar, bytes);
-    kk_bulk_copy(kk_mma_smem_u32(kk_slab_tc_ring) + (i % S) * STAGE, w + (n0 + RS * i) * KC,
-                 bytes, bar);
+    kk_slab_ring_fill<S, STAGE>(kk_slab_tc_ring, bars, i, w + (n0 + RS * i) * KC, n, KC * 2u);
   };
   if (t == 0)
     for (int i = 0; i < S - 1 && i < tiles; ++i) fill(i);
@@ -139,16 +133,8 @@ __device__ __forceinline__ void kk_gemv_slab_tc(const T* x, const T* w, const TB
       }
     }
     __syncthreads();  // part is complete, and every thread is done with stage i % S
-    if (t < RS * MX) {
-      const int r = t / MX, m = t % MX;
-      const long long n = n0 + (long long)RS * i + r;
-      if (m < M && RS * i + r < rows) {
-        float a = 0.0f;
-        for (int p = 0; p < WARPS; ++p) a += part[i & 1][p][t];  // fixed order: deterministic
-        if (HAS_BIAS) a += (float)bias[n];
-        y[m * N + n] = TY(kk_mm_act<ACT>(a));
-      }
-    }
+    kk_slab_store<TB, TY, WARPS, RS, MX, ACT, HAS_BIAS>(&part[i & 1][0][0], t, M, rows - RS * i,
+                                                         n0 + (long long)RS * i, bias, y, N);
   }
 #else
   __trap();  // sm_90+ only (the match rule): no cp.async.bulk / mbarrier transactions below
@@ -156,8 +142,8 @@ __device__ __forceinline__ void kk_gemv_slab_tc(const T* x, const T* w, const TB
 }
 """
 
-# The header: the shared epilogue, the mma PTX and step, the bulk-copy helpers, the kernel.
-SLAB_TC = EPILOGUE + MMA_PTX + TC_STEP + BULK_PTX + SLAB_TC_KERNEL
+# The header: the shared epilogue, the mma PTX and step, the bulk copies and the ring, the kernel.
+SLAB_TC = EPILOGUE + MMA_PTX + TC_STEP + BULK_PTX + SLAB_RING + SLAB_TC_KERNEL
 
 SLAB_TC_BODY = r"""
 const long long K = x_shape[1];  // x is 2-D (a batch is flattened first)
