@@ -3,11 +3,14 @@ addressing, the agreeing entries and their shuffles, the stage ring, the epilogu
 backend, with its sm_90 instructions replaced by an emulation written from the PTX ISA:
 ``mma.sync`` m16n8k16 as warp shuffles (shared with the ``mma`` kernel's test), and the bulk
 copies with their mbarriers. A bulk copy scribbles over its destination when it is issued and
-lands its bytes only when a thread waits on its barrier (so reading a stage that is still being
-refilled, or without waiting, reads garbage); an mbarrier checks its arrivals and byte counts
-and that the copies are 16-byte aligned. Every (SEG, HI) the kernel has, each M it serves, both
-dtypes, bias and activation, ragged N, against a float64 reference. What it cannot show: the
-hardware's own timing and bank conflicts (the GPU tests and the benchmark do)."""
+lands its bytes only when a thread waits on its barrier (so reading a stage without waiting, or
+after its refill was issued, reads garbage); an mbarrier checks its arrivals and byte counts,
+and a copy that its addresses are 16-byte aligned and that it reads inside the weight. Every
+(SEG, HI) the kernel has, each M it serves, both dtypes, bias and activation, ragged N, against
+a float64 reference. What it cannot show: the hardware's timing and bank conflicts, and a
+refill issued while other warps still read the stage. The CPU backend runs a block's threads in
+index order from one warp operation to the next, so the other warps have read the stage before
+thread 0 reaches such a refill (the GPU tests and compute-sanitizer's racecheck cover it)."""
 
 from __future__ import annotations
 
@@ -61,6 +64,7 @@ __device__ inline void kk_bulk_init(unsigned bar) {
   kk_emu_ncopies = 0;  // a new block: nothing in flight
 }
 __device__ inline void kk_bulk_init_fence() {}
+static thread_local const unsigned char* kk_emu_w[2];  // the weight's first and past-last bytes
 __device__ inline void kk_bulk_expect(unsigned bar, unsigned bytes) {
   kk_emu_bar& b = kk_emu_bar_at(bar);
   if (b.arrived) __trap();  // a second arrival in a phase that counts one
@@ -68,7 +72,9 @@ __device__ inline void kk_bulk_expect(unsigned bar, unsigned bytes) {
   b.expected += bytes;
 }
 __device__ inline void kk_bulk_copy(unsigned dst, const void* src, unsigned bytes, unsigned bar) {
-  if ((dst | bytes) % 16 || (size_t)src % 16 || kk_emu_ncopies == 64) __trap();
+  const unsigned char* s = (const unsigned char*)src;
+  if (((size_t)kk_emu_at(dst) | bytes | (size_t)s) % 16 || kk_emu_ncopies == 64) __trap();
+  if (s < kk_emu_w[0] || s + bytes > kk_emu_w[1]) __trap();  // a read past the weight
   std::memset(kk_emu_at(dst), 0xff, bytes);  // NaN words until it lands
   kk_emu_copies[kk_emu_ncopies++] = kk_emu_copy{dst, bytes, bar, src};
 }
@@ -101,7 +107,8 @@ _EMULATED = kernelkit.kernel(
     "ops_matmul_gemv_slab_tc_emulated",
     ["x", "w", "bias"],
     ["y"],
-    STC.SLAB_TC_BODY,
+    "kk_emu_w[0] = (const unsigned char*)w;  // the bounds a bulk copy must read inside\n"
+    "kk_emu_w[1] = (const unsigned char*)(w + w_shape[0] * w_shape[1]);\n" + STC.SLAB_TC_BODY,
     header=EPILOGUE + EMULATION + MMA_SYNC_EMULATION + TC_STEP + SLAB_RING + STC.SLAB_TC_KERNEL,
     optional_inputs={"bias": "float32"},
     backend="cpu",
@@ -179,11 +186,18 @@ def test_bias_activation_and_a_longer_ring(dtype, activation):
     check(run(config, a, w, bias, activation), a, w, bias, activation)
 
 
-def test_rows_that_are_not_zero_mean_keep_their_segments_apart():
-    """x and w with large, all-positive entries: a cross-segment entry added by mistake would
-    be off by far more than the tolerance."""
-    config = STC.slab_tc_config(4, 16, 16, 2, 8, True)
-    a = (torch.rand(2, 1024) + 1).to(torch.bfloat16)
-    w = (torch.rand(19, 1024) + 1).to(torch.bfloat16)
-    a[:, 512:] *= 4  # segments differ in scale
+@pytest.mark.parametrize("seg", [8, 4, 2])
+def test_segments_of_different_scale_keep_apart(seg):
+    """Segment s of x scaled by 1 + s and of w by 1 + (s * 3) % SEG (chunk c is segment c % SEG):
+    an entry taken from another segment's column (a cross-segment sum) changes the result by
+    far more than the tolerance, which zero-mean data of one scale would not show."""
+    hi = seg != 8
+    m = (16 if hi else 8) // seg
+    config = STC.slab_tc_config(4, 32, 16, 2, seg, hi)
+    a = torch.randn(m, 1024)
+    w = torch.randn(37, 1024)
+    for s in range(seg):
+        a.view(m, -1, seg, 32)[:, :, s] *= 1 + s
+        w.view(37, -1, seg, 32)[:, :, s] *= 1 + (s * 3) % seg
+    a, w = a.to(torch.bfloat16), w.to(torch.bfloat16)
     check(run(config, a, w), a, w)

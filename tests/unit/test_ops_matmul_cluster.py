@@ -28,9 +28,6 @@ def test_gemv_cluster_is_chosen_for_m_5_to_16_where_k_splits(m, nk):
     if STC.slab_tc_heuristic(problem(m, *nk), target()) is not None:  # whole rows come first
         assert choice.impl == "matmul/gemv_slab_tc"
         return
-    if m <= 4 and nk[1] in (2048, 4096, 8192):
-        assert choice.impl == "matmul/gemv_slab"
-        return
     if m > C.MAX_M or nk[1] % 1024:
         assert choice.impl in ("matmul/gemv_tc", "matmul/gemv", "matmul/mma")
         return

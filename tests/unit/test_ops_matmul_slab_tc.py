@@ -1,9 +1,10 @@
 """``matmul/gemv_slab_tc`` without a device: configs rendered and compiled by NVRTC for sm_90 (no
 spills, no local memory, registers for the block), the config rules, and the selection stage:
-chosen for M = 2-16 on sm_90 where x's rows fit its registers (M = 1 is gemv_slab's), refused
-with a reason before sm_90, above M = 16, for float32, [K, N] weights, K that is not a divisor of
-32768 and misaligned views. The kernel's arithmetic is checked by the emulated test
-(tests/backend/test_ops_matmul_slab_tc_emulated.py) and on the GPU."""
+chosen by heuristic for M <= 16 on sm_90 where x's rows fit its registers (the tables pick
+gemv_slab at M = 1), refused with a reason before sm_90, above M = 16, for float32, [K, N]
+weights, K that is not a divisor of 32768 and misaligned views. The kernel's arithmetic is
+checked by the emulated test (tests/backend/test_ops_matmul_slab_tc_emulated.py) and on the
+GPU."""
 
 from __future__ import annotations
 
@@ -112,9 +113,23 @@ def test_every_table_weight_has_configs_at_each_m():
 
 
 def test_the_heuristic_fits_a_small_shared_memory_or_steps_aside():
+    """The device's limit counts the static sums and barriers too (an sm_120 has 99 KiB)."""
     small = dataclasses.replace(target(), max_shared_memory_optin_bytes=99 * 1024)
-    c = STC.slab_tc_heuristic(problem(4, 8192, 8192), small)
-    assert c is not None and c.shared_memory <= 99 * 1024 and c in STC.SLAB_TC_CONFIGS
+    for m, n, k in ((4, 8192, 8192), (5, 4096, 4096), (8, 14336, 4096), (16, 4096, 1024)):
+        p = problem(m, n, k)
+        c = STC.slab_tc_heuristic(p, small)
+        assert c is not None and c in STC.SLAB_TC_CONFIGS, (m, n, k)
+        assert c.shared_memory + STC.slab_tc_static_bytes(p, c) <= 99 * 1024, c
+    assert STC.slab_tc_heuristic(problem(16, 4096, 4096), small) is None  # 8 rows of 8 KiB x 2
+    # every (M, N, K) the heuristic answers on an H100 fits it with the static part counted
+    for m in (1, 2, 3, 4, 5, 8, 9, 16):
+        for n, k in (*WEIGHTS, (1000, 256), (1000, 1024), (64, 16384)):
+            p = problem(m, n, k)
+            c = STC.slab_tc_heuristic(p, target())
+            if c is not None:
+                assert STC.slab_tc_fits(p, c) is None
+                assert c.shared_memory + STC.slab_tc_static_bytes(p, c) <= 227 * 1024
+    assert STC.slab_tc_heuristic(problem(3, 1000, 256), target()) is not None  # other ROWS
     tiny = dataclasses.replace(target(), max_shared_memory_optin_bytes=40 * 1024)
     assert STC.slab_tc_heuristic(problem(4), tiny) is None
     assert select(MM.OP, problem(4), tiny).choice.impl not in ("matmul/gemv_slab_tc",)

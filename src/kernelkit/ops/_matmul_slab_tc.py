@@ -7,7 +7,7 @@ the larger weights at 96-98% of the copy rate at M = 1, but does its multiply-ad
 cores: at M = 4 that is 4 FMAs and the conversions of every weight element, and x's rows as
 floats take 159 registers a thread at K = 8192 (one block an SM). The tensor cores would take
 that work, but an ``mma.m16n8k16`` wants 8 weight rows (its n side) at the same k, and a stage
-of whole rows holds 1-2 of them at K = 8192.
+of whole rows holds 1-4 of them at K = 8192.
 
 So this kernel cuts K into SEG interleaved segments and gives each segment of a row its own
 columns: n = R rows x SEG segments (R = 8 / SEG), and m = MX rows of x x SEG segments
@@ -35,6 +35,7 @@ __all__ = [
     "slab_tc_heuristic",
     "slab_tc_jw",
     "slab_tc_match",
+    "slab_tc_static_bytes",
 ]
 
 SLAB_TC_KERNEL = r"""
@@ -49,7 +50,8 @@ SLAB_TC_KERNEL = r"""
 // Entry (m SEG + s, r SEG + s') is x[m] . w[r] over segment s's chunks of the step when s = s',
 // and a cross-segment sum, dropped, when not. Step j of warp w takes chunks (w JW + j) SEG ..
 // (w JW + j + 1) SEG - 1 of every row: 32 SEG contiguous elements a row, read without bank
-// conflicts, and x's fragments for its JW steps stay in registers for the whole kernel.
+// conflicts for SEG >= 2 (with SEG = 1 a quarter-warp reads two rows at the same offset: two
+// ways), and x's fragments for its JW steps stay in registers for the whole kernel.
 // Per group of R rows each lane keeps its agreeing entries, the segments are added by
 // butterfly shuffles, the warps' sums in a fixed order (deterministic), as in gemv_slab.
 // Rows past N in the last stage are not copied: stale words, computed, never stored.
@@ -225,7 +227,7 @@ def slab_tc_fits(p: Problem, c: Config) -> str | None:
         return f"x's fragments take {jw * 4 * (2 if hi else 1)} registers a thread: too many"
     if rs * mx > 32 * warps:
         return f"{rs} rows x {mx} outputs a stage need more than {32 * warps} threads"
-    static = 2 * warps * rs * mx * 4 + 8 * st
+    static = slab_tc_static_bytes(p, c)
     if c.threadgroup != (32 * warps, 1, 1) or c.shared_memory != st * skb * 1024:
         return f"threadgroup ({32 * warps},) and {st * skb} KiB of shared memory, got {c}"
     if static > STATIC_LIMIT:
@@ -235,6 +237,15 @@ def slab_tc_fits(p: Problem, c: Config) -> str | None:
     return None
 
 
+def slab_tc_static_bytes(p: Problem, c: Config) -> int:
+    """The kernel's statically declared shared memory for ``p``: the warps' sums of a stage
+    (two buffers) and the ring's barriers."""
+    v = c.values
+    rows = 512 * int(v["SKB"]) // int(p.attr("K"))  # type: ignore[call-overload]
+    mx = (16 if v["HI"] else 8) // int(v["SEG"])  # type: ignore[call-overload]
+    return 2 * int(v["WARPS"]) * rows * mx * 4 + 8 * int(v["S"])  # type: ignore[call-overload]
+
+
 def slab_tc_grid(p: Problem, c: Config) -> tuple[int, int, int]:
     """One block per ROWS weight rows."""
     return (-(-p.attr("N") // c.values["ROWS"]) * c.threadgroup[0], 1, 1)  # type: ignore[operator]
@@ -242,21 +253,24 @@ def slab_tc_grid(p: Problem, c: Config) -> tuple[int, int, int]:
 
 def slab_tc_heuristic(p: Problem, t: Target) -> Config | None:
     """What won most tuned rows on the H100 and H200: x's rows in the first half of the mma up
-    to M = 4 (SEG = 8 / M), in both from M = 5 (SEG = 2 or 1), 16 warps, ROWS for about 128
-    blocks (one an SM), 128 KiB of stages (less, or the other shape, where that does not fit);
-    None where no config fits (the next implementation serves). At M = 1 the tables pick
+    to M = 4 (the smallest SEG whose MX holds them: 8, 4 or 2), in both from M = 5 (SEG = 2 or
+    1), 16 warps, ROWS for about 128 blocks (one an SM), 128 KiB of stages (less, fewer warps,
+    other ROWS or the other shape where that does not fit the rules or the device's shared
+    memory); None where nothing does (the next implementation serves). At M = 1 the tables pick
     gemv_slab, 1-2% faster."""
     m, n = int(p.attr("M")), int(p.attr("N"))  # type: ignore[call-overload]
     if m > MAX_M:
         return None
-    rows = min((16, 32, 64, 112), key=lambda r: abs(n / r - 128))  # ~one block an SM
+    by_blocks = sorted((16, 32, 64, 112), key=lambda r: abs(n / r - 128))  # ~one block an SM
     for hi in (m > 4, m <= 4):  # the other shape when the first fits nothing
         seg = next((s for s in (8, 4, 2, 1) if m <= (16 if hi else 8) // s), 0)
-        for warps in (16, 8, 4):
-            for skb, st in ((32, 4), (64, 2), (16, 4), (32, 3)):
-                c = slab_tc_config(warps, rows, skb, st, seg, hi) if seg else None
-                if c is None or slab_tc_fits(p, c) is not None:
-                    continue
-                if c.shared_memory <= t.max_shared_memory_optin_bytes:
-                    return c
+        for rows in by_blocks if seg else ():
+            for warps in (16, 8, 4):
+                for skb, st in ((32, 4), (64, 2), (16, 4), (32, 3)):
+                    c = slab_tc_config(warps, rows, skb, st, seg, hi)
+                    if slab_tc_fits(p, c) is not None:
+                        continue
+                    total = c.shared_memory + slab_tc_static_bytes(p, c)
+                    if total <= t.max_shared_memory_optin_bytes:
+                        return c
     return None
