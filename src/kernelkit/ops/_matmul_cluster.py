@@ -21,8 +21,8 @@ from __future__ import annotations
 
 from .._records import Problem, Target
 from .._select.records import Config
-from ._matmul_kernels import EPILOGUE, MMA_PTX, TC_STEP, cuda_cc
-from ._matmul_slab import BULK_PTX, SLAB_RING
+from ._matmul_kernels import EPILOGUE, MMA_PTX, TC_STEP
+from ._matmul_slab import BULK_PTX, SLAB_RING, decode_match
 
 __all__ = [
     "CLUSTER",
@@ -221,20 +221,10 @@ def static_shared(c: Config, mt: int) -> int:
 
 def cluster_match(p: Problem, t: Target) -> str | None:
     """None when gemv_cluster can run ``p`` on ``t``, else why not."""
-    cc = cuda_cc(t.arch)
-    if cc is None or cc < 90:
-        return f"bulk copies and thread-block clusters need sm_90 or newer, not {t.arch}"
-    if p.attr("M") > MAX_M:
-        return f"M = {p.attr('M')} > {MAX_M} (one m16 tile of x)"
-    if not p.attr("transpose_b"):
-        return "needs the weight as [N, K] (transpose_b=True)"
-    if p.arg("x").dtype not in ("float16", "bfloat16"):
-        return f"tensor cores take float16/bfloat16, not {p.arg('x').dtype}"
-    if p.attr("K") % 1024:
-        return f"K = {p.attr('K')} is not a multiple of 1024 (whole slices of K per block)"
-    if not p.attr("aligned16"):
-        return "a or b does not start on a 16-byte boundary (bulk copies need it)"
-    return None
+    k = p.attr("K")
+    k_why = f"K = {k} is not a multiple of 1024 (whole slices of K per block)" if k % 1024 else None
+    needs = "bulk copies and thread-block clusters"
+    return decode_match(p, t, MAX_M, "one m16 tile of x", k_why, needs)
 
 
 def cluster_fits(p: Problem, c: Config) -> str | None:

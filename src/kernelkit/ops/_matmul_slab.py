@@ -30,6 +30,7 @@ __all__ = [
     "SLAB_K",
     "SLAB_MAX_M",
     "SLAB_RING",
+    "decode_match",
     "slab_config",
     "slab_fits",
     "slab_grid",
@@ -227,22 +228,38 @@ def slab_jpr(p: Problem, c: Config) -> int:
     return int(p.attr("K")) // (8 * int(c.values["THREADS"]))  # type: ignore[call-overload]
 
 
-def slab_match(p: Problem, t: Target) -> str | None:
-    """None when gemv_slab can run ``p`` on ``t``, else why not."""
+def decode_match(
+    p: Problem,
+    t: Target,
+    max_m: int,
+    why_m: str,
+    k_why: str | None,
+    needs: str = "cp.async.bulk and mbarrier transactions",
+) -> str | None:
+    """The rules the sm_90 decode kernels share, in this order: the arch (what ``needs`` it),
+    M <= ``max_m`` (``why_m`` says why), a weight [N, K], 16-bit inputs, the kernel's own rule
+    for K (``k_why``: None when K suits it), operands on 16-byte boundaries."""
     cc = cuda_cc(t.arch)
     if cc is None or cc < 90:
-        return f"cp.async.bulk and mbarrier transactions need sm_90 or newer, not {t.arch}"
-    if p.attr("M") > SLAB_MAX_M:
-        return f"M = {p.attr('M')} > {SLAB_MAX_M} (x's rows are held in registers)"
+        return f"{needs} need sm_90 or newer, not {t.arch}"
+    if p.attr("M") > max_m:
+        return f"M = {p.attr('M')} > {max_m} ({why_m})"
     if not p.attr("transpose_b"):
         return "needs the weight as [N, K] (transpose_b=True)"
     if p.arg("x").dtype not in ("float16", "bfloat16"):
         return f"takes float16/bfloat16, not {p.arg('x').dtype}"
-    if p.attr("K") not in SLAB_K:
-        return f"K = {p.attr('K')} is not one of {SLAB_K} (stages of whole rows)"
+    if k_why:
+        return k_why
     if not p.attr("aligned16"):
         return "a or b does not start on a 16-byte boundary (bulk copies need it)"
     return None
+
+
+def slab_match(p: Problem, t: Target) -> str | None:
+    """None when gemv_slab can run ``p`` on ``t``, else why not."""
+    k = p.attr("K")
+    k_why = None if k in SLAB_K else f"K = {k} is not one of {SLAB_K} (stages of whole rows)"
+    return decode_match(p, t, SLAB_MAX_M, "x's rows are held in registers", k_why)
 
 
 def slab_fits(p: Problem, c: Config) -> str | None:

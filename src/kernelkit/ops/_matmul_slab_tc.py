@@ -22,8 +22,8 @@ from __future__ import annotations
 
 from .._records import Problem, Target
 from .._select.records import Config
-from ._matmul_kernels import EPILOGUE, MMA_PTX, TC_STEP, cuda_cc
-from ._matmul_slab import BULK_PTX, SLAB_RING
+from ._matmul_kernels import EPILOGUE, MMA_PTX, TC_STEP
+from ._matmul_slab import BULK_PTX, SLAB_RING, decode_match
 
 __all__ = [
     "SLAB_TC",
@@ -187,21 +187,11 @@ def slab_tc_jw(p: Problem, c: Config) -> int:
 
 def slab_tc_match(p: Problem, t: Target) -> str | None:
     """None when gemv_slab_tc can run ``p`` on ``t``, else why not."""
-    cc = cuda_cc(t.arch)
-    if cc is None or cc < 90:
-        return f"cp.async.bulk and mbarrier transactions need sm_90 or newer, not {t.arch}"
-    if p.attr("M") > MAX_M:
-        return f"M = {p.attr('M')} > {MAX_M} (x's rows are held in registers)"
-    if not p.attr("transpose_b"):
-        return "needs the weight as [N, K] (transpose_b=True)"
-    if p.arg("x").dtype not in ("float16", "bfloat16"):
-        return f"takes float16/bfloat16, not {p.arg('x').dtype}"
     k = int(p.attr("K"))  # type: ignore[call-overload]
+    k_why = None
     if k < 256 or MAX_K % k:
-        return f"K = {k} is not a divisor of {MAX_K} from 256 (stages of whole rows)"
-    if not p.attr("aligned16"):
-        return "a or b does not start on a 16-byte boundary (bulk copies need it)"
-    return None
+        k_why = f"K = {k} is not a divisor of {MAX_K} from 256 (stages of whole rows)"
+    return decode_match(p, t, MAX_M, "x's rows are held in registers", k_why)
 
 
 def slab_tc_fits(p: Problem, c: Config) -> str | None:
