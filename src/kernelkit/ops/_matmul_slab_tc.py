@@ -127,7 +127,7 @@ __device__ __forceinline__ void kk_gemv_slab_tc(const T* x, const T* w, const TB
           lo += __shfl_xor_sync(0xffffffffu, lo, b);
           if (HI) hi += __shfl_xor_sync(0xffffffffu, hi, b);
         }
-        if (seg == 0 && q % (SEG > 1 ? SEG / 2 : 1) == 0) {  // (SEG > 1 here; the guard for nvcc)
+        if (seg == 0 && q % (SEG > 1 ? SEG / 2 : 1) == 0) {  // (SEG = 1 compiles this too: no % 0)
           const int r = 2 * q / SEG, m = g / SEG;
           out[r * MX + m] = lo;
           if (HI) out[r * MX + m + 8 / SEG] = hi;
