@@ -77,13 +77,15 @@ __device__ __forceinline__ void kk_slab_ring_init(unsigned long long (&bars)[S])
     kk_bulk_init_fence();
   }
 }
-// Thread 0: stage i % S of the ring (STAGE bytes each) <- n rows of `row_bytes` from src, one
+// Thread 0: stage i % S of the ring (STAGE bytes each) <- rows RS i .. of the block's `rows`
+// rows of K 16-bit elements at `w` (fewer in the last stage: rows past N are not copied), one
 // copy (the rows are contiguous), counted in by the stage's barrier.
-template <int S, unsigned STAGE>
+template <int S, unsigned STAGE, int RS, class T>
 __device__ __forceinline__ void kk_slab_ring_fill(const void* ring, unsigned long long (&bars)[S],
-                                                  int i, const void* src, int n,
-                                                  unsigned row_bytes) {
-  const unsigned bar = kk_mma_smem_u32(&bars[i % S]), bytes = (unsigned)n * row_bytes;
+                                                  int i, const T* w, int rows, long long K) {
+  const int n = rows - RS * i < RS ? rows - RS * i : RS;
+  const T* src = w + RS * i * K;
+  const unsigned bar = kk_mma_smem_u32(&bars[i % S]), bytes = (unsigned)(n * K * 2);
   kk_bulk_expect(bar, bytes);
   kk_bulk_copy(kk_mma_smem_u32(ring) + (i % S) * STAGE, src, bytes, bar);
 }
@@ -154,8 +156,7 @@ __device__ __forceinline__ void kk_gemv_slab(const T* x, const T* w, const TB* b
   kk_slab_ring_init(bars);
   __syncthreads();
   auto fill = [&](int i) {  // thread 0: stage i % S <- rows n0 + RS i ..
-    const int n = rows - RS * i < RS ? rows - RS * i : RS;
-    kk_slab_ring_fill<S, STAGE>(kk_slab_ring, bars, i, w + (n0 + RS * i) * K, n, (unsigned)K * 2u);
+    kk_slab_ring_fill<S, STAGE, RS>(kk_slab_ring, bars, i, w + n0 * K, rows, K);
   };
   if (t == 0)
     for (int i = 0; i < S - 1 && i < tiles; ++i) fill(i);

@@ -76,8 +76,7 @@ __device__ __forceinline__ void kk_gemv_slab_tc(const T* x, const T* w, const TB
   kk_slab_ring_init(bars);
   __syncthreads();
   auto fill = [&](int i) {  // thread 0: stage i % S <- rows n0 + RS i ..
-    const int n = rows - RS * i < RS ? rows - RS * i : RS;
-    kk_slab_ring_fill<S, STAGE>(kk_slab_tc_ring, bars, i, w + (n0 + RS * i) * KC, n, KC * 2u);
+    kk_slab_ring_fill<S, STAGE, RS>(kk_slab_tc_ring, bars, i, w + n0 * KC, rows, KC);
   };
   if (t == 0)
     for (int i = 0; i < S - 1 && i < tiles; ++i) fill(i);
