@@ -6,7 +6,7 @@ copies with their mbarriers. A bulk copy scribbles over its destination when it 
 lands its bytes only when a thread waits on its barrier (so reading a stage without waiting, or
 after its refill was issued, reads garbage); an mbarrier checks its arrivals and byte counts,
 and a copy that its addresses are 16-byte aligned and that it reads inside the weight. Every
-(SEG, HI) the kernel has, each M it serves, both dtypes, bias and activation, ragged N, against
+(SEG, XH) the kernel has, each M it serves, both dtypes, bias and activation, ragged N, against
 a float64 reference. What it cannot show: the hardware's timing and bank conflicts, and a
 refill issued while other warps still read the stage. The CPU backend runs a block's threads in
 index order from one warp operation to the next, so the other warps have read the stage before
@@ -156,19 +156,16 @@ def check(y, a, w, bias=None, activation=None):
     assert err <= 1e-2, err
 
 
-# (SEG, HI): x's rows an mma takes (MX) and each M it serves
-SHAPES = [(8, False), (8, True), (4, False), (4, True), (2, False), (2, True), (1, False)]
-SHAPES += [(1, True)]
+# (SEG, XH): x's rows an mma takes (MX = 8 XH / SEG) and each M it serves
+SHAPES = [(s, xh) for s in (8, 4, 2, 1) for xh in (1, 2, 4) if 8 * xh // s <= 16]
 
 
-@pytest.mark.parametrize(
-    ("seg", "hi"), SHAPES, ids=[f"SEG{s}{'-HI' if h else ''}" for s, h in SHAPES]
-)
-def test_every_segment_shape_each_m_it_serves(seg, hi):
+@pytest.mark.parametrize(("seg", "xh"), SHAPES, ids=[f"SEG{s}-XH{xh}" for s, xh in SHAPES])
+def test_every_segment_shape_each_m_it_serves(seg, xh):
     """K = 1024 in 4 warps: rows of 2 KiB, 8 a 16 KiB stage, 4 stages a block through a ring of
     2 (N = 37 over 32-row blocks: a partial block and a partial stage); every M of the shape."""
-    mx = (16 if hi else 8) // seg
-    config = STC.slab_tc_config(4, 32, 16, 2, seg, hi)
+    mx = 8 * xh // seg
+    config = STC.slab_tc_config(4, 32, 16, 2, seg, xh)
     for m in range(mx // 2 + 1, mx + 1):
         a = torch.randn(m, 1024).to(torch.bfloat16)
         w = torch.randn(37, 1024).to(torch.bfloat16)
@@ -179,21 +176,20 @@ def test_every_segment_shape_each_m_it_serves(seg, hi):
 @pytest.mark.parametrize("activation", [None, "relu", "silu", "gelu"])
 def test_bias_activation_and_a_longer_ring(dtype, activation):
     """A ring of three stages of 2 rows (K = 4096), 8 rows a block: 3 blocks, the last partial."""
-    config = STC.slab_tc_config(4, 8, 16, 3, 4, True)
+    config = STC.slab_tc_config(4, 8, 16, 3, 4, 2)
     a = torch.randn(4, 4096).to(dtype)
     w = torch.randn(21, 4096).to(dtype)
     bias = torch.randn(21).to(torch.float32)
     check(run(config, a, w, bias, activation), a, w, bias, activation)
 
 
-@pytest.mark.parametrize("seg", [8, 4, 2])
-def test_segments_of_different_scale_keep_apart(seg):
+@pytest.mark.parametrize(("seg", "xh"), [(8, 2), (4, 2), (2, 2), (4, 4), (2, 4)])
+def test_segments_of_different_scale_keep_apart(seg, xh):
     """Segment s of x scaled by 1 + s and of w by 1 + (s * 3) % SEG (chunk c is segment c % SEG):
     an entry taken from another segment's column (a cross-segment sum) changes the result by
     far more than the tolerance, which zero-mean data of one scale would not show."""
-    hi = seg != 8
-    m = (16 if hi else 8) // seg
-    config = STC.slab_tc_config(4, 32, 16, 2, seg, hi)
+    m = 8 * xh // seg
+    config = STC.slab_tc_config(4, 32, 16, 2, seg, xh)
     a = torch.randn(m, 1024)
     w = torch.randn(37, 1024)
     for s in range(seg):

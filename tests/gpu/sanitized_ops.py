@@ -36,6 +36,7 @@ MATMUL = [
     ("gemv_slab_tc", 4, 37, 4096, BF16, True),
     ("gemv_slab_tc", 7, 300, 2048, BF16, True),
     ("gemv_slab_tc", 13, 9, 1024, BF16, True),
+    ("gemv_slab_tc", 16, 37, 4096, BF16, True),
     ("gemv_cluster", 5, 33, 8192, BF16, True),
     ("gemv_cluster", 12, 300, 2048, BF16, True),
     ("gemv_cluster", 16, 40, 3072, BF16, True),

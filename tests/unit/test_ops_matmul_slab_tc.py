@@ -35,7 +35,7 @@ def test_chosen_for_m_up_to_16_on_the_table_weights(m, nk):
     assert (choice.impl, choice.source) == ("matmul/gemv_slab_tc", "heuristic")
     c = choice.config
     assert c in STC.SLAB_TC_CONFIGS and STC.slab_tc_fits(p, c) is None
-    mx = (16 if c.values["HI"] else 8) // c.values["SEG"]
+    mx = 8 * c.values["XH"] // c.values["SEG"]
     assert mx >= m > mx // 2  # the smallest shape that holds x's rows
     assert choice.grid == (-(-nk[0] // c.values["ROWS"]) * c.threadgroup[0], 1, 1)
 
@@ -44,7 +44,7 @@ def test_m_1_takes_one_row_of_x_in_eight_segments():
     p = problem(1, 1000, 1024)
     choice = select(MM.OP, p, target()).choice
     assert choice.impl == "matmul/gemv_slab_tc"
-    assert (choice.config.values["SEG"], choice.config.values["HI"]) == (8, False)
+    assert (choice.config.values["SEG"], choice.config.values["XH"]) == (8, 1)
 
 
 @pytest.mark.parametrize(
@@ -75,7 +75,7 @@ def test_rules(p, reason):
 
 
 def test_configs_that_do_not_fit_are_refused():
-    good = STC.slab_tc_config(16, 32, 64, 2, 2, False)
+    good = STC.slab_tc_config(16, 32, 64, 2, 2, 1)
     assert STC.slab_tc_fits(problem(4, 8192, 8192), good) is None
     assert STC.slab_tc_fits(problem(3, 8192, 8192), good) is None
     # M = 2 would leave half the mma's rows of x empty: the smaller shape serves it
@@ -83,24 +83,35 @@ def test_configs_that_do_not_fit_are_refused():
     assert "smallest MX" in STC.slab_tc_fits(problem(5, 8192, 8192), good)
     # 4 warps x 2 segments at K = 8192: 32 steps of 4 registers of x a thread
     assert "128 registers" in STC.slab_tc_fits(
-        problem(4, 8192, 8192), STC.slab_tc_config(4, 32, 64, 2, 2, False)
+        problem(4, 8192, 8192), STC.slab_tc_config(4, 32, 64, 2, 2, 1)
     )
     # SEG = 1 puts 8 rows in an mma: 8 rows of 16 KiB do not fit a 64 KiB stage
     assert "whole groups of 8 rows" in STC.slab_tc_fits(
-        problem(16, 4096, 8192), STC.slab_tc_config(16, 32, 64, 2, 1, True)
+        problem(16, 4096, 8192), STC.slab_tc_config(16, 32, 64, 2, 1, 2)
     )
     assert "dividing ROWS" in STC.slab_tc_fits(
-        problem(4, 4096, 1024), STC.slab_tc_config(16, 16, 64, 2, 2, False)  # 32 rows a stage
+        problem(4, 4096, 1024),
+        STC.slab_tc_config(16, 16, 64, 2, 2, 1),  # 32 rows a stage
     )
     assert "48 KiB" in STC.slab_tc_fits(
-        problem(16, 300, 512), STC.slab_tc_config(16, 64, 32, 3, 1, True)  # 32 rows x 16 x 16
+        problem(16, 300, 512),
+        STC.slab_tc_config(16, 64, 32, 3, 1, 2),  # 32 rows x 16 x 16
     )
     assert "227 KiB" in STC.slab_tc_fits(
-        problem(4, 4096, 4096), STC.slab_tc_config(16, 64, 64, 4, 2, False)  # 256 KiB of stages
+        problem(4, 4096, 4096),
+        STC.slab_tc_config(16, 64, 64, 4, 2, 1),  # 256 KiB of stages
     )
     assert "shared memory" in STC.slab_tc_fits(
         problem(4, 8192, 8192), dataclasses.replace(good, shared_memory=1024)
     )
+    # x's rows in two mmas (XH = 4): M = 16 in 2 segments, stages of 4 whole rows
+    two = STC.slab_tc_config(16, 112, 32, 4, 2, 4)
+    assert STC.slab_tc_fits(problem(16, 14336, 4096), two) is None
+    assert STC.slab_tc_fits(problem(9, 14336, 4096), two) is None
+    assert "smallest MX" in STC.slab_tc_fits(problem(8, 14336, 4096), two)
+    big = STC.slab_tc_config(16, 64, 64, 2, 2, 4)  # 4 rows of 16 KiB a stage
+    assert "128 registers" in STC.slab_tc_fits(problem(16, 8192, 8192), big)
+    assert "XH = 3" in STC.slab_tc_fits(problem(16), STC.slab_tc_config(16, 32, 32, 4, 2, 3))
     assert "lacks SKB" in STC.slab_tc_fits(problem(4), Config({"WARPS": 16, "ROWS": 32}, (512,)))
 
 
@@ -136,14 +147,14 @@ def test_the_heuristic_fits_a_small_shared_memory_or_steps_aside():
 
 
 def _variants() -> list:
-    """Each (SEG, HI, WARPS, SKB, S) once (32 rows a block), with the largest K it takes: the
+    """Each (SEG, XH, WARPS, SKB, S) once (32 rows a block), with the largest K it takes: the
     most registers of x and the longest unrolled loops."""
     out = []
     for c in STC.SLAB_TC_CONFIGS:
         v = c.values
         if v["ROWS"] != 32:
             continue
-        m = (16 if v["HI"] else 8) // v["SEG"]
+        m = 8 * v["XH"] // v["SEG"]
         for k in (32768, 16384, 8192, 4096, 2048, 1024, 512, 256):
             if STC.slab_tc_fits(problem(m, 4096, k), c) is None:
                 out.append((c, m, k))

@@ -376,7 +376,7 @@ OP.register(
         prepare=_gemv_slab_tc_prepare,
         grid=STC.slab_tc_grid,
         configs=STC.SLAB_TC_CONFIGS,
-        default=STC.slab_tc_config(16, 32, 32, 4, 2, False),
+        default=STC.slab_tc_config(16, 32, 32, 4, 2, 1),
         heuristic=STC.slab_tc_heuristic,
         requires={"tma", "mma_sync"},
         match=STC.slab_tc_match,
