@@ -1,14 +1,18 @@
-"""Question: where does each sm_90 decode kernel stand against cuBLAS on the decode shapes, with
-its untuned config and with the best of a sweep of its configs?
+"""Question: where does each sm_90 decode kernel (and the wgmma tile kernel at skinny M) stand
+against cuBLAS on the decode shapes, with its untuned config and with the best of a sweep of its
+configs?
 
-For each weight [N, K] of the anchor table and each M: cuBLAS (``F.linear``), then ``gemv_slab``,
-``gemv_slab_tc``, ``gemv_tc`` and ``gemv_cluster`` forced with their heuristics' configs (the
-ones that cannot run the shape are left out), then every config of the swept implementations
-that fits (forced), best four printed. bf16, weights rotated past twice L2, device time from
-CUDA-graph replays, % of the copy rate (weight + x + y once) measured in the same run, and the
-relative error against float64.
+For each weight [N, K] of the anchor table and each M: cuBLAS (``F.linear``), then
+``gemv_slab``, ``gemv_slab_tc``, ``gemv_tc``, ``gemv_cluster`` and ``wgmma`` forced with their
+heuristics' configs (the ones that cannot run the shape are left out), then every config of
+the swept implementations that fits (forced), best four printed. bf16, weights rotated past
+twice L2, device time from CUDA-graph replays, % of the copy rate (weight + x + y once)
+measured in the same run, and the relative error against float64.
 
-    PYTHONPATH=src python3 benchmarks/decode_sweep.py [1,4,8,16] [gemv_slab_tc,gemv_cluster]
+    PYTHONPATH=src python3 benchmarks/decode_sweep.py [1,4,8,16] [gemv_slab_tc,gemv_cluster] [WS=1]
+
+The third argument keeps only the swept configs whose description holds each of its
+comma-separated parts (``128 wgmma WS=1,SPLIT=2``).
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from kernelkit._select.override import force
 from kernelkit.ops import _matmul as MM
 from kernelkit.ops import _matmul_cluster as C
 from kernelkit.ops import _matmul_slab_tc as STC
+from kernelkit.ops import _matmul_wgmma as W
 
 WEIGHTS = [(4096, 4096), (8192, 8192), (14336, 4096)]
 
@@ -32,9 +37,11 @@ WEIGHTS = [(4096, 4096), (8192, 8192), (14336, 4096)]
 def main() -> int:
     ms = [int(v) for v in sys.argv[1].split(",")] if len(sys.argv) > 1 else [1, 4, 8, 16]
     swept = sys.argv[2].split(",") if len(sys.argv) > 2 else ["gemv_slab_tc", "gemv_cluster"]
+    parts = sys.argv[3].split(",") if len(sys.argv) > 3 else []
     sweeps = {
         "gemv_slab_tc": (STC.SLAB_TC_CONFIGS, STC.slab_tc_fits),
         "gemv_cluster": (C.CLUSTER_CONFIGS, C.cluster_fits),
+        "wgmma": (W.WGMMA_CONFIGS, W.wgmma_fits),
     }
     rate = copy_rate_gbs()
     print(torch.cuda.get_device_name(), f"copy rate {rate:.0f} GB/s", flush=True)
@@ -56,7 +63,7 @@ def main() -> int:
 
             d_ref = graph_us(rotating(torch.nn.functional.linear, x, ws))
             row = [f"{n}x{k} M={m}: cuBLAS {d_ref:.1f} ({pct(d_ref):.0f}%)"]
-            for impl in ("gemv_slab", "gemv_slab_tc", "gemv_tc", "gemv_cluster"):
+            for impl in ("gemv_slab", "gemv_slab_tc", "gemv_tc", "gemv_cluster", "wgmma"):
                 try:
                     with force("matmul", impl):
                         y = kk(x, ws[0])
@@ -76,7 +83,8 @@ def main() -> int:
                 configs, fits = sweeps[impl]
                 times = []
                 for c in configs:
-                    if fits(problem, c) is not None:
+                    wanted = all(part in c.describe() for part in parts)
+                    if fits(problem, c) is not None or not wanted:
                         continue
                     with force("matmul", impl, c):
                         times.append((graph_us(rotating(kk, x, ws), reps=5), c.describe()))

@@ -37,7 +37,8 @@ def test_wgmma_is_chosen_above_m16_on_sm90(m, nk):
     v = choice.config.values
     assert v["WG"] == (1 if m <= 64 else 2) and v["SPLIT"] in (1, 2)
     tiles = -(-m // (64 * v["WG"])) * -(-nk[0] // v["BN"])
-    assert choice.grid == (tiles * v["SPLIT"] * 128 * v["WG"], 1, 1)
+    assert v["WS"] == 1  # a copying warpgroup beside the wgmma ones
+    assert choice.grid == (tiles * v["SPLIT"] * 128 * (v["WG"] + 1), 1, 1)
     assert tiles * v["SPLIT"] <= 132 or v["SPLIT"] == 1  # about one block an SM, never more
     expected = {  # the sweep's best shapes of tile (BN, KB, SPLIT) on an H100
         (32, (4096, 4096)): (64, 2, 2),
@@ -85,6 +86,11 @@ def test_configs_that_do_not_fit_are_refused():
     assert "spill" in W.wgmma_fits(p, W.wgmma_config(1, 256, 1, 3, 1))
     assert "> 232448" in W.wgmma_fits(p, W.wgmma_config(2, 128, 1, 8, 1))
     assert "shared memory" in W.wgmma_fits(p, dataclasses.replace(good, shared_memory=1024))
+    assert "WS = 2" in W.wgmma_fits(p, W.wgmma_config(2, 128, 1, 6, 2, 2))
+    assert "64 16-byte chunks" in W.wgmma_fits(p, W.wgmma_config(2, 256, 4, 3, 1, 1))  # 96
+    ws = W.wgmma_config(2, 128, 1, 6, 2, 1)  # a copying warpgroup: 384 threads
+    assert W.wgmma_fits(p, ws) is None and ws.threadgroup == (384, 1, 1)
+    assert "threadgroup (384,)" in W.wgmma_fits(p, dataclasses.replace(ws, threadgroup=(256, 1, 1)))
     assert "lacks BN" in W.wgmma_fits(p, dataclasses.replace(good, template=(("WG", 2),)))
     assert all(W.wgmma_fits(p, c) is None for c in W.WGMMA_CONFIGS)
 
@@ -96,7 +102,7 @@ def test_forcing_without_a_config_takes_the_heuristics():
 
 
 def _variants() -> list:
-    """Each (WG, BN, KB, S) once, with a split of 2 (the cluster path)."""
+    """Each (WG, BN, KB, S, WS) once, with a split of 2 (the cluster path)."""
     return [c for c in W.WGMMA_CONFIGS if c.values["SPLIT"] == 2]
 
 
@@ -105,13 +111,14 @@ def test_every_config_compiles_without_spills(cuda, config):
     from kernelkit._render import arg_types, render_request
 
     p = problem(128, 4096, 4096, bias="float32", activation="silu")
+    ws = config.values["WS"]
     template = [*config.template, *MM._common_template(p)]
     inputs, outputs = arg_types(p)
     _, req = render_request(
-        MM._WGMMA[2].spec, cuda, cuda.target_for_arch("sm_90"), inputs, outputs, template, False
+        MM._WGMMA[ws][2].spec, cuda, cuda.target_for_arch("sm_90"), inputs, outputs, template, False
     )
     assert req.arch == "sm_90a"  # wgmma needs the arch-specific target
-    assert "__cluster_dims__(2, 1, 1) ops_matmul_wgmma2(" in req.source
+    assert f"__cluster_dims__(2, 1, 1) ops_matmul_wgmma{'_ws' * ws}2(" in req.source
     req = dataclasses.replace(req, options=(*req.options, "--ptxas-options=-v"))
     art = cuda.compile(req)
     assert art.kind == "cubin" and art.binary[:4] == b"\x7fELF"

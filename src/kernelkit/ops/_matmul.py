@@ -89,13 +89,17 @@ def _per_cluster_size(
     }  # fmt: skip
 
 
-# 512 threads may use 128 registers each; wgmma: at most two warpgroups, sm_90a
+# 512 threads may use 128 registers each; wgmma: at most two warpgroups (and one copying), sm_90a
 _GEMV_CLUSTER = _per_cluster_size(
     "ops_matmul_gemv_cluster", CLU.CLUSTER_BODY, CLU.CLUSTER, CLU.CLUSTER_SIZES, 512
 )
-_WGMMA = _per_cluster_size(
-    "ops_matmul_wgmma", WG.WGMMA_BODY, WG.WGMMA, WG.SPLITS, 256, arch_specific=True
-)
+_WGMMA = {
+    ws: _per_cluster_size(
+        f"ops_matmul_wgmma{'_ws' * ws}", WG.WGMMA_BODY, WG.WGMMA, WG.SPLITS, 256 + 128 * ws,
+        arch_specific=True,
+    )
+    for ws in (0, 1)
+}  # fmt: skip
 
 _TILED = kernel(
     "ops_matmul_tiled", _INPUTS, ["y"], K.TILED_BODY, header=K.TILED,
@@ -247,7 +251,7 @@ _gemv_cluster_run, _gemv_cluster_prepare = _kernel_impl(
 # --- Hopper warpgroup MMA tiles (sm_90a; source and rules in _matmul_wgmma) -------------------
 
 _wgmma_run, _wgmma_prepare = _kernel_impl(
-    None, lambda p, c: [], lambda p, c: _WGMMA[int(c.values["SPLIT"])]
+    None, lambda p, c: [], lambda p, c: _WGMMA[int(c.values["WS"])][int(c.values["SPLIT"])]
 )
 
 
@@ -406,7 +410,7 @@ OP.register(
         prepare=_wgmma_prepare,
         grid=WG.wgmma_grid,
         configs=WG.WGMMA_CONFIGS,
-        default=WG.wgmma_config(2, 128, 1, 6, 1),
+        default=WG.wgmma_config(2, 128, 1, 6, 1, 1),
         heuristic=WG.wgmma_heuristic,
         requires={"arch_specific", "clusters", "cp_async"},
         match=WG.wgmma_match,

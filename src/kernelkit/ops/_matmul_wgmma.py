@@ -22,6 +22,7 @@ from .._records import Problem, Target
 from .._select.records import Config
 from ._matmul_cluster import CLUSTER_PTX
 from ._matmul_kernels import EPILOGUE, MMA_PTX, cuda_cc
+from ._matmul_slab import BULK_PTX
 
 __all__ = [
     "SPLITS",
@@ -93,84 +94,129 @@ __device__ __forceinline__ void kk_wgmma(float (&d)[N / 2], unsigned long long a
 WGMMA_KERNEL = r"""
 // --- wgmma: y = act(x @ w^T + bias), sm_90a -------------------------------------------------
 // Block b: cluster tile b / SPLIT (m tiles fastest: neighbours share a weight tile in L2), rank
-// b % SPLIT. Its k tiles [kt0, kt1) come through S stages of [BM + BN rows x 128 bytes] (x's rows
-// then w's, 128-byte swizzle); S - 2 stages are in flight while the tensor cores take one and the
-// one before it may still be read by an unfinished wgmma.
-template <class T, class TB, class TY, int WG, int BN, int KB, int S, int SPLIT, int ACT,
-          bool HAS_BIAS>
-__device__ __forceinline__ void kk_wgmma_gemm(const T* x, const T* w, const TB* bias, TY* y,
-                                              long long M, long long N, long long K) {
-#if KK_HAS_WGMMA
-  constexpr int BM = 64 * WG, THREADS = 128 * WG, ACC = BN / 2, PITCH = BN + 8;
-  constexpr unsigned A_BYTES = BM * 128u, SUB = (BM + BN) * 128u, STAGE = KB * SUB;
-  constexpr int COPIES = (BM + BN) * 8 * KB / THREADS;  // 16-byte copies a thread, a stage
-  static_assert((BM + BN) * 8 * KB % THREADS == 0 && S >= 3, "the config rules");
-  extern __shared__ __align__(1024) unsigned char kk_wg_smem[];
-  const unsigned raw = kk_mma_smem_u32(kk_wg_smem), base = (raw + 1023u) & ~1023u;
-  float* red = reinterpret_cast<float*>(kk_wg_smem + (base - raw));  // the ring, reused
-  const int t = threadIdx.x, wg = t >> 7, warp = (t >> 5) & 3, g = (t & 31) >> 2, q = t & 3;
-  unsigned rank = 0;
-  if (SPLIT > 1) asm("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(rank));
+// b % SPLIT, its k tiles [kt0, kt1). Stages of [BM + BN rows x 128 bytes] x KB (x's rows then
+// w's, 128-byte swizzle: chunk c of row r at c ^ (r % 8)) come through a ring of S stages.
+struct kk_wg_tile {
+  long long m0, n0;
+  int kt0, kts;
+  unsigned rank;
+};
+template <int BM, int BN, int KB, int SPLIT>
+__device__ __forceinline__ kk_wg_tile kk_wg_tile_of(long long M, long long N, long long K) {
+  kk_wg_tile w;
+  w.rank = 0;
+  if (SPLIT > 1) asm("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(w.rank));
   const long long tile = blockIdx.x / SPLIT, tiles_m = (M + BM - 1) / BM;
-  const long long m0 = tile % tiles_m * BM, n0 = tile / tiles_m * BN;
+  w.m0 = tile % tiles_m * BM;
+  w.n0 = tile / tiles_m * BN;
   const int kt_all = (int)((K + 64 * KB - 1) / (64 * KB)), per = (kt_all + SPLIT - 1) / SPLIT;
-  const int kt0 = (int)rank * per, kts = kt_all - kt0 < per ? kt_all - kt0 : per;
-  auto load = [&](int i) {  // k tile kt0 + i into stage i % S; always a commit group
-    if (i < kts) {
-      const unsigned stage = base + (i % S) * STAGE;
-      const long long k = (long long)(kt0 + i) * 64 * KB;
+  w.kt0 = (int)w.rank * per;
+  w.kts = kt_all - w.kt0 < per ? kt_all - w.kt0 : per;
+  return w;
+}
+
+// Thread p of P: its 16-byte cp.async copies of k tile kt into `stage` (rows past M or N and k
+// past K zero-filled); neighbouring threads copy neighbouring 16 bytes of a row.
+template <class T, int BM, int BN, int KB, int P>
+__device__ __forceinline__ void kk_wg_copy_stage(unsigned stage, int p, const T* x, const T* w,
+                                                 const kk_wg_tile& tl, int kt, long long M,
+                                                 long long N, long long K) {
+  constexpr unsigned SUB = (BM + BN) * 128u;
+  constexpr int COPIES = (BM + BN) * 8 * KB / P;
+  static_assert((BM + BN) * 8 * KB % P == 0, "the config rules");
+  const long long k = (long long)kt * 64 * KB;
 #pragma unroll
-      for (int j = 0; j < COPIES; ++j) {  // neighbouring threads: neighbouring 16 bytes of a row
-        const int c = t + j * THREADS, r = c / (8 * KB), kc = c % (8 * KB), ch = kc & 7;
-        const bool is_x = r < BM;
-        const long long row = is_x ? m0 + r : n0 + (r - BM), kk = k + 8 * kc;
-        const bool full = row < (is_x ? M : N) && kk < K;
-        const T* src = full ? (is_x ? x : w) + row * K + kk : x;
-        kk_mma_cp16(stage + (kc >> 3) * SUB + r * 128u + ((ch ^ (r & 7)) << 4), src, full);
-      }
-    }
-    kk_mma_commit();
-  };
-  float acc[ACC];
-#pragma unroll
-  for (int j = 0; j < ACC; ++j) acc[j] = 0.0f;
-  for (int i = 0; i < S - 2; ++i) load(i);
-  for (int i = 0; i < kts; ++i) {
-    kk_mma_wait<S - 3>();  // this thread's copies of stage i are in
-    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // seen by the tensor cores
-    __syncthreads();  // every copy of stage i is in; every wgmma of stage i - 2 is done
-    load(i + S - 2);  // into stage (i - 2) % S
-    const unsigned stage = base + (i % S) * STAGE;
-    kk_wg_pin(acc);
-    kk_wgmma_fence();
-#pragma unroll
-    for (int h = 0; h < KB; ++h) {  // sub-tile h: k [64 h, 64 h + 64) of the stage
-      const unsigned long long da = kk_wg_desc(stage + h * SUB + wg * 8192u);  // rows 64 wg ..
-      const unsigned long long db = kk_wg_desc(stage + h * SUB + A_BYTES);
-#pragma unroll
-      for (int k = 0; k < 4; ++k) kk_wgmma<T, BN>(acc, da + 2 * k, db + 2 * k);  // +32 bytes
-    }
-    kk_wgmma_commit();
-    kk_wg_pin(acc);
-    kk_wgmma_wait<1>();  // stage i - 1's wgmma is done
+  for (int j = 0; j < COPIES; ++j) {
+    const int c = p + j * P, r = c / (8 * KB), kc = c % (8 * KB), ch = kc & 7;
+    const bool is_x = r < BM;
+    const long long row = is_x ? tl.m0 + r : tl.n0 + (r - BM), kk = k + 8 * kc;
+    const bool full = row < (is_x ? M : N) && kk < K;
+    const T* src = full ? (is_x ? x : w) + row * K + kk : x;
+    kk_mma_cp16(stage + (kc >> 3) * SUB + r * 128u + ((ch ^ (r & 7)) << 4), src, full);
   }
-  kk_wgmma_wait<0>();
-  kk_wg_pin(acc);
-  kk_mma_wait<0>();  // no copy into the ring is left (the last groups are empty)
-  __syncthreads();   // every warpgroup is done with the ring: red takes its place
+}
+
+// The copying warpgroup's thread p (of 128) for one stage (WS = 1): it always takes the same
+// 16-byte column kc of rows r0, r0 + RSTEP, ..., so whether a copy is x's or w's is known when
+// compiling, a row's bounds check holds for every stage (rows_ok, bit j), and the addresses
+// are a multiply-add each. K passes through an empty asm every stage so that the compiler does
+// not keep every copy's address in registers between stages.
+template <class T, int BM, int BN, int KB>
+__device__ __forceinline__ void kk_wg_produce(unsigned stage, int p, const T* x, const T* w,
+                                              const kk_wg_tile& tl, int kt,
+                                              unsigned long long rows_ok, long long K) {
+  constexpr int CPR = 8 * KB, RSTEP = 128 / CPR, J = (BM + BN) / RSTEP;
+  constexpr unsigned SUB = (BM + BN) * 128u;
+  static_assert(128 % CPR == 0 && BM % RSTEP == 0 && J <= 64, "the config rules");
+  long long k_rows;  // K, opaque here
+  asm volatile("mov.b64 %0, %1;\n" : "=l"(k_rows) : "l"(K));
+  constexpr int XJ = BM / RSTEP;  // copies j < XJ are x's rows, the others w's
+  const int kc = p % CPR, r0 = p / CPR, ch = kc & 7;
+  const long long kk = (long long)kt * 64 * KB + 8 * kc, step = RSTEP * k_rows;
+  const bool k_in = kk < K;
+  const T* src = x + (tl.m0 + r0) * k_rows + kk;  // row j's, advanced a row step at a time
+  const unsigned dst = stage + (kc >> 3) * SUB;
 #pragma unroll
-  for (int j = 0; j < BN / 8; ++j) {  // accumulator 4j + v: row g (+8 for v >= 2), col 8j + 2q
-    const int r = 64 * wg + 16 * warp + g, c = 8 * j + 2 * q;
-    *reinterpret_cast<float2*>(&red[r * PITCH + c]) = make_float2(acc[4 * j], acc[4 * j + 1]);
-    *reinterpret_cast<float2*>(&red[(r + 8) * PITCH + c]) =
-        make_float2(acc[4 * j + 2], acc[4 * j + 3]);
+  for (int j = 0; j < J; ++j) {
+    if (j == XJ) src = w + (tl.n0 + r0) * k_rows + kk;
+    const int r = r0 + j * RSTEP;
+    const bool full = k_in && ((rows_ok >> j) & 1ull);
+    kk_mma_cp16(dst + r * 128u + ((ch ^ (r & 7)) << 4), full ? src : x, full);
+    src += step;
+  }
+}
+// Bit j: whether the copying thread p's row j (of kk_wg_produce) is inside x or w.
+template <int BM, int BN, int KB>
+__device__ __forceinline__ unsigned long long kk_wg_rows_ok(int p, const kk_wg_tile& tl,
+                                                            long long M, long long N) {
+  constexpr int RSTEP = 16 / KB, J = (BM + BN) / RSTEP, XJ = BM / RSTEP;
+  unsigned long long ok = 0;
+  for (int j = 0; j < J; ++j) {
+    const long long row = j < XJ ? tl.m0 + p / (8 * KB) + j * RSTEP
+                                 : tl.n0 + p / (8 * KB) + (j - XJ) * RSTEP;
+    ok |= (unsigned long long)(row < (j < XJ ? M : N)) << j;
+  }
+  return ok;
+}
+
+// Warpgroup wg's wgmmas of one stage: KB sub-tiles of four k16 steps, A rows 64 wg .., B the
+// stage's BN rows of w.
+template <class T, int BM, int BN, int KB>
+__device__ __forceinline__ void kk_wg_mma_stage(float (&acc)[BN / 2], unsigned stage, int wg) {
+  constexpr unsigned A_BYTES = BM * 128u, SUB = (BM + BN) * 128u;
+#pragma unroll
+  for (int h = 0; h < KB; ++h) {  // sub-tile h: k [64 h, 64 h + 64) of the stage
+    const unsigned long long da = kk_wg_desc(stage + h * SUB + wg * 8192u);  // rows 64 wg ..
+    const unsigned long long db = kk_wg_desc(stage + h * SUB + A_BYTES);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) kk_wgmma<T, BN>(acc, da + 2 * k, db + 2 * k);  // +32 bytes
+  }
+}
+
+// Every thread of the block (THREADS), after the ring is idle: the consumers' (t < 128 WG)
+// fp32 tiles into `red` (the ring's memory), then rank r of the cluster stores its share of
+// the rows, the SPLIT tiles added in rank order (deterministic), bias, activation.
+template <class TB, class TY, int WG, int BN, int SPLIT, int THREADS, int ACT, bool HAS_BIAS>
+__device__ __forceinline__ void kk_wg_epilogue(const float (&acc)[BN / 2], float* red, int t,
+                                               const kk_wg_tile& tl, const TB* bias, TY* y,
+                                               long long M, long long N) {
+  constexpr int BM = 64 * WG, PITCH = BN + 8;
+  if (t < 128 * WG) {
+    const int wg = t >> 7, warp = (t >> 5) & 3, g = (t & 31) >> 2, q = t & 3;
+#pragma unroll
+    for (int j = 0; j < BN / 8; ++j) {  // accumulator 4j + v: row g (+8 for v >= 2), col 8j + 2q
+      const int r = 64 * wg + 16 * warp + g, c = 8 * j + 2 * q;
+      *reinterpret_cast<float2*>(&red[r * PITCH + c]) = make_float2(acc[4 * j], acc[4 * j + 1]);
+      *reinterpret_cast<float2*>(&red[(r + 8) * PITCH + c]) =
+          make_float2(acc[4 * j + 2], acc[4 * j + 3]);
+    }
   }
   if (SPLIT > 1) kk_cluster_sync();  // every block's tile is in (and visible to the cluster)
   else __syncthreads();
   constexpr int SHARE = (BM + SPLIT - 1) / SPLIT, PAIRS = BN / 2;
   for (int idx = t; idx < SHARE * PAIRS; idx += THREADS) {  // rank r stores rows share r
-    const int r = (int)rank * SHARE + idx / PAIRS, c = 2 * (idx % PAIRS);
-    const long long m = m0 + r, n = n0 + c;
+    const int r = (int)tl.rank * SHARE + idx / PAIRS, c = 2 * (idx % PAIRS);
+    const long long m = tl.m0 + r, n = tl.n0 + c;
     if (r >= BM || m >= M || n >= N) continue;
     float2 v = *reinterpret_cast<const float2*>(&red[r * PITCH + c]);
     if (SPLIT > 1) {
@@ -189,6 +235,97 @@ __device__ __forceinline__ void kk_wgmma_gemm(const T* x, const T* w, const TB* 
     }
   }
   if (SPLIT > 1) kk_cluster_sync();  // no block leaves while another may still read its tile
+}
+
+// WS = 0: every thread copies; S - 2 stages are in flight while the tensor cores take one and
+// the one before it may still be read by an unfinished wgmma; one block barrier a stage.
+// WS = 1: warp-specialized. Warpgroup WG (the last) only copies: stage i waits on `empty` until
+// the consumers are done with stage i - S, and each producer thread's copies of the stage are
+// counted into `full` when they land (cp.async.mbarrier.arrive: no thread waits for them). The
+// WG consumer warpgroups wait on `full`, run the stage's wgmmas, and release the stage before
+// (its wgmmas done) into `empty`: no barrier holds the whole block until the epilogue.
+template <class T, class TB, class TY, int WG, int BN, int KB, int S, int SPLIT, int WS, int ACT,
+          bool HAS_BIAS>
+__device__ __forceinline__ void kk_wgmma_gemm(const T* x, const T* w, const TB* bias, TY* y,
+                                              long long M, long long N, long long K) {
+#if KK_HAS_WGMMA
+  constexpr int BM = 64 * WG, ACC = BN / 2, CONSUMERS = 128 * WG, THREADS = CONSUMERS + 128 * WS;
+  constexpr unsigned STAGE = KB * (BM + BN) * 128u;
+  static_assert(S >= 3 && (WS == 0 || WS == 1), "the config rules");
+  extern __shared__ __align__(1024) unsigned char kk_wg_smem[];
+  __shared__ unsigned long long full[S], empty[S];  // WS = 1 only
+  const unsigned raw = kk_mma_smem_u32(kk_wg_smem), base = (raw + 1023u) & ~1023u;
+  float* red = reinterpret_cast<float*>(kk_wg_smem + (base - raw));  // the ring, reused
+  const int t = threadIdx.x, wg = t >> 7;
+  const kk_wg_tile tl = kk_wg_tile_of<BM, BN, KB, SPLIT>(M, N, K);
+  float acc[ACC];
+#pragma unroll
+  for (int j = 0; j < ACC; ++j) acc[j] = 0.0f;
+  if constexpr (WS == 0) {
+    auto load = [&](int i) {  // k tile kt0 + i into stage i % S; always a commit group
+      if (i < tl.kts)
+        kk_wg_copy_stage<T, BM, BN, KB, THREADS>(base + (i % S) * STAGE, t, x, w, tl,
+                                                 tl.kt0 + i, M, N, K);
+      kk_mma_commit();
+    };
+    for (int i = 0; i < S - 2; ++i) load(i);
+    for (int i = 0; i < tl.kts; ++i) {
+      kk_mma_wait<S - 3>();  // this thread's copies of stage i are in
+      asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // seen by the tensor cores
+      __syncthreads();  // every copy of stage i is in; every wgmma of stage i - 2 is done
+      load(i + S - 2);  // into stage (i - 2) % S
+      kk_wg_pin(acc);
+      kk_wgmma_fence();
+      kk_wg_mma_stage<T, BM, BN, KB>(acc, base + (i % S) * STAGE, wg);
+      kk_wgmma_commit();
+      kk_wg_pin(acc);
+      kk_wgmma_wait<1>();  // stage i - 1's wgmma is done
+    }
+    kk_wgmma_wait<0>();
+    kk_wg_pin(acc);
+    kk_mma_wait<0>();  // no copy into the ring is left (the last groups are empty)
+  } else {
+    if (t == 0) {
+      for (int s = 0; s < S; ++s) {
+        asm volatile("mbarrier.init.shared::cta.b64 [%0], 128;\n"  // the producer threads
+                     :: "r"(kk_mma_smem_u32(&full[s])));
+        asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n"  // the consumer warps
+                     :: "r"(kk_mma_smem_u32(&empty[s])), "n"(4 * WG));
+      }
+    }
+    __syncthreads();
+    if (wg == WG) {  // the producer warpgroup
+      const unsigned long long rows_ok = kk_wg_rows_ok<BM, BN, KB>(t - CONSUMERS, tl, M, N);
+      for (int i = 0; i < tl.kts; ++i) {
+        const int s = i % S;
+        if (i >= S) kk_bulk_wait(kk_mma_smem_u32(&empty[s]), (unsigned)(i / S + 1) & 1u);
+        kk_wg_produce<T, BM, BN, KB>(base + s * STAGE, t - CONSUMERS, x, w, tl, tl.kt0 + i,
+                                     rows_ok, K);
+        // counted into `full` by the copy engine once this thread's copies so far have landed
+        asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n"
+                     :: "r"(kk_mma_smem_u32(&full[s])) : "memory");
+      }
+      asm volatile("cp.async.wait_all;\n" ::: "memory");
+    } else {
+      for (int i = 0; i < tl.kts; ++i) {
+        kk_bulk_wait(kk_mma_smem_u32(&full[i % S]), (unsigned)(i / S) & 1u);
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // seen by the tensor cores
+        kk_wg_pin(acc);
+        kk_wgmma_fence();
+        kk_wg_mma_stage<T, BM, BN, KB>(acc, base + (i % S) * STAGE, wg);
+        kk_wgmma_commit();
+        kk_wg_pin(acc);
+        kk_wgmma_wait<1>();  // stage i - 1's wgmma is done: its slot is free
+        if (i > 0 && (t & 31) == 0)
+          asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n"
+                       :: "r"(kk_mma_smem_u32(&empty[(i - 1) % S])) : "memory");
+      }
+      kk_wgmma_wait<0>();
+      kk_wg_pin(acc);
+    }
+  }
+  __syncthreads();  // every warpgroup is done with the ring: red takes its place
+  kk_wg_epilogue<TB, TY, WG, BN, SPLIT, THREADS, ACT, HAS_BIAS>(acc, red, t, tl, bias, y, M, N);
 #else
   __trap();  // sm_90a only (the match rule): wgmma is an arch-specific instruction
 #endif
@@ -196,13 +333,13 @@ __device__ __forceinline__ void kk_wgmma_gemm(const T* x, const T* w, const TB* 
 """
 
 # The header: the shared epilogue, cp.async helpers, cluster helpers, wgmma, the kernel.
-WGMMA = EPILOGUE + MMA_PTX + CLUSTER_PTX + WGMMA_PTX + WGMMA_KERNEL
+WGMMA = EPILOGUE + MMA_PTX + BULK_PTX + CLUSTER_PTX + WGMMA_PTX + WGMMA_KERNEL
 
 WGMMA_BODY = r"""
 const long long M = x_shape[0];  // x is 2-D (a batch is flattened first)
 const long long K = x_shape[1];
 const long long N = w_shape[0];
-kk_wgmma_gemm<T, TB, TY, WG, BN, KB, S, SPLIT, ACT, HAS_BIAS>(x, w, bias, y, M, N, K);
+kk_wgmma_gemm<T, TB, TY, WG, BN, KB, S, SPLIT, WS, ACT, HAS_BIAS>(x, w, bias, y, M, N, K);
 """
 
 
@@ -213,22 +350,26 @@ def shared_bytes(wg: int, bn: int, kb: int, stages: int) -> int:
     return max(stages * kb * (bm + bn) * 128, bm * (bn + 8) * 4) + 1024
 
 
-def wgmma_config(wg: int, bn: int, kb: int, stages: int, split: int) -> Config:
-    """A wgmma config: ``wg`` warpgroups (a 64 wg x ``bn`` tile), ``stages`` stages of ``kb``
-    64-wide k tiles (128 kb contiguous bytes of each row) in flight or in use, the stages split
-    over a cluster of ``split`` blocks."""
-    values = {"WG": wg, "BN": bn, "KB": kb, "S": stages, "SPLIT": split}
-    return Config(values, (128 * wg,), shared_bytes(wg, bn, kb, stages))
+def wgmma_config(wg: int, bn: int, kb: int, stages: int, split: int, ws: int = 0) -> Config:
+    """A wgmma config: ``wg`` warpgroups of wgmmas (a 64 wg x ``bn`` tile), ``stages`` stages
+    of ``kb`` 64-wide k tiles (128 kb contiguous bytes of each row) in flight or in use, the
+    stages split over a cluster of ``split`` blocks; ``ws`` = 1 adds a warpgroup that only
+    copies (warp-specialized), 0 has every thread copy."""
+    values = {"WG": wg, "BN": bn, "KB": kb, "S": stages, "SPLIT": split, "WS": ws}
+    return Config(values, (128 * (wg + ws),), shared_bytes(wg, bn, kb, stages))
 
 
 WGMMA_CONFIGS = tuple(
-    wgmma_config(wg, bn, kb, stages, split)
+    wgmma_config(wg, bn, kb, stages, split, ws)
+    for ws in (0, 1)
     for wg in (1, 2)
     for bn in BNS
     for kb in KBS
     for stages in (3, 4, 6, 8)
     for split in SPLITS
-    if shared_bytes(wg, bn, kb, stages) <= SHARED_LIMIT and (wg, bn) != (1, 256)
+    if shared_bytes(wg, bn, kb, stages) <= SHARED_LIMIT
+    and (wg, bn) != (1, 256)
+    and (64 * wg + bn) * kb * ws <= 64 * 16
 )
 
 
@@ -251,18 +392,23 @@ def wgmma_fits(p: Problem, c: Config) -> str | None:
     """Why ``c`` is not a config the kernel runs correctly for ``p``, or None."""
     v = c.values
     try:
-        wg, bn, kb, st, split = (int(v[k]) for k in ("WG", "BN", "KB", "S", "SPLIT"))
+        wg, bn, kb, st, split, ws = (int(v[k]) for k in ("WG", "BN", "KB", "S", "SPLIT", "WS"))
     except KeyError as e:
-        return f"config lacks {e.args[0]} (needs WG, BN, KB, S, SPLIT)"
+        return f"config lacks {e.args[0]} (needs WG, BN, KB, S, SPLIT, WS)"
     if wg not in (1, 2) or bn not in BNS or kb not in KBS or not 3 <= st <= 8:
         return f"WG = {wg} (1, 2), BN = {bn} {BNS}, KB = {kb} {KBS}, S = {st} (3 to 8): outside"
     if (wg, bn) == (1, 256):
         return "WG = 1 with BN = 256: 128 accumulators and the copies' addresses spill"
     if split not in SPLITS:
         return f"SPLIT = {split} is not a cluster size in {SPLITS}"
-    need = shared_bytes(wg, bn, kb, st)
-    if c.threadgroup != (128 * wg, 1, 1) or c.shared_memory != need:
-        return f"threadgroup ({128 * wg},) and {need} bytes of shared memory, got {c}"
+    if ws not in (0, 1):
+        return f"WS = {ws} is not 0 (every thread copies) or 1 (a copying warpgroup)"
+    if ws and (64 * wg + bn) * kb > 64 * 16:
+        chunks = (64 * wg + bn) * kb // 16
+        return f"WS = 1 copies at most 64 16-byte chunks a thread a stage, not {chunks}"
+    need, threads = shared_bytes(wg, bn, kb, st), 128 * (wg + ws)
+    if c.threadgroup != (threads, 1, 1) or c.shared_memory != need:
+        return f"threadgroup ({threads},) and {need} bytes of shared memory, got {c}"
     if need > SHARED_LIMIT:
         return f"{need} bytes of shared memory > {SHARED_LIMIT}"
     if wgmma_grid(p, c)[0] >= 2**31:
@@ -286,7 +432,8 @@ def wgmma_heuristic(p: Problem, t: Target) -> Config | None:
     anchor weights): one warpgroup per 64 rows of M (two from M = 65); 128-wide tiles where
     they make about a wave of blocks, else 64-wide ones with two k tiles a stage; a cluster of
     two where that still fits in one wave (larger splits lost in every sweep); the most stages
-    that fit. None for M <= 16 (the gemv kernels)."""
+    that fit; a copying warpgroup (WS = 1: 1.15-1.25x WS = 0 on an H200 at M = 128 for the
+    same shapes). None for M <= 16 (the gemv kernels)."""
     m, n, k = (int(p.attr(a)) for a in ("M", "N", "K"))  # type: ignore[call-overload]
     if m <= 16:
         return None
@@ -296,7 +443,7 @@ def wgmma_heuristic(p: Problem, t: Target) -> Config | None:
     tiles = tiles_m * -(-n // bn)
     split = 2 if tiles * 2 <= _WAVE and -(-k // (64 * kb)) >= 4 else 1
     for stages in (8, 6, 4, 3):
-        c = wgmma_config(wg, bn, kb, stages, split)
+        c = wgmma_config(wg, bn, kb, stages, split, 1)
         if c.shared_memory <= t.max_shared_memory_optin_bytes and wgmma_fits(p, c) is None:
             return c
     return None
