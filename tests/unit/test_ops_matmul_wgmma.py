@@ -40,14 +40,16 @@ def test_wgmma_is_chosen_above_m16_on_sm90(m, nk):
     assert v["WS"] == 1  # a copying warpgroup beside the wgmma ones
     assert choice.grid == (tiles * v["SPLIT"] * 128 * (v["WG"] + 1), 1, 1)
     assert tiles * v["SPLIT"] <= 132 or v["SPLIT"] == 1  # about one block an SM, never more
-    expected = {  # the sweep's best shapes of tile (BN, KB, SPLIT) on an H100
+    expected = {  # the sweeps' best shapes of tile (BN, KB, SPLIT) on an H100 and an H200
         (32, (4096, 4096)): (64, 2, 2),
         (128, (4096, 4096)): (64, 2, 2),
         (32, (8192, 8192)): (64, 2, 1),
-        (128, (8192, 8192)): (64, 2, 1),
         (32, (14336, 4096)): (128, 1, 1),
-        (128, (14336, 4096)): (128, 1, 1),
-        (8192, (8192, 8192)): (128, 1, 1),
+        (128, (14336, 4096)): (256, 1, 2),
+        (256, (8192, 8192)): (256, 1, 2),
+        (256, (14336, 4096)): (256, 1, 1),
+        (1000, (8192, 8192)): (256, 1, 1),
+        (8192, (8192, 8192)): (256, 1, 1),
     }.get((m, nk))
     assert expected is None or (v["BN"], v["KB"], v["SPLIT"]) == expected
 

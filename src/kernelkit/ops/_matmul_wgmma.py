@@ -428,18 +428,22 @@ _WAVE = 132  # blocks: one per SM of an H100 or H200 (the heuristic does not go 
 
 
 def wgmma_heuristic(p: Problem, t: Target) -> Config | None:
-    """For M > 16 (from a sweep of every config on an H100 at M = 32, 128, 256 on the three
-    anchor weights): one warpgroup per 64 rows of M (two from M = 65); 128-wide tiles where
-    they make about a wave of blocks, else 64-wide ones with two k tiles a stage; a cluster of
-    two where that still fits in one wave (larger splits lost in every sweep); the most stages
-    that fit; a copying warpgroup (WS = 1: 1.15-1.25x WS = 0 on an H200 at M = 128 for the
-    same shapes). None for M <= 16 (the gemv kernels)."""
+    """For M > 16 (from sweeps of every config on an H100 at M = 32, 128, 256 and of the
+    WS = 1 configs on an H200 at M = 32, 128, 256, 3500 on the three anchor weights): one
+    warpgroup per 64 rows of M (two from M = 65); with two, 256-wide tiles of one k tile a
+    stage where they make 48 or more tiles; else 128-wide tiles where they make about a wave of
+    blocks, else 64-wide ones with two k tiles a stage; a cluster of two where that still fits
+    in one wave; the most stages that fit; a copying warpgroup (WS = 1: 1.10-1.17x WS = 0 on an
+    H200 at M = 128 for the same shapes). None for M <= 16 (the gemv kernels)."""
     m, n, k = (int(p.attr(a)) for a in ("M", "N", "K"))  # type: ignore[call-overload]
     if m <= 16:
         return None
     wg = 1 if m <= 64 else 2
     tiles_m = -(-m // (64 * wg))
-    bn, kb = (128, 1) if tiles_m * -(-n // 128) >= 100 else (64, 2)
+    if wg == 2 and tiles_m * -(-n // 256) >= 48:
+        bn, kb = 256, 1
+    else:
+        bn, kb = (128, 1) if tiles_m * -(-n // 128) >= 100 else (64, 2)
     tiles = tiles_m * -(-n // bn)
     split = 2 if tiles * 2 <= _WAVE and -(-k // (64 * kb)) >= 4 else 1
     for stages in (8, 6, 4, 3):
