@@ -19,6 +19,7 @@ import torch
 import kernelkit
 from kernelkit import ops
 from kernelkit._select.override import force
+from kernelkit.ops._matmul_wgmma import wgmma_config
 from kernelkit.ops._rowops import config as row_config
 
 F = torch.nn.functional
@@ -45,6 +46,7 @@ MATMUL = [
     ("wgmma", 100, 72, 40, BF16, True),
     ("wgmma", 129, 200, 96, BF16, True),
     ("wgmma", 300, 130, 1160, BF16, True),
+    ("wgmma_ws0", 129, 200, 1160, BF16, True),  # every thread copies (the heuristic's WS = 1)
     ("tiled", 70, 9, 40, FP32, True),
     ("tiled", 33, 65, 17, BF16, False),
 ]
@@ -69,7 +71,7 @@ def rel_err(got: torch.Tensor, want: torch.Tensor) -> float:
 def matmul_cases() -> list[tuple[str, float, float]]:
     out = []
     for impl, m, n, k, dtype, tb in MATMUL:
-        if impl == "wgmma" and torch.cuda.get_device_capability() != (9, 0):
+        if impl.startswith("wgmma") and torch.cuda.get_device_capability() != (9, 0):
             continue  # sm_90a only
         sm90 = impl in ("gemv_slab", "gemv_slab_tc", "gemv_cluster")
         if sm90 and torch.cuda.get_device_capability() < (9, 0):
@@ -79,14 +81,17 @@ def matmul_cases() -> list[tuple[str, float, float]]:
         b = torch.randn(*((n, k) if tb else (k, n)), device="cuda", generator=g).to(dtype)
         bias = torch.randn(n, device="cuda", generator=g).to(dtype)
         y = torch.full((m, n), float("nan"), device="cuda", dtype=dtype)
-        with force("matmul", impl):
+        config, label = None, impl
+        if impl == "wgmma_ws0":
+            impl, config = "wgmma", wgmma_config(2, 64, 2, 4, 2, 0)
+        with force("matmul", impl, config):
             choice = ops.matmul.explain(a, b, bias=bias, activation="silu", transpose_b=tb)
             assert choice.choice.impl == f"matmul/{impl}", choice.choice.describe()
             ops.matmul(a, b, bias=bias, activation="silu", transpose_b=tb, out=y)
         bd = b.double().T if tb else b.double()
         want = F.silu(a.double() @ bd + bias.double())
         tol = 1e-5 if dtype == FP32 else 1e-2
-        out.append((f"matmul/{impl} {m}x{n}x{k} {str(dtype)[6:]}", rel_err(y, want), tol))
+        out.append((f"matmul/{label} {m}x{n}x{k} {str(dtype)[6:]}", rel_err(y, want), tol))
     return out
 
 
