@@ -6,14 +6,16 @@ selection stage asks (match, fits, grid, heuristic).
 A block of WG warpgroups computes a BM x BN tile of y (BM = 64 WG: warpgroup g takes rows
 [64 g, 64 g + 64) with ``wgmma.mma_async.m64nBNk16``, both operands read by the tensor cores
 straight from shared memory). Its k tiles of 64 elements (128 bytes a row; KB of them a stage)
-come through a ring of S stages filled by every thread's 16-byte ``cp.async`` copies into the
-128-byte swizzled layout that the wgmma shared-memory descriptors name (chunk c of row r at
-c ^ (r % 8)), so neither a TMA tensor map nor a host-side descriptor is needed, and rows past M
-or N and k past K are zero-filled. With SPLIT > 1 a thread-block cluster of SPLIT blocks shares
-a tile, block r taking the r-th share of its stages; their fp32 tiles meet in distributed shared
-memory and are added in rank order (deterministic, no atomics, no second kernel): skinny
-problems have too few tiles to fill the GPU otherwise (4096 x 4096 at M = 128: 32 tiles of
-128 x 128).
+come through a ring of S stages of 16-byte ``cp.async`` copies into the 128-byte swizzled
+layout that the wgmma shared-memory descriptors name (chunk c of row r at c ^ (r % 8)), so
+neither a TMA tensor map nor a host-side descriptor is needed, and rows past M or N and k past
+K are zero-filled. With WS = 0 every thread copies and the block meets at a barrier a stage;
+with WS = 1 one more warpgroup only copies, and mbarriers pass the stages between it and the
+wgmma warpgroups (``full`` when a stage's copies land, ``empty`` when its wgmmas are done).
+With SPLIT > 1 a thread-block cluster of SPLIT blocks shares a tile, block r taking the r-th
+share of its stages; their fp32 tiles meet in distributed shared memory and are added in rank
+order (deterministic, no atomics, no second kernel): skinny problems have too few tiles to fill
+the GPU otherwise (4096 x 4096 at M = 128: 32 tiles of 128 x 128).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from ._matmul_slab import BULK_PTX
 __all__ = [
     "SPLITS",
     "WGMMA",
+    "WGMMA_COPIES",
     "WGMMA_BODY",
     "WGMMA_CONFIGS",
     "wgmma_config",
@@ -91,7 +94,7 @@ __device__ __forceinline__ void kk_wgmma(float (&d)[N / 2], unsigned long long a
                                          unsigned long long b);
 """ + "".join(_wgmma_instruction(c, n) for c in _PTX_TYPES for n in BNS)
 
-WGMMA_KERNEL = r"""
+WGMMA_COPIES = r"""
 // --- wgmma: y = act(x @ w^T + bias), sm_90a -------------------------------------------------
 // Block b: cluster tile b / SPLIT (m tiles fastest: neighbours share a weight tile in L2), rank
 // b % SPLIT, its k tiles [kt0, kt1). Stages of [BM + BN rows x 128 bytes] x KB (x's rows then
@@ -101,18 +104,12 @@ struct kk_wg_tile {
   int kt0, kts;
   unsigned rank;
 };
-template <int BM, int BN, int KB, int SPLIT>
-__device__ __forceinline__ kk_wg_tile kk_wg_tile_of(long long M, long long N, long long K) {
-  kk_wg_tile w;
-  w.rank = 0;
-  if (SPLIT > 1) asm("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(w.rank));
-  const long long tile = blockIdx.x / SPLIT, tiles_m = (M + BM - 1) / BM;
-  w.m0 = tile % tiles_m * BM;
-  w.n0 = tile / tiles_m * BN;
-  const int kt_all = (int)((K + 64 * KB - 1) / (64 * KB)), per = (kt_all + SPLIT - 1) / SPLIT;
-  w.kt0 = (int)w.rank * per;
-  w.kts = kt_all - w.kt0 < per ? kt_all - w.kt0 : per;
-  return w;
+// K as the compiler cannot see through (a value it will not hoist out of a loop), on the GPU.
+__device__ __forceinline__ long long kk_wg_opaque(long long v) {
+#ifdef __CUDA_ARCH__
+  asm volatile("mov.b64 %0, %1;\n" : "=l"(v) : "l"(v));
+#endif
+  return v;
 }
 
 // Thread p of P: its 16-byte cp.async copies of k tile kt into `stage` (rows past M or N and k
@@ -148,8 +145,7 @@ __device__ __forceinline__ void kk_wg_produce(unsigned stage, int p, const T* x,
   constexpr int CPR = 8 * KB, RSTEP = 128 / CPR, J = (BM + BN) / RSTEP;
   constexpr unsigned SUB = (BM + BN) * 128u;
   static_assert(128 % CPR == 0 && BM % RSTEP == 0 && J <= 64, "the config rules");
-  long long k_rows;  // K, opaque here
-  asm volatile("mov.b64 %0, %1;\n" : "=l"(k_rows) : "l"(K));
+  const long long k_rows = kk_wg_opaque(K);
   constexpr int XJ = BM / RSTEP;  // copies j < XJ are x's rows, the others w's
   const int kc = p % CPR, r0 = p / CPR, ch = kc & 7;
   const long long kk = (long long)kt * 64 * KB + 8 * kc, step = RSTEP * k_rows;
@@ -177,6 +173,22 @@ __device__ __forceinline__ unsigned long long kk_wg_rows_ok(int p, const kk_wg_t
     ok |= (unsigned long long)(row < (j < XJ ? M : N)) << j;
   }
   return ok;
+}
+"""
+
+WGMMA_KERNEL = r"""
+template <int BM, int BN, int KB, int SPLIT>
+__device__ __forceinline__ kk_wg_tile kk_wg_tile_of(long long M, long long N, long long K) {
+  kk_wg_tile w;
+  w.rank = 0;
+  if (SPLIT > 1) asm("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(w.rank));
+  const long long tile = blockIdx.x / SPLIT, tiles_m = (M + BM - 1) / BM;
+  w.m0 = tile % tiles_m * BM;
+  w.n0 = tile / tiles_m * BN;
+  const int kt_all = (int)((K + 64 * KB - 1) / (64 * KB)), per = (kt_all + SPLIT - 1) / SPLIT;
+  w.kt0 = (int)w.rank * per;
+  w.kts = kt_all - w.kt0 < per ? kt_all - w.kt0 : per;
+  return w;
 }
 
 // Warpgroup wg's wgmmas of one stage: KB sub-tiles of four k16 steps, A rows 64 wg .., B the
@@ -333,7 +345,7 @@ __device__ __forceinline__ void kk_wgmma_gemm(const T* x, const T* w, const TB* 
 """
 
 # The header: the shared epilogue, cp.async helpers, cluster helpers, wgmma, the kernel.
-WGMMA = EPILOGUE + MMA_PTX + BULK_PTX + CLUSTER_PTX + WGMMA_PTX + WGMMA_KERNEL
+WGMMA = EPILOGUE + MMA_PTX + BULK_PTX + CLUSTER_PTX + WGMMA_PTX + WGMMA_COPIES + WGMMA_KERNEL
 
 WGMMA_BODY = r"""
 const long long M = x_shape[0];  // x is 2-D (a batch is flattened first)
