@@ -183,7 +183,7 @@ def test_bias_activation_and_a_longer_ring(dtype, activation):
     check(run(config, a, w, bias, activation), a, w, bias, activation)
 
 
-@pytest.mark.parametrize(("seg", "xh"), [(8, 2), (4, 2), (2, 2), (4, 4), (2, 4)])
+@pytest.mark.parametrize(("seg", "xh"), [(8, 1), (8, 2), (8, 4), (4, 2), (2, 2), (4, 4), (2, 4)])
 def test_segments_of_different_scale_keep_apart(seg, xh):
     """Segment s of x scaled by 1 + s and of w by 1 + (s * 3) % SEG (chunk c is segment c % SEG):
     an entry taken from another segment's column (a cross-segment sum) changes the result by

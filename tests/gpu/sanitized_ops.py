@@ -46,7 +46,7 @@ MATMUL = [
     ("wgmma", 100, 72, 40, BF16, True),
     ("wgmma", 129, 200, 96, BF16, True),
     ("wgmma", 300, 130, 1160, BF16, True),
-    ("wgmma_ws0", 129, 200, 1160, BF16, True),  # every thread copies (the heuristic's WS = 1)
+    ("wgmma_ws0", 129, 200, 1160, BF16, True),  # WS = 0: every thread copies (the rest: WS = 1)
     ("tiled", 70, 9, 40, FP32, True),
     ("tiled", 33, 65, 17, BF16, False),
 ]

@@ -362,6 +362,12 @@ def shared_bytes(wg: int, bn: int, kb: int, stages: int) -> int:
     return max(stages * kb * (bm + bn) * 128, bm * (bn + 8) * 4) + 1024
 
 
+def static_bytes(stages: int) -> int:
+    """The kernel's statically declared shared memory: the two mbarrier arrays (``full``,
+    ``empty``) of the warp-specialized variant, declared (unused) by WS = 0 too."""
+    return 2 * 8 * stages
+
+
 def wgmma_config(wg: int, bn: int, kb: int, stages: int, split: int, ws: int = 0) -> Config:
     """A wgmma config: ``wg`` warpgroups of wgmmas (a 64 wg x ``bn`` tile), ``stages`` stages
     of ``kb`` 64-wide k tiles (128 kb contiguous bytes of each row) in flight or in use, the
@@ -379,7 +385,7 @@ WGMMA_CONFIGS = tuple(
     for kb in KBS
     for stages in (3, 4, 6, 8)
     for split in SPLITS
-    if shared_bytes(wg, bn, kb, stages) <= SHARED_LIMIT
+    if shared_bytes(wg, bn, kb, stages) + static_bytes(stages) <= SHARED_LIMIT
     and (wg, bn) != (1, 256)
     and (64 * wg + bn) * kb * ws <= 64 * 16
 )
@@ -421,8 +427,8 @@ def wgmma_fits(p: Problem, c: Config) -> str | None:
     need, threads = shared_bytes(wg, bn, kb, st), 128 * (wg + ws)
     if c.threadgroup != (threads, 1, 1) or c.shared_memory != need:
         return f"threadgroup ({threads},) and {need} bytes of shared memory, got {c}"
-    if need > SHARED_LIMIT:
-        return f"{need} bytes of shared memory > {SHARED_LIMIT}"
+    if need + static_bytes(st) > SHARED_LIMIT:
+        return f"{need} + {static_bytes(st)} bytes of shared memory > {SHARED_LIMIT}"
     if wgmma_grid(p, c)[0] >= 2**31:
         return "more blocks than one launch holds"
     return None
@@ -460,6 +466,7 @@ def wgmma_heuristic(p: Problem, t: Target) -> Config | None:
     split = 2 if tiles * 2 <= _WAVE and -(-k // (64 * kb)) >= 4 else 1
     for stages in (8, 6, 4, 3):
         c = wgmma_config(wg, bn, kb, stages, split, 1)
-        if c.shared_memory <= t.max_shared_memory_optin_bytes and wgmma_fits(p, c) is None:
+        total = c.shared_memory + static_bytes(stages)
+        if total <= t.max_shared_memory_optin_bytes and wgmma_fits(p, c) is None:
             return c
     return None
