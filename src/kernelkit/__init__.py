@@ -25,6 +25,7 @@ from ._integrations.torch_vjp import custom_vjp
 from ._metal_api import MetalKernel, metal_kernel
 from ._select.override import force
 from ._select.records import Config, KernelChoice
+from ._tensor_map import TensorMap, tensor_map
 from ._tune.autotune import AutotunedKernel, autotune, explain
 from ._version import __version__
 from ._workflows.tune_op import tune_op
@@ -44,6 +45,7 @@ __all__ = [
     "KernelkitError",
     "LaunchError",
     "MetalKernel",
+    "TensorMap",
     "TorchOp",
     "__version__",
     "add_bundle",
@@ -55,5 +57,6 @@ __all__ = [
     "force",
     "kernel",
     "metal_kernel",
+    "tensor_map",
     "tune_op",
 ]

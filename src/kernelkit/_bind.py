@@ -15,6 +15,8 @@ from ._dtypes import PY_SCALAR_DTYPES, normalize_dtype
 from ._errors import ArgumentError, ArgumentTypeError
 from ._records import ArgFacts, KernelSpec, Problem, Target
 from ._registry import backend_call, backend_for_device_type, get_backend
+from ._tensor_map import ADAPTER as TENSOR_MAP_ADAPTER
+from ._tensor_map import TensorMap
 from .backend import Backend
 
 __all__ = ["Adapters", "Bound", "bind"]
@@ -68,6 +70,7 @@ def bind(
     facts: list[ArgFacts] = []
     in_adapters: list[Adapter | None] = []
     arrays: list[tuple[str, ArrayInfo]] = []
+    maps: list[tuple[str, TensorMap]] = []
     first_adapter: Adapter | None = None
     optional = dict(spec.optional_inputs)
     for iname, x in zip(spec.input_names, inputs):
@@ -75,6 +78,11 @@ def bind(
         if x is None:
             facts.append(_facts(iname, "null", _null_info(name, iname, optional)))
             in_adapters.append(NULL)
+            continue
+        if x.__class__ is TensorMap:
+            facts.append(ArgFacts(iname, "tensor_map", x.dtype))
+            in_adapters.append(TENSOR_MAP_ADAPTER)
+            maps.append((what, x))
             continue
         if _is_scalar(x):
             dt = normalize_dtype(PY_SCALAR_DTYPES.get(type(x)) or x.dtype, f"[{name}] {what}")
@@ -108,6 +116,12 @@ def bind(
             raise ArgumentError(
                 f"[{name}] arrays live on different devices: {first_what} on "
                 f"{_where(first)}, {what} on {_where(info)}"
+            )
+    for what, m in maps:
+        if (m.device_type, m.device_index) != (first.device_type, first.device_index):
+            raise ArgumentError(
+                f"[{name}] {what} is a tensor map of memory on another device than "
+                f"{first_what} ({_where(first)})"
             )
     backend = _pick_backend(spec, backend_name, first, first_what)
     for what, info in arrays:

@@ -248,6 +248,8 @@ def signature(params: tuple[Param, ...]) -> str:
             parts.append(f"const {_ctype(p)}* {p.name}")
         elif p.kind == "dims":
             parts.append(f"const kk_dims {p.name}")
+        elif p.kind == "tensor_map":  # TMA reads it from the parameter space: never copied
+            parts.append(f"const __grid_constant__ kk_tensor_map {p.name}")
         else:
             parts.append(f"const int {p.name}")
     return ", ".join(parts)

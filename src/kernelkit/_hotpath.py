@@ -8,6 +8,7 @@ indices and helper names, never user text) and kept on the plan as ``run_source`
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import numbers
 import threading
@@ -29,7 +30,7 @@ class ArgRoute:
 
     what: str  # e.g. "[k] input 'x'" for messages
     slot: int
-    kind: str  # "array", "scalar_array" or "scalar"
+    kind: str  # "array", "scalar_array", "scalar" or "tensor_map"
     adapter: Adapter | None = None
     dtype: str = ""
     contiguous: bool = True  # make/require row-contiguous
@@ -191,6 +192,9 @@ def _input_lines(i: int, r: ArgRoute, ns: dict[str, Any]) -> list[str]:
     if r.kind == "scalar":
         ns[f"_scalar{i}"] = _scalar_setter(r)
         return [f"    s[{r.slot}].value = _scalar{i}(inputs[{i}])"]
+    if r.kind == "tensor_map":  # its 128 bytes into the slot (the guard checked the class)
+        ns["_memmove"] = ctypes.memmove
+        return [f"    _memmove(s[{r.slot}], inputs[{i}].words, 128)"]
     a = r.adapter
     assert a is not None
     ns.update(

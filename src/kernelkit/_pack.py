@@ -40,6 +40,8 @@ def _slot(p: Param) -> Any:
         return Dims()
     if p.kind == "ndim":
         return ctypes.c_int32()
+    if p.kind == "tensor_map":
+        return (ctypes.c_uint64 * 16)()  # the map's 128 bytes, copied in per call
     return ctypes.c_int64()  # extent
 
 

@@ -20,7 +20,7 @@ __all__ = [
 
 MAX_NDIM = 8  # shape/strides travel by value as a fixed array of int64 (kk_dims)
 
-ParamKind = Literal["array", "scalar", "scalar_array", "dims", "ndim", "extent"]
+ParamKind = Literal["array", "scalar", "scalar_array", "dims", "ndim", "extent", "tensor_map"]
 
 
 @dataclass(frozen=True)
@@ -53,7 +53,9 @@ class Param:
     ``dims``: ``kk_dims`` (MAX_NDIM int64 by value) for ``x_shape``/``x_strides``;
     ``ndim``: ``int`` for ``x_ndim``;
     ``extent``: ``long long`` element count reachable through array ``dtype``-less param
-    ``kk_extent_<array>`` (only in checked mode, for backends that bounds-check).
+    ``kk_extent_<array>`` (only in checked mode, for backends that bounds-check);
+    ``tensor_map``: a ``kernelkit.tensor_map`` by value, ``const __grid_constant__ kk_tensor_map``
+    (128 bytes; ``dtype`` is its array's).
     """
 
     name: str
@@ -62,7 +64,7 @@ class Param:
     is_output: bool = False
 
     def __post_init__(self) -> None:
-        if self.kind in ("array", "scalar", "scalar_array") and self.dtype is None:
+        if self.kind in ("array", "scalar", "scalar_array", "tensor_map") and self.dtype is None:
             raise ValueError(f"param {self.name!r} of kind {self.kind} needs a dtype")
 
 
@@ -135,7 +137,7 @@ class ArgFacts:
     """One argument of a call as selection sees it (no pointers, no framework objects)."""
 
     name: str
-    kind: Literal["array", "scalar", "scalar_array", "null"]
+    kind: Literal["array", "scalar", "scalar_array", "null", "tensor_map"]
     dtype: str
     shape: tuple[int, ...] = ()
     strides: tuple[int, ...] = ()  # in elements

@@ -36,7 +36,8 @@ def make_params(
     spec: KernelSpec, inputs: Sequence[tuple[str, DType]], outputs: Sequence[DType], checked: bool
 ) -> tuple[Param, ...]:
     """Signature order: each input then its referenced shape/strides/ndim, then outputs.
-    ``inputs`` holds (kind, dtype) per input: "array", "scalar" or "scalar_array"."""
+    ``inputs`` holds (kind, dtype) per input: "array", "scalar", "scalar_array" or
+    "tensor_map" (no shape/strides parameters: a map is not an array the body indexes)."""
     params: list[Param] = []
     rows = [(n, k, d) for n, (k, d) in zip(spec.input_names, inputs)]
     rows += [(n, "array", d) for n, d in zip(spec.output_names, outputs)]
@@ -45,6 +46,8 @@ def make_params(
         params.append(Param(pname, kind, dtype.name, is_output=i >= n_in))  # type: ignore[arg-type]
         if kind == "array" and checked:
             params.append(Param(extent_param(pname), "extent"))
+        if kind == "tensor_map":
+            continue
         for field, pkind in METADATA:
             if metadata_param(pname, field) in spec.metadata_refs:
                 params.append(Param(metadata_param(pname, field), pkind))  # type: ignore[arg-type]

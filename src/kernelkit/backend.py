@@ -202,5 +202,26 @@ class Backend(ABC):
 
     def check_params(self, params: tuple[Param, ...]) -> None:  # noqa: B027 - optional hook
         """Reject parameter kinds/dtypes this backend cannot pass with a TypeError or ValueError
-        naming the parameter (default: accept all). Other methods' unexpected exceptions reach
-        the user as ``BackendError`` naming the backend and the stage."""
+        naming the parameter (default: all but tensor maps, which only a backend that encodes
+        them can pass). Other methods' unexpected exceptions reach the user as ``BackendError``
+        naming the backend and the stage."""
+        for p in params:
+            if p.kind == "tensor_map":
+                raise TypeError(f"backend {self.name!r} cannot pass tensor map {p.name!r} (no TMA)")
+
+    def encode_tensor_map(
+        self,
+        device: int,
+        address: int,
+        dtype: str,
+        shape: tuple[int, ...],
+        strides_bytes: tuple[int, ...],
+        box: tuple[int, ...],
+        swizzle: int,
+    ) -> bytes:
+        """The 128 bytes of a tensor map (``kernelkit.tensor_map``) of the array at ``address``
+        on ``device``: ``shape`` and ``strides_bytes`` and the ``box`` in the array's order (the
+        last dimension contiguous), ``swizzle`` in bytes (0, 32, 64, 128), zero fill past the
+        edges. Called once per distinct map, never on the hot path. Default: NotImplementedError
+        (no TMA on this backend), which reaches the user as a BackendError."""
+        raise NotImplementedError(f"backend {self.name!r} has no tensor maps (TMA)")

@@ -147,10 +147,11 @@ def _decode_configs(impl, torch):
         return ops._matmul_cluster.CLUSTER_CONFIGS, None
     if impl == "gemv_slab_tc":
         return ops._matmul_slab_tc.SLAB_TC_CONFIGS, None
-    if impl == "wgmma":
+    if impl.startswith("wgmma"):  # wgmma:WS, one copy scheme a case
         if torch.cuda.get_device_capability() != (9, 0):
             return (), "wgmma is an sm_90a instruction"
-        return ops._matmul_wgmma.WGMMA_CONFIGS, None
+        ws = int(impl.split(":")[1])
+        return tuple(c for c in ops._matmul_wgmma.WGMMA_CONFIGS if c.values["WS"] == ws), None
     return ops._matmul_slab.SLAB_CONFIGS, None
 
 
@@ -162,7 +163,10 @@ _FITS = {
 }
 
 
-@pytest.mark.parametrize("impl", ["gemv_tc", "gemv_slab", "gemv_slab_tc", "gemv_cluster", "wgmma"])
+@pytest.mark.parametrize(
+    "impl",
+    ["gemv_tc", "gemv_slab", "gemv_slab_tc", "gemv_cluster", "wgmma:0", "wgmma:1", "wgmma:2"],
+)
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 def test_decode_kernels_every_config_on_the_gpu(arrays, impl, dtype):
     """The tensor-core decode kernels (and wgmma's tiles), forced config by config: odd M, N and
@@ -185,7 +189,9 @@ def test_decode_kernels_every_config_on_the_gpu(arrays, impl, dtype):
     if impl == "gemv_cluster":  # K split over 1-8 blocks; N not a multiple of 8 or of ROWS
         shapes = [(16, 4096, 4096), (9, 1000, 3072), (5, 33, 8192), (12, 8200, 2048)]
         shapes += [(1, 1, 1024), (16, 300, 14336), (8, 4100, 7168)]
-    if impl == "wgmma":  # M past one and several tiles, a K tail inside a k tile, K < SPLIT tiles
+    if impl.startswith("wgmma"):  # M past one and several tiles, a K tail inside a k tile, K <
+        # SPLIT tiles; x column-major at M = 129 (TMA's maps are made of a contiguous copy)
+        impl = "wgmma"
         shapes = [(128, 4096, 4096), (17, 1000, 4104), (100, 72, 40), (256, 33, 264)]
         shapes += [(1, 1, 8), (129, 8200, 96), (300, 130, 1160), (64, 4096, 8192)]
     for m, n, k in shapes:
@@ -194,6 +200,8 @@ def test_decode_kernels_every_config_on_the_gpu(arrays, impl, dtype):
         # and a tiny silu(v) is a float16 subnormal, good to 6e-8 absolute (the norm's floor)
         torch.manual_seed(m * 7919 + n * 31 + k)
         a = (torch.randn(m, k, device="cuda") / 4).to(tdt)
+        if impl == "wgmma" and m == 129:
+            a = a.t().contiguous().t()
         w = torch.randn(n, k, device="cuda").to(tdt)
         bias = torch.randn(n, device="cuda")
         ref = torch.nn.functional.silu(a.double() @ w.double().T + bias.double())

@@ -35,23 +35,34 @@ def test_wgmma_is_chosen_above_m16_on_sm90(m, nk):
     assert (choice.impl, choice.source) == ("matmul/wgmma", "heuristic")
     assert W.wgmma_fits(p, choice.config) is None
     v = choice.config.values
-    assert v["WG"] == (1 if m <= 64 else 2) and v["SPLIT"] in (1, 2)
+    tma = 64 < m <= 256  # TMA copies (WS = 2), else a copying warpgroup (WS = 1)
+    assert v["WS"] == (2 if tma else 1) and v["SPLIT"] in (1, 2)
+    assert v["WG"] == 1 if m <= 64 else v["WG"] == 2 if m > 128 else v["WG"] in (1, 2)
     tiles = -(-m // (64 * v["WG"])) * -(-nk[0] // v["BN"])
-    assert v["WS"] == 1  # a copying warpgroup beside the wgmma ones
-    assert choice.grid == (tiles * v["SPLIT"] * 128 * (v["WG"] + 1), 1, 1)
+    threads = 128 * v["WG"] + (32 if tma else 128)
+    assert choice.grid == (tiles * v["SPLIT"] * threads, 1, 1)
     assert tiles * v["SPLIT"] <= 132 or v["SPLIT"] == 1  # about one block an SM, never more
-    expected = {  # the sweeps' best shapes of tile (BN, KB, SPLIT) on an H100 and an H200
-        (32, (4096, 4096)): (64, 2, 2),
-        (128, (4096, 4096)): (64, 2, 2),
-        (32, (8192, 8192)): (64, 2, 1),
-        (32, (14336, 4096)): (128, 1, 1),
-        (128, (14336, 4096)): (256, 1, 2),
-        (256, (8192, 8192)): (256, 1, 2),
-        (256, (14336, 4096)): (256, 1, 1),
-        (1000, (8192, 8192)): (256, 1, 1),
-        (8192, (8192, 8192)): (256, 1, 1),
+    expected = {  # the sweeps' best tiles (WG, BN, KB, SPLIT) on an H100 and an H200
+        (32, (4096, 4096)): (1, 64, 2, 2),
+        (32, (8192, 8192)): (1, 64, 2, 1),
+        (32, (14336, 4096)): (1, 128, 1, 1),
+        (128, (4096, 4096)): (1, 64, 2, 1),  # TMA from here to M = 256 (an H200 sweep)
+        (128, (8192, 8192)): (1, 128, 1, 1),
+        (128, (14336, 4096)): (2, 128, 1, 1),
+        (256, (4096, 4096)): (2, 64, 1, 1),
+        (256, (8192, 8192)): (2, 128, 1, 1),
+        (256, (14336, 4096)): (2, 256, 1, 1),
+        (1000, (8192, 8192)): (2, 256, 1, 1),
+        (8192, (8192, 8192)): (2, 256, 1, 1),
     }.get((m, nk))
-    assert expected is None or (v["BN"], v["KB"], v["SPLIT"]) == expected
+    assert expected is None or (v["WG"], v["BN"], v["KB"], v["SPLIT"]) == expected
+
+
+def test_jax_arrays_get_no_tensor_maps():
+    """XLA owns JAX arrays' memory: at M = 65-256 they keep the copying warpgroup (WS = 1)."""
+    p = problem(128, framework="jax")
+    assert select(MM.OP, p, sm90()).choice.config.values["WS"] == 1
+    assert "JAX" in W.wgmma_fits(p, W.wgmma_config(1, 64, 2, 6, 1, 2))
 
 
 @pytest.mark.parametrize(
@@ -88,7 +99,9 @@ def test_configs_that_do_not_fit_are_refused():
     assert "spill" in W.wgmma_fits(p, W.wgmma_config(1, 256, 1, 3, 1))
     assert "> 232448" in W.wgmma_fits(p, W.wgmma_config(2, 128, 1, 8, 1))
     assert "shared memory" in W.wgmma_fits(p, dataclasses.replace(good, shared_memory=1024))
-    assert "WS = 2" in W.wgmma_fits(p, W.wgmma_config(2, 128, 1, 6, 2, 2))
+    assert "WS = 3" in W.wgmma_fits(p, W.wgmma_config(2, 128, 1, 6, 2, 3))
+    tma = W.wgmma_config(1, 64, 2, 6, 1, 2)  # TMA: one copying warp, 160 threads
+    assert W.wgmma_fits(p, tma) is None and tma.threadgroup == (160, 1, 1)
     assert "64 16-byte chunks" in W.wgmma_fits(p, W.wgmma_config(2, 256, 4, 3, 1, 1))  # 96
     ws = W.wgmma_config(2, 128, 1, 6, 2, 1)  # a copying warpgroup: 384 threads
     assert W.wgmma_fits(p, ws) is None and ws.threadgroup == (384, 1, 1)
@@ -116,11 +129,21 @@ def test_every_config_compiles_without_spills(cuda, config):
     ws = config.values["WS"]
     template = [*config.template, *MM._common_template(p)]
     inputs, outputs = arg_types(p)
+    if ws == 2:  # x, w, then their tensor maps
+        inputs = [
+            *inputs[:2],
+            ("tensor_map", inputs[0][1]),
+            ("tensor_map", inputs[1][1]),
+            inputs[2],
+        ]
     _, req = render_request(
         MM._WGMMA[ws][2].spec, cuda, cuda.target_for_arch("sm_90"), inputs, outputs, template, False
     )
     assert req.arch == "sm_90a"  # wgmma needs the arch-specific target
-    assert f"__cluster_dims__(2, 1, 1) ops_matmul_wgmma{'_ws' * ws}2(" in req.source
+    name = ("ops_matmul_wgmma", "ops_matmul_wgmma_ws", "ops_matmul_wgmma_tma")[ws]
+    assert f"__cluster_dims__(2, 1, 1) {name}2(" in req.source
+    if ws == 2:
+        assert "const __grid_constant__ kk_tensor_map x_map" in req.source
     req = dataclasses.replace(req, options=(*req.options, "--ptxas-options=-v"))
     art = cuda.compile(req)
     assert art.kind == "cubin" and art.binary[:4] == b"\x7fELF"

@@ -26,6 +26,7 @@ def test_kernelkit_all_snapshot():
         "KernelkitError",
         "LaunchError",
         "MetalKernel",
+        "TensorMap",
         "TorchOp",
         "__version__",
         "add_bundle",
@@ -37,6 +38,7 @@ def test_kernelkit_all_snapshot():
         "force",
         "kernel",
         "metal_kernel",
+        "tensor_map",
         "tune_op",
     ]
     for name in kernelkit.__all__:

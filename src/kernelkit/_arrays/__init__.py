@@ -202,6 +202,12 @@ _BY_TYPE: dict[type, Adapter] = {
 _KEY_FN: dict[type, Callable[[Any], Any]] = {t: a.key for t, a in _BY_TYPE.items()}
 
 
+def register(tp: type, adapter: Adapter) -> None:
+    """Make ``adapter`` the one for arguments of type ``tp`` (kernelkit's own argument types)."""
+    _BY_TYPE[tp] = adapter
+    _KEY_FN[tp] = adapter.key
+
+
 def adapter_for(x: Any, what: str) -> Adapter:
     """The adapter for ``x``'s type (cached per type); TypeError naming ``what`` if none fits."""
     adapter = _BY_TYPE.get(type(x))

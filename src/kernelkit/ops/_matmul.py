@@ -32,6 +32,7 @@ from .._records import Problem, Target
 from .._select.records import Config, KernelChoice
 from .._select.registry import Implementation, Op
 from .._select.select import Selection
+from .._tensor_map import tensor_map
 from . import _matmul_cluster as CLU
 from . import _matmul_kernels as K
 from . import _matmul_mma as MMA
@@ -40,6 +41,7 @@ from . import _matmul_slab_tc as STC
 from . import _matmul_wgmma as WG
 from ._common import (
     OpRunner,
+    contiguous,
     empty,
     one_output_launch,
     run_prepared,
@@ -99,6 +101,15 @@ _WGMMA = {
         arch_specific=True,
     )
     for ws in (0, 1)
+}  # fmt: skip
+_WGMMA[2] = {  # WS = 2: x and w also as tensor maps (TMA)
+    n: kernel(
+        f"ops_matmul_wgmma_tma{n}", ["x", "w", "x_map", "w_map", "bias"], ["y"],
+        WG.WGMMA_TMA_BODY, header=WG.WGMMA, optional_inputs={"bias": "float32"},
+        launch_bounds=(WG.threads(2, 2), 1), cluster_dims=n if n > 1 else None,
+        arch_specific=True,
+    )
+    for n in WG.SPLITS
 }  # fmt: skip
 
 _TILED = kernel(
@@ -250,9 +261,29 @@ _gemv_cluster_run, _gemv_cluster_prepare = _kernel_impl(
 
 # --- Hopper warpgroup MMA tiles (sm_90a; source and rules in _matmul_wgmma) -------------------
 
-_wgmma_run, _wgmma_prepare = _kernel_impl(
+_wgmma_copy_prepare = _kernel_impl(
     None, lambda p, c: [], lambda p, c: _WGMMA[int(c.values["WS"])][int(c.values["SPLIT"])]
-)
+)[1]
+
+
+def _wgmma_prepare(choice: KernelChoice, problem: Problem, output_dtype: Any) -> Any:
+    """WS = 0, 1 launch on (x, w, bias); WS = 2 also on tensor maps of x and w, made per call
+    (their boxes: a k tile of 64 elements by the tile's rows of each)."""
+    launch = _wgmma_copy_prepare(choice, problem, output_dtype)
+    v = choice.config.values
+    if int(v["WS"]) != 2:
+        return launch
+    x_box, w_box = (64 * int(v["WG"]), 64), (int(v["BN"]), 64)
+
+    def launch_maps(arrays: Any, out: Any) -> Any:
+        x, w, bias = arrays
+        x, w = contiguous(x), contiguous(w)
+        return launch((x, w, tensor_map(x, x_box), tensor_map(w, w_box), bias), out)
+
+    return launch_maps
+
+
+_wgmma_run = run_prepared(_wgmma_prepare)
 
 
 # --- tiled -------------------------------------------------------------------------------------

@@ -32,6 +32,7 @@ __all__ = [
     "WGMMA_COPIES",
     "WGMMA_BODY",
     "WGMMA_CONFIGS",
+    "WGMMA_TMA_BODY",
     "wgmma_config",
     "wgmma_fits",
     "wgmma_grid",
@@ -82,6 +83,15 @@ __device__ __forceinline__ void kk_wgmma_commit() {
 template <int N>
 __device__ __forceinline__ void kk_wgmma_wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" :: "n"(N) : "memory");
+}
+// A tensor copy of the box at (c0, c1) (elements; c0 the contiguous dimension) of a 2-D map into
+// shared memory at dst, counted into mbarrier bar by its bytes (zeros past the edges count too).
+__device__ __forceinline__ void kk_tma_2d(unsigned dst, const kk_tensor_map* map, int c0, int c1,
+                                          unsigned bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%2, %3}], [%4];\n"
+      :: "r"(dst), "l"(map), "r"(c0), "r"(c1), "r"(bar) : "memory");
 }
 // Keeps the compiler from moving accumulators between registers while a wgmma owns them.
 template <int R>
@@ -249,6 +259,59 @@ __device__ __forceinline__ void kk_wg_epilogue(const float (&acc)[BN / 2], float
   if (SPLIT > 1) kk_cluster_sync();  // no block leaves while another may still read its tile
 }
 
+// A consumer warpgroup (WS >= 1): wait for stage i to land (``full``), its wgmmas, and release
+// stage i - 1 (its wgmmas done) into ``empty``, one arrival per warp. FENCE: the stage was
+// written by cp.async (the generic proxy), which the tensor cores see only after a proxy fence;
+// TMA writes through the async proxy already.
+template <class T, int BM, int BN, int KB, int S, bool FENCE>
+__device__ __forceinline__ void kk_wg_consume(float (&acc)[BN / 2], unsigned base,
+                                              unsigned long long (&full)[S],
+                                              unsigned long long (&empty)[S], int kts, int wg,
+                                              int t) {
+  constexpr unsigned STAGE = KB * (BM + BN) * 128u;
+  for (int i = 0; i < kts; ++i) {
+    kk_bulk_wait(kk_mma_smem_u32(&full[i % S]), (unsigned)(i / S) & 1u);
+    if (FENCE) asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    kk_wg_pin(acc);
+    kk_wgmma_fence();
+    kk_wg_mma_stage<T, BM, BN, KB>(acc, base + (i % S) * STAGE, wg);
+    kk_wgmma_commit();
+    kk_wg_pin(acc);
+    kk_wgmma_wait<1>();  // stage i - 1's wgmma is done: its slot is free
+    if (i > 0 && (t & 31) == 0)
+      asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n"
+                   :: "r"(kk_mma_smem_u32(&empty[(i - 1) % S])) : "memory");
+  }
+  kk_wgmma_wait<0>();
+  kk_wg_pin(acc);
+}
+
+// The TMA producer (WS = 2), one thread: stage i waits on ``empty`` until the consumers are
+// done with stage i - S, then its KB sub-tiles of x's BM rows and w's BN rows come as tensor
+// copies (the maps' boxes: 64 elements x BM or BN rows, 128-byte swizzle, zeros past M, N
+// and K) counted into ``full`` by their bytes.
+template <int BM, int BN, int KB, int S>
+__device__ __forceinline__ void kk_wg_tma_produce(unsigned base, unsigned long long (&full)[S],
+                                                  unsigned long long (&empty)[S],
+                                                  const kk_tensor_map* xm,
+                                                  const kk_tensor_map* wm, const kk_wg_tile& tl) {
+  constexpr unsigned SUB = (BM + BN) * 128u, STAGE = KB * SUB;
+  asm volatile("prefetch.tensormap [%0];\n" :: "l"(xm) : "memory");
+  asm volatile("prefetch.tensormap [%0];\n" :: "l"(wm) : "memory");
+  for (int i = 0; i < tl.kts; ++i) {
+    const int s = i % S;
+    if (i >= S) kk_bulk_wait(kk_mma_smem_u32(&empty[s]), (unsigned)(i / S + 1) & 1u);
+    const unsigned bar = kk_mma_smem_u32(&full[s]), stage = base + s * STAGE;
+    kk_bulk_expect(bar, STAGE);
+#pragma unroll
+    for (int h = 0; h < KB; ++h) {
+      const int k = ((tl.kt0 + i) * KB + h) * 64;
+      kk_tma_2d(stage + h * SUB, xm, k, (int)tl.m0, bar);
+      kk_tma_2d(stage + h * SUB + BM * 128u, wm, k, (int)tl.n0, bar);
+    }
+  }
+}
+
 // WS = 0: every thread copies; S - 2 stages are in flight while the tensor cores take one and
 // the one before it may still be read by an unfinished wgmma; one block barrier a stage.
 // WS = 1: warp-specialized. Warpgroup WG (the last) only copies: stage i waits on `empty` until
@@ -258,14 +321,16 @@ __device__ __forceinline__ void kk_wg_epilogue(const float (&acc)[BN / 2], float
 // (its wgmmas done) into `empty`: no barrier holds the whole block until the epilogue.
 template <class T, class TB, class TY, int WG, int BN, int KB, int S, int SPLIT, int WS, int ACT,
           bool HAS_BIAS>
-__device__ __forceinline__ void kk_wgmma_gemm(const T* x, const T* w, const TB* bias, TY* y,
+__device__ __forceinline__ void kk_wgmma_gemm(const T* x, const T* w, const kk_tensor_map* xm,
+                                              const kk_tensor_map* wm, const TB* bias, TY* y,
                                               long long M, long long N, long long K) {
 #if KK_HAS_WGMMA
-  constexpr int BM = 64 * WG, ACC = BN / 2, CONSUMERS = 128 * WG, THREADS = CONSUMERS + 128 * WS;
+  constexpr int BM = 64 * WG, ACC = BN / 2, CONSUMERS = 128 * WG;
+  constexpr int THREADS = CONSUMERS + (WS == 2 ? 32 : 128 * WS);
   constexpr unsigned STAGE = KB * (BM + BN) * 128u;
-  static_assert(S >= 3 && (WS == 0 || WS == 1), "the config rules");
+  static_assert(S >= 3 && WS >= 0 && WS <= 2, "the config rules");
   extern __shared__ __align__(1024) unsigned char kk_wg_smem[];
-  __shared__ unsigned long long full[S], empty[S];  // WS = 1 only
+  __shared__ unsigned long long full[S], empty[S];  // WS = 1, 2 only
   const unsigned raw = kk_mma_smem_u32(kk_wg_smem), base = (raw + 1023u) & ~1023u;
   float* red = reinterpret_cast<float*>(kk_wg_smem + (base - raw));  // the ring, reused
   const int t = threadIdx.x, wg = t >> 7;
@@ -296,7 +361,7 @@ __device__ __forceinline__ void kk_wgmma_gemm(const T* x, const T* w, const TB* 
     kk_wgmma_wait<0>();
     kk_wg_pin(acc);
     kk_mma_wait<0>();  // no copy into the ring is left (the last groups are empty)
-  } else {
+  } else if constexpr (WS == 1) {
     if (t == 0) {
       for (int s = 0; s < S; ++s) {
         asm volatile("mbarrier.init.shared::cta.b64 [%0], 128;\n"  // the producer threads
@@ -319,22 +384,22 @@ __device__ __forceinline__ void kk_wgmma_gemm(const T* x, const T* w, const TB* 
       }
       asm volatile("cp.async.wait_all;\n" ::: "memory");
     } else {
-      for (int i = 0; i < tl.kts; ++i) {
-        kk_bulk_wait(kk_mma_smem_u32(&full[i % S]), (unsigned)(i / S) & 1u);
-        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // seen by the tensor cores
-        kk_wg_pin(acc);
-        kk_wgmma_fence();
-        kk_wg_mma_stage<T, BM, BN, KB>(acc, base + (i % S) * STAGE, wg);
-        kk_wgmma_commit();
-        kk_wg_pin(acc);
-        kk_wgmma_wait<1>();  // stage i - 1's wgmma is done: its slot is free
-        if (i > 0 && (t & 31) == 0)
-          asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n"
-                       :: "r"(kk_mma_smem_u32(&empty[(i - 1) % S])) : "memory");
-      }
-      kk_wgmma_wait<0>();
-      kk_wg_pin(acc);
+      kk_wg_consume<T, BM, BN, KB, S, true>(acc, base, full, empty, tl.kts, wg, t);
     }
+  } else {  // WS = 2: one warp's thread 0 issues the stages' tensor copies
+    if (t == 0) {
+      for (int s = 0; s < S; ++s) {
+        kk_bulk_init(kk_mma_smem_u32(&full[s]));  // the producer's arrive.expect_tx
+        asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n"  // the consumer warps
+                     :: "r"(kk_mma_smem_u32(&empty[s])), "n"(4 * WG));
+      }
+      kk_bulk_init_fence();
+    }
+    __syncthreads();
+    if (t == CONSUMERS)
+      kk_wg_tma_produce<BM, BN, KB, S>(base, full, empty, xm, wm, tl);
+    else if (wg < WG)
+      kk_wg_consume<T, BM, BN, KB, S, false>(acc, base, full, empty, tl.kts, wg, t);
   }
   __syncthreads();  // every warpgroup is done with the ring: red takes its place
   kk_wg_epilogue<TB, TY, WG, BN, SPLIT, THREADS, ACT, HAS_BIAS>(acc, red, t, tl, bias, y, M, N);
@@ -351,7 +416,17 @@ WGMMA_BODY = r"""
 const long long M = x_shape[0];  // x is 2-D (a batch is flattened first)
 const long long K = x_shape[1];
 const long long N = w_shape[0];
-kk_wgmma_gemm<T, TB, TY, WG, BN, KB, S, SPLIT, WS, ACT, HAS_BIAS>(x, w, bias, y, M, N, K);
+kk_wgmma_gemm<T, TB, TY, WG, BN, KB, S, SPLIT, WS, ACT, HAS_BIAS>(x, w, nullptr, nullptr, bias, y,
+                                                                  M, N, K);
+"""
+
+# WS = 2: x and w also come as tensor maps (kernelkit.tensor_map, made by the op per call).
+WGMMA_TMA_BODY = r"""
+const long long M = x_shape[0];
+const long long K = x_shape[1];
+const long long N = w_shape[0];
+kk_wgmma_gemm<T, TB, TY, WG, BN, KB, S, SPLIT, WS, ACT, HAS_BIAS>(x, w, &x_map, &w_map, bias, y, M,
+                                                                  N, K);
 """
 
 
@@ -368,18 +443,25 @@ def static_bytes(stages: int) -> int:
     return 2 * 8 * stages
 
 
+def threads(wg: int, ws: int) -> int:
+    """A block's threads: the wgmma warpgroups, and the copying warpgroup (WS = 1) or the
+    warp whose one thread issues the tensor copies (WS = 2)."""
+    return 128 * wg + (32 if ws == 2 else 128 * ws)
+
+
 def wgmma_config(wg: int, bn: int, kb: int, stages: int, split: int, ws: int = 0) -> Config:
     """A wgmma config: ``wg`` warpgroups of wgmmas (a 64 wg x ``bn`` tile), ``stages`` stages
     of ``kb`` 64-wide k tiles (128 kb contiguous bytes of each row) in flight or in use, the
-    stages split over a cluster of ``split`` blocks; ``ws`` = 1 adds a warpgroup that only
-    copies (warp-specialized), 0 has every thread copy."""
+    stages split over a cluster of ``split`` blocks; ``ws`` = 0 has every thread copy with
+    cp.async, 1 adds a warpgroup that only copies (warp-specialized), 2 a warp that issues TMA
+    tensor copies (one thread, through tensor maps)."""
     values = {"WG": wg, "BN": bn, "KB": kb, "S": stages, "SPLIT": split, "WS": ws}
-    return Config(values, (128 * (wg + ws),), shared_bytes(wg, bn, kb, stages))
+    return Config(values, (threads(wg, ws),), shared_bytes(wg, bn, kb, stages))
 
 
 WGMMA_CONFIGS = tuple(
     wgmma_config(wg, bn, kb, stages, split, ws)
-    for ws in (0, 1)
+    for ws in (0, 1, 2)
     for wg in (1, 2)
     for bn in BNS
     for kb in KBS
@@ -387,7 +469,7 @@ WGMMA_CONFIGS = tuple(
     for split in SPLITS
     if shared_bytes(wg, bn, kb, stages) + static_bytes(stages) <= SHARED_LIMIT
     and (wg, bn) != (1, 256)
-    and (64 * wg + bn) * kb * ws <= 64 * 16
+    and (ws != 1 or (64 * wg + bn) * kb <= 64 * 16)
 )
 
 
@@ -419,18 +501,22 @@ def wgmma_fits(p: Problem, c: Config) -> str | None:
         return "WG = 1 with BN = 256: 128 accumulators and the copies' addresses spill"
     if split not in SPLITS:
         return f"SPLIT = {split} is not a cluster size in {SPLITS}"
-    if ws not in (0, 1):
-        return f"WS = {ws} is not 0 (every thread copies) or 1 (a copying warpgroup)"
-    if ws and (64 * wg + bn) * kb > 64 * 16:
+    if ws not in (0, 1, 2):
+        return f"WS = {ws} is not 0 (every thread copies), 1 (a copying warpgroup) or 2 (TMA)"
+    if ws == 1 and (64 * wg + bn) * kb > 64 * 16:
         chunks = (64 * wg + bn) * kb // 16
         return f"WS = 1 copies at most 64 16-byte chunks a thread a stage, not {chunks}"
-    need, threads = shared_bytes(wg, bn, kb, st), 128 * (wg + ws)
-    if c.threadgroup != (threads, 1, 1) or c.shared_memory != need:
-        return f"threadgroup ({threads},) and {need} bytes of shared memory, got {c}"
+    need, count = shared_bytes(wg, bn, kb, st), threads(wg, ws)
+    if c.threadgroup != (count, 1, 1) or c.shared_memory != need:
+        return f"threadgroup ({count},) and {need} bytes of shared memory, got {c}"
     if need + static_bytes(st) > SHARED_LIMIT:
         return f"{need} + {static_bytes(st)} bytes of shared memory > {SHARED_LIMIT}"
     if wgmma_grid(p, c)[0] >= 2**31:
         return "more blocks than one launch holds"
+    if ws == 2 and max(int(p.attr(a)) for a in ("M", "N", "K")) >= 2**31:  # type: ignore[call-overload]
+        return "WS = 2: tensor copies take 32-bit coordinates (M, N and K below 2**31)"
+    if ws == 2 and not _maps_allowed(p):
+        return "WS = 2: JAX arrays' addresses belong to XLA, so no tensor map is made of them"
     return None
 
 
@@ -442,30 +528,49 @@ def wgmma_grid(p: Problem, c: Config) -> tuple[int, int, int]:
     return (tiles * int(v["SPLIT"]) * c.threadgroup[0], 1, 1)  # type: ignore[call-overload]
 
 
+def _maps_allowed(p: Problem) -> bool:
+    """Whether the op may make tensor maps of the problem's arrays (not of JAX's: XLA launches
+    their kernels, on buffers it owns, and a map made outside would name a stale address)."""
+    return p.attr("framework") not in ("jax", "jaxlib")
+
+
 _WAVE = 132  # blocks: one per SM of an H100 or H200 (the heuristic does not go over)
 
 
 def wgmma_heuristic(p: Problem, t: Target) -> Config | None:
-    """For M > 16 (from sweeps of every config on an H100 at M = 32, 128, 256 and of the
-    WS = 1 configs on an H200 at M = 32, 128, 256, 3500 on the three anchor weights): one
-    warpgroup per 64 rows of M (two from M = 65); with two, 256-wide tiles of one k tile a
-    stage where they make 48 or more tiles; else 128-wide tiles where they make about a wave of
-    blocks, else 64-wide ones with two k tiles a stage; a cluster of two where that still fits
-    in one wave; the most stages that fit; a copying warpgroup (WS = 1: 1.10-1.17x WS = 0 on an
-    H200 at M = 128 for the same shapes). None for M <= 16 (the gemv kernels)."""
+    """None for M <= 16 (the gemv kernels). For M = 17-64 (from sweeps of every config on an
+    H100 at M = 32 and of the WS = 1 configs on an H200 at M = 32): one warpgroup, 128-wide
+    tiles where they make about a wave of blocks, else 64-wide ones with two k tiles a stage, a
+    cluster of two where that still fits in one wave, the copying warpgroup (WS = 1). For
+    M = 65-256, TMA copies (WS = 2; an H200 sweep at M = 128 and 256 on the three anchor
+    weights): the tile shape (one warpgroup up to M = 128, else two) with the most tiles that
+    still fit one wave of blocks, ties to the wider tile; a cluster of two only where that
+    leaves half a wave idle (JAX arrays: as above M = 256). Above, WS = 1 with two warpgroups
+    and 256-wide tiles where they make 48 tiles or more. Each with the most stages that fit."""
     m, n, k = (int(p.attr(a)) for a in ("M", "N", "K"))  # type: ignore[call-overload]
     if m <= 16:
         return None
-    wg = 1 if m <= 64 else 2
+    ws, wg = (1, 1) if m <= 64 else (2, 2) if m <= 256 and _maps_allowed(p) else (1, 2)
     tiles_m = -(-m // (64 * wg))
-    if wg == 2 and tiles_m * -(-n // 256) >= 48:
-        bn, kb = 256, 1
+    if ws == 2:
+        shapes = [
+            (-(-m // (64 * g)) * -(-n // bn), bn, g)
+            for g in ((1, 2) if m <= 128 else (2,))
+            for bn in BNS
+            if (g, bn) != (1, 256)
+        ]
+        fitting = [s for s in shapes if s[0] <= _WAVE]
+        tiles, bn, wg = max(fitting) if fitting else min(shapes)
+        kb = 2 if (wg, bn) == (1, 64) else 1
     else:
-        bn, kb = (128, 1) if tiles_m * -(-n // 128) >= 100 else (64, 2)
-    tiles = tiles_m * -(-n // bn)
+        if wg == 2 and tiles_m * -(-n // 256) >= 48:
+            bn, kb = 256, 1
+        else:
+            bn, kb = (128, 1) if tiles_m * -(-n // 128) >= 100 else (64, 2)
+        tiles = tiles_m * -(-n // bn)
     split = 2 if tiles * 2 <= _WAVE and -(-k // (64 * kb)) >= 4 else 1
     for stages in (8, 6, 4, 3):
-        c = wgmma_config(wg, bn, kb, stages, split, 1)
+        c = wgmma_config(wg, bn, kb, stages, split, ws)
         total = c.shared_memory + static_bytes(stages)
         if total <= t.max_shared_memory_optin_bytes and wgmma_fits(p, c) is None:
             return c

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import os
 import threading
@@ -227,6 +228,51 @@ def make_launcher(program: Program):  # noqa: ANN201 - a backend.Launcher
 
     launcher.program = program  # type: ignore[attr-defined]  # keeps the module loaded
     return launcher
+
+
+_TMA_DTYPES = {  # kernelkit dtype -> CUtensorMapDataType member
+    "uint8": "UINT8", "int8": "UINT8", "bool": "UINT8", "uint16": "UINT16", "int16": "UINT16",
+    "uint32": "UINT32", "int32": "INT32", "uint64": "UINT64", "int64": "INT64",
+    "float16": "FLOAT16", "bfloat16": "BFLOAT16", "float32": "FLOAT32", "float64": "FLOAT64",
+}  # fmt: skip
+
+
+def encode_tensor_map(
+    device: int,
+    address: int,
+    dtype: str,
+    shape: tuple[int, ...],
+    strides_bytes: tuple[int, ...],
+    box: tuple[int, ...],
+    swizzle: int,
+) -> bytes:
+    """``cuTensorMapEncodeTiled`` for a row-major array (dimensions reversed: the driver's first
+    is the contiguous one), zero fill past the edges, L2 promotion of 256 bytes."""
+    mod = drv()
+    if dtype not in _TMA_DTYPES:
+        raise TypeError(f"tensor maps take {sorted(_TMA_DTYPES)}, not {dtype}")
+    u32, u64 = mod.cuuint32_t, mod.cuuint64_t
+    swz = {0: "NONE", 32: "32B", 64: "64B", 128: "128B"}[swizzle]
+    check_not_forked()
+    init()
+    with on_device(device):
+        tmap = check(
+            mod.cuTensorMapEncodeTiled(
+                getattr(mod.CUtensorMapDataType, f"CU_TENSOR_MAP_DATA_TYPE_{_TMA_DTYPES[dtype]}"),
+                len(shape),
+                address,
+                [u64(n) for n in reversed(shape)],
+                [u64(s) for s in reversed(strides_bytes[:-1])],
+                [u32(b) for b in reversed(box)],
+                [u32(1)] * len(shape),
+                mod.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
+                getattr(mod.CUtensorMapSwizzle, f"CU_TENSOR_MAP_SWIZZLE_{swz}"),
+                mod.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                mod.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
+            ),
+            "cuTensorMapEncodeTiled",
+        )
+    return ctypes.string_at(tmap.getPtr(), 128)
 
 
 os.register_at_fork(after_in_child=_mark_fork)

@@ -146,6 +146,7 @@ class SimBackend(Backend):
         return out.stdout.splitlines()[0] if out.stdout else _cxx()
 
     def check_params(self, params: tuple[Param, ...]) -> None:
+        super().check_params(params)  # no tensor maps
         for p in params:
             if p.dtype in _UNSUPPORTED:
                 raise TypeError(

@@ -81,6 +81,12 @@ struct kk_dims {
   __device__ __forceinline__ const long long* data() const { return v; }
 };
 
+// A kernelkit.tensor_map input: CUtensorMap's 128 opaque bytes, by value as a __grid_constant__
+// parameter; &name is the address cp.async.bulk.tensor and prefetch.tensormap take.
+struct alignas(64) kk_tensor_map {
+  unsigned long long opaque[16];
+};
+
 __device__ __forceinline__ unsigned kk_linear_tid() {
   return threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
 }

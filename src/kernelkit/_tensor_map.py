@@ -1,0 +1,158 @@
+"""Tensor maps: an array described for the Hopper tensor-memory accelerator (TMA), passed to a
+kernel by value as a 128-byte ``const __grid_constant__ kk_tensor_map`` parameter.
+
+``tensor_map(array, box)`` checks the array and the box, has the array's backend encode the
+map (CUDA: ``cuTensorMapEncodeTiled``) and returns a ``TensorMap``; passing that as an input of
+a kernel gives the body a parameter of that name, for ``cp.async.bulk.tensor`` copies of
+``box``-shaped tiles (zero-filled past the array's edges). Encodings are kept per (device,
+address, dtype, shape, strides, box, swizzle), so a repeated call costs a dictionary lookup.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ._arrays import CLASS, Adapter, adapter_for, register
+from ._errors import ArgumentError, ArgumentTypeError
+from ._registry import backend_call, backend_for_device_type
+
+__all__ = ["MAP_BYTES", "SWIZZLES", "TensorMap", "TensorMapAdapter", "tensor_map"]
+
+MAP_BYTES = 128  # CUtensorMap: 128 opaque bytes, 64-byte aligned in the kernel's parameters
+SWIZZLES = (0, 32, 64, 128)  # shared-memory swizzle spans in bytes (0: none)
+MAX_RANK = 5
+MAX_BOX = 256  # elements per box dimension
+_CACHE_SIZE = 256
+
+
+@dataclass(frozen=True, eq=False)
+class TensorMap:
+    """An encoded tensor map of one array (made by ``tensor_map``): its 128 bytes, and the
+    facts it was made from. It keeps the array alive; the map only names its memory."""
+
+    dtype: str
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]  # in elements
+    box: tuple[int, ...]  # elements per dimension, in the array's order (last: contiguous)
+    swizzle: int
+    device_type: int
+    device_index: int
+    words: Any = field(repr=False)  # ctypes c_uint64 * 16: kernelkit's own copy of the map
+    array: Any = field(repr=False)
+
+    @property
+    def address(self) -> int:
+        """Where the 128 bytes are, for a launch's argument pack."""
+        return ctypes.addressof(self.words)
+
+
+class TensorMapAdapter(Adapter):
+    """``TensorMap`` inputs: passed by value (their 128 bytes); only their class is keyed."""
+
+    framework = "tensor map"
+    key_fields = (CLASS,)
+
+
+ADAPTER = TensorMapAdapter()
+register(TensorMap, ADAPTER)
+
+_lock = threading.Lock()
+_encoded: OrderedDict[tuple, Any] = OrderedDict()  # key -> c_uint64 * 16, least recent first
+
+
+def tensor_map(array: Any, box: Sequence[int], *, swizzle: int = 128) -> TensorMap:
+    """Describe ``array`` for TMA copies of ``box``-shaped tiles (elements per dimension, in the
+    array's order). ``swizzle`` (0, 32, 64 or 128 bytes) is the shared-memory layout the copies
+    write: with 128, 16-byte chunk c of a box row r lands at c ^ (r % 8), as wgmma's 128-byte
+    swizzled operands want, and a box row may be at most 128 bytes. The array's last dimension
+    must be contiguous, its other strides multiples of 16 bytes, its start 16-byte aligned.
+
+    Pass the result as a kernel input: the body gets ``const __grid_constant__ kk_tensor_map``.
+
+    >>> import numpy as np, kernelkit
+    >>> try:  # host memory has no TMA: the error names the backend
+    ...     kernelkit.tensor_map(np.zeros((64, 64), np.float32), (8, 32))
+    ... except kernelkit.BackendError as e:
+    ...     print("no TMA here")
+    no TMA here
+    """
+    what = "[tensor_map] array"
+    adapter = adapter_for(array, what)
+    array = adapter.prepare(array)
+    info = adapter.info(array, what)
+    box_t = _check_box(box, info.shape)
+    if swizzle not in SWIZZLES:
+        raise ArgumentError(
+            f"[tensor_map] swizzle must be one of {SWIZZLES} bytes, got {swizzle!r}"
+        )
+    item = info.dtype.itemsize
+    if swizzle and box_t[-1] * item > swizzle:
+        raise ArgumentError(
+            f"[tensor_map] box {box_t}: a box row of {box_t[-1] * item} bytes exceeds the "
+            f"{swizzle}-byte swizzle"
+        )
+    if box_t[-1] * item % 16:
+        raise ArgumentError(
+            f"[tensor_map] box {box_t}: a box row must be a multiple of 16 bytes, "
+            f"got {box_t[-1] * item}"
+        )
+    if info.strides[-1] != 1 and info.shape[-1] != 1:
+        raise ArgumentError(
+            f"[tensor_map] array's last dimension must be contiguous, strides {info.strides}"
+        )
+    bad = [s for s in info.strides[:-1] if s * item % 16 or s <= 0]
+    if bad:
+        raise ArgumentError(
+            f"[tensor_map] array's strides {info.strides} (elements of {item} bytes) must be "
+            "positive multiples of 16 bytes, except the last"
+        )
+    pointer = adapter.pointer(array)
+    if pointer % 16:
+        raise ArgumentError("[tensor_map] array must start on a 16-byte boundary")
+    backend = backend_for_device_type(info.device_type, what)
+    key = (backend.name, info.device_index, pointer, info.dtype.name, info.shape, info.strides,
+           box_t, swizzle)  # fmt: skip
+    with _lock:
+        words = _encoded.get(key)
+        if words is not None:
+            _encoded.move_to_end(key)
+    if words is None:
+        with backend_call(backend, "encoding a tensor map"):
+            raw = backend.encode_tensor_map(
+                info.device_index, pointer, info.dtype.name, info.shape,
+                tuple(s * item for s in info.strides), box_t, swizzle,
+            )  # fmt: skip
+        if len(raw) != MAP_BYTES:
+            raise ArgumentError(f"[tensor_map] backend {backend.name!r} gave {len(raw)} bytes")
+        words = (ctypes.c_uint64 * (MAP_BYTES // 8)).from_buffer_copy(bytearray(raw))
+        with _lock:
+            _encoded[key] = words
+            while len(_encoded) > _CACHE_SIZE:
+                _encoded.popitem(last=False)
+    return TensorMap(
+        info.dtype.name, info.shape, info.strides, box_t, swizzle, info.device_type,
+        info.device_index, words, array,
+    )  # fmt: skip
+
+
+def _check_box(box: Any, shape: tuple[int, ...]) -> tuple[int, ...]:
+    if not 1 <= len(shape) <= MAX_RANK:
+        raise ArgumentError(f"[tensor_map] array must have 1 to {MAX_RANK} dimensions, got {shape}")
+    if not all(shape):
+        raise ArgumentError(f"[tensor_map] array has no elements (shape {shape})")
+    if not isinstance(box, Sequence) or isinstance(box, str):
+        raise ArgumentTypeError(f"[tensor_map] box must be a sequence of ints, got {box!r}")
+    if len(box) != len(shape) or not all(
+        type(b) is int and 1 <= b <= MAX_BOX
+        for b in box  # bool is not int here
+    ):
+        raise ArgumentError(
+            f"[tensor_map] box must give 1 to {MAX_BOX} elements for each of the array's "
+            f"{len(shape)} dimensions (shape {shape}), got {tuple(box)!r}"
+        )
+    return tuple(box)

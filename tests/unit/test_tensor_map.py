@@ -1,0 +1,87 @@
+"""``kernelkit.tensor_map`` without a device: the parameter it becomes (signature, argument
+slot, no shape parameters), backends without TMA refusing it by name, and bad boxes refused
+before any backend is asked."""
+
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+import pytest
+
+import kernelkit
+from kernelkit._codegen import signature
+from kernelkit._pack import ArgPack
+from kernelkit._records import Param
+from kernelkit._render import make_params
+
+
+def test_the_signature_takes_it_by_value_as_a_grid_constant():
+    p = Param("w_map", "tensor_map", "bfloat16")
+    assert signature((p,)) == "const __grid_constant__ kk_tensor_map w_map"
+    pack = ArgPack((Param("x", "array", "float32"), p))
+    assert ctypes.sizeof(pack.slots[1]) == 128  # the driver copies 128 bytes from the slot
+
+
+def test_a_map_gets_no_shape_parameters():
+    from kernelkit._dtypes import DTYPES
+
+    k = kernelkit.kernel("tm_meta", ["x", "m"], ["y"], "y[0] = x_shape[0] + m_shape[0];")
+    params = make_params(k.spec, [("array", DTYPES["float32"]), ("tensor_map", DTYPES["float32"])],
+                         [DTYPES["float32"]], False)  # fmt: skip
+    assert [p.name for p in params] == ["x", "x_shape", "m", "y"]
+
+
+def test_host_memory_has_no_tma_and_the_cpu_backend_cannot_pass_one():
+    with pytest.raises(kernelkit.BackendError, match="no tensor maps"):
+        kernelkit.tensor_map(np.zeros((64, 64), np.float32), (8, 32))
+    from kernelkit._backends.cpu import CPUBackend
+
+    with pytest.raises(TypeError, match="tensor map 'm'"):
+        CPUBackend().check_params((Param("m", "tensor_map", "float32"),))
+
+
+@pytest.mark.parametrize(
+    ("shape", "box", "kw", "message"),
+    [
+        ((64, 64), (8,), {}, "each of the array's 2 dimensions"),
+        ((64, 64), (8, 0), {}, "1 to 256"),
+        ((64, 64), (8, 257), {}, "1 to 256"),
+        ((64, 64), (8, True), {}, "1 to 256"),
+        ((64, 64), "ab", {}, "sequence of ints"),
+        ((64, 64), (8, 64), {}, "exceeds the 128-byte swizzle"),
+        ((64, 64), (8, 2), {"swizzle": 0}, "multiple of 16 bytes"),
+        ((64, 64), (8, 32), {"swizzle": 96}, "swizzle must be one of"),
+        ((0, 64), (8, 32), {}, "no elements"),
+        ((2, 2, 2, 2, 2, 2), (1,) * 6, {}, "1 to 5 dimensions"),
+    ],
+)
+def test_bad_boxes_are_refused_naming_the_argument(shape, box, kw, message):
+    with pytest.raises((kernelkit.ArgumentError, kernelkit.ArgumentTypeError), match=message):
+        kernelkit.tensor_map(np.zeros(shape, np.float32), box, **kw)
+
+
+def test_strides_that_tma_cannot_take_are_refused():
+    a = np.zeros((64, 64), np.float32)
+    with pytest.raises(kernelkit.ArgumentError, match="contiguous"):
+        kernelkit.tensor_map(a.T, (8, 32))
+    with pytest.raises(kernelkit.ArgumentError, match="multiples of 16 bytes"):
+        kernelkit.tensor_map(np.zeros((64, 66), np.float32)[:, :64], (8, 32))  # 264-byte rows
+
+
+def test_a_kernel_call_binds_a_map_and_the_cpu_backend_refuses_it_by_name():
+    """A TensorMap (built here by hand: no GPU encodes one) is keyed and bound as an input; the
+    CPU backend, which has no TMA, names it; the next plain call works."""
+    from kernelkit._tensor_map import TensorMap
+
+    x = np.arange(8, dtype=np.float32)
+    words = (ctypes.c_uint64 * 16)()
+    m = TensorMap("float32", (8,), (1,), (8,), 0, 1, 0, words, x)
+    k = kernelkit.kernel("tm_bind", ["x", "m"], ["y"], "y[threadIdx.x] = x[threadIdx.x];")
+    with pytest.raises(kernelkit.ArgumentTypeError, match="tensor map 'm'"):
+        k([x, m], output_shapes=[(8,)], output_dtypes=["float32"], threadgroup=(8, 1, 1),
+          grid=(8, 1, 1))  # fmt: skip
+    plain = kernelkit.kernel("tm_plain", ["x"], ["y"], "y[threadIdx.x] = x[threadIdx.x];")
+    out = plain([x], output_shapes=[(8,)], output_dtypes=["float32"], threadgroup=(8, 1, 1),
+                grid=(8, 1, 1))  # fmt: skip
+    np.testing.assert_array_equal(out[0], x)
