@@ -159,3 +159,20 @@ def test_the_cuda_backend_has_the_features_wgmma_requires(cuda):
     assert impl is not None
     assert impl.requires <= cuda.target_for_arch("sm_90").features
     assert not impl.requires <= cuda.target_for_arch("sm_80").features
+
+
+def test_m_128_and_256_are_decided_apart():
+    """Decisions are kept per key bucket, and the heuristic's tile shape changes at M = 128
+    (one warpgroup's tiles up to there, two above): so M = 128 and 256 are separate buckets,
+    while the shipped tables' rows for M = 65-256 still cover both."""
+
+    def bucket(m):
+        return next(v for f, v in MM.OP.key.of(problem(m)) if f.startswith("M:"))
+
+    assert (bucket(65), bucket(128), bucket(129), bucket(256)) == ("[65,129)",) * 2 + (
+        "[129,257)",
+    ) * 2
+    assert W.wgmma_heuristic(problem(65), sm90()) == W.wgmma_heuristic(problem(128), sm90())
+    t = sm90()
+    for n, k in ((4096, 4096), (8192, 8192), (14336, 4096)):
+        assert W.wgmma_heuristic(problem(129, n, k), t) == W.wgmma_heuristic(problem(256, n, k), t)

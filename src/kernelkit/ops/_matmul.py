@@ -350,7 +350,7 @@ def _framework_run(choice: KernelChoice, call: Any) -> Any:
     return y
 
 
-OP = Op("matmul", key=["x.dtype", "N", "K", "M:ranges(1,2,3,5,9,17,65,257,1025)", "transpose_b",
+OP = Op("matmul", key=["x.dtype", "N", "K", "M:ranges(1,2,3,5,9,17,65,129,257,1025)", "transpose_b",
                        "bias", "activation", "framework", "aligned16"])  # fmt: skip
 OP.register(
     Implementation(
