@@ -4,15 +4,15 @@ kernel by value as a 128-byte ``const __grid_constant__ kk_tensor_map`` paramete
 ``tensor_map(array, box)`` checks the array and the box, has the array's backend encode the
 map (CUDA: ``cuTensorMapEncodeTiled``) and returns a ``TensorMap``; passing that as an input of
 a kernel gives the body a parameter of that name, for ``cp.async.bulk.tensor`` copies of
-``box``-shaped tiles (zero-filled past the array's edges). Encodings are kept per (device,
-address, dtype, shape, strides, box, swizzle), so a repeated call costs a dictionary lookup.
+``box``-shaped tiles (zero-filled past the array's edges). Maps are kept per (array type,
+dtype, device, address, shape, strides, box, swizzle), so a repeated call costs the adapter's
+cheap reads and a dictionary lookup; a map names memory, and does not keep the array alive.
 """
 
 from __future__ import annotations
 
 import ctypes
 import threading
-from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,7 +33,8 @@ _CACHE_SIZE = 256
 @dataclass(frozen=True, eq=False)
 class TensorMap:
     """An encoded tensor map of one array (made by ``tensor_map``): its 128 bytes, and the
-    facts it was made from. It keeps the array alive; the map only names its memory."""
+    facts it was made from. Like a pointer, it names the array's memory without keeping the
+    array alive: pass the array to the same call (or keep it) while kernels use the map."""
 
     dtype: str
     shape: tuple[int, ...]
@@ -43,7 +44,6 @@ class TensorMap:
     device_type: int
     device_index: int
     words: Any = field(repr=False)  # ctypes c_uint64 * 16: kernelkit's own copy of the map
-    array: Any = field(repr=False)
 
     @property
     def address(self) -> int:
@@ -62,7 +62,7 @@ ADAPTER = TensorMapAdapter()
 register(TensorMap, ADAPTER)
 
 _lock = threading.Lock()
-_encoded: OrderedDict[tuple, Any] = OrderedDict()  # key -> c_uint64 * 16, least recent first
+_made: dict[tuple, TensorMap] = {}  # the call's cheap facts -> its map, oldest first
 
 
 def tensor_map(array: Any, box: Sequence[int], *, swizzle: int = 128) -> TensorMap:
@@ -83,6 +83,16 @@ def tensor_map(array: Any, box: Sequence[int], *, swizzle: int = 128) -> TensorM
     """
     what = "[tensor_map] array"
     adapter = adapter_for(array, what)
+    key = None
+    if not adapter.synchronous:  # a framework that needs no prepare step: try the kept maps
+        try:
+            key = (array.__class__, adapter.key(array), adapter.pointer(array),
+                   *adapter.layout(array), tuple(box), swizzle)  # fmt: skip
+            made = _made.get(key)
+        except TypeError:  # an unhashable or non-sequence box: checked below
+            key = made = None
+        if made is not None:
+            return made
     array = adapter.prepare(array)
     info = adapter.info(array, what)
     box_t = _check_box(box, info.shape)
@@ -115,29 +125,24 @@ def tensor_map(array: Any, box: Sequence[int], *, swizzle: int = 128) -> TensorM
     if pointer % 16:
         raise ArgumentError("[tensor_map] array must start on a 16-byte boundary")
     backend = backend_for_device_type(info.device_type, what)
-    key = (backend.name, info.device_index, pointer, info.dtype.name, info.shape, info.strides,
-           box_t, swizzle)  # fmt: skip
-    with _lock:
-        words = _encoded.get(key)
-        if words is not None:
-            _encoded.move_to_end(key)
-    if words is None:
-        with backend_call(backend, "encoding a tensor map"):
-            raw = backend.encode_tensor_map(
-                info.device_index, pointer, info.dtype.name, info.shape,
-                tuple(s * item for s in info.strides), box_t, swizzle,
-            )  # fmt: skip
-        if len(raw) != MAP_BYTES:
-            raise ArgumentError(f"[tensor_map] backend {backend.name!r} gave {len(raw)} bytes")
-        words = (ctypes.c_uint64 * (MAP_BYTES // 8)).from_buffer_copy(bytearray(raw))
-        with _lock:
-            _encoded[key] = words
-            while len(_encoded) > _CACHE_SIZE:
-                _encoded.popitem(last=False)
-    return TensorMap(
+    with backend_call(backend, "encoding a tensor map"):
+        raw = backend.encode_tensor_map(
+            info.device_index, pointer, info.dtype.name, info.shape,
+            tuple(s * item for s in info.strides), box_t, swizzle,
+        )  # fmt: skip
+    if len(raw) != MAP_BYTES:
+        raise ArgumentError(f"[tensor_map] backend {backend.name!r} gave {len(raw)} bytes")
+    words = (ctypes.c_uint64 * (MAP_BYTES // 8)).from_buffer_copy(bytearray(raw))
+    made = TensorMap(
         info.dtype.name, info.shape, info.strides, box_t, swizzle, info.device_type,
-        info.device_index, words, array,
+        info.device_index, words,
     )  # fmt: skip
+    if key is not None:
+        with _lock:
+            _made[key] = made
+            while len(_made) > _CACHE_SIZE:
+                del _made[next(iter(_made))]
+    return made
 
 
 def _check_box(box: Any, shape: tuple[int, ...]) -> tuple[int, ...]:

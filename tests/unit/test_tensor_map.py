@@ -76,7 +76,7 @@ def test_a_kernel_call_binds_a_map_and_the_cpu_backend_refuses_it_by_name():
 
     x = np.arange(8, dtype=np.float32)
     words = (ctypes.c_uint64 * 16)()
-    m = TensorMap("float32", (8,), (1,), (8,), 0, 1, 0, words, x)
+    m = TensorMap("float32", (8,), (1,), (8,), 0, 1, 0, words)
     k = kernelkit.kernel("tm_bind", ["x", "m"], ["y"], "y[threadIdx.x] = x[threadIdx.x];")
     with pytest.raises(kernelkit.ArgumentTypeError, match="tensor map 'm'"):
         k([x, m], output_shapes=[(8,)], output_dtypes=["float32"], threadgroup=(8, 1, 1),
