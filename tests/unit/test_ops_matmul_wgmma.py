@@ -35,7 +35,7 @@ def test_wgmma_is_chosen_above_m16_on_sm90(m, nk):
     assert (choice.impl, choice.source) == ("matmul/wgmma", "heuristic")
     assert W.wgmma_fits(p, choice.config) is None
     v = choice.config.values
-    tma = 64 < m <= 256  # TMA copies (WS = 2), else a copying warpgroup (WS = 1)
+    tma = m > 64  # TMA copies (WS = 2), else a copying warpgroup (WS = 1)
     assert v["WS"] == (2 if tma else 1) and v["SPLIT"] in (1, 2)
     assert v["WG"] == 1 if m <= 64 else v["WG"] == 2 if m > 128 else v["WG"] in (1, 2)
     tiles = -(-m // (64 * v["WG"])) * -(-nk[0] // v["BN"])
@@ -59,9 +59,10 @@ def test_wgmma_is_chosen_above_m16_on_sm90(m, nk):
 
 
 def test_jax_arrays_get_no_tensor_maps():
-    """XLA owns JAX arrays' memory: at M = 65-256 they keep the copying warpgroup (WS = 1)."""
-    p = problem(128, framework="jax")
-    assert select(MM.OP, p, sm90()).choice.config.values["WS"] == 1
+    """XLA owns JAX arrays' memory: above M = 64 they keep the copying warpgroup (WS = 1)."""
+    for m in (128, 3500):
+        p = problem(m, framework="jax")
+        assert select(MM.OP, p, sm90()).choice.config.values["WS"] == 1
     assert "JAX" in W.wgmma_fits(p, W.wgmma_config(1, 64, 2, 6, 1, 2))
 
 
