@@ -27,6 +27,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .._api import kernel
+from .._arrays import adapter_for
 from .._integrations import torch_route
 from .._records import Problem, Target
 from .._select.records import Config, KernelChoice
@@ -267,18 +268,26 @@ _wgmma_copy_prepare = _kernel_impl(
 
 
 def _wgmma_prepare(choice: KernelChoice, problem: Problem, output_dtype: Any) -> Any:
-    """WS = 0, 1 launch on (x, w, bias); WS = 2 also on tensor maps of x and w, made per call
-    (their boxes: a k tile of 64 elements by the tile's rows of each)."""
+    """WS = 0, 1 launch on (x, w, bias); WS = 2 also on tensor maps of x and w (their boxes: a
+    k tile of 64 elements by the tile's rows of each). This launch serves one signature (the
+    arrays' shapes, strides, dtypes and device fixed), so the two addresses name the maps."""
     launch = _wgmma_copy_prepare(choice, problem, output_dtype)
     v = choice.config.values
     if int(v["WS"]) != 2:
         return launch
     x_box, w_box = (64 * int(v["WG"]), 64), (int(v["BN"]), 64)
+    maps: dict[tuple[int, int], tuple[Any, Any]] = {}
 
     def launch_maps(arrays: Any, out: Any) -> Any:
         x, w, bias = arrays
         x, w = contiguous(x), contiguous(w)
-        return launch((x, w, tensor_map(x, x_box), tensor_map(w, w_box), bias), out)
+        key = (adapter_for(x, "x").pointer(x), adapter_for(w, "w").pointer(w))
+        pair = maps.get(key)
+        if pair is None:
+            if len(maps) >= 64:  # a decode loop's few activation buffers, not every address
+                maps.clear()
+            pair = maps[key] = (tensor_map(x, x_box), tensor_map(w, w_box))
+        return launch((x, w, *pair, bias), out)
 
     return launch_maps
 
