@@ -16,6 +16,7 @@ __all__ = [
     "Param",
     "Problem",
     "Target",
+    "TensorMapRequest",
 ]
 
 MAX_NDIM = 8  # shape/strides travel by value as a fixed array of int64 (kk_dims)
@@ -118,6 +119,21 @@ class CompileRequest:
     options: tuple[str, ...]
     headers: tuple[tuple[str, str], ...] = ()  # (include name, sha256 of its bytes) it may include
     param_kinds: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class TensorMapRequest:
+    """What a backend encodes a tensor map (``kernelkit.tensor_map``) from: the array at
+    ``address`` on ``device``, ``shape``, ``strides_bytes`` and ``box`` in the array's order (the
+    last dimension contiguous), ``swizzle`` in bytes (0, 32, 64, 128); zeros past the edges."""
+
+    device: int
+    address: int
+    dtype: str
+    shape: tuple[int, ...]
+    strides_bytes: tuple[int, ...]
+    box: tuple[int, ...]
+    swizzle: int
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from typing import Any
 
 from ._arrays import CLASS, Adapter, adapter_for, register
 from ._errors import ArgumentError, ArgumentTypeError
+from ._records import TensorMapRequest
 from ._registry import backend_call, backend_for_device_type
 
 __all__ = ["MAP_BYTES", "SWIZZLES", "TensorMap", "TensorMapAdapter", "tensor_map"]
@@ -126,10 +127,10 @@ def tensor_map(array: Any, box: Sequence[int], *, swizzle: int = 128) -> TensorM
         raise ArgumentError("[tensor_map] array must start on a 16-byte boundary")
     backend = backend_for_device_type(info.device_type, what)
     with backend_call(backend, "encoding a tensor map"):
-        raw = backend.encode_tensor_map(
+        raw = backend.encode_tensor_map(TensorMapRequest(
             info.device_index, pointer, info.dtype.name, info.shape,
             tuple(s * item for s in info.strides), box_t, swizzle,
-        )  # fmt: skip
+        ))  # fmt: skip
     if len(raw) != MAP_BYTES:
         raise ArgumentError(f"[tensor_map] backend {backend.name!r} gave {len(raw)} bytes")
     words = (ctypes.c_uint64 * (MAP_BYTES // 8)).from_buffer_copy(bytearray(raw))

@@ -21,7 +21,15 @@ from typing import Any, ClassVar
 
 from ._codegen import signature as _signature
 from ._dtypes import DTYPES
-from ._records import MAX_NDIM, Artifact, CompileRequest, KernelSource, Param, Target
+from ._records import (
+    MAX_NDIM,
+    Artifact,
+    CompileRequest,
+    KernelSource,
+    Param,
+    Target,
+    TensorMapRequest,
+)
 
 __all__ = [
     "BACKEND_API_VERSION",
@@ -34,6 +42,7 @@ __all__ = [
     "MAX_NDIM",
     "Param",
     "Target",
+    "TensorMapRequest",
     "Timer",
     "c_type",
     "render_signature",
@@ -209,19 +218,9 @@ class Backend(ABC):
             if p.kind == "tensor_map":
                 raise TypeError(f"backend {self.name!r} cannot pass tensor map {p.name!r} (no TMA)")
 
-    def encode_tensor_map(
-        self,
-        device: int,
-        address: int,
-        dtype: str,
-        shape: tuple[int, ...],
-        strides_bytes: tuple[int, ...],
-        box: tuple[int, ...],
-        swizzle: int,
-    ) -> bytes:
-        """The 128 bytes of a tensor map (``kernelkit.tensor_map``) of the array at ``address``
-        on ``device``: ``shape`` and ``strides_bytes`` and the ``box`` in the array's order (the
-        last dimension contiguous), ``swizzle`` in bytes (0, 32, 64, 128), zero fill past the
-        edges. Called once per distinct map, never on the hot path. Default: NotImplementedError
-        (no TMA on this backend), which reaches the user as a BackendError."""
+    def encode_tensor_map(self, request: TensorMapRequest) -> bytes:
+        """The 128 bytes of the tensor map ``request`` describes (``kernelkit.tensor_map``,
+        checked there). Called once per distinct map, never on the hot path. Default:
+        NotImplementedError (no TMA on this backend), which reaches the user as a
+        BackendError."""
         raise NotImplementedError(f"backend {self.name!r} has no tensor maps (TMA)")

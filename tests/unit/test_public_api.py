@@ -57,6 +57,7 @@ def test_backend_all_snapshot():
         "MAX_NDIM",
         "Param",
         "Target",
+        "TensorMapRequest",
         "Timer",
         "c_type",
         "render_signature",

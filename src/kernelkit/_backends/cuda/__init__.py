@@ -8,7 +8,7 @@ from importlib.resources import files
 from typing import Any, ClassVar
 
 from ..._codegen import abi_options, cluster_dims, launch_bounds, signature
-from ..._records import Artifact, CompileRequest, KernelSource, Param, Target
+from ..._records import Artifact, CompileRequest, KernelSource, Param, Target, TensorMapRequest
 from ...backend import Backend, Launcher, Timer
 from . import driver, nvrtc
 
@@ -154,17 +154,8 @@ class CUDABackend(Backend):
     def check_params(self, params: tuple[Param, ...]) -> None:
         """Every kind passes, tensor maps included (``__grid_constant__``, sm_90+)."""
 
-    def encode_tensor_map(
-        self,
-        device: int,
-        address: int,
-        dtype: str,
-        shape: tuple[int, ...],
-        strides_bytes: tuple[int, ...],
-        box: tuple[int, ...],
-        swizzle: int,
-    ) -> bytes:
-        return driver.encode_tensor_map(device, address, dtype, shape, strides_bytes, box, swizzle)
+    def encode_tensor_map(self, request: TensorMapRequest) -> bytes:
+        return driver.encode_tensor_map(request)
 
     # load + launch -------------------------------------------------------------------------
     def load(self, artifact: Artifact, target: Target) -> Any:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..._errors import BackendError, LaunchError
+from ..._records import TensorMapRequest
 
 _lock = threading.Lock()
 _forked_after_init = False  # this process was forked from one that had initialized CUDA
@@ -237,18 +238,12 @@ _TMA_DTYPES = {  # kernelkit dtype -> CUtensorMapDataType member
 }  # fmt: skip
 
 
-def encode_tensor_map(
-    device: int,
-    address: int,
-    dtype: str,
-    shape: tuple[int, ...],
-    strides_bytes: tuple[int, ...],
-    box: tuple[int, ...],
-    swizzle: int,
-) -> bytes:
+def encode_tensor_map(r: TensorMapRequest) -> bytes:
     """``cuTensorMapEncodeTiled`` for a row-major array (dimensions reversed: the driver's first
     is the contiguous one), zero fill past the edges, L2 promotion of 256 bytes."""
     mod = drv()
+    device, address, dtype, shape = r.device, r.address, r.dtype, r.shape
+    strides_bytes, box, swizzle = r.strides_bytes, r.box, r.swizzle
     if dtype not in _TMA_DTYPES:
         raise TypeError(f"tensor maps take {sorted(_TMA_DTYPES)}, not {dtype}")
     u32, u64 = mod.cuuint32_t, mod.cuuint64_t
