@@ -80,7 +80,7 @@ def bind(
             in_adapters.append(NULL)
             continue
         if x.__class__ is TensorMap:
-            facts.append(ArgFacts(iname, "tensor_map", x.dtype))
+            facts.append(ArgFacts(iname, "tensor_map", x.array_dtype))
             in_adapters.append(TENSOR_MAP_ADAPTER)
             maps.append((what, x))
             continue

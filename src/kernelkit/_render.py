@@ -47,6 +47,13 @@ def make_params(
         if kind == "array" and checked:
             params.append(Param(extent_param(pname), "extent"))
         if kind == "tensor_map":
+            refs = [metadata_param(pname, f) for f, _ in METADATA]
+            named = [m for m in refs if m in spec.metadata_refs]
+            if named:
+                raise ArgumentTypeError(
+                    f"[{spec.name}] input {pname!r} is a tensor map: the body's {named[0]} "
+                    "names a shape/strides parameter that only arrays have"
+                )
             continue
         for field, pkind in METADATA:
             if metadata_param(pname, field) in spec.metadata_refs:

@@ -12,6 +12,7 @@ cheap reads and a dictionary lookup; a map names memory, and does not keep the a
 from __future__ import annotations
 
 import ctypes
+import numbers
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -28,6 +29,8 @@ MAP_BYTES = 128  # CUtensorMap: 128 opaque bytes, 64-byte aligned in the kernel'
 SWIZZLES = (0, 32, 64, 128)  # shared-memory swizzle spans in bytes (0: none)
 MAX_RANK = 5
 MAX_BOX = 256  # elements per box dimension
+MAX_DIM = 2**32  # elements per array dimension
+MAX_STRIDE_BYTES = 2**40
 _CACHE_SIZE = 256
 
 
@@ -37,9 +40,9 @@ class TensorMap:
     facts it was made from. Like a pointer, it names the array's memory without keeping the
     array alive: pass the array to the same call (or keep it) while kernels use the map."""
 
-    dtype: str
-    shape: tuple[int, ...]
-    strides: tuple[int, ...]  # in elements
+    array_dtype: str  # (not ``dtype``/``shape``: a map must not pass for an array)
+    array_shape: tuple[int, ...]
+    array_strides: tuple[int, ...]  # in elements
     box: tuple[int, ...]  # elements per dimension, in the array's order (last: contiguous)
     swizzle: int
     device_type: int
@@ -53,10 +56,21 @@ class TensorMap:
 
 
 class TensorMapAdapter(Adapter):
-    """``TensorMap`` inputs: passed by value (their 128 bytes); only their class is keyed."""
+    """``TensorMap`` inputs: passed by value (their 128 bytes), keyed by their array's dtype
+    and device (a plan's guard then holds a map of another device's memory out); as an array
+    (an output, a map of a map, an op's operand) they are refused by name."""
 
     framework = "tensor map"
-    key_fields = (CLASS,)
+    key_fields = (CLASS, "{x}.array_dtype", "{x}.device_type", "{x}.device_index")
+
+    def info(self, x: Any, what: str) -> Any:
+        raise ArgumentTypeError(f"{what} is a tensor map, not an array (pass it as an input)")
+
+    def pointer(self, x: Any) -> int:
+        raise ArgumentTypeError("a tensor map is not an array: it has no data pointer")
+
+    def layout(self, x: Any) -> Any:
+        raise ArgumentTypeError("a tensor map is not an array: it has no shape or strides")
 
 
 ADAPTER = TensorMapAdapter()
@@ -83,21 +97,25 @@ def tensor_map(array: Any, box: Sequence[int], *, swizzle: int = 128) -> TensorM
     no TMA here
     """
     what = "[tensor_map] array"
+    if array.__class__ is TensorMap:
+        raise ArgumentTypeError(f"{what} is already a tensor map; pass the array it describes")
     adapter = adapter_for(array, what)
     key = None
-    if not adapter.synchronous:  # a framework that needs no prepare step: try the kept maps
+    if not adapter.synchronous and swizzle.__class__ is int:  # no prepare step: the kept maps
         try:
-            key = (array.__class__, adapter.key(array), adapter.pointer(array),
-                   *adapter.layout(array), tuple(box), swizzle)  # fmt: skip
-            made = _made.get(key)
+            if all(b.__class__ is int for b in box):  # (8.0, 32) would hash as (8, 32)
+                shape, strides = adapter.layout(array)
+                key = (array.__class__, adapter.key(array), adapter.pointer(array), tuple(shape),
+                       tuple(strides), tuple(box), swizzle)  # fmt: skip
+                made = _made.get(key)
+                if made is not None:
+                    return made
         except TypeError:  # an unhashable or non-sequence box: checked below
-            key = made = None
-        if made is not None:
-            return made
+            key = None
     array = adapter.prepare(array)
     info = adapter.info(array, what)
     box_t = _check_box(box, info.shape)
-    if swizzle not in SWIZZLES:
+    if swizzle.__class__ is not int or swizzle not in SWIZZLES:
         raise ArgumentError(
             f"[tensor_map] swizzle must be one of {SWIZZLES} bytes, got {swizzle!r}"
         )
@@ -121,6 +139,11 @@ def tensor_map(array: Any, box: Sequence[int], *, swizzle: int = 128) -> TensorM
         raise ArgumentError(
             f"[tensor_map] array's strides {info.strides} (elements of {item} bytes) must be "
             "positive multiples of 16 bytes, except the last"
+        )
+    if max(info.shape) > MAX_DIM or max(s * item for s in info.strides) >= MAX_STRIDE_BYTES:
+        raise ArgumentError(
+            f"[tensor_map] array's shape {info.shape} or strides {info.strides} exceed TMA's "
+            f"limits ({MAX_DIM} elements a dimension, strides below {MAX_STRIDE_BYTES} bytes)"
         )
     pointer = adapter.pointer(array)
     if pointer % 16:
@@ -151,14 +174,23 @@ def _check_box(box: Any, shape: tuple[int, ...]) -> tuple[int, ...]:
         raise ArgumentError(f"[tensor_map] array must have 1 to {MAX_RANK} dimensions, got {shape}")
     if not all(shape):
         raise ArgumentError(f"[tensor_map] array has no elements (shape {shape})")
-    if not isinstance(box, Sequence) or isinstance(box, str):
+    try:
+        items = () if isinstance(box, str) else tuple(box)
+    except TypeError:
+        items = ()
+    if not items:
         raise ArgumentTypeError(f"[tensor_map] box must be a sequence of ints, got {box!r}")
-    if len(box) != len(shape) or not all(
-        type(b) is int and 1 <= b <= MAX_BOX
-        for b in box  # bool is not int here
-    ):
+    ints = tuple(_int_or_none(b) for b in items)
+    if len(ints) != len(shape) or not all(b is not None and 1 <= b <= MAX_BOX for b in ints):
         raise ArgumentError(
             f"[tensor_map] box must give 1 to {MAX_BOX} elements for each of the array's "
-            f"{len(shape)} dimensions (shape {shape}), got {tuple(box)!r}"
+            f"{len(shape)} dimensions (shape {shape}), got {items!r}"
         )
-    return tuple(box)
+    return ints  # type: ignore[return-value]
+
+
+def _int_or_none(b: Any) -> int | None:
+    """An integer (Python's or NumPy's, never a bool or a float) as an int, else None."""
+    if isinstance(b, bool) or not isinstance(b, numbers.Integral):
+        return None
+    return int(b)

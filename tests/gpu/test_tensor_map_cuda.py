@@ -109,3 +109,40 @@ def test_a_graph_replays_the_map_with_new_values():
     g.replay()
     torch.cuda.synchronize()
     torch.testing.assert_close(y, _boxes(src, (16, 16)), rtol=0, atol=0)
+
+
+@pytest.mark.skipif(
+    not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
+    reason="wgmma is an sm_90a instruction",
+)
+def test_matmul_through_tma_with_new_inputs_and_in_a_graph():
+    """matmul's TMA tiles (wgmma WS = 2) keep maps per (x, w) address pair of a signature: new x
+    arrays of one shape (more than the 64 pairs it keeps), then a CUDA graph replayed on new
+    values, each against float64, outputs poisoned."""
+    from kernelkit import ops
+    from kernelkit._select.override import force
+    from kernelkit.ops._matmul_wgmma import wgmma_config
+
+    w = torch.randn(200, 520, device="cuda", dtype=torch.bfloat16)
+
+    def err(y, x):
+        ref = x.double() @ w.double().T
+        return ((y.double() - ref).norm() / ref.norm()).item()
+
+    xs = [torch.randn(100, 520, device="cuda", dtype=torch.bfloat16) for _ in range(70)]
+    with force("matmul", "wgmma", wgmma_config(1, 64, 2, 6, 1, 2)):
+        for x in xs + xs[:3]:  # 70 addresses, then three seen before (after the clear)
+            y = torch.full((100, 200), float("nan"), device="cuda", dtype=torch.bfloat16)
+            ops.matmul(x, w, transpose_b=True, out=y)
+            assert err(y, x) < 1e-2
+        x = xs[0]
+        ops.matmul(x, w, transpose_b=True, out=y)  # planned before the capture
+        torch.cuda.synchronize()
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            ops.matmul(x, w, transpose_b=True, out=y)
+        x.copy_(torch.randn_like(x))
+        y.fill_(float("nan"))
+        g.replay()
+        torch.cuda.synchronize()
+        assert err(y, x) < 1e-2

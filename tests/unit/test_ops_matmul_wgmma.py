@@ -177,3 +177,13 @@ def test_m_128_and_256_are_decided_apart():
     t = sm90()
     for n, k in ((4096, 4096), (8192, 8192), (14336, 4096)):
         assert W.wgmma_heuristic(problem(129, n, k), t) == W.wgmma_heuristic(problem(256, n, k), t)
+
+
+def test_a_narrow_weight_gets_no_wider_tile_than_it_fills():
+    """A wider tile is taken only where it makes fewer column tiles (a review's find: with
+    N <= 64, 256-wide tiles did 4x the wgmma work for the same tiles)."""
+    for m in (17, 100, 200, 3500, 8192):
+        for n in (1, 40, 64):
+            assert W.wgmma_heuristic(problem(m, n, 4096), sm90()).values["BN"] == 64, (m, n)
+    for m in (128, 8192):
+        assert W.wgmma_heuristic(problem(m, 100, 4096), sm90()).values["BN"] <= 128

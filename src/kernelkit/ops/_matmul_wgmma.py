@@ -559,16 +559,16 @@ def wgmma_heuristic(p: Problem, t: Target) -> Config | None:
             (-(-m // (64 * g)) * -(-n // bn), bn, g)
             for g in ((1, 2) if m <= 128 else (2,))
             for bn in BNS
-            if (g, bn) != (1, 256)
-        ]
+            if (g, bn) != (1, 256) and (bn == 64 or -(-n // bn) < -(-n // (bn // 2)))
+        ]  # a wider tile only where it makes fewer column tiles (N <= 64: 64 wide)
         fitting = [s for s in shapes if s[0] <= _WAVE]
         tiles, bn, wg = max(fitting) if fitting else min(shapes)
         kb = 2 if (wg, bn) == (1, 64) else 1
     else:
-        if wg == 2 and tiles_m * -(-n // 256) >= 48:
+        if wg == 2 and tiles_m * -(-n // 256) >= 48 and n > 128:
             bn, kb = 256, 1
         else:
-            bn, kb = (128, 1) if tiles_m * -(-n // 128) >= 100 else (64, 2)
+            bn, kb = (128, 1) if tiles_m * -(-n // 128) >= 100 and n > 64 else (64, 2)
         tiles = tiles_m * -(-n // bn)
     split = 2 if tiles * 2 <= _WAVE and -(-k // (64 * kb)) >= 4 else 1
     for stages in (8, 6, 4, 3):
