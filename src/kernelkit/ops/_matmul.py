@@ -269,13 +269,15 @@ _wgmma_copy_prepare = _kernel_impl(
 
 def _wgmma_prepare(choice: KernelChoice, problem: Problem, output_dtype: Any) -> Any:
     """WS = 0, 1 launch on (x, w, bias); WS = 2 also on tensor maps of x and w (their boxes: a
-    k tile of 64 elements by the tile's rows of each). This launch serves one signature (the
-    arrays' shapes, strides, dtypes and device fixed), so the two addresses name the maps."""
+    k tile of 64 elements by the tile's rows of each, x's cut to M rounded up to 8 below them).
+    This launch serves one signature (the arrays' shapes, strides, dtypes and device fixed), so
+    the two addresses name the maps."""
     launch = _wgmma_copy_prepare(choice, problem, output_dtype)
     v = choice.config.values
     if int(v["WS"]) != 2:
         return launch
-    x_box, w_box = (64 * int(v["WG"]), 64), (int(v["BN"]), 64)
+    bm, m = 64 * int(v["WG"]), int(problem.attr("M"))  # type: ignore[call-overload]
+    x_box, w_box = (bm if m >= bm else -(-m // 8) * 8, 64), (int(v["BN"]), 64)  # as the kernel
     maps: dict[tuple[int, int], tuple[Any, Any]] = {}
 
     def launch_maps(arrays: Any, out: Any) -> Any:

@@ -287,22 +287,25 @@ __device__ __forceinline__ void kk_wg_consume(float (&acc)[BN / 2], unsigned bas
 }
 
 // The TMA producer (WS = 2), one thread: stage i waits on ``empty`` until the consumers are
-// done with stage i - S, then its KB sub-tiles of x's BM rows and w's BN rows come as tensor
-// copies (the maps' boxes: 64 elements x BM or BN rows, 128-byte swizzle, zeros past M, N
-// and K) counted into ``full`` by their bytes.
+// done with stage i - S, then its KB sub-tiles of x's XR rows and w's BN rows come as tensor
+// copies (the maps' boxes: 64 elements x XR or BN rows, 128-byte swizzle, zeros past M, N
+// and K) counted into ``full`` by their bytes. XR = BM, or M rounded up to 8 where M < BM:
+// the rows of A past it are never written, and the wgmmas' rows past M are never stored.
 template <int BM, int BN, int KB, int S>
 __device__ __forceinline__ void kk_wg_tma_produce(unsigned base, unsigned long long (&full)[S],
                                                   unsigned long long (&empty)[S],
                                                   const kk_tensor_map* xm,
-                                                  const kk_tensor_map* wm, const kk_wg_tile& tl) {
+                                                  const kk_tensor_map* wm, const kk_wg_tile& tl,
+                                                  int xr) {
   constexpr unsigned SUB = (BM + BN) * 128u, STAGE = KB * SUB;
+  const unsigned bytes = KB * (unsigned)(xr + BN) * 128u;
   asm volatile("prefetch.tensormap [%0];\n" :: "l"(xm) : "memory");
   asm volatile("prefetch.tensormap [%0];\n" :: "l"(wm) : "memory");
   for (int i = 0; i < tl.kts; ++i) {
     const int s = i % S;
     if (i >= S) kk_bulk_wait(kk_mma_smem_u32(&empty[s]), (unsigned)(i / S + 1) & 1u);
     const unsigned bar = kk_mma_smem_u32(&full[s]), stage = base + s * STAGE;
-    kk_bulk_expect(bar, STAGE);
+    kk_bulk_expect(bar, bytes);
 #pragma unroll
     for (int h = 0; h < KB; ++h) {
       const int k = ((tl.kt0 + i) * KB + h) * 64;
@@ -397,7 +400,8 @@ __device__ __forceinline__ void kk_wgmma_gemm(const T* x, const T* w, const kk_t
     }
     __syncthreads();
     if (t == CONSUMERS)
-      kk_wg_tma_produce<BM, BN, KB, S>(base, full, empty, xm, wm, tl);
+      kk_wg_tma_produce<BM, BN, KB, S>(base, full, empty, xm, wm, tl,
+                                       M < BM ? (int)((M + 7) / 8 * 8) : BM);
     else if (wg < WG)
       kk_wg_consume<T, BM, BN, KB, S, false>(acc, base, full, empty, tl.kts, wg, t);
   }
