@@ -21,7 +21,7 @@ from ._errors import ArgumentError, ArgumentTypeError, KernelkitError, LaunchErr
 from ._key import CALL_ARGS, Guard, guard_lines
 from ._launch import LoadedProgram
 from ._pack import ArgPack, scalar_bits
-from ._records import MAX_NDIM, Param
+from ._records import MAP_BYTES, MAX_NDIM, Param
 
 
 @dataclass
@@ -194,7 +194,7 @@ def _input_lines(i: int, r: ArgRoute, ns: dict[str, Any]) -> list[str]:
         return [f"    s[{r.slot}].value = _scalar{i}(inputs[{i}])"]
     if r.kind == "tensor_map":  # its 128 bytes into the slot (the guard checked the class)
         ns["_memmove"] = ctypes.memmove
-        return [f"    _memmove(s[{r.slot}], inputs[{i}].words, 128)"]
+        return [f"    _memmove(s[{r.slot}], inputs[{i}].words, {MAP_BYTES})"]
     a = r.adapter
     assert a is not None
     ns.update(

@@ -11,7 +11,7 @@ import struct
 from collections.abc import Sequence
 from typing import Any
 
-from ._records import MAX_NDIM, Param
+from ._records import MAP_BYTES, MAX_NDIM, Param
 
 _SCALAR_CTYPES: dict[str, Any] = {
     "bool": ctypes.c_bool,
@@ -41,7 +41,7 @@ def _slot(p: Param) -> Any:
     if p.kind == "ndim":
         return ctypes.c_int32()
     if p.kind == "tensor_map":
-        return (ctypes.c_uint64 * 16)()  # the map's 128 bytes, copied in per call
+        return (ctypes.c_uint64 * (MAP_BYTES // 8))()  # the map's bytes, copied in per call
     return ctypes.c_int64()  # extent
 
 

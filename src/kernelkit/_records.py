@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 __all__ = [
+    "MAP_BYTES",
     "MAX_NDIM",
     "ArgFacts",
     "Artifact",
@@ -20,6 +21,7 @@ __all__ = [
 ]
 
 MAX_NDIM = 8  # shape/strides travel by value as a fixed array of int64 (kk_dims)
+MAP_BYTES = 128  # a tensor map (CUtensorMap) travels by value as 128 opaque bytes
 
 ParamKind = Literal["array", "scalar", "scalar_array", "dims", "ndim", "extent", "tensor_map"]
 

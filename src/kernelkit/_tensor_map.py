@@ -20,12 +20,11 @@ from typing import Any
 
 from ._arrays import CLASS, Adapter, adapter_for, register
 from ._errors import ArgumentError, ArgumentTypeError
-from ._records import TensorMapRequest
+from ._records import MAP_BYTES, TensorMapRequest
 from ._registry import backend_call, backend_for_device_type
 
 __all__ = ["MAP_BYTES", "SWIZZLES", "TensorMap", "TensorMapAdapter", "tensor_map"]
 
-MAP_BYTES = 128  # CUtensorMap: 128 opaque bytes, 64-byte aligned in the kernel's parameters
 SWIZZLES = (0, 32, 64, 128)  # shared-memory swizzle spans in bytes (0: none)
 MAX_RANK = 5
 MAX_BOX = 256  # elements per box dimension

@@ -56,15 +56,6 @@ def row_contiguous(x: Any) -> bool:
     return flags is None or bool(flags["C_CONTIGUOUS"])
 
 
-def contiguous(x: Any) -> Any:
-    """``x`` if row-contiguous, else a row-contiguous copy in its framework."""
-    if row_contiguous(x):
-        return x
-    if hasattr(x, "contiguous"):  # torch
-        return x.contiguous()
-    return namespace(x).ascontiguousarray(x)
-
-
 def vec_width(dtype: str) -> int:
     """Elements per 16-byte vector load of ``dtype``."""
     return 16 // _ITEMSIZE[dtype]
