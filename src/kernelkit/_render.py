@@ -77,7 +77,7 @@ def render_request(
 ) -> tuple[tuple[Param, ...], CompileRequest]:
     """Params and the compile request of one specialization (also used ahead of time)."""
     params = make_params(spec, inputs, outputs, checked)
-    source = make_source(spec, params, template or ())
+    source = make_source(spec, params, template or (), backend.template_parameters)
     try:  # a backend refuses what it cannot pass with a TypeError/ValueError naming it
         backend.check_params(params)
     except KernelkitError:

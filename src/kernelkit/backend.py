@@ -20,6 +20,8 @@ from types import MappingProxyType
 from typing import Any, ClassVar
 
 from ._codegen import signature as _signature
+from ._codegen import template_args as _template_args
+from ._codegen import template_head as _template_head
 from ._dtypes import DTYPES
 from ._records import (
     MAX_NDIM,
@@ -46,6 +48,8 @@ __all__ = [
     "Timer",
     "c_type",
     "render_signature",
+    "render_template_args",
+    "render_template_head",
 ]
 
 
@@ -53,6 +57,18 @@ def render_signature(params: tuple[Param, ...]) -> str:
     """The standard C parameter list for ``params``, using the prelude types every backend
     defines (``kk_dims``, the C spellings of dtypes); scalars by value, 0-d arrays as pointers."""
     return _signature(params)
+
+
+def render_template_head(source: KernelSource) -> str:
+    """``template <int block_size, typename T>`` for the function that holds the body, or ""
+    without template values: the body is a function template (``source.template``), so
+    ``if constexpr`` discards as in the original kernel."""
+    return _template_head(source)
+
+
+def render_template_args(source: KernelSource) -> str:
+    """``<32, float>``: the template arguments where the body's function is called, or ""."""
+    return _template_args(source)
 
 
 def c_type(dtype: str) -> str:
@@ -121,9 +137,16 @@ class Backend(ABC):
     bundle's entry of that kind may differ from the request and still be served: the parts a
     self-contained binary of that kind does not depend on once built. Default: none, so bundles
     serve exact keys only. What the backend then cannot load is compiled instead, with a warning.
+
+    ``template_parameters``: True when ``render`` makes the body a function template of
+    ``KernelSource.template`` (``render_template_head`` / ``render_template_args``), so that
+    ``if constexpr`` discards as in the original kernel; False (the default, for backends written
+    before it existed): the template values reach the body as ``constexpr`` locals at the top of
+    ``KernelSource.preamble`` and ``KernelSource.template`` is empty.
     """
 
     name: ClassVar[str]
+    template_parameters: ClassVar[bool] = False
     api_version: ClassVar[int] = BACKEND_API_VERSION
     version: ClassVar[str] = "0"
     dlpack_devices: ClassVar[frozenset[int]] = frozenset()

@@ -52,6 +52,7 @@ class CPUBackend(Backend):
     name: ClassVar[str] = "cpu"
     version: ClassVar[str] = "1"
     dlpack_devices: ClassVar[frozenset[int]] = frozenset({1})
+    template_parameters: ClassVar[bool] = True
 
     def __init__(self) -> None:
         self._lock = threading.Lock()

@@ -15,9 +15,12 @@
 //    threads that have not returned, a warp operation for the lanes of its mask that have not.
 //  * __activemask() is a rendezvous too: a lane waits there until every live lane of its warp
 //    waits somewhere (a barrier, a warp operation, another __activemask) or has returned; the
-//    lanes waiting at the same call (same return address) form the mask, as a converged branch
-//    does on the GPU. Limit: lanes that reach one call through different branches (a helper
-//    that is not inlined, called from both sides of an `if`) count as converged.
+//    lanes waiting at the same call form the mask, as a converged branch does on the GPU. A call
+//    is named by its place in the source (file and line: a kk_site default argument), never
+//    by a code address, which inlining and tail duplication change (GCC -O2 copies a call after
+//    a data-dependent branch into both arms). Limit: lanes that reach one call through
+//    different branches (a helper called from both sides of an `if`, or two calls on one line,
+//    `c ? simd_max(a) : simd_min(b)`) count as converged.
 //  * Tiles wider than a warp (thread_block_tile<64..1024>) synchronize through a per-tile
 //    counter indexed by the tile's first thread.
 #pragma once
@@ -150,6 +153,20 @@ struct kk_fiber {
 
 enum : unsigned char { KK_XCHG_SHFL = 0, KK_XCHG_MATCH = 1 };
 
+// A place in the source: what tells __activemask() call sites apart. KK_SITE_PARAMS as default
+// arguments are evaluated at the caller, so every copy the optimizer makes of one call (inlined,
+// tail-duplicated, unrolled) carries the same site. (Two plain parameters: g++ 12 evaluates
+// __builtin_LINE() inside a braced initializer at the declaration. It has no __builtin_COLUMN,
+// and C++17 no source_location: two calls on one line are one site.)
+struct kk_site {
+  const char* file;
+  int line;
+};
+#define KK_SITE_PARAMS const char *kk_file = __builtin_FILE(), int kk_line = __builtin_LINE()
+static inline bool kk_same_site(const kk_site& a, const kk_site& b) {
+  return a.line == b.line && (a.file == b.file || strcmp(a.file, b.file) == 0);
+}
+
 struct kk_warp_slot {  // one warp's rendezvous
   unsigned arrived, expected, pred, exited, valid;
   unsigned am_wait;  // lanes waiting in __activemask()
@@ -157,7 +174,7 @@ struct kk_warp_slot {  // one warp's rendezvous
   unsigned char src[32];
   unsigned long long val[32], res[32];
   unsigned res_ballot[32], res_group[32];
-  const void* am_key[32];  // the call site each __activemask() waiter is at
+  kk_site am_site[32];  // the call site each __activemask() waiter is at
   unsigned am_res[32];
 };
 
@@ -291,7 +308,7 @@ static void kk_activemask_settle(kk_block* b, kk_warp_slot& W, int base) {
     const int l = __builtin_ctz(m);
     unsigned same = 0;
     for (unsigned k = W.am_wait; k; k &= k - 1)
-      if (W.am_key[__builtin_ctz(k)] == W.am_key[l]) same |= k & -k;
+      if (kk_same_site(W.am_site[__builtin_ctz(k)], W.am_site[l])) same |= k & -k;
     W.am_res[l] = same;
     b->fibers[base + l].state = KK_RUN;
   }
@@ -547,14 +564,13 @@ static kk_xchg kk_warp_exchange(unsigned mask, unsigned long long v, int src, bo
   return kk_xchg{W.res[lane], W.res_ballot[lane], W.res_group[lane]};
 }
 
-// The lanes of the caller's warp that are at this same call now (see the model at the top).
-// Not inlined: its return address tells call sites apart.
-__attribute__((noinline)) static unsigned kk_activemask() {
+// The lanes of the caller's warp that are at the same call site now (see the model at the top).
+__attribute__((noinline)) static unsigned kk_activemask(kk_site site) {
   kk_block* b = kk_cur_block;
   if (!b) return 0xffffffffu;  // (only fiber-mode kernels can diverge)
   const int me = b->cur, lane = me & 31;
   kk_warp_slot& W = b->warps[me >> 5];
-  W.am_key[lane] = __builtin_return_address(0);
+  W.am_site[lane] = site;
   W.am_wait |= 1u << lane;
   b->fibers[me].state = KK_WARP;
   kk_activemask_settle(b, W, me & ~31);
