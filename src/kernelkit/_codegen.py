@@ -301,6 +301,7 @@ def make_source(
         launch_bounds=spec.launch_bounds,
         cluster_dims=spec.cluster_dims,
         template=tparams if as_template else (),
+        cooperative=spec.cooperative,
     )
 
 

@@ -115,6 +115,7 @@ class KernelSource:
     # ("typename T", "float"), ("auto order", "ggml_sort_order::ASC"): the body is a function
     # template instantiated with them (see _codegen.template_head / template_args)
     template: tuple[tuple[str, str], ...] = ()
+    cooperative: bool = False  # launched with every block resident (grid-wide sync)
     needs: frozenset[str] = frozenset()  # prelude parts: "fp16", "bf16", "cg", "metal"
     arch_specific: bool = False  # needs arch-specific instructions (sm_90a: wgmma, setmaxnreg)
     launch_bounds: tuple[int, ...] = ()  # render as __launch_bounds__(...) on the kernel function
@@ -189,7 +190,7 @@ class ArgFacts:
     """One argument of a call as selection sees it (no pointers, no framework objects)."""
 
     name: str
-    kind: Literal["array", "scalar", "scalar_array", "null", "tensor_map"]
+    kind: Literal["array", "scalar", "scalar_array", "null", "tensor_map", "struct"]
     dtype: str
     shape: tuple[int, ...] = ()
     strides: tuple[int, ...] = ()  # in elements

@@ -138,6 +138,10 @@ class Backend(ABC):
     self-contained binary of that kind does not depend on once built. Default: none, so bundles
     serve exact keys only. What the backend then cannot load is compiled instead, with a warning.
 
+    ``struct_params``: True when ``render`` and ``launch`` pass ``struct`` params (a POD type from
+    the kernel's header by value: ``render_signature`` spells it; its ``nbytes`` bytes arrive
+    through the kernelParams pointer like any value). Default False: ``check_params`` refuses them.
+
     ``template_parameters``: True when ``render`` makes the body a function template of
     ``KernelSource.template`` (``render_template_head`` / ``render_template_args``), so that
     ``if constexpr`` discards as in the original kernel; False (the default, for backends written
@@ -147,6 +151,7 @@ class Backend(ABC):
 
     name: ClassVar[str]
     template_parameters: ClassVar[bool] = False
+    struct_params: ClassVar[bool] = False  # passes ``struct`` params (by value, declared type)
     api_version: ClassVar[int] = BACKEND_API_VERSION
     version: ClassVar[str] = "0"
     dlpack_devices: ClassVar[frozenset[int]] = frozenset()
@@ -236,10 +241,20 @@ class Backend(ABC):
         """Reject parameter kinds/dtypes this backend cannot pass with a TypeError or ValueError
         naming the parameter (default: all but tensor maps, which only a backend that encodes
         them can pass). Other methods' unexpected exceptions reach the user as ``BackendError``
-        naming the backend and the stage."""
+        naming the backend and the stage. Struct params pass where ``struct_params`` is True."""
         for p in params:
             if p.kind == "tensor_map":
                 raise TypeError(f"backend {self.name!r} cannot pass tensor map {p.name!r} (no TMA)")
+            if p.kind == "struct" and not self.struct_params:
+                raise TypeError(f"backend {self.name!r} cannot pass struct input {p.name!r}")
+
+    def cooperative_launcher(self, program: Any, target: Target) -> Launcher:
+        """As ``launcher``, for a kernel defined with ``cooperative=True``
+        (``KernelSource.cooperative``): every block of a launch resident at once, so that
+        ``cooperative_groups::this_grid().sync()`` works; a grid too large for that is an error
+        naming how many blocks fit. Called once per loaded program. Default:
+        NotImplementedError (reaches the user as a BackendError)."""
+        raise NotImplementedError(f"backend {self.name!r} has no cooperative launch")
 
     def encode_tensor_map(self, request: TensorMapRequest) -> bytes:
         """The 128 bytes of the tensor map ``request`` describes (``kernelkit.tensor_map``,

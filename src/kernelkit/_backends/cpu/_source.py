@@ -210,7 +210,7 @@ def _entry(
             )
         else:
             unpack.append(f"  memcpy(&a.{p.name}, params[{i}], sizeof(a.{p.name}));")
-    mode = "fibers" if fibers else "loop"
+    mode = ("fibers" if fibers else "loop") + (" cooperative" if source.cooperative else "")
     export = 'extern "C" __attribute__((visibility("default")))'
     return [
         f"{export} int {launch_symbol(source)}(void** params, long long gx, long long gy,",
@@ -219,7 +219,7 @@ def _entry(
         "  kk_args a;",
         *unpack,
         "  return kk_launch_grid(&a, kk_run_block, kk_run_thread, gx, gy, gz, bx, by, bz, shmem,",
-        "                        nthreads);",
+        f"                        nthreads, {'true' if source.cooperative else 'false'});",
         "}",
         f"{export} const char* kk_fault_text() {{ return kk_last_fault; }}",
         f'{export} const char* kk_kernel_info() {{ return "{source.kernel}\\t{mode}"; }}',

@@ -52,6 +52,7 @@ class CUDABackend(Backend):
     name: ClassVar[str] = "cuda"
     version: ClassVar[str] = "1"
     template_parameters: ClassVar[bool] = True
+    struct_params: ClassVar[bool] = True
     dlpack_devices: ClassVar[frozenset[int]] = frozenset({2, 3, 13})  # CUDA, host-pinned, managed
     # A cubin is SASS for its exact arch and self-contained: a bundle's cubin serves whatever NVRTC
     # and CUDA headers this node has. PTX is JIT-compiled by the driver: exact keys only.
@@ -192,6 +193,9 @@ class CUDABackend(Backend):
 
     def launcher(self, program: Any, target: Target) -> Launcher:
         return driver.make_launcher(program)
+
+    def cooperative_launcher(self, program: Any, target: Target) -> Launcher:
+        return driver.make_cooperative_launcher(program)
 
     def reserve_shared_memory(self, program: Any, nbytes: int) -> None:
         driver.allow_dynamic_shared(program, nbytes)

@@ -19,8 +19,10 @@
 #include <cmath>
 #include <condition_variable>
 #include <mutex>
+#include <functional>
 #include <thread>
 #include <type_traits>
+#include <vector>
 // (every system header comes first: the CUDA keyword macros below would break them)
 
 #define KERNELKIT_CPU 1

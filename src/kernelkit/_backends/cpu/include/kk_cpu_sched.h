@@ -23,6 +23,15 @@
 //    `c ? simd_max(a) : simd_min(b)`) count as converged.
 //  * Tiles wider than a warp (thread_block_tile<64..1024>) synchronize through a per-tile
 //    counter indexed by the tile's first thread.
+//  * Cooperative launches (kernel(..., cooperative=True)): every block gets its own OS thread, so
+//    that all blocks are live at once (at most KK_CPU_MAX_COOPERATIVE_BLOCKS, as a GPU fits only
+//    so many). The blocks take turns, one pass of their fibers each (a turn passes at the end of
+//    a pass, in block order), so they advance in step from barrier to barrier as co-resident
+//    blocks do on a GPU: free-running OS threads let one block run far ahead, which exposed
+//    write-after-read races that a GPU never shows (ggml's soft_max_f32_parallelize_cols
+//    reuses its scratch across a grid sync). grid_group::sync() is a block barrier, then the
+//    block's first thread through it arrives at the grid barrier and passes the turn until
+//    every block that has not finished has arrived.
 #pragma once
 
 #ifndef KK_CPU_FIBER_STACK_BYTES
@@ -33,6 +42,9 @@
 #endif
 #ifndef KK_CPU_IDLE_SECONDS
 #define KK_CPU_IDLE_SECONDS 2
+#endif
+#ifndef KK_CPU_MAX_COOPERATIVE_BLOCKS
+#define KK_CPU_MAX_COOPERATIVE_BLOCKS 256  // an OS thread each; 132 SMs x 1 block is ggml's launch
 #endif
 
 struct kk_fault {};  // thrown once the fault message is recorded; unwinds to the block's worker
@@ -52,6 +64,13 @@ struct kk_launch {
   std::atomic<unsigned long long> next{0};
   std::atomic<int> faulted{0};
   char message[1024];
+  // cooperative launches: the grid barrier (blocks not finished yet, arrivals, generation)
+  bool cooperative = false;
+  std::mutex grid_mu;
+  std::condition_variable grid_cv;
+  unsigned long long grid_live = 0, grid_arrived = 0, grid_gen = 0;
+  unsigned long long turn = 0;       // the block (linear index) whose fibers may run now
+  std::vector<unsigned char> ended;  // per block: finished
 };
 
 static thread_local kk_launch* kk_cur_launch;
@@ -149,6 +168,7 @@ struct kk_fiber {
   kk_ctx ctx;
   int state;
   uint3 tid;
+  unsigned grid_syncs;  // grid_group::sync() calls this thread has made
 };
 
 enum : unsigned char { KK_XCHG_SHFL = 0, KK_XCHG_MATCH = 1 };
@@ -189,6 +209,7 @@ struct kk_block {
   const char* bar_file;
   int bar_line;
   const kk_launch* L;
+  unsigned grid_syncs;  // grid barriers this block has passed
   uint3* tid_slot;  // &threadIdx of this OS thread (saves a TLS lookup per switch)
   kk_ctx sched;
 };
@@ -422,6 +443,47 @@ static void kk_check_stacks(kk_worker& w, int n, const kk_launch& L) {
   throw kk_fault{};
 }
 
+// Releases the grid barrier when every block not finished has arrived (caller holds grid_mu).
+static inline void kk_grid_release_if_ready(kk_launch& L) {
+  if (L.grid_arrived && L.grid_arrived == L.grid_live) {
+    L.grid_arrived = 0;
+    ++L.grid_gen;
+  }
+}
+
+static inline unsigned long long kk_block_index(const kk_launch& L, uint3 bid) {
+  return bid.x + (unsigned long long)L.grid.x * (bid.y + (unsigned long long)L.grid.y * bid.z);
+}
+
+// Cooperative turns (caller holds grid_mu): the turn goes to the next unfinished block after
+// `me`, in block order; then the caller waits until the turn is its own again (or a fault).
+static void kk_coop_pass_locked(kk_launch& L, unsigned long long me) {
+  unsigned long long next = L.nblocks;
+  for (unsigned long long k = 1; k <= L.nblocks; ++k) {
+    const unsigned long long c = (me + k) % L.nblocks;
+    if (!L.ended[c]) {
+      next = c;
+      break;
+    }
+  }
+  L.turn = next;
+  L.grid_cv.notify_all();
+}
+static void kk_coop_wait_locked(kk_launch& L, std::unique_lock<std::mutex>& lk,
+                                unsigned long long me) {
+  L.grid_cv.wait(lk, [&] { return L.turn == me || L.faulted.load(); });
+  if (L.turn != me) throw kk_fault{};  // another block faulted: this launch is over
+}
+static void kk_coop_wait_turn(kk_launch& L, unsigned long long me) {
+  std::unique_lock<std::mutex> lk(L.grid_mu);
+  kk_coop_wait_locked(L, lk, me);
+}
+static void kk_coop_next_turn(kk_launch& L, unsigned long long me) {  // at the end of a pass
+  std::unique_lock<std::mutex> lk(L.grid_mu);
+  kk_coop_pass_locked(L, me);
+  kk_coop_wait_locked(L, lk, me);
+}
+
 static void kk_run_fibers(const kk_launch& L) {
   kk_worker& w = kk_this_worker();
   const int n = (int)(L.block.x * L.block.y * L.block.z), nw = (n + 31) / 32;
@@ -438,6 +500,7 @@ static void kk_run_fibers(const kk_launch& L) {
   b.bar_file = "?";
   b.bar_line = 0;
   b.L = &L;
+  b.grid_syncs = 0;
   b.tid_slot = &threadIdx;
   for (int i = 0; i < nw; ++i) {
     memset(&w.warps[i], 0, offsetof(kk_warp_slot, src));
@@ -448,8 +511,12 @@ static void kk_run_fibers(const kk_launch& L) {
     kk_ctx_make(&b.fibers[t].ctx, w.stack(t), KK_CPU_FIBER_STACK_BYTES, kk_fiber_main);
     b.fibers[t].state = KK_RUN;
     b.fibers[t].tid = kk_tid_of(L.block, t);
+    b.fibers[t].grid_syncs = 0;
   }
   kk_cur_block = &b;
+  kk_launch* const coop = L.cooperative ? kk_cur_launch : nullptr;
+  const unsigned long long me = coop ? kk_block_index(L, blockIdx) : 0;
+  if (coop) kk_coop_wait_turn(*coop, me);
   for (;;) {  // one pass: fibers hand over to each other in order, the last one comes back here
     int t = 0;
     while (t < n && b.fibers[t].state != KK_RUN) ++t;
@@ -468,6 +535,7 @@ static void kk_run_fibers(const kk_launch& L) {
       kk_check_stacks(w, n, L);
       throw kk_fault{};
     }
+    if (coop && b.done < n) kk_coop_next_turn(*coop, me);
   }
 }
 
@@ -532,6 +600,31 @@ static void kk_tile_sync(int first, int count) {
   b->fibers[me].state = KK_TILE;
   kk_blocked(b, me);
   kk_yield(b, me);
+}
+
+// cooperative_groups::grid_group::sync(): the block's threads meet at a block barrier; the first
+// of them through it arrives at the grid barrier and passes the turn until every unfinished
+// block has arrived (its other fibers, released, run after it).
+static void kk_grid_sync(const char* file, int line) {
+  kk_block* b = kk_fiber_block("grid_group::sync");
+  kk_launch& L = *kk_cur_launch;
+  if (!L.cooperative) {
+    kk_fault_record("cooperative_groups::grid_group::sync() at %s:%d needs a cooperative launch "
+                    "(kernel(..., cooperative=True)), which keeps every block resident", file, line);
+    throw kk_fault{};
+  }
+  kk_syncthreads_in(b, file, line);
+  if (++b->fibers[b->cur].grid_syncs <= b->grid_syncs) return;  // the block already waited
+  ++b->grid_syncs;
+  const unsigned long long me = kk_block_index(L, blockIdx);
+  std::unique_lock<std::mutex> lk(L.grid_mu);
+  const unsigned long long gen = L.grid_gen;
+  ++L.grid_arrived;
+  kk_grid_release_if_ready(L);
+  while (L.grid_gen == gen) {
+    kk_coop_pass_locked(L, me);
+    kk_coop_wait_locked(L, lk, me);
+  }
 }
 
 struct kk_xchg {
@@ -611,6 +704,14 @@ static void kk_work(kk_launch& L) {
       for (unsigned long long b = b0; b < b1; ++b) {
         blockIdx = kk_block_of(L, b);
         L.run_block(L, blockIdx);
+        if (L.cooperative) {  // a finished block no longer holds the grid barrier back
+          std::lock_guard<std::mutex> lk(L.grid_mu);
+          const unsigned long long me = kk_block_index(L, blockIdx);
+          L.ended[me] = 1;
+          --L.grid_live;
+          kk_grid_release_if_ready(L);
+          if (L.turn == me) kk_coop_pass_locked(L, me);
+        }
       }
     }
   } catch (kk_fault&) {
@@ -619,7 +720,31 @@ static void kk_work(kk_launch& L) {
   } catch (...) {
     kk_fault_record("unknown C++ exception in the CPU runtime");
   }
+  if (L.cooperative && L.faulted.load()) {  // wake blocks waiting at a grid barrier
+    std::lock_guard<std::mutex> lk(L.grid_mu);
+    L.grid_cv.notify_all();
+  }
   kk_cur_launch = nullptr;
+}
+
+// A cooperative launch: one OS thread per block (this one included), all live at once.
+static void kk_run_cooperative(kk_launch& L) {
+  L.chunk = 1;
+  L.grid_live = L.nblocks;
+  L.ended.assign(L.nblocks, 0);
+  std::vector<std::thread> threads;
+  try {
+    for (unsigned long long i = 1; i < L.nblocks; ++i) threads.emplace_back(kk_work, std::ref(L));
+  } catch (...) {  // could not start a thread: the blocks could never all be resident
+    kk_cur_launch = &L;
+    kk_fault_record("cooperative launch: could not start a thread for each of %llu blocks",
+                    L.nblocks);
+    kk_cur_launch = nullptr;
+    std::lock_guard<std::mutex> lk(L.grid_mu);
+    L.grid_cv.notify_all();
+  }
+  if (!L.faulted.load()) kk_work(L);
+  for (std::thread& t : threads) t.join();
 }
 
 static void kk_helper_main(kk_pool* p) {
@@ -646,7 +771,7 @@ static void kk_helper_main(kk_pool* p) {
 // Runs a whole grid; returns 0, or 1 with the fault message in kk_last_fault (this thread's).
 static int kk_launch_grid(const void* args, kk_block_fn rb, kk_thread_fn rt, long long gx,
                           long long gy, long long gz, long long bx, long long by, long long bz,
-                          long long shmem, int nthreads) {
+                          long long shmem, int nthreads, bool cooperative = false) {
   kk_launch L;
   L.args = args;
   L.run_block = rb;
@@ -667,6 +792,22 @@ static int kk_launch_grid(const void* args, kk_block_fn rb, kk_thread_fn rt, lon
              "shared memory (at most %d)", gx, gy, gz, bx, by, bz, shmem,
              KK_CPU_MAX_DYNAMIC_SHARED_BYTES);
     return 2;
+  }
+  if (cooperative && L.nblocks > KK_CPU_MAX_COOPERATIVE_BLOCKS) {
+    snprintf(kk_last_fault, sizeof(kk_last_fault),
+             "cpu: cooperative launch of %llu blocks: the CPU backend keeps at most %d blocks "
+             "resident at once (an OS thread each); launch fewer blocks, as a GPU also fits only "
+             "so many", L.nblocks, KK_CPU_MAX_COOPERATIVE_BLOCKS);
+    return 2;
+  }
+  L.cooperative = cooperative;
+  if (cooperative) {
+    std::lock_guard<std::mutex> serial(kk_the_pool().launch_mu);
+    kk_run_cooperative(L);
+    fflush(stdout);
+    if (!L.faulted.load()) return 0;
+    memcpy(kk_last_fault, L.message, sizeof(kk_last_fault));
+    return 1;
   }
   if (nthreads < 1) nthreads = 1;
   const unsigned long long per = L.nblocks / ((unsigned long long)nthreads * 16);

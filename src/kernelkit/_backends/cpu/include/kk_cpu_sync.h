@@ -270,10 +270,10 @@ struct grid_group {
            blockDim.z;
   }
   unsigned long long num_threads() const { return size(); }
-  bool is_valid() const { return true; }
-  void sync() const {
-    kk_fault_record("cooperative_groups::grid_group::sync() is not supported by the CPU backend");
-    throw kk_fault{};
+  bool is_valid() const { return kk_cur_launch && kk_cur_launch->cooperative; }
+  // every block of a cooperative launch (kernel(..., cooperative=True)) meets here
+  void sync(const char* file = __builtin_FILE(), int line = __builtin_LINE()) const {
+    kk_grid_sync(file, line);
   }
 };
 static inline grid_group this_grid() { return grid_group{}; }
@@ -482,6 +482,7 @@ static inline T exclusive_scan(const thread_block_tile<N>& g, T v) {
   return exclusive_scan(g, v, plus<T>());
 }
 static inline void sync(const thread_block& b) { b.sync(); }
+static inline void sync(const grid_group& g) { g.sync(); }
 template <unsigned N>
 static inline void sync(const thread_block_tile<N>& t) { t.sync(); }
 static inline void sync(const coalesced_group& g) { g.sync(); }
