@@ -67,10 +67,10 @@ struct kk_launch {
   // cooperative launches: the grid barrier (blocks not finished yet, arrivals, generation)
   bool cooperative = false;
   std::mutex grid_mu;
-  std::condition_variable grid_cv;
   unsigned long long grid_live = 0, grid_arrived = 0, grid_gen = 0;
   unsigned long long turn = 0;       // the block (linear index) whose fibers may run now
   std::vector<unsigned char> ended;  // per block: finished
+  std::unique_ptr<std::condition_variable[]> turn_cv;  // per block: woken when its turn comes
 };
 
 static thread_local kk_launch* kk_cur_launch;
@@ -467,11 +467,14 @@ static void kk_coop_pass_locked(kk_launch& L, unsigned long long me) {
     }
   }
   L.turn = next;
-  L.grid_cv.notify_all();
+  if (next < L.nblocks) L.turn_cv[next].notify_one();  // one waiter: no herd of 100s of threads
+}
+static void kk_coop_wake_all(kk_launch& L) {  // a fault: every waiting block gives up
+  for (unsigned long long i = 0; i < L.nblocks; ++i) L.turn_cv[i].notify_all();
 }
 static void kk_coop_wait_locked(kk_launch& L, std::unique_lock<std::mutex>& lk,
                                 unsigned long long me) {
-  L.grid_cv.wait(lk, [&] { return L.turn == me || L.faulted.load(); });
+  L.turn_cv[me].wait(lk, [&] { return L.turn == me || L.faulted.load(); });
   if (L.turn != me) throw kk_fault{};  // another block faulted: this launch is over
 }
 static void kk_coop_wait_turn(kk_launch& L, unsigned long long me) {
@@ -720,9 +723,9 @@ static void kk_work(kk_launch& L) {
   } catch (...) {
     kk_fault_record("unknown C++ exception in the CPU runtime");
   }
-  if (L.cooperative && L.faulted.load()) {  // wake blocks waiting at a grid barrier
+  if (L.cooperative && L.faulted.load()) {  // wake blocks waiting for their turn
     std::lock_guard<std::mutex> lk(L.grid_mu);
-    L.grid_cv.notify_all();
+    kk_coop_wake_all(L);
   }
   kk_cur_launch = nullptr;
 }
@@ -732,6 +735,7 @@ static void kk_run_cooperative(kk_launch& L) {
   L.chunk = 1;
   L.grid_live = L.nblocks;
   L.ended.assign(L.nblocks, 0);
+  L.turn_cv.reset(new std::condition_variable[L.nblocks]);
   std::vector<std::thread> threads;
   try {
     for (unsigned long long i = 1; i < L.nblocks; ++i) threads.emplace_back(kk_work, std::ref(L));
@@ -741,7 +745,7 @@ static void kk_run_cooperative(kk_launch& L) {
                     L.nblocks);
     kk_cur_launch = nullptr;
     std::lock_guard<std::mutex> lk(L.grid_mu);
-    L.grid_cv.notify_all();
+    kk_coop_wake_all(L);
   }
   if (!L.faulted.load()) kk_work(L);
   for (std::thread& t : threads) t.join();
