@@ -300,6 +300,10 @@ def kernel(
     refuses launches of more threads per block. ``cluster_dims=2`` or ``(2, 1, 1)`` puts
     ``__cluster_dims__(2, 1, 1)`` on it (CUDA, sm_90+): every launch runs its blocks in clusters
     of that shape, so the grid's blocks must divide into them (checked per launch).
+    A call's ``template=[("block_size", 32), ("T", np.float16), ("order", kernelkit.cxx(
+    "ggml_sort_order::ASC"))]`` makes the body a function template instantiated with them
+    (ints, bools, dtypes, and enumerators or functions of ``header=`` through ``kernelkit.cxx``),
+    so ``if constexpr`` discards as in the original kernel.
     ``structs={"params": kernelkit.struct("soft_max_params", 96)}`` makes input ``params`` a
     POD C++ type from ``header=`` received by value (pass a NumPy structured scalar or bytes).
     ``cooperative=True`` launches so that every block of the grid is resident at once, which

@@ -31,7 +31,7 @@ class ArgRoute:
 
     what: str  # e.g. "[k] input 'x'" for messages
     slot: int
-    kind: str  # "array", "scalar_array", "scalar" or "tensor_map"
+    kind: str  # "array", "scalar_array", "scalar", "tensor_map" or "struct"
     adapter: Adapter | None = None
     dtype: str = ""
     contiguous: bool = True  # make/require row-contiguous

@@ -24,7 +24,7 @@ __all__ = ["arg_types", "make_params", "render_request"]
 def arg_types(problem: Problem) -> tuple[list[tuple[str, DType | None]], list[DType]]:
     """A bound problem's (kind, dtype) per input and dtype per output, as ``render_request``
     takes them (a None input is a null pointer: an array parameter)."""
-    inputs = [
+    inputs: list[tuple[str, DType | None]] = [
         ("array" if a.kind == "null" else a.kind, DTYPES.get(a.dtype))  # struct: no dtype
         for a in problem.args
         if not a.is_output

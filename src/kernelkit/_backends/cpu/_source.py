@@ -290,7 +290,9 @@ def _limit_static_shared(code: str) -> str:
 
 def _declared_names(declaration: str) -> list[str]:
     """The variable names of ``float a[N], b`` (text after ``__shared__``, before ``;``)."""
-    parts, depth, angle, cur = [], 0, 0, []
+    parts: list[str] = []
+    cur: list[str] = []
+    depth = angle = 0
     for ch in declaration:
         if ch in "([":
             depth += 1
