@@ -358,3 +358,24 @@ def test_grid_sync_without_a_cooperative_launch_is_a_fault():
 def test_cooperative_grid_beyond_the_cpu_limit_is_refused():
     with pytest.raises(kernelkit.KernelkitError, match=r"cooperative launch of 257 blocks"):
         _run_grid_sum(_grid_sum(True), np.ones(1000, np.float32), 257)
+
+
+def test_a_fault_in_one_block_ends_a_cooperative_launch_without_hanging():
+    k = kernelkit.kernel(
+        "coop_trap",
+        ["x"],
+        ["y"],
+        "namespace cg = cooperative_groups;\nif (blockIdx.x == 3 && threadIdx.x == 5) __trap();\n"
+        "cg::this_grid().sync();\ny[blockIdx.x * blockDim.x + threadIdx.x] = x[0];",
+        header="#include <cooperative_groups.h>",
+        cooperative=True,
+    )
+    with pytest.raises(kernelkit.KernelFault, match=r"__trap\(\) called by block \(3,0,0\)"):
+        k(
+            [np.ones(4, np.float32)],
+            output_shapes=[(8 * 64,)],
+            output_dtypes=[np.float32],
+            grid=(8 * 64, 1, 1),
+            threadgroup=(64, 1, 1),
+            backend="cpu",
+        )
