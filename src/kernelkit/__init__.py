@@ -9,6 +9,7 @@ Nothing here touches a GPU or loads a compiler at import.
 
 from ._api import Kernel, cuda_kernel, kernel
 from ._cache import add_bundle, cache_stats
+from ._codegen import cxx, struct
 from ._errors import (
     ArgumentError,
     ArgumentTypeError,
@@ -53,10 +54,12 @@ __all__ = [
     "cache_stats",
     "cuda_kernel",
     "custom_vjp",
+    "cxx",
     "explain",
     "force",
     "kernel",
     "metal_kernel",
+    "struct",
     "tensor_map",
     "tune_op",
 ]

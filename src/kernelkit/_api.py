@@ -20,7 +20,7 @@ from ._codegen import check_identifier, scan_body
 from ._dtypes import normalize_dtype
 from ._errors import ArgumentError, ArgumentTypeError
 from ._key import MISS, CallArgs, call_key, guard_of
-from ._records import KernelSpec
+from ._records import KernelSpec, StructType
 
 if TYPE_CHECKING:
     from ._integrations.jax_ffi import JaxCallable
@@ -285,6 +285,8 @@ def kernel(
     optional_inputs: Mapping[str, Any] | None = None,
     launch_bounds: int | Sequence[int] | None = None,
     cluster_dims: int | Sequence[int] | None = None,
+    structs: Mapping[str, StructType] | None = None,
+    cooperative: bool = False,
 ) -> Kernel:
     """Define a kernel from the body of its function; nothing is compiled until it is called.
 
@@ -298,6 +300,14 @@ def kernel(
     refuses launches of more threads per block. ``cluster_dims=2`` or ``(2, 1, 1)`` puts
     ``__cluster_dims__(2, 1, 1)`` on it (CUDA, sm_90+): every launch runs its blocks in clusters
     of that shape, so the grid's blocks must divide into them (checked per launch).
+    A call's ``template=[("block_size", 32), ("T", np.float16), ("order", kernelkit.cxx(
+    "ggml_sort_order::ASC"))]`` makes the body a function template instantiated with them
+    (ints, bools, dtypes, and enumerators or functions of ``header=`` through ``kernelkit.cxx``),
+    so ``if constexpr`` discards as in the original kernel.
+    ``structs={"params": kernelkit.struct("soft_max_params", 96)}`` makes input ``params`` a
+    POD C++ type from ``header=`` received by value (pass a NumPy structured scalar or bytes).
+    ``cooperative=True`` launches so that every block of the grid is resident at once, which
+    ``cooperative_groups::this_grid().sync()`` needs (a grid too large to fit is an error).
 
     Example::
 
@@ -333,6 +343,8 @@ def kernel(
         raise ArgumentTypeError(f"[{name}] backend must be a backend name (str) or None")
     refs, attrs = scan_body(source, ins + outs)
     spec = KernelSpec(
+        struct_inputs=_structs(structs, ins, name),
+        cooperative=_flag(cooperative, "cooperative", name),
         optional_inputs=_optional(optional_inputs, ins, name),
         launch_bounds=_launch_bounds(launch_bounds, name),
         cluster_dims=_cluster_dims(cluster_dims, name),
@@ -369,6 +381,33 @@ def _optional(value: Any, inputs: tuple[str, ...], kernel_name: str) -> tuple[tu
             (iname, normalize_dtype(dtype, f"[{kernel_name}] optional_inputs[{iname!r}]").name)
         )
     return tuple(sorted(out))
+
+
+def _structs(value: Any, inputs: tuple[str, ...], kernel_name: str) -> tuple:
+    if value is None:
+        return ()
+    if not isinstance(value, Mapping):
+        raise ArgumentTypeError(
+            f"[{kernel_name}] structs must map input names to kernelkit.struct(...), got {value!r}"
+        )
+    for iname, st in value.items():
+        if iname not in inputs:
+            raise ArgumentError(
+                f"[{kernel_name}] structs names {iname!r}, which is not in input_names "
+                f"{list(inputs)}"
+            )
+        if not isinstance(st, StructType):
+            raise ArgumentTypeError(
+                f"[{kernel_name}] structs[{iname!r}] must be kernelkit.struct(ctype, size), "
+                f"got {st!r}"
+            )
+    return tuple(sorted(value.items()))
+
+
+def _flag(value: Any, what: str, kernel_name: str) -> bool:
+    if not isinstance(value, bool):
+        raise ArgumentTypeError(f"[{kernel_name}] {what} must be True or False, got {value!r}")
+    return value
 
 
 def _launch_bounds(value: Any, kernel_name: str) -> tuple[int, ...]:

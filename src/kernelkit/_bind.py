@@ -15,6 +15,7 @@ from ._dtypes import PY_SCALAR_DTYPES, normalize_dtype
 from ._errors import ArgumentError, ArgumentTypeError
 from ._records import ArgFacts, KernelSpec, Problem, Target
 from ._registry import backend_call, backend_for_device_type, get_backend
+from ._structs import key_struct_type
 from ._tensor_map import ADAPTER as TENSOR_MAP_ADAPTER
 from ._tensor_map import TensorMap
 from .backend import Backend
@@ -72,9 +73,14 @@ def bind(
     arrays: list[tuple[str, ArrayInfo]] = []
     maps: list[tuple[str, TensorMap]] = []
     first_adapter: Adapter | None = None
-    optional = dict(spec.optional_inputs)
+    optional, structs = dict(spec.optional_inputs), dict(spec.struct_inputs)
     for iname, x in zip(spec.input_names, inputs):
         what = f"input {iname!r}"
+        if iname in structs:  # by value: bytes of the declared type (size checked per call)
+            key_struct_type(x)
+            facts.append(ArgFacts(iname, "struct", structs[iname].ctype))
+            in_adapters.append(None)
+            continue
         if x is None:
             facts.append(_facts(iname, "null", _null_info(name, iname, optional)))
             in_adapters.append(NULL)

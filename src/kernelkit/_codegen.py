@@ -1,7 +1,8 @@
 """Body -> backend-neutral kernel pieces: parameters, template constants, attribute locals.
 
 Nothing user-supplied reaches generated text unchecked: names must be C identifiers that are not
-keywords, template values are bools, ints or known dtypes. The body and header are the user's code.
+keywords, template values are bools, ints, known dtypes or ``kernelkit.cxx`` names (qualified
+identifiers). The body and header are the user's code.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any
 from . import _records
 from ._dtypes import DTYPES, normalize_dtype
 from ._errors import ArgumentError, ArgumentTypeError
-from ._records import KernelSource, KernelSpec, Param
+from ._records import CxxName, KernelSource, KernelSpec, Param, StructType
 
 __all__ = [
     "METADATA",
@@ -22,13 +23,17 @@ __all__ = [
     "abi_options",
     "check_identifier",
     "cluster_dims",
+    "cxx",
     "extent_param",
     "launch_bounds",
     "make_source",
     "metadata_param",
     "scan_body",
     "signature",
-    "template_lines",
+    "struct",
+    "template_args",
+    "template_head",
+    "template_params",
 ]
 
 # The parameter ABI, defined here once: what an array's metadata parameters are called and how
@@ -133,11 +138,93 @@ def scan_body(source: str, names: Iterable[str]) -> tuple[frozenset[str], frozen
     return frozenset(refs), frozenset(_ATTR_RE.findall(source))
 
 
-def template_lines(
+_QUALIFIED = re.compile(r"(?:::)?[A-Za-z_][A-Za-z0-9_]*(?:::[A-Za-z_][A-Za-z0-9_]*)*\Z")
+
+
+def cxx(name: str) -> CxxName:
+    """A C++ name as a ``template=`` value: an enumerator or a function that ``header=``
+    declares, e.g. ``kernelkit.cxx("ggml_sort_order::ASC")`` or ``kernelkit.cxx("silu")``; the
+    body receives it as a template parameter (``template <auto order>``). Only a (qualified)
+    identifier is accepted, never an expression.
+
+    Example::
+
+        >>> import kernelkit
+        >>> kernelkit.cxx("ggml_sort_order::ASC")
+        CxxName(name='ggml_sort_order::ASC')
+    """
+    if not isinstance(name, str):
+        raise ArgumentTypeError(f"[cxx] name must be a str, got {type(name).__name__}")
+    if not _QUALIFIED.match(name):
+        raise ArgumentError(
+            f"[cxx] {name!r} is not a C++ name (identifiers joined by '::', such as "
+            "'ggml_sort_order::ASC' or 'silu')"
+        )
+    parts = [p for p in name.split("::") if p]
+    bad = [p for p in parts if p in _CXX_KEYWORDS]
+    if bad:
+        raise ArgumentError(f"[cxx] {name!r} contains the C++ keyword {bad[0]!r}")
+    return CxxName(name)
+
+
+MAX_STRUCT_BYTES = 4096  # a CUDA kernel's parameters may take 4 KB in all (32 KB from CUDA 12.1)
+
+
+def struct(ctype: str, size: int) -> StructType:
+    """Declare a by-value input of a POD C++ type that ``header=`` defines, for
+    ``kernel(..., structs={"params": kernelkit.struct("soft_max_params", 96)})``: the body
+    receives ``const soft_max_params params`` as the original kernel did; a call passes a NumPy
+    structured scalar (or 0-d array) or ``bytes`` of exactly ``size`` bytes, laid out as the C++
+    type is (the compiler checks ``sizeof`` against ``size``).
+
+    Example::
+
+        >>> import kernelkit
+        >>> kernelkit.struct("uint3", 12)
+        StructType(ctype='uint3', nbytes=12)
+    """
+    name = cxx(ctype).name if isinstance(ctype, str) else ctype
+    if not isinstance(name, str):
+        raise ArgumentTypeError(f"[struct] ctype must be a str, got {type(ctype).__name__}")
+    if isinstance(size, bool) or not isinstance(size, numbers.Integral) or size < 1:
+        raise ArgumentError(f"[struct] size must be a positive int (bytes), got {size!r}")
+    if size > MAX_STRUCT_BYTES:
+        raise ArgumentError(
+            f"[struct] size {size} bytes exceeds the {MAX_STRUCT_BYTES} bytes a kernel's "
+            "parameters may take"
+        )
+    return StructType(name, int(size))
+
+
+def _template_param(name: str, value: Any, kernel: str) -> tuple[tuple[str, str], str | None]:
+    """((parameter declaration, argument), the dtype it names or None) for one value."""
+    if isinstance(value, bool) or _is_numpy_bool(value):
+        return (f"bool {name}", "true" if bool(value) else "false"), None
+    if isinstance(value, numbers.Integral):
+        v = int(value)
+        if not -(2**63) <= v < 2**63:
+            raise ArgumentError(f"[{kernel}] template {name!r} = {v} does not fit in 64 bits")
+        if -(2**31) <= v < 2**31:
+            return (f"int {name}", str(v)), None
+        return (f"long long {name}", f"{v}LL"), None
+    if isinstance(value, CxxName):
+        return (f"auto {name}", cxx(value.name).name), None  # checked again: records are open
+    try:
+        dt = normalize_dtype(value, f"template {name!r}")
+    except TypeError:
+        raise ArgumentTypeError(
+            f"[{kernel}] template {name!r} must be a bool, an int, a dtype or a "
+            f"kernelkit.cxx name, got {type(value).__name__} {value!r}"
+        ) from None
+    return (f"typename {name}", dt.ctype), dt.name
+
+
+def template_params(
     template: Sequence[tuple[str, Any]], kernel: str = "kernel"
-) -> tuple[str, tuple[str, ...]]:
-    """C++ lines for template arguments, and the dtypes they name. Validates every entry."""
-    lines, dtypes, seen = [], [], set()
+) -> tuple[tuple[tuple[str, str], ...], tuple[str, ...]]:
+    """(parameter declaration, argument) per template value, and the dtypes they name.
+    Validates every entry."""
+    out, dtypes, seen = [], [], set()
     for i, item in enumerate(template):
         if not (isinstance(item, tuple | list) and len(item) == 2):
             raise ArgumentTypeError(
@@ -148,39 +235,55 @@ def template_lines(
         if name in seen:
             raise ArgumentError(f"[{kernel}] template name {name!r} is given twice")
         seen.add(name)
-        if isinstance(value, bool) or _is_numpy_bool(value):
-            lines.append(f"constexpr bool {name} = {'true' if bool(value) else 'false'};")
-        elif isinstance(value, numbers.Integral):
-            v = int(value)
-            if not -(2**63) <= v < 2**63:
-                raise ArgumentError(f"[{kernel}] template {name!r} = {v} does not fit in 64 bits")
-            ctype = "int" if -(2**31) <= v < 2**31 else "long long"
-            lines.append(f"constexpr {ctype} {name} = {v}{'LL' if ctype != 'int' else ''};")
-        else:
-            try:
-                dt = normalize_dtype(value, f"template {name!r}")
-            except TypeError:
-                raise ArgumentTypeError(
-                    f"[{kernel}] template {name!r} must be a bool, an int or a dtype, "
-                    f"got {type(value).__name__} {value!r}"
-                ) from None
-            lines.append(f"using {name} = {dt.ctype};")
-            dtypes.append(dt.name)
-    return "\n".join(lines), tuple(dtypes)
+        param, dtype = _template_param(name, value, kernel)
+        out.append(param)
+        if dtype is not None:
+            dtypes.append(dtype)
+    return tuple(out), tuple(dtypes)
+
+
+def _as_local(decl: str, arg: str) -> str:
+    """A template parameter as a local of a non-template body: ``constexpr int N = 3;``,
+    ``using T = float;``."""
+    kind, name = decl.rsplit(" ", 1)
+    if kind == "typename":
+        return f"using {name} = {arg};"
+    return f"constexpr {kind} {name} = {arg};"
+
+
+def template_head(source: KernelSource) -> str:
+    """``template <int block_size, typename T>`` before the body's function, or ""."""
+    if not source.template:
+        return ""
+    return f"template <{', '.join(decl for decl, _ in source.template)}>"
+
+
+def template_args(source: KernelSource) -> str:
+    """``<32, float>`` after the body function's name where it is called, or ""."""
+    if not source.template:
+        return ""
+    return f"<{', '.join(arg for _, arg in source.template)}>"
 
 
 def make_source(
-    spec: KernelSpec, params: tuple[Param, ...], template: Sequence[tuple[str, Any]]
+    spec: KernelSpec,
+    params: tuple[Param, ...],
+    template: Sequence[tuple[str, Any]],
+    as_template: bool = True,
 ) -> KernelSource:
-    """The neutral pieces of one specialization (params already bound to dtypes)."""
-    tlines, tdtypes = template_lines(template, spec.name)
+    """The neutral pieces of one specialization (params already bound to dtypes).
+    ``as_template``: the template values as the body's template parameters (``.template``);
+    False: as constexpr locals at the top of the preamble (backends without templates)."""
+    tparams, tdtypes = template_params(template, spec.name)
     clash = {n for n, _ in template} & {p.name for p in params}
     if clash:
         raise ArgumentError(
             f"[{spec.name}] template name {sorted(clash)[0]!r} clashes with a parameter"
         )
     attrs = [METAL_ATTRIBUTES[a] for a in METAL_ATTRIBUTES if a in spec.attribute_refs]
-    preamble = "\n".join(x for x in (tlines, *attrs) if x)
+    checks = [_struct_checks(spec.name, p) for p in params if p.kind == "struct"]
+    locals_ = [] if as_template else [_as_local(decl, arg) for decl, arg in tparams]
+    preamble = "\n".join([*locals_, *attrs, *checks])
     needs = {_DTYPE_NEEDS[d] for d in (*tdtypes, *(p.dtype for p in params)) if d in _DTYPE_NEEDS}
     text = spec.header + "\n" + spec.source
     needs.update(k for k, rx in _NEEDS.items() if rx.search(text))
@@ -197,6 +300,21 @@ def make_source(
         arch_specific=spec.arch_specific,
         launch_bounds=spec.launch_bounds,
         cluster_dims=spec.cluster_dims,
+        template=tparams if as_template else (),
+        cooperative=spec.cooperative,
+    )
+
+
+def _struct_checks(kernel: str, p: Param) -> str:
+    """Compile-time checks that a struct parameter's C++ type is what Python packs: its size and
+    that it can be copied as bytes (a C++ error naming the input otherwise). "" for others."""
+    if p.kind != "struct":
+        return ""
+    return (
+        f"static_assert(sizeof({p.ctype}) == {p.nbytes}, \"[{kernel}] struct input '{p.name}': "
+        f'sizeof({p.ctype}) is not the {p.nbytes} bytes kernelkit.struct declares"); '
+        f'static_assert(__is_trivially_copyable({p.ctype}), "[{kernel}] struct input '
+        f"'{p.name}': {p.ctype} must be trivially copyable (a POD) to be passed as bytes\");"
     )
 
 
@@ -234,10 +352,15 @@ def cluster_dims(source: KernelSource) -> str:
     return f"__cluster_dims__({', '.join(map(str, source.cluster_dims))}) "
 
 
-def signature(params: tuple[Param, ...]) -> str:
-    """The C parameter list shared by every backend that uses the standard prelude types."""
+def signature(params: tuple[Param, ...], for_body: bool = False) -> str:
+    """The C parameter list shared by every backend that uses the standard prelude types.
+    ``for_body``: the list of a function the kernel calls with its own parameters (a template
+    body): tensor maps by reference, so TMA still reads the kernel's parameter space."""
     parts = []
     for p in params:
+        if for_body and p.kind == "tensor_map":
+            parts.append(f"const kk_tensor_map& {p.name}")
+            continue
         if p.kind == "array":
             # no __restrict__: an output may alias an input (in place through out=)
             ctype = _ctype(p)
@@ -250,6 +373,8 @@ def signature(params: tuple[Param, ...]) -> str:
             parts.append(f"const kk_dims {p.name}")
         elif p.kind == "tensor_map":  # TMA reads it from the parameter space: never copied
             parts.append(f"const __grid_constant__ kk_tensor_map {p.name}")
+        elif p.kind == "struct":  # a header= type by value, as real kernels take them
+            parts.append(f"const {p.ctype} {p.name}")
         else:
             parts.append(f"const int {p.name}")
     return ", ".join(parts)

@@ -22,6 +22,7 @@ from ._key import CALL_ARGS, Guard, guard_lines
 from ._launch import LoadedProgram
 from ._pack import ArgPack, scalar_bits
 from ._records import MAP_BYTES, MAX_NDIM, Param
+from ._structs import struct_copier
 
 
 @dataclass
@@ -30,11 +31,12 @@ class ArgRoute:
 
     what: str  # e.g. "[k] input 'x'" for messages
     slot: int
-    kind: str  # "array", "scalar_array", "scalar" or "tensor_map"
+    kind: str  # "array", "scalar_array", "scalar", "tensor_map" or "struct"
     adapter: Adapter | None = None
     dtype: str = ""
     contiguous: bool = True  # make/require row-contiguous
     meta: dict[str, int] = field(default_factory=dict)  # "shape"/"strides"/"ndim"/"extent" -> slot
+    nbytes: int = 0  # struct: the value's size
 
 
 def meta_lines(
@@ -192,6 +194,9 @@ def _input_lines(i: int, r: ArgRoute, ns: dict[str, Any]) -> list[str]:
     if r.kind == "scalar":
         ns[f"_scalar{i}"] = _scalar_setter(r)
         return [f"    s[{r.slot}].value = _scalar{i}(inputs[{i}])"]
+    if r.kind == "struct":  # its bytes into the slot, size checked
+        ns[f"_struct{i}"] = struct_copier(r.what, r.nbytes)
+        return [f"    _struct{i}(s[{r.slot}], inputs[{i}])"]
     if r.kind == "tensor_map":  # its 128 bytes into the slot (the guard checked the class)
         ns["_memmove"] = ctypes.memmove
         return [f"    _memmove(s[{r.slot}], inputs[{i}].words, {MAP_BYTES})"]

@@ -143,12 +143,17 @@ def load(
     default_shared_bytes: int,
     max_threads: int = 0,
     cluster: tuple[int, ...] = (),
+    cooperative: bool = False,
 ) -> LoadedProgram:
     """The program for ``request`` on ``target``'s device, loaded once per process; the
     caches are asked for its binary only when it is not loaded yet. ``max_threads`` (the
     kernel's launch bounds, 0: none) caps threads per block; ``cluster`` (the kernel's cluster
-    dims, (): none) must divide the blocks of every launch."""
-    key = (backend.name, target.device, default_shared_bytes, max_threads, cluster, request)
+    dims, (): none) must divide the blocks of every launch; ``cooperative``: launched through
+    ``Backend.cooperative_launcher`` (every block resident at once)."""
+    key = (
+        backend.name, target.device, default_shared_bytes, max_threads, cluster, cooperative,
+        request,
+    )  # fmt: skip
     found = _loaded.get(key)
     if found is not None:
         return found
@@ -156,7 +161,10 @@ def load(
     with _lock:
         found = _loaded.get(key)
         if found is None:
-            args = (backend, target, request.kernel, default_shared_bytes, max_threads, cluster)
+            args = (
+                backend, target, request.kernel, default_shared_bytes, max_threads, cluster,
+                cooperative,
+            )  # fmt: skip
             try:
                 found = _load(binary, *args)
             except KernelkitError as e:  # a bundle's binary the device refuses: compile it here
@@ -174,11 +182,13 @@ def _load(
     default_shared_bytes: int,
     max_threads: int,
     cluster: tuple[int, ...],
+    cooperative: bool,
 ) -> LoadedProgram:
     with backend_call(backend, "load"):
         program = backend.load(binary, target)
         limits = dict(backend.kernel_limits(program))
-        launch = backend.launcher(program, target)
+        make = backend.cooperative_launcher if cooperative else backend.launcher
+        launch = make(program, target)
     if max_threads:
         known = limits.get("max_threads_per_block", target.max_threads_per_block)
         limits["max_threads_per_block"] = min(known, max_threads)

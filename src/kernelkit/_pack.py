@@ -42,6 +42,8 @@ def _slot(p: Param) -> Any:
         return ctypes.c_int32()
     if p.kind == "tensor_map":
         return (ctypes.c_uint64 * (MAP_BYTES // 8))()  # the map's bytes, copied in per call
+    if p.kind == "struct":  # the value's bytes, copied in per call (8-byte aligned storage)
+        return (ctypes.c_uint64 * ((p.nbytes + 7) // 8))()
     return ctypes.c_int64()  # extent
 
 

@@ -76,6 +76,7 @@ def build(
         spec.shared_memory_bytes,
         spec.launch_bounds[0] if spec.launch_bounds else 0,
         spec.cluster_dims,
+        spec.cooperative,
     )
     ins, outs = _routes(spec, bound, params)
     where = problem.device_type, problem.device_index
@@ -140,6 +141,7 @@ def _routes(spec: KernelSpec, bound: Bound, params: tuple[Param, ...]) -> tuple[
                 facts.dtype,
                 spec.ensure_row_contiguous,
                 meta_of(pname),
+                params[index[pname]].nbytes,
             )
         )
     outs = []

@@ -12,7 +12,9 @@ __all__ = [
     "ArgFacts",
     "Artifact",
     "CompileRequest",
+    "CxxName",
     "KernelSource",
+    "StructType",
     "KernelSpec",
     "Param",
     "Problem",
@@ -23,7 +25,27 @@ __all__ = [
 MAX_NDIM = 8  # shape/strides travel by value as a fixed array of int64 (kk_dims)
 MAP_BYTES = 128  # a tensor map (CUtensorMap) travels by value as 128 opaque bytes
 
-ParamKind = Literal["array", "scalar", "scalar_array", "dims", "ndim", "extent", "tensor_map"]
+ParamKind = Literal[
+    "array", "scalar", "scalar_array", "dims", "ndim", "extent", "tensor_map", "struct"
+]
+
+
+@dataclass(frozen=True)
+class CxxName:
+    """A C++ name used as a template value: an enumerator (``ggml_sort_order::ASC``) or a
+    function (``silu``) that the kernel's ``header=`` declares. Made by ``kernelkit.cxx``,
+    which checks that ``name`` is a (qualified) identifier and nothing else."""
+
+    name: str
+
+
+@dataclass(frozen=True)
+class StructType:
+    """A POD C++ type that ``header=`` defines, passed by value (``kernelkit.struct``): its name
+    (a qualified identifier) and its size in bytes, which both Python and the compiler check."""
+
+    ctype: str
+    nbytes: int
 
 
 @dataclass(frozen=True)
@@ -44,6 +66,8 @@ class KernelSpec:
     optional_inputs: tuple[tuple[str, str], ...] = ()  # (input, dtype name): may be None (null)
     launch_bounds: tuple[int, ...] = ()  # (max threads per block[, min blocks per SM])
     cluster_dims: tuple[int, ...] = ()  # thread-block cluster shape (x[, y[, z]]), () for none
+    struct_inputs: tuple[tuple[str, StructType], ...] = ()  # (input, its type): by value
+    cooperative: bool = False  # launched so that all blocks are resident (grid-wide sync)
 
 
 @dataclass(frozen=True)
@@ -58,17 +82,23 @@ class Param:
     ``extent``: ``long long`` element count reachable through array ``dtype``-less param
     ``kk_extent_<array>`` (only in checked mode, for backends that bounds-check);
     ``tensor_map``: a ``kernelkit.tensor_map`` by value, ``const __grid_constant__ kk_tensor_map``
-    (128 bytes; ``dtype`` is its array's).
+    (128 bytes; ``dtype`` is its array's);
+    ``struct``: a POD C++ type by value, ``const <ctype> name`` (``nbytes`` bytes, declared with
+    ``kernelkit.struct``; its type comes from the kernel's ``header=``).
     """
 
     name: str
     kind: ParamKind
     dtype: str | None = None
     is_output: bool = False
+    ctype: str | None = None  # struct: the C++ type's name
+    nbytes: int = 0  # struct: its size in bytes
 
     def __post_init__(self) -> None:
         if self.kind in ("array", "scalar", "scalar_array", "tensor_map") and self.dtype is None:
             raise ValueError(f"param {self.name!r} of kind {self.kind} needs a dtype")
+        if self.kind == "struct" and (not self.ctype or self.nbytes <= 0):
+            raise ValueError(f"param {self.name!r} of kind struct needs a ctype and nbytes > 0")
 
 
 @dataclass(frozen=True)
@@ -79,8 +109,13 @@ class KernelSource:
     entry: str  # the C symbol of the kernel function
     params: tuple[Param, ...]
     header: str
-    preamble: str  # template constants and attribute locals, placed before the body
+    preamble: str  # attribute locals (Metal thread attributes), placed before the body
     body: str
+    # (parameter declaration, argument) per template value, e.g. ("int block_size", "32"),
+    # ("typename T", "float"), ("auto order", "ggml_sort_order::ASC"): the body is a function
+    # template instantiated with them (see _codegen.template_head / template_args)
+    template: tuple[tuple[str, str], ...] = ()
+    cooperative: bool = False  # launched with every block resident (grid-wide sync)
     needs: frozenset[str] = frozenset()  # prelude parts: "fp16", "bf16", "cg", "metal"
     arch_specific: bool = False  # needs arch-specific instructions (sm_90a: wgmma, setmaxnreg)
     launch_bounds: tuple[int, ...] = ()  # render as __launch_bounds__(...) on the kernel function
@@ -155,7 +190,7 @@ class ArgFacts:
     """One argument of a call as selection sees it (no pointers, no framework objects)."""
 
     name: str
-    kind: Literal["array", "scalar", "scalar_array", "null", "tensor_map"]
+    kind: Literal["array", "scalar", "scalar_array", "null", "tensor_map", "struct"]
     dtype: str
     shape: tuple[int, ...] = ()
     strides: tuple[int, ...] = ()  # in elements

@@ -21,11 +21,11 @@ from .backend import Backend
 __all__ = ["arg_types", "make_params", "render_request"]
 
 
-def arg_types(problem: Problem) -> tuple[list[tuple[str, DType]], list[DType]]:
+def arg_types(problem: Problem) -> tuple[list[tuple[str, DType | None]], list[DType]]:
     """A bound problem's (kind, dtype) per input and dtype per output, as ``render_request``
     takes them (a None input is a null pointer: an array parameter)."""
-    inputs = [
-        ("array" if a.kind == "null" else a.kind, DTYPES[a.dtype])
+    inputs: list[tuple[str, DType | None]] = [
+        ("array" if a.kind == "null" else a.kind, DTYPES.get(a.dtype))  # struct: no dtype
         for a in problem.args
         if not a.is_output
     ]
@@ -33,7 +33,10 @@ def arg_types(problem: Problem) -> tuple[list[tuple[str, DType]], list[DType]]:
 
 
 def make_params(
-    spec: KernelSpec, inputs: Sequence[tuple[str, DType]], outputs: Sequence[DType], checked: bool
+    spec: KernelSpec,
+    inputs: Sequence[tuple[str, DType | None]],
+    outputs: Sequence[DType],
+    checked: bool,
 ) -> tuple[Param, ...]:
     """Signature order: each input then its referenced shape/strides/ndim, then outputs.
     ``inputs`` holds (kind, dtype) per input: "array", "scalar", "scalar_array" or
@@ -41,9 +44,20 @@ def make_params(
     params: list[Param] = []
     rows = [(n, k, d) for n, (k, d) in zip(spec.input_names, inputs)]
     rows += [(n, "array", d) for n, d in zip(spec.output_names, outputs)]
-    n_in = len(spec.input_names)
+    n_in, structs = len(spec.input_names), dict(spec.struct_inputs)
     for i, (pname, kind, dtype) in enumerate(rows):
-        params.append(Param(pname, kind, dtype.name, is_output=i >= n_in))  # type: ignore[arg-type]
+        if pname in structs and i < n_in:  # a declared type by value: no shape, no dtype
+            st = structs[pname]
+            refs = [m for m in (metadata_param(pname, f) for f, _ in METADATA)]
+            named = [m for m in refs if m in spec.metadata_refs]
+            if named:
+                raise ArgumentTypeError(
+                    f"[{spec.name}] input {pname!r} is a struct: the body's {named[0]} names a "
+                    "shape/strides parameter that only arrays have"
+                )
+            params.append(Param(pname, "struct", ctype=st.ctype, nbytes=st.nbytes))
+            continue
+        params.append(Param(pname, kind, dtype.name, is_output=i >= n_in))  # type: ignore
         if kind == "array" and checked:
             params.append(Param(extent_param(pname), "extent"))
         if kind == "tensor_map":
@@ -70,14 +84,14 @@ def render_request(
     spec: KernelSpec,
     backend: Backend,
     target: Target,
-    inputs: Sequence[tuple[str, DType]],
+    inputs: Sequence[tuple[str, DType | None]],
     outputs: Sequence[DType],
     template: Any,
     checked: bool,
 ) -> tuple[tuple[Param, ...], CompileRequest]:
     """Params and the compile request of one specialization (also used ahead of time)."""
     params = make_params(spec, inputs, outputs, checked)
-    source = make_source(spec, params, template or ())
+    source = make_source(spec, params, template or (), backend.template_parameters)
     try:  # a backend refuses what it cannot pass with a TypeError/ValueError naming it
         backend.check_params(params)
     except KernelkitError:

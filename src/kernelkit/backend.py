@@ -20,6 +20,8 @@ from types import MappingProxyType
 from typing import Any, ClassVar
 
 from ._codegen import signature as _signature
+from ._codegen import template_args as _template_args
+from ._codegen import template_head as _template_head
 from ._dtypes import DTYPES
 from ._records import (
     MAX_NDIM,
@@ -46,6 +48,8 @@ __all__ = [
     "Timer",
     "c_type",
     "render_signature",
+    "render_template_args",
+    "render_template_head",
 ]
 
 
@@ -53,6 +57,18 @@ def render_signature(params: tuple[Param, ...]) -> str:
     """The standard C parameter list for ``params``, using the prelude types every backend
     defines (``kk_dims``, the C spellings of dtypes); scalars by value, 0-d arrays as pointers."""
     return _signature(params)
+
+
+def render_template_head(source: KernelSource) -> str:
+    """``template <int block_size, typename T>`` for the function that holds the body, or ""
+    without template values: the body is a function template (``source.template``), so
+    ``if constexpr`` discards as in the original kernel."""
+    return _template_head(source)
+
+
+def render_template_args(source: KernelSource) -> str:
+    """``<32, float>``: the template arguments where the body's function is called, or ""."""
+    return _template_args(source)
 
 
 def c_type(dtype: str) -> str:
@@ -121,9 +137,21 @@ class Backend(ABC):
     bundle's entry of that kind may differ from the request and still be served: the parts a
     self-contained binary of that kind does not depend on once built. Default: none, so bundles
     serve exact keys only. What the backend then cannot load is compiled instead, with a warning.
+
+    ``struct_params``: True when ``render`` and ``launch`` pass ``struct`` params (a POD type from
+    the kernel's header by value: ``render_signature`` spells it; its ``nbytes`` bytes arrive
+    through the kernelParams pointer like any value). Default False: ``check_params`` refuses them.
+
+    ``template_parameters``: True when ``render`` makes the body a function template of
+    ``KernelSource.template`` (``render_template_head`` / ``render_template_args``), so that
+    ``if constexpr`` discards as in the original kernel; False (the default, for backends written
+    before it existed): the template values reach the body as ``constexpr`` locals at the top of
+    ``KernelSource.preamble`` and ``KernelSource.template`` is empty.
     """
 
     name: ClassVar[str]
+    template_parameters: ClassVar[bool] = False
+    struct_params: ClassVar[bool] = False  # passes ``struct`` params (by value, declared type)
     api_version: ClassVar[int] = BACKEND_API_VERSION
     version: ClassVar[str] = "0"
     dlpack_devices: ClassVar[frozenset[int]] = frozenset()
@@ -213,10 +241,20 @@ class Backend(ABC):
         """Reject parameter kinds/dtypes this backend cannot pass with a TypeError or ValueError
         naming the parameter (default: all but tensor maps, which only a backend that encodes
         them can pass). Other methods' unexpected exceptions reach the user as ``BackendError``
-        naming the backend and the stage."""
+        naming the backend and the stage. Struct params pass where ``struct_params`` is True."""
         for p in params:
             if p.kind == "tensor_map":
                 raise TypeError(f"backend {self.name!r} cannot pass tensor map {p.name!r} (no TMA)")
+            if p.kind == "struct" and not self.struct_params:
+                raise TypeError(f"backend {self.name!r} cannot pass struct input {p.name!r}")
+
+    def cooperative_launcher(self, program: Any, target: Target) -> Launcher:
+        """As ``launcher``, for a kernel defined with ``cooperative=True``
+        (``KernelSource.cooperative``): every block of a launch resident at once, so that
+        ``cooperative_groups::this_grid().sync()`` works; a grid too large for that is an error
+        naming how many blocks fit. Called once per loaded program. Default:
+        NotImplementedError (reaches the user as a BackendError)."""
+        raise NotImplementedError(f"backend {self.name!r} has no cooperative launch")
 
     def encode_tensor_map(self, request: TensorMapRequest) -> bytes:
         """The 128 bytes of the tensor map ``request`` describes (``kernelkit.tensor_map``,

@@ -246,3 +246,34 @@ def test_a_fiber_stack_overflow_is_a_fault_and_the_next_launch_works():
         "lim_after_deep", ["x"], ["y"], "__syncthreads(); y[threadIdx.x] = 3 * x[threadIdx.x];"
     )
     np.testing.assert_array_equal(ok([x], **call)[0], 3 * x)
+
+
+# --- inline PTX assembly (issue 25, item 7) ---------------------------------------------------
+
+
+@pytest.mark.parametrize("check", [False, True])
+def test_inline_ptx_is_refused_at_its_line(check):
+    k = kernelkit.kernel(
+        "ptx_asm",
+        ["x"],
+        ["y"],
+        "unsigned r;\nint i = threadIdx.x;\n"
+        'asm volatile("mov.u32 %0, %1;" : "=r"(r) : "r"(i));\ny[i] = x[i] + r;',
+    )
+    with pytest.raises(kernelkit.CompileError, match=r"ptx_asm:3:\d+: error: inline assembly"):
+        _call(k, np.ones(32, np.float32), check=check)
+
+
+@pytest.mark.parametrize("check", [False, True])
+def test_guarded_ptx_and_empty_asm_compile(check):
+    k = kernelkit.kernel(
+        "ptx_asm_guarded",
+        ["x"],
+        ["y"],
+        "float v = x[threadIdx.x];\n#ifdef __CUDA_ARCH__\n"
+        'asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(v) : "f"(v));\n#endif\n'
+        'asm volatile("" ::: "memory");  // a compiler barrier: asm("mov")\n'
+        "y[threadIdx.x] = v;",
+    )
+    x = RNG.standard_normal(64).astype(np.float32)
+    np.testing.assert_array_equal(_call(k, x, check=check), x)

@@ -1,4 +1,4 @@
-"""Signature generation, template lines, attribute locals, identifier validation, needs."""
+"""Signature generation, template parameters, attribute locals, identifier validation, needs."""
 
 from __future__ import annotations
 
@@ -12,13 +12,21 @@ from kernelkit._codegen import (
     make_source,
     scan_body,
     signature,
-    template_lines,
+    template_args,
+    template_head,
+    template_params,
 )
 from kernelkit._dtypes import DTYPES
 from kernelkit._records import Param
 from kernelkit._render import make_params
 
 F32, F16, BF16, I32 = (DTYPES[n] for n in ("float32", "float16", "bfloat16", "int32"))
+
+
+def template_lines(template):
+    """The template parameters as text, one ``declaration = argument`` per line."""
+    params, dtypes = template_params(template)
+    return "\n".join(f"{decl} = {arg}" for decl, arg in params), dtypes
 
 
 def params_for(source: str, inputs: list, outputs: list, ins=("x",), outs=("y",), checked=False):
@@ -122,18 +130,18 @@ def test_template_bool_int_and_wide_int():
         [("flag", True), ("off", False), ("n", 7), ("neg", -3), ("big", 2**40)]
     )
     assert text.splitlines() == [
-        "constexpr bool flag = true;",
-        "constexpr bool off = false;",
-        "constexpr int n = 7;",
-        "constexpr int neg = -3;",
-        "constexpr long long big = 1099511627776LL;",
+        "bool flag = true",
+        "bool off = false",
+        "int n = 7",
+        "int neg = -3",
+        "long long big = 1099511627776LL",
     ]
     assert dtypes == ()
 
 
 def test_template_numpy_integers_are_ints():
     text, _ = template_lines([("n", np.int64(5)), ("m", np.uint8(3))])
-    assert text.splitlines() == ["constexpr int n = 5;", "constexpr int m = 3;"]
+    assert text.splitlines() == ["int n = 5", "int m = 3"]
 
 
 def test_template_int_beyond_64_bits_is_rejected():
@@ -168,7 +176,7 @@ def _dtype_spellings():
 @pytest.mark.parametrize(("value", "ctype"), _dtype_spellings(), ids=repr)
 def test_template_dtype_from_numpy_and_strings(value, ctype):
     text, dtypes = template_lines([("T", value)])
-    assert text == f"using T = {ctype};"
+    assert text == f"typename T = {ctype}"
     assert len(dtypes) == 1
 
 
@@ -187,27 +195,27 @@ def test_template_dtype_from_numpy_and_strings(value, ctype):
 def test_template_dtype_from_torch(attr, ctype):
     torch = pytest.importorskip("torch")
     text, _ = template_lines([("T", getattr(torch, attr))])
-    assert text == f"using T = {ctype};"
+    assert text == f"typename T = {ctype}"
 
 
 @pytest.mark.parametrize("attr", ["float32", "float16", "bfloat16", "int32"])
 def test_template_dtype_from_jax(attr):
     jnp = pytest.importorskip("jax.numpy")
     text, _ = template_lines([("T", getattr(jnp, attr))])
-    assert text == f"using T = {DTYPES[attr].ctype};"
+    assert text == f"typename T = {DTYPES[attr].ctype}"
 
 
 @pytest.mark.parametrize("attr", ["float32", "float16", "int32"])
 def test_template_dtype_from_cupy(attr):
     cp = pytest.importorskip("cupy")
     text, _ = template_lines([("T", getattr(cp, attr))])
-    assert text == f"using T = {DTYPES[attr].ctype};"
+    assert text == f"typename T = {DTYPES[attr].ctype}"
 
 
 def test_template_dtype_from_ml_dtypes_bfloat16():
     ml_dtypes = pytest.importorskip("ml_dtypes")
     text, _ = template_lines([("T", np.dtype(ml_dtypes.bfloat16))])
-    assert text == "using T = __nv_bfloat16;"
+    assert text == "typename T = __nv_bfloat16"
 
 
 @pytest.mark.parametrize(
@@ -354,11 +362,28 @@ def test_attribute_substrings_are_not_attributes():
     assert scan_body("int my_thread_position_in_grid_x = 0;", [])[1] == frozenset()
 
 
-def test_template_lines_precede_attribute_locals():
+def test_template_values_are_template_parameters_not_locals():
     spec, params = params_for("y[thread_index_in_threadgroup] = N;", [("array", F32)], [F32])
-    pre = make_source(spec, params, [("N", 3)]).preamble.splitlines()
-    assert pre[0] == "constexpr int N = 3;"
-    assert pre[1].startswith("const unsigned thread_index_in_threadgroup")
+    src = make_source(spec, params, [("N", 3), ("T", "float16"), ("E", kernelkit.cxx("a::B"))])
+    assert src.template == (("int N", "3"), ("typename T", "__half"), ("auto E", "a::B"))
+    assert template_head(src) == "template <int N, typename T, auto E>"
+    assert template_args(src) == "<3, __half, a::B>"
+    pre = src.preamble.splitlines()
+    assert pre[0].startswith("const unsigned thread_index_in_threadgroup")
+    assert "N" not in src.preamble
+
+
+@pytest.mark.parametrize(
+    "name", ["a + b", "f()", "x; system(1)", "1", "::", "a::", "a::::b", "new", "a::class", ""]
+)
+def test_cxx_names_are_qualified_identifiers_only(name):
+    with pytest.raises(ValueError, match=r"\[cxx\]"):
+        kernelkit.cxx(name)
+
+
+def test_cxx_name_of_another_type_is_refused():
+    with pytest.raises(TypeError, match=r"\[cxx\] name must be a str"):
+        kernelkit.cxx(3)
 
 
 @pytest.mark.parametrize(
@@ -404,4 +429,17 @@ def test_needs_see_the_header_too():
 
 def test_template_numpy_bool_value_is_a_bool():
     text, _ = template_lines([("F", np.True_), ("G", np.bool_(False))])
-    assert text.splitlines() == ["constexpr bool F = true;", "constexpr bool G = false;"]
+    assert text.splitlines() == ["bool F = true", "bool G = false"]
+
+
+def test_backends_without_template_parameters_get_constexpr_locals():
+    spec, params = params_for("y[0] = N;", [("array", F32)], [F32])
+    template = [("N", 3), ("T", "float16"), ("E", kernelkit.cxx("a::B")), ("f", False)]
+    src = make_source(spec, params, template, as_template=False)
+    assert src.template == ()
+    assert src.preamble.splitlines() == [
+        "constexpr int N = 3;",
+        "using T = __half;",
+        "constexpr auto E = a::B;",
+        "constexpr bool f = false;",
+    ]

@@ -181,7 +181,8 @@ def test_compile_error_in_the_header_names_the_header(cuda):
 def test_template_constants_reach_the_source(cuda):
     k = kernelkit.kernel("tk", ["x"], ["y"], "y[0] = (float)(T)(x[0] * N) + (FLAG ? 1.0f : 0.0f);")
     req = request_for(cuda, k, "sm_80", [F32], [F32], [("T", "float16"), ("N", 3), ("FLAG", True)])
-    assert "using T = __half;" in req.source and "constexpr int N = 3;" in req.source
+    assert "template <typename T, int N, bool FLAG>" in req.source
+    assert "kk_body<__half, 3, true>(" in req.source
     assert "#include <cuda_fp16.h>" in req.source
     assert cuda.compile(req).kind == "cubin"
 

@@ -34,10 +34,12 @@ def test_kernelkit_all_snapshot():
         "cache_stats",
         "cuda_kernel",
         "custom_vjp",
+        "cxx",
         "explain",
         "force",
         "kernel",
         "metal_kernel",
+        "struct",
         "tensor_map",
         "tune_op",
     ]
@@ -61,6 +63,8 @@ def test_backend_all_snapshot():
         "Timer",
         "c_type",
         "render_signature",
+        "render_template_args",
+        "render_template_head",
     ]
     for name in kernelkit.backend.__all__:
         assert hasattr(kernelkit.backend, name)

@@ -52,6 +52,8 @@ class CPUBackend(Backend):
     name: ClassVar[str] = "cpu"
     version: ClassVar[str] = "1"
     dlpack_devices: ClassVar[frozenset[int]] = frozenset({1})
+    template_parameters: ClassVar[bool] = True
+    struct_params: ClassVar[bool] = True
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -123,6 +125,11 @@ class CPUBackend(Backend):
 
         The worker count (KERNELKIT_CPU_THREADS, default one per core) is read here, once.
         """
+        return make_launcher(program, worker_count())
+
+    def cooperative_launcher(self, program: Any, target: Target) -> Launcher:
+        """The same launcher: a cooperative kernel's launch entry runs every block on its own
+        OS thread (rendered so from ``KernelSource.cooperative``; see kk_cpu_sched.h)."""
         return make_launcher(program, worker_count())
 
     def resolve_check(self, requested: bool | None) -> bool:

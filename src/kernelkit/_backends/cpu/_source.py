@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from ..._codegen import extent_param, launch_bounds, signature
+from ..._codegen import extent_param, launch_bounds, signature, template_args, template_head
 from ..._dtypes import DTYPES
 from ..._errors import BackendError
 from ..._records import KernelSource, Param
@@ -53,6 +53,9 @@ _MOVE_NEXT_RE = re.compile(r"\s*(?:\+\+|--|[-+]=|=(?!=))")
 _DEREF_BEFORE_RE = re.compile(r"(?:[(\[,=;{}?:!&|+\-*/%<>~^]|\breturn)\s*\*\s*$")
 _AUTO_BEFORE_RE = re.compile(r"\bauto\s+(?:const\s+)?[A-Za-z_]\w*\s*=\s*$")
 _ALIGN_RE = re.compile(r"(__align__|alignas)\s*\([^)]*\)")
+_ASM_KEYWORDS = frozenset({"asm", "__asm__", "__asm"})
+# What follows `asm` in an empty asm statement (a compiler barrier, valid on the host too).
+_EMPTY_ASM_RE = re.compile(r"(?:\s+(?:volatile|__volatile__|inline|goto)\b)*\s*\(\s*\"\"\s*[:)]")
 # Comments and literals (kept as they are), or an identifier.
 _TOKEN_RE = re.compile(
     r"//[^\n]*|/\*.*?\*/|\"(?:\\.|[^\"\\\n])*\"|'(?:\\.|[^'\\\n])*'|(?<![\w.])(?<!->)(?<!::)([A-Za-z_]\w*)",
@@ -94,13 +97,14 @@ def render_source(source: KernelSource, check: bool) -> RenderedKernel:
     members = [
         (p, _member_type(p, check)) for p in source.params if not (check and p.kind == "extent")
     ]
-    header = _limit_static_shared(_rewrite_extern_shared(source.header))
-    body = _limit_static_shared(_rewrite_extern_shared(source.body))
+    header = _limit_static_shared(_rewrite_extern_shared(_refuse_asm(source.header)))
+    body = _limit_static_shared(_rewrite_extern_shared(_refuse_asm(source.body)))
     if check:
         body = _rewrite_array_uses(body, {p.name for p in arrays})
     name = source.kernel
     kernel_params = ", ".join(f"{t} {p.name}" for p, t in members)
     call_args = ", ".join(f"a.{p.name}" for p, _ in members)
+    targs = template_args(source)
     inline = "inline __attribute__((always_inline))" if not fibers else "__attribute__((noinline))"
     # Fiber mode: the body's __syncthreads() uses the block passed in (no TLS lookup per barrier).
     no_sync = ("", "", "")
@@ -112,6 +116,7 @@ def render_source(source: KernelSource, check: bool) -> RenderedKernel:
         "struct kk_args {",
         *(f"  {t} {p.name};" for p, t in members),
         "};",
+        template_head(source),  # template values: kk_thread is a function template
         f"static {inline} void {launch_bounds(source)}kk_thread({block_param}"
         "const uint3 threadIdx, const uint3 blockIdx,",
         f"    const dim3 blockDim, const dim3 gridDim{_lead(kernel_params)}) {{",
@@ -122,7 +127,7 @@ def render_source(source: KernelSource, check: bool) -> RenderedKernel:
         "\n}",
         sync_undef,
         '#line {LINE} "{FILE}"',
-        *(_fiber_runner(call_args) if fibers else _loop_runner(call_args, tls)),
+        *(_fiber_runner(call_args, targs) if fibers else _loop_runner(call_args, tls, targs)),
         "}  // namespace",
         *_entry(source, members, extents, fibers),
     ]
@@ -158,7 +163,7 @@ def _extent_params(source: KernelSource, arrays: list[Param]) -> dict[str, int]:
     return found
 
 
-def _loop_runner(call_args: str, tls: bool) -> list[str]:
+def _loop_runner(call_args: str, tls: bool, targs: str) -> list[str]:
     set_tls = "threadIdx = tid; " if tls else ""
     return [
         "void kk_run_block(const kk_launch& L, const uint3 bid) {",
@@ -168,19 +173,19 @@ def _loop_runner(call_args: str, tls: bool) -> list[str]:
         "    for (unsigned y = 0; y < bd.y; ++y)",
         "      for (unsigned x = 0; x < bd.x; ++x) {",
         "        const uint3 tid = make_uint3(x, y, z);",
-        f"        {set_tls}kk_thread(tid, bid, bd, gd{_lead(call_args)});",
+        f"        {set_tls}kk_thread{targs}(tid, bid, bd, gd{_lead(call_args)});",
         "      }",
         "}",
         "void kk_run_thread(const void*, uint3, kk_block*) {}",
     ]
 
 
-def _fiber_runner(call_args: str) -> list[str]:
+def _fiber_runner(call_args: str, targs: str) -> list[str]:
     return [
         "void kk_run_block(const kk_launch& L, const uint3) { kk_run_fibers(L); }",
         "void kk_run_thread(const void* p, const uint3 tid, kk_block* b) {",
         "  const kk_args& a = *static_cast<const kk_args*>(p);",
-        f"  kk_thread(b, tid, blockIdx, blockDim, gridDim{_lead(call_args)});",
+        f"  kk_thread{targs}(b, tid, blockIdx, blockDim, gridDim{_lead(call_args)});",
         "}",
     ]
 
@@ -205,7 +210,7 @@ def _entry(
             )
         else:
             unpack.append(f"  memcpy(&a.{p.name}, params[{i}], sizeof(a.{p.name}));")
-    mode = "fibers" if fibers else "loop"
+    mode = ("fibers" if fibers else "loop") + (" cooperative" if source.cooperative else "")
     export = 'extern "C" __attribute__((visibility("default")))'
     return [
         f"{export} int {launch_symbol(source)}(void** params, long long gx, long long gy,",
@@ -214,7 +219,7 @@ def _entry(
         "  kk_args a;",
         *unpack,
         "  return kk_launch_grid(&a, kk_run_block, kk_run_thread, gx, gy, gz, bx, by, bz, shmem,",
-        "                        nthreads);",
+        f"                        nthreads, {'true' if source.cooperative else 'false'});",
         "}",
         f"{export} const char* kk_fault_text() {{ return kk_last_fault; }}",
         f'{export} const char* kk_kernel_info() {{ return "{source.kernel}\\t{mode}"; }}',
@@ -229,6 +234,18 @@ def _number_lines(text: str, file: str) -> str:
             line = f'#line {n + 1} "{file}"'
         out.append(line)
     return "\n".join(out)
+
+
+def _refuse_asm(code: str) -> str:
+    """Each ``asm`` with an instruction (PTX) -> ``KK_PTX_ASM``, which the compiler refuses at
+    that line unless the preprocessor drops it; empty asm statements (barriers) are kept."""
+
+    def repl(m: re.Match[str]) -> str:
+        if m.group(1) in _ASM_KEYWORDS and not _EMPTY_ASM_RE.match(code, m.end()):
+            return "KK_PTX_ASM"
+        return m.group(0)
+
+    return _TOKEN_RE.sub(repl, code) if "asm" in code else code
 
 
 def _rewrite_extern_shared(code: str) -> str:
@@ -273,7 +290,9 @@ def _limit_static_shared(code: str) -> str:
 
 def _declared_names(declaration: str) -> list[str]:
     """The variable names of ``float a[N], b`` (text after ``__shared__``, before ``;``)."""
-    parts, depth, angle, cur = [], 0, 0, []
+    parts: list[str] = []
+    cur: list[str] = []
+    depth = angle = 0
     for ch in declaration:
         if ch in "([":
             depth += 1

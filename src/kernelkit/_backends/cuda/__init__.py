@@ -7,7 +7,14 @@ from collections.abc import Mapping
 from importlib.resources import files
 from typing import Any, ClassVar
 
-from ..._codegen import abi_options, cluster_dims, launch_bounds, signature
+from ..._codegen import (
+    abi_options,
+    cluster_dims,
+    launch_bounds,
+    signature,
+    template_args,
+    template_head,
+)
 from ..._records import Artifact, CompileRequest, KernelSource, Param, Target, TensorMapRequest
 from ...backend import Backend, Launcher, Timer
 from . import driver, nvrtc
@@ -20,11 +27,32 @@ def _text(name: str) -> str:
     return (files(__package__) / "include" / name).read_text()
 
 
+def _kernel_function(source: KernelSource) -> list[str]:
+    """The kernel: the body inside it, or, with template values, the body as a device function
+    template that the kernel instantiates (so ``if constexpr`` discards, as in the original)."""
+    kernel = (
+        f'extern "C" __global__ void {launch_bounds(source)}{cluster_dims(source)}'
+        f"{source.entry}({signature(source.params)})"
+    )
+    inner = [source.preamble, f'#line 1 "{source.kernel}"', source.body, "}"]
+    if not source.template:
+        return [kernel + " {", *inner]
+    args = ", ".join(p.name for p in source.params)
+    return [
+        template_head(source),
+        f"__device__ __forceinline__ void kk_body({signature(source.params, for_body=True)}) {{",
+        *inner,
+        f"{kernel} {{ kk_body{template_args(source)}({args}); }}",
+    ]
+
+
 class CUDABackend(Backend):
     """NVIDIA GPUs through NVRTC (compile) and the CUDA driver API (load, launch)."""
 
     name: ClassVar[str] = "cuda"
     version: ClassVar[str] = "1"
+    template_parameters: ClassVar[bool] = True
+    struct_params: ClassVar[bool] = True
     dlpack_devices: ClassVar[frozenset[int]] = frozenset({2, 3, 13})  # CUDA, host-pinned, managed
     # A cubin is SASS for its exact arch and self-contained: a bundle's cubin serves whatever NVRTC
     # and CUDA headers this node has. PTX is JIT-compiled by the driver: exact keys only.
@@ -116,15 +144,7 @@ class CUDABackend(Backend):
             parts.append("namespace cg = cooperative_groups;")
         if source.header:
             parts += [f'#line 1 "{source.kernel}.header"', source.header]
-        parts += [
-            f'extern "C" __global__ void {launch_bounds(source)}{cluster_dims(source)}'
-            f"{source.entry}"
-            f"({signature(source.params)}) {{",
-            source.preamble,
-            f'#line 1 "{source.kernel}"',
-            source.body,
-            "}",
-        ]
+        parts += _kernel_function(source)
         # Harmless PCH noise: 20283 "PCH creation disabled because #line directive encountered",
         # 629 "the command line options do not match those used when precompiled header file
         # ... was created" (a header parsed for another arch, e.g. sm_90 next to sm_90a)
@@ -173,6 +193,9 @@ class CUDABackend(Backend):
 
     def launcher(self, program: Any, target: Target) -> Launcher:
         return driver.make_launcher(program)
+
+    def cooperative_launcher(self, program: Any, target: Target) -> Launcher:
+        return driver.make_cooperative_launcher(program)
 
     def reserve_shared_memory(self, program: Any, nbytes: int) -> None:
         driver.allow_dynamic_shared(program, nbytes)

@@ -231,6 +231,56 @@ def make_launcher(program: Program):  # noqa: ANN201 - a backend.Launcher
     return launcher
 
 
+def coresident_blocks(program: Program, threads: int, shared: int) -> int:
+    """How many blocks of ``threads`` threads and ``shared`` bytes of dynamic shared memory the
+    device keeps resident at once (the occupancy API, times the SM count); 0 when the device
+    has no cooperative launch."""
+    mod = drv()
+    with on_device(program.device):
+        if not attribute(program.device, "COOPERATIVE_LAUNCH"):
+            return 0
+        per_sm = check(
+            mod.cuOccupancyMaxActiveBlocksPerMultiprocessor(program.function, threads, shared),
+            "cuOccupancyMaxActiveBlocksPerMultiprocessor",
+        )
+    return int(per_sm) * attribute(program.device, "MULTIPROCESSOR_COUNT")
+
+
+def make_cooperative_launcher(program: Program):  # noqa: ANN201 - a backend.Launcher
+    """``cuLaunchCooperativeKernel`` after checking (once per block shape and shared memory)
+    that the grid's blocks are all resident at once, as ``grid.sync()`` needs."""
+    launch = drv().cuLaunchCooperativeKernel
+    fn, device = program.function, program.device
+    fits: dict[tuple[int, int], int] = {}
+
+    def launcher(params: int, stream: int, geometry: tuple) -> None:
+        gx, gy, gz, bx, by, bz, shared = geometry
+        shape = (bx * by * bz, shared)
+        limit = fits.get(shape)
+        if limit is None:
+            limit = fits[shape] = coresident_blocks(program, *shape)
+        if gx * gy * gz > limit:
+            raise LaunchError(
+                f"[{program.entry}] cooperative launch of {gx * gy * gz} blocks: this device "
+                f"keeps at most {limit} blocks of {shape[0]} threads and {shared} bytes of "
+                "shared memory resident at once (0: no cooperative launch); launch fewer blocks"
+            )
+        (err,) = launch(fn, gx, gy, gz, bx, by, bz, shared, stream, params)
+        if err:
+            check_not_forked()
+            with on_device(device):
+                (err,) = launch(fn, gx, gy, gz, bx, by, bz, shared, stream, params)
+            if err:
+                name = drv().cuGetErrorName(err)[1].decode()
+                raise LaunchError(
+                    f"[{program.entry}] cooperative launch failed: {name} (grid "
+                    f"{(gx, gy, gz)}, block {(bx, by, bz)}, shared {shared} bytes)"
+                )
+
+    launcher.program = program  # type: ignore[attr-defined]  # keeps the module loaded
+    return launcher
+
+
 _TMA_DTYPES = {  # kernelkit dtype -> CUtensorMapDataType member
     "uint8": "UINT8", "int8": "UINT8", "bool": "UINT8", "uint16": "UINT16", "int16": "UINT16",
     "uint32": "UINT32", "int32": "INT32", "uint64": "UINT64", "int64": "INT64",

@@ -358,6 +358,17 @@ template <> struct numeric_limits<__nv_bfloat16> {
 // warps of 32 (and the CPU backend emulates them), so lane numbers and results match. The lanes
 // taking part are the active ones (__activemask): threads past the grid or that returned drop
 // out, as on Metal.
+// Each function takes the caller's place in the source (a default argument), which the CPU
+// backend's __activemask() groups lanes by: lanes that reach one simd_max after different arms of
+// a branch are one group there, as on a GPU, however the optimizer copies the call.
+#ifdef KERNELKIT_CPU
+#define KK_SIMD_SITE KK_SITE_PARAMS
+#define KK_SIMD_ACTIVE() __activemask(kk_file, kk_line)
+#else
+#define KK_SIMD_SITE const char* kk_file = nullptr, int kk_line = 0
+#define KK_SIMD_ACTIVE() ((void)kk_file, (void)kk_line, __activemask())
+#endif
+#define KK_SIMD_AT kk_file, kk_line
 namespace metal {
 KK_MF unsigned kk_simd_lane() { return kk_linear_tid() & 31u; }
 template <class T> KK_MF T kk_shfl(unsigned m, T v, int src) { return T(__shfl_sync(m, v, src)); }
@@ -366,8 +377,8 @@ template <class T, int N, bool P> KK_MF vec<T, N, P> kk_shfl(unsigned m, vec<T, 
   for (int i = 0; i < N; ++i) v[i] = kk_shfl(m, v[i], src);
   return v;
 }
-template <class T, class F> KK_MF T kk_simd_reduce(T v, F f) {
-  const unsigned m = __activemask();
+template <class T, class F> KK_MF T kk_simd_reduce(T v, F f, KK_SIMD_SITE) {
+  const unsigned m = KK_SIMD_ACTIVE();
   if (m == 0xffffffffu) {  // butterfly: every lane ends with the same bits
     const unsigned lane = kk_simd_lane();
     for (int o = 16; o > 0; o >>= 1) v = f(v, kk_shfl(m, v, (int)(lane ^ o)));
@@ -377,8 +388,8 @@ template <class T, class F> KK_MF T kk_simd_reduce(T v, F f) {
   for (unsigned rest = m & (m - 1); rest; rest &= rest - 1) acc = f(acc, kk_shfl(m, v, __ffs(rest) - 1));
   return acc;
 }
-template <class T, class F> KK_MF T kk_simd_scan(T v, F f, bool inclusive, T acc) {
-  const unsigned m = __activemask(), lane = kk_simd_lane();
+template <class T, class F> KK_MF T kk_simd_scan(T v, F f, bool inclusive, T acc, KK_SIMD_SITE) {
+  const unsigned m = KK_SIMD_ACTIVE(), lane = kk_simd_lane();
   for (unsigned rest = m; rest; rest &= rest - 1) {  // the active lanes below this one, in order
     const int src = __ffs(rest) - 1;
     const T x = kk_shfl(m, v, src);
@@ -393,49 +404,51 @@ struct kk_min { template <class T> KK_MF T operator()(T a, T b) const { return m
 struct kk_and { template <class T> KK_MF T operator()(T a, T b) const { return T(a & b); } };
 struct kk_or { template <class T> KK_MF T operator()(T a, T b) const { return T(a | b); } };
 struct kk_xor { template <class T> KK_MF T operator()(T a, T b) const { return T(a ^ b); } };
-template <class T> KK_MF T simd_sum(T v) { return kk_simd_reduce(v, kk_add{}); }
-template <class T> KK_MF T simd_product(T v) { return kk_simd_reduce(v, kk_mul{}); }
-template <class T> KK_MF T simd_max(T v) { return kk_simd_reduce(v, kk_max{}); }
-template <class T> KK_MF T simd_min(T v) { return kk_simd_reduce(v, kk_min{}); }
-template <class T> KK_MF T simd_and(T v) { return kk_simd_reduce(v, kk_and{}); }
-template <class T> KK_MF T simd_or(T v) { return kk_simd_reduce(v, kk_or{}); }
-template <class T> KK_MF T simd_xor(T v) { return kk_simd_reduce(v, kk_xor{}); }
-template <class T> KK_MF T simd_prefix_inclusive_sum(T v) {
-  return kk_simd_scan(v, kk_add{}, true, T(0));
+template <class T> KK_MF T simd_sum(T v, KK_SIMD_SITE) { return kk_simd_reduce(v, kk_add{}, KK_SIMD_AT); }
+template <class T> KK_MF T simd_product(T v, KK_SIMD_SITE) { return kk_simd_reduce(v, kk_mul{}, KK_SIMD_AT); }
+template <class T> KK_MF T simd_max(T v, KK_SIMD_SITE) { return kk_simd_reduce(v, kk_max{}, KK_SIMD_AT); }
+template <class T> KK_MF T simd_min(T v, KK_SIMD_SITE) { return kk_simd_reduce(v, kk_min{}, KK_SIMD_AT); }
+template <class T> KK_MF T simd_and(T v, KK_SIMD_SITE) { return kk_simd_reduce(v, kk_and{}, KK_SIMD_AT); }
+template <class T> KK_MF T simd_or(T v, KK_SIMD_SITE) { return kk_simd_reduce(v, kk_or{}, KK_SIMD_AT); }
+template <class T> KK_MF T simd_xor(T v, KK_SIMD_SITE) { return kk_simd_reduce(v, kk_xor{}, KK_SIMD_AT); }
+template <class T> KK_MF T simd_prefix_inclusive_sum(T v, KK_SIMD_SITE) {
+  return kk_simd_scan(v, kk_add{}, true, T(0), KK_SIMD_AT);
 }
-template <class T> KK_MF T simd_prefix_exclusive_sum(T v) {
-  return kk_simd_scan(v, kk_add{}, false, T(0));
+template <class T> KK_MF T simd_prefix_exclusive_sum(T v, KK_SIMD_SITE) {
+  return kk_simd_scan(v, kk_add{}, false, T(0), KK_SIMD_AT);
 }
-template <class T> KK_MF T simd_prefix_inclusive_product(T v) {
-  return kk_simd_scan(v, kk_mul{}, true, T(1));
+template <class T> KK_MF T simd_prefix_inclusive_product(T v, KK_SIMD_SITE) {
+  return kk_simd_scan(v, kk_mul{}, true, T(1), KK_SIMD_AT);
 }
-template <class T> KK_MF T simd_prefix_exclusive_product(T v) {
-  return kk_simd_scan(v, kk_mul{}, false, T(1));
+template <class T> KK_MF T simd_prefix_exclusive_product(T v, KK_SIMD_SITE) {
+  return kk_simd_scan(v, kk_mul{}, false, T(1), KK_SIMD_AT);
 }
-template <class T> KK_MF T simd_shuffle(T v, unsigned short lane) {
-  return kk_shfl(__activemask(), v, (int)lane);
+template <class T> KK_MF T simd_shuffle(T v, unsigned short lane, KK_SIMD_SITE) {
+  return kk_shfl(KK_SIMD_ACTIVE(), v, (int)lane);
 }
-template <class T> KK_MF T simd_broadcast(T v, unsigned short lane) { return simd_shuffle(v, lane); }
-template <class T> KK_MF T simd_broadcast_first(T v) {
-  const unsigned m = __activemask();
+template <class T> KK_MF T simd_broadcast(T v, unsigned short lane, KK_SIMD_SITE) {
+  return simd_shuffle(v, lane, KK_SIMD_AT);
+}
+template <class T> KK_MF T simd_broadcast_first(T v, KK_SIMD_SITE) {
+  const unsigned m = KK_SIMD_ACTIVE();
   return kk_shfl(m, v, __ffs(m) - 1);
 }
-template <class T> KK_MF T simd_shuffle_xor(T v, unsigned short mask) {
-  return kk_shfl(__activemask(), v, (int)(kk_simd_lane() ^ mask));
+template <class T> KK_MF T simd_shuffle_xor(T v, unsigned short mask, KK_SIMD_SITE) {
+  return kk_shfl(KK_SIMD_ACTIVE(), v, (int)(kk_simd_lane() ^ mask));
 }
-template <class T> KK_MF T simd_shuffle_up(T v, unsigned short d) {  // the lowest d lanes keep v
+template <class T> KK_MF T simd_shuffle_up(T v, unsigned short d, KK_SIMD_SITE) {  // the lowest d lanes keep v
   const unsigned lane = kk_simd_lane();
-  return kk_shfl(__activemask(), v, (int)(lane >= d ? lane - d : lane));
+  return kk_shfl(KK_SIMD_ACTIVE(), v, (int)(lane >= d ? lane - d : lane));
 }
-template <class T> KK_MF T simd_shuffle_down(T v, unsigned short d) {  // the highest d keep v
+template <class T> KK_MF T simd_shuffle_down(T v, unsigned short d, KK_SIMD_SITE) {  // the highest d keep v
   const unsigned lane = kk_simd_lane();
-  return kk_shfl(__activemask(), v, (int)(lane + d < 32u ? lane + d : lane));
+  return kk_shfl(KK_SIMD_ACTIVE(), v, (int)(lane + d < 32u ? lane + d : lane));
 }
-template <class T> KK_MF T simd_shuffle_rotate_up(T v, unsigned short d) {
-  return kk_shfl(__activemask(), v, (int)((kk_simd_lane() + 32u - (d & 31u)) & 31u));
+template <class T> KK_MF T simd_shuffle_rotate_up(T v, unsigned short d, KK_SIMD_SITE) {
+  return kk_shfl(KK_SIMD_ACTIVE(), v, (int)((kk_simd_lane() + 32u - (d & 31u)) & 31u));
 }
-template <class T> KK_MF T simd_shuffle_rotate_down(T v, unsigned short d) {
-  return kk_shfl(__activemask(), v, (int)((kk_simd_lane() + d) & 31u));
+template <class T> KK_MF T simd_shuffle_rotate_down(T v, unsigned short d, KK_SIMD_SITE) {
+  return kk_shfl(KK_SIMD_ACTIVE(), v, (int)((kk_simd_lane() + d) & 31u));
 }
 struct simd_vote {
   using vote_t = unsigned long long;
@@ -444,16 +457,16 @@ struct simd_vote {
   KK_MF bool all() const { return bits == active; }
   KK_MF bool any() const { return bits != 0; }
 };
-KK_MF simd_vote simd_ballot(bool p) {
-  const unsigned m = __activemask();
+KK_MF simd_vote simd_ballot(bool p, KK_SIMD_SITE) {
+  const unsigned m = KK_SIMD_ACTIVE();
   return simd_vote{__ballot_sync(m, p), m};
 }
-KK_MF bool simd_any(bool p) { return __any_sync(__activemask(), p) != 0; }
-KK_MF bool simd_all(bool p) { return __all_sync(__activemask(), p) != 0; }
-KK_MF simd_vote simd_active_threads_mask() { return simd_ballot(true); }
-KK_MF bool simd_is_first() { return (__ffs(__activemask()) - 1) == (int)kk_simd_lane(); }
+KK_MF bool simd_any(bool p, KK_SIMD_SITE) { return __any_sync(KK_SIMD_ACTIVE(), p) != 0; }
+KK_MF bool simd_all(bool p, KK_SIMD_SITE) { return __all_sync(KK_SIMD_ACTIVE(), p) != 0; }
+KK_MF simd_vote simd_active_threads_mask(KK_SIMD_SITE) { return simd_ballot(true, KK_SIMD_AT); }
+KK_MF bool simd_is_first(KK_SIMD_SITE) { return (__ffs(KK_SIMD_ACTIVE()) - 1) == (int)kk_simd_lane(); }
 KK_MF bool simd_is_helper_thread() { return false; }
-KK_MF void simdgroup_barrier(mem_flags = mem_flags::mem_none) { __syncwarp(__activemask()); }
+KK_MF void simdgroup_barrier(mem_flags = mem_flags::mem_none, KK_SIMD_SITE) { __syncwarp(KK_SIMD_ACTIVE()); }
 }  // namespace metal
 //@ atomic
 // Metal's atomics on plain pointers (device atomic<T>* is T*): memory_order_relaxed only, as Metal.

@@ -19,8 +19,11 @@
 #include <cmath>
 #include <condition_variable>
 #include <mutex>
+#include <functional>
+#include <memory>
 #include <thread>
 #include <type_traits>
+#include <vector>
 // (every system header comes first: the CUDA keyword macros below would break them)
 
 #define KERNELKIT_CPU 1
@@ -134,3 +137,9 @@ static inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) {
 #include "kk_cpu_sched.h"
 #include "kk_cpu_sync.h"
 #include "kk_cpu_checked.h"
+
+// Inline assembly with an instruction in kernel code is PTX for the GPU: _source.py writes
+// KK_PTX_ASM for its `asm` keyword, so the compiler refuses it at its line, unless the
+// preprocessor drops it (#ifdef __CUDA_ARCH__). An empty asm (a compiler barrier) stays.
+#define KK_PTX_ASM                                                                               \
+  _Pragma("GCC error \"inline assembly (asm) is PTX for the GPU, which the kernelkit CPU backend cannot run: put it under #ifdef __CUDA_ARCH__ with a C++ fallback in the #else branch\"")

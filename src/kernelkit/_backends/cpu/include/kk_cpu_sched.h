@@ -15,11 +15,23 @@
 //    threads that have not returned, a warp operation for the lanes of its mask that have not.
 //  * __activemask() is a rendezvous too: a lane waits there until every live lane of its warp
 //    waits somewhere (a barrier, a warp operation, another __activemask) or has returned; the
-//    lanes waiting at the same call (same return address) form the mask, as a converged branch
-//    does on the GPU. Limit: lanes that reach one call through different branches (a helper
-//    that is not inlined, called from both sides of an `if`) count as converged.
+//    lanes waiting at the same call form the mask, as a converged branch does on the GPU. A call
+//    is named by its place in the source (file and line: a kk_site default argument), never
+//    by a code address, which inlining and tail duplication change (GCC -O2 copies a call after
+//    a data-dependent branch into both arms). Limit: lanes that reach one call through
+//    different branches (a helper called from both sides of an `if`, or two calls on one line,
+//    `c ? simd_max(a) : simd_min(b)`) count as converged.
 //  * Tiles wider than a warp (thread_block_tile<64..1024>) synchronize through a per-tile
 //    counter indexed by the tile's first thread.
+//  * Cooperative launches (kernel(..., cooperative=True)): every block gets its own OS thread, so
+//    that all blocks are live at once (at most KK_CPU_MAX_COOPERATIVE_BLOCKS, as a GPU fits only
+//    so many). The blocks take turns, one pass of their fibers each (a turn passes at the end of
+//    a pass, in block order), so they advance in step from barrier to barrier as co-resident
+//    blocks do on a GPU: free-running OS threads let one block run far ahead, which exposed
+//    write-after-read races that a GPU never shows (ggml's soft_max_f32_parallelize_cols
+//    reuses its scratch across a grid sync). grid_group::sync() is a block barrier, then the
+//    block's first thread through it arrives at the grid barrier and passes the turn until
+//    every block that has not finished has arrived.
 #pragma once
 
 #ifndef KK_CPU_FIBER_STACK_BYTES
@@ -30,6 +42,9 @@
 #endif
 #ifndef KK_CPU_IDLE_SECONDS
 #define KK_CPU_IDLE_SECONDS 2
+#endif
+#ifndef KK_CPU_MAX_COOPERATIVE_BLOCKS
+#define KK_CPU_MAX_COOPERATIVE_BLOCKS 256  // an OS thread each; 132 SMs x 1 block is ggml's launch
 #endif
 
 struct kk_fault {};  // thrown once the fault message is recorded; unwinds to the block's worker
@@ -49,6 +64,13 @@ struct kk_launch {
   std::atomic<unsigned long long> next{0};
   std::atomic<int> faulted{0};
   char message[1024];
+  // cooperative launches: the grid barrier (blocks not finished yet, arrivals, generation)
+  bool cooperative = false;
+  std::mutex grid_mu;
+  unsigned long long grid_live = 0, grid_arrived = 0, grid_gen = 0;
+  unsigned long long turn = 0;       // the block (linear index) whose fibers may run now
+  std::vector<unsigned char> ended;  // per block: finished
+  std::unique_ptr<std::condition_variable[]> turn_cv;  // per block: woken when its turn comes
 };
 
 static thread_local kk_launch* kk_cur_launch;
@@ -146,9 +168,24 @@ struct kk_fiber {
   kk_ctx ctx;
   int state;
   uint3 tid;
+  unsigned grid_syncs;  // grid_group::sync() calls this thread has made
 };
 
 enum : unsigned char { KK_XCHG_SHFL = 0, KK_XCHG_MATCH = 1 };
+
+// A place in the source: what tells __activemask() call sites apart. KK_SITE_PARAMS as default
+// arguments are evaluated at the caller, so every copy the optimizer makes of one call (inlined,
+// tail-duplicated, unrolled) carries the same site. (Two plain parameters: g++ 12 evaluates
+// __builtin_LINE() inside a braced initializer at the declaration. It has no __builtin_COLUMN,
+// and C++17 no source_location: two calls on one line are one site.)
+struct kk_site {
+  const char* file;
+  int line;
+};
+#define KK_SITE_PARAMS const char *kk_file = __builtin_FILE(), int kk_line = __builtin_LINE()
+static inline bool kk_same_site(const kk_site& a, const kk_site& b) {
+  return a.line == b.line && (a.file == b.file || strcmp(a.file, b.file) == 0);
+}
 
 struct kk_warp_slot {  // one warp's rendezvous
   unsigned arrived, expected, pred, exited, valid;
@@ -157,7 +194,7 @@ struct kk_warp_slot {  // one warp's rendezvous
   unsigned char src[32];
   unsigned long long val[32], res[32];
   unsigned res_ballot[32], res_group[32];
-  const void* am_key[32];  // the call site each __activemask() waiter is at
+  kk_site am_site[32];  // the call site each __activemask() waiter is at
   unsigned am_res[32];
 };
 
@@ -172,6 +209,7 @@ struct kk_block {
   const char* bar_file;
   int bar_line;
   const kk_launch* L;
+  unsigned grid_syncs;  // grid barriers this block has passed
   uint3* tid_slot;  // &threadIdx of this OS thread (saves a TLS lookup per switch)
   kk_ctx sched;
 };
@@ -291,7 +329,7 @@ static void kk_activemask_settle(kk_block* b, kk_warp_slot& W, int base) {
     const int l = __builtin_ctz(m);
     unsigned same = 0;
     for (unsigned k = W.am_wait; k; k &= k - 1)
-      if (W.am_key[__builtin_ctz(k)] == W.am_key[l]) same |= k & -k;
+      if (kk_same_site(W.am_site[__builtin_ctz(k)], W.am_site[l])) same |= k & -k;
     W.am_res[l] = same;
     b->fibers[base + l].state = KK_RUN;
   }
@@ -405,6 +443,50 @@ static void kk_check_stacks(kk_worker& w, int n, const kk_launch& L) {
   throw kk_fault{};
 }
 
+// Releases the grid barrier when every block not finished has arrived (caller holds grid_mu).
+static inline void kk_grid_release_if_ready(kk_launch& L) {
+  if (L.grid_arrived && L.grid_arrived == L.grid_live) {
+    L.grid_arrived = 0;
+    ++L.grid_gen;
+  }
+}
+
+static inline unsigned long long kk_block_index(const kk_launch& L, uint3 bid) {
+  return bid.x + (unsigned long long)L.grid.x * (bid.y + (unsigned long long)L.grid.y * bid.z);
+}
+
+// Cooperative turns (caller holds grid_mu): the turn goes to the next unfinished block after
+// `me`, in block order; then the caller waits until the turn is its own again (or a fault).
+static void kk_coop_pass_locked(kk_launch& L, unsigned long long me) {
+  unsigned long long next = L.nblocks;
+  for (unsigned long long k = 1; k <= L.nblocks; ++k) {
+    const unsigned long long c = (me + k) % L.nblocks;
+    if (!L.ended[c]) {
+      next = c;
+      break;
+    }
+  }
+  L.turn = next;
+  if (next < L.nblocks) L.turn_cv[next].notify_one();  // one waiter: no herd of 100s of threads
+}
+static void kk_coop_wake_all(kk_launch& L) {  // a fault: every waiting block gives up
+  for (unsigned long long i = 0; i < L.nblocks; ++i) L.turn_cv[i].notify_all();
+}
+static void kk_coop_wait_locked(kk_launch& L, std::unique_lock<std::mutex>& lk,
+                                unsigned long long me) {
+  L.turn_cv[me].wait(lk, [&] { return L.turn == me || L.faulted.load(); });
+  if (L.turn != me) throw kk_fault{};  // another block faulted: this launch is over
+}
+static void kk_coop_wait_turn(kk_launch& L, unsigned long long me) {
+  std::unique_lock<std::mutex> lk(L.grid_mu);
+  kk_coop_wait_locked(L, lk, me);
+}
+static void kk_coop_next_turn(kk_launch& L, unsigned long long me) {  // at the end of a pass
+  std::unique_lock<std::mutex> lk(L.grid_mu);
+  kk_coop_pass_locked(L, me);
+  kk_coop_wait_locked(L, lk, me);
+}
+
 static void kk_run_fibers(const kk_launch& L) {
   kk_worker& w = kk_this_worker();
   const int n = (int)(L.block.x * L.block.y * L.block.z), nw = (n + 31) / 32;
@@ -421,6 +503,7 @@ static void kk_run_fibers(const kk_launch& L) {
   b.bar_file = "?";
   b.bar_line = 0;
   b.L = &L;
+  b.grid_syncs = 0;
   b.tid_slot = &threadIdx;
   for (int i = 0; i < nw; ++i) {
     memset(&w.warps[i], 0, offsetof(kk_warp_slot, src));
@@ -431,8 +514,12 @@ static void kk_run_fibers(const kk_launch& L) {
     kk_ctx_make(&b.fibers[t].ctx, w.stack(t), KK_CPU_FIBER_STACK_BYTES, kk_fiber_main);
     b.fibers[t].state = KK_RUN;
     b.fibers[t].tid = kk_tid_of(L.block, t);
+    b.fibers[t].grid_syncs = 0;
   }
   kk_cur_block = &b;
+  kk_launch* const coop = L.cooperative ? kk_cur_launch : nullptr;
+  const unsigned long long me = coop ? kk_block_index(L, blockIdx) : 0;
+  if (coop) kk_coop_wait_turn(*coop, me);
   for (;;) {  // one pass: fibers hand over to each other in order, the last one comes back here
     int t = 0;
     while (t < n && b.fibers[t].state != KK_RUN) ++t;
@@ -451,6 +538,7 @@ static void kk_run_fibers(const kk_launch& L) {
       kk_check_stacks(w, n, L);
       throw kk_fault{};
     }
+    if (coop && b.done < n) kk_coop_next_turn(*coop, me);
   }
 }
 
@@ -517,6 +605,31 @@ static void kk_tile_sync(int first, int count) {
   kk_yield(b, me);
 }
 
+// cooperative_groups::grid_group::sync(): the block's threads meet at a block barrier; the first
+// of them through it arrives at the grid barrier and passes the turn until every unfinished
+// block has arrived (its other fibers, released, run after it).
+static void kk_grid_sync(const char* file, int line) {
+  kk_block* b = kk_fiber_block("grid_group::sync");
+  kk_launch& L = *kk_cur_launch;
+  if (!L.cooperative) {
+    kk_fault_record("cooperative_groups::grid_group::sync() at %s:%d needs a cooperative launch "
+                    "(kernel(..., cooperative=True)), which keeps every block resident", file, line);
+    throw kk_fault{};
+  }
+  kk_syncthreads_in(b, file, line);
+  if (++b->fibers[b->cur].grid_syncs <= b->grid_syncs) return;  // the block already waited
+  ++b->grid_syncs;
+  const unsigned long long me = kk_block_index(L, blockIdx);
+  std::unique_lock<std::mutex> lk(L.grid_mu);
+  const unsigned long long gen = L.grid_gen;
+  ++L.grid_arrived;
+  kk_grid_release_if_ready(L);
+  while (L.grid_gen == gen) {
+    kk_coop_pass_locked(L, me);
+    kk_coop_wait_locked(L, lk, me);
+  }
+}
+
 struct kk_xchg {
   unsigned long long value;
   unsigned ballot, group;
@@ -547,14 +660,13 @@ static kk_xchg kk_warp_exchange(unsigned mask, unsigned long long v, int src, bo
   return kk_xchg{W.res[lane], W.res_ballot[lane], W.res_group[lane]};
 }
 
-// The lanes of the caller's warp that are at this same call now (see the model at the top).
-// Not inlined: its return address tells call sites apart.
-__attribute__((noinline)) static unsigned kk_activemask() {
+// The lanes of the caller's warp that are at the same call site now (see the model at the top).
+__attribute__((noinline)) static unsigned kk_activemask(kk_site site) {
   kk_block* b = kk_cur_block;
   if (!b) return 0xffffffffu;  // (only fiber-mode kernels can diverge)
   const int me = b->cur, lane = me & 31;
   kk_warp_slot& W = b->warps[me >> 5];
-  W.am_key[lane] = __builtin_return_address(0);
+  W.am_site[lane] = site;
   W.am_wait |= 1u << lane;
   b->fibers[me].state = KK_WARP;
   kk_activemask_settle(b, W, me & ~31);
@@ -595,6 +707,14 @@ static void kk_work(kk_launch& L) {
       for (unsigned long long b = b0; b < b1; ++b) {
         blockIdx = kk_block_of(L, b);
         L.run_block(L, blockIdx);
+        if (L.cooperative) {  // a finished block no longer holds the grid barrier back
+          std::lock_guard<std::mutex> lk(L.grid_mu);
+          const unsigned long long me = kk_block_index(L, blockIdx);
+          L.ended[me] = 1;
+          --L.grid_live;
+          kk_grid_release_if_ready(L);
+          if (L.turn == me) kk_coop_pass_locked(L, me);
+        }
       }
     }
   } catch (kk_fault&) {
@@ -603,7 +723,32 @@ static void kk_work(kk_launch& L) {
   } catch (...) {
     kk_fault_record("unknown C++ exception in the CPU runtime");
   }
+  if (L.cooperative && L.faulted.load()) {  // wake blocks waiting for their turn
+    std::lock_guard<std::mutex> lk(L.grid_mu);
+    kk_coop_wake_all(L);
+  }
   kk_cur_launch = nullptr;
+}
+
+// A cooperative launch: one OS thread per block (this one included), all live at once.
+static void kk_run_cooperative(kk_launch& L) {
+  L.chunk = 1;
+  L.grid_live = L.nblocks;
+  L.ended.assign(L.nblocks, 0);
+  L.turn_cv.reset(new std::condition_variable[L.nblocks]);
+  std::vector<std::thread> threads;
+  try {
+    for (unsigned long long i = 1; i < L.nblocks; ++i) threads.emplace_back(kk_work, std::ref(L));
+  } catch (...) {  // could not start a thread: the blocks could never all be resident
+    kk_cur_launch = &L;
+    kk_fault_record("cooperative launch: could not start a thread for each of %llu blocks",
+                    L.nblocks);
+    kk_cur_launch = nullptr;
+    std::lock_guard<std::mutex> lk(L.grid_mu);
+    kk_coop_wake_all(L);
+  }
+  if (!L.faulted.load()) kk_work(L);
+  for (std::thread& t : threads) t.join();
 }
 
 static void kk_helper_main(kk_pool* p) {
@@ -630,7 +775,7 @@ static void kk_helper_main(kk_pool* p) {
 // Runs a whole grid; returns 0, or 1 with the fault message in kk_last_fault (this thread's).
 static int kk_launch_grid(const void* args, kk_block_fn rb, kk_thread_fn rt, long long gx,
                           long long gy, long long gz, long long bx, long long by, long long bz,
-                          long long shmem, int nthreads) {
+                          long long shmem, int nthreads, bool cooperative = false) {
   kk_launch L;
   L.args = args;
   L.run_block = rb;
@@ -651,6 +796,22 @@ static int kk_launch_grid(const void* args, kk_block_fn rb, kk_thread_fn rt, lon
              "shared memory (at most %d)", gx, gy, gz, bx, by, bz, shmem,
              KK_CPU_MAX_DYNAMIC_SHARED_BYTES);
     return 2;
+  }
+  if (cooperative && L.nblocks > KK_CPU_MAX_COOPERATIVE_BLOCKS) {
+    snprintf(kk_last_fault, sizeof(kk_last_fault),
+             "cpu: cooperative launch of %llu blocks: the CPU backend keeps at most %d blocks "
+             "resident at once (an OS thread each); launch fewer blocks, as a GPU also fits only "
+             "so many", L.nblocks, KK_CPU_MAX_COOPERATIVE_BLOCKS);
+    return 2;
+  }
+  L.cooperative = cooperative;
+  if (cooperative) {
+    std::lock_guard<std::mutex> serial(kk_the_pool().launch_mu);
+    kk_run_cooperative(L);
+    fflush(stdout);
+    if (!L.faulted.load()) return 0;
+    memcpy(kk_last_fault, L.message, sizeof(kk_last_fault));
+    return 1;
   }
   if (nthreads < 1) nthreads = 1;
   const unsigned long long per = L.nblocks / ((unsigned long long)nthreads * 16);

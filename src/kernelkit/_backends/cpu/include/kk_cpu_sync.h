@@ -190,8 +190,11 @@ static inline int __all_sync(unsigned mask, int pred) {
 static inline void __syncwarp(unsigned mask = KK_FULL_MASK) {
   kk_warp_exchange(mask, 0, (int)kk_lane(), false);
 }
-// The lanes in the caller's branch (see kk_activemask in kk_cpu_sched.h for the emulation).
-static inline __attribute__((always_inline)) unsigned __activemask() { return kk_activemask(); }
+// The lanes in the caller's branch (see kk_activemask in kk_cpu_sched.h for the emulation); the
+// call is told apart from others by its place in the source.
+static inline unsigned __activemask(KK_SITE_PARAMS) {
+  return kk_activemask(kk_site{kk_file, kk_line});
+}
 template <class T, class F>
 static inline T kk_warp_reduce(unsigned mask, T v, F f) {
   for (int o = 16; o > 0; o >>= 1) v = f(v, __shfl_xor_sync(mask, v, o));
@@ -267,10 +270,10 @@ struct grid_group {
            blockDim.z;
   }
   unsigned long long num_threads() const { return size(); }
-  bool is_valid() const { return true; }
-  void sync() const {
-    kk_fault_record("cooperative_groups::grid_group::sync() is not supported by the CPU backend");
-    throw kk_fault{};
+  bool is_valid() const { return kk_cur_launch && kk_cur_launch->cooperative; }
+  // every block of a cooperative launch (kernel(..., cooperative=True)) meets here
+  void sync(const char* file = __builtin_FILE(), int line = __builtin_LINE()) const {
+    kk_grid_sync(file, line);
   }
 };
 static inline grid_group this_grid() { return grid_group{}; }
@@ -320,10 +323,9 @@ struct coalesced_group {
   template <class T>
   unsigned match_any(T v) const { return kk_compress(__match_any_sync(m, v), m); }
 };
-// The lanes that call it together (converged): see __activemask(). Always inlined, so each call
-// site is its own (see kk_activemask).
-static inline __attribute__((always_inline)) coalesced_group coalesced_threads() {
-  return coalesced_group{kk_activemask()};
+// The lanes that call it together (converged): see __activemask().
+static inline coalesced_group coalesced_threads(KK_SITE_PARAMS) {
+  return coalesced_group{kk_activemask(kk_site{kk_file, kk_line})};
 }
 
 // Tiles of at most a warp: lanes [base, base + N) of the warp. Wider tiles (64..1024 threads, as
@@ -480,6 +482,7 @@ static inline T exclusive_scan(const thread_block_tile<N>& g, T v) {
   return exclusive_scan(g, v, plus<T>());
 }
 static inline void sync(const thread_block& b) { b.sync(); }
+static inline void sync(const grid_group& g) { g.sync(); }
 template <unsigned N>
 static inline void sync(const thread_block_tile<N>& t) { t.sync(); }
 static inline void sync(const coalesced_group& g) { g.sync(); }
