@@ -73,9 +73,9 @@ _INCLUDE = re.compile(r"^[ \t]*#[ \t]*include\b", re.M)
 def std_digest() -> tuple[tuple[str, str], ...]:
     """("std/", sha256) over kernelkit's standard headers and CCCL's version header."""
     digest = hashlib.sha256()
-    for p in sorted(STD_DIR.iterdir()):
+    for p in sorted(STD_DIR.rglob("*")):
         if p.is_file():
-            digest.update(p.name.encode() + b"\0" + p.read_bytes())
+            digest.update(p.relative_to(STD_DIR).as_posix().encode() + b"\0" + p.read_bytes())
     version = _find_header("cuda/std/__cccl/version.h")
     digest.update(version.read_bytes() if version else b"no CCCL")
     return (("std/", digest.hexdigest()),)
