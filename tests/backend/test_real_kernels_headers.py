@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import real_kernels_headers as rk
 
 import kernelkit
-import real_kernels_headers as rk
 
 RNG = np.random.default_rng(20261127)
 DTYPES = {"float32": (np.float32, 1e-5), "float16": (np.float16, 2e-3), "bfloat16": (None, 1e-2)}
@@ -32,16 +32,6 @@ def get(arrays, x):
     if arrays.use_torch and x.dtype == arrays.torch.bfloat16:
         x = x.float()
     return arrays.get(x).astype(np.float64)
-
-
-def run(k, backend, make_args, **kw):
-    """Results as float64 arrays; on the CPU, checked mode must give the same."""
-    results = []
-    for check in (False, True) if backend == "cpu" else (False,):
-        inputs, outs = make_args()
-        res = k(inputs, out=outs, check=check, **kw)
-        results.append(res)
-    return results
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
