@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from importlib.resources import files
 from typing import Any, ClassVar
 
-from ..._codegen import abi_options, cluster_dims, launch_bounds, signature
+from ..._codegen import abi_options, cluster_dims, launch_bounds, prelude_undefs, signature
 from ..._records import Artifact, CompileRequest, KernelSource, Param, Target, TensorMapRequest
 from ...backend import Backend, Launcher, Timer
 from . import driver, nvrtc
@@ -114,6 +114,7 @@ class CUDABackend(Backend):
             parts.append(_text("kernelkit_metal.cuh"))
         if "cg" in source.needs:
             parts.append("namespace cg = cooperative_groups;")
+        parts.append(prelude_undefs(source))
         if source.header:
             parts += [f'#line 1 "{source.kernel}.header"', source.header]
         parts += [
@@ -133,6 +134,7 @@ class CUDABackend(Backend):
             "--std=c++17",
             "-default-device",
             "-diag-suppress=20283,629",
+            *nvrtc.version_macros(),
             *abi_options(),
         ]
         if source.needs & {"fp16", "bf16", "cg"}:
