@@ -39,3 +39,45 @@ def test_vllm_batched_moe_align_compiles(cuda):
 def test_vllm_moe_align_compiles(cuda):
     kinds = [("array", "int32")] + [("scalar", "int32")] * 6 + [("array", "int32")] * 4
     compile_for_sm90(cuda, rk.MOE_ALIGN, kinds, [("scalar_t", "int32")])
+
+
+FLOATS = ["float32", "float16", "bfloat16"]
+A, S = "array", "scalar"
+
+
+@pytest.mark.parametrize("use_shared", [True, False])
+@pytest.mark.parametrize("k", [rk.CROSS_ENTROPY, rk.CROSS_ENTROPY_BACK], ids=lambda k: k.name)
+def test_ggml_cross_entropy_compiles(cuda, k, use_shared):
+    arrays = 2 if k is rk.CROSS_ENTROPY else 3
+    kinds = [(A, "float32")] * arrays + [(S, "int32")] * (4 - arrays) + [(A, "float32")]
+    compile_for_sm90(cuda, k, kinds, [("use_shared", use_shared)])
+
+
+def test_ggml_argmax_compiles(cuda):
+    compile_for_sm90(cuda, rk.ARGMAX, [(A, "float32"), (S, "int64"), (A, "int32")])
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("act", sorted(rk.GATED))
+def test_vllm_act_and_mul_compiles(cuda, act, dtype):
+    kinds = [(A, dtype), (S, "int32"), (A, dtype)]
+    template = [("scalar_t", dtype), ("act_first", act == "silu")]
+    compile_for_sm90(cuda, rk.GATED[act], kinds, template)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("act", sorted(rk.ELEMENTWISE))
+def test_vllm_activation_compiles(cuda, act, dtype):
+    kinds = [(A, dtype), (S, "int32"), (A, dtype)]
+    compile_for_sm90(cuda, rk.ELEMENTWISE[act], kinds, [("scalar_t", dtype)])
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_vllm_fatrelu_compiles(cuda, dtype):
+    kinds = [(A, dtype), (S, "int32"), (S, "float32"), (A, dtype)]
+    compile_for_sm90(cuda, rk.FATRELU, kinds, [("scalar_t", dtype)])
+
+
+def test_every_kernel_cites_its_source():
+    for k in rk.ALL:
+        assert k.repo and k.path and len(k.commit) == 40 and k.edits, k.name
