@@ -11,7 +11,14 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from ..._codegen import extent_param, launch_bounds, signature, template_args, template_head
+from ..._codegen import (
+    extent_param,
+    launch_bounds,
+    prelude_undefs,
+    signature,
+    template_args,
+    template_head,
+)
 from ..._dtypes import DTYPES
 from ..._errors import BackendError
 from ..._records import KernelSource, Param
@@ -26,7 +33,8 @@ _FIBER_RE = re.compile(
     r"__sync|__shfl|__ballot|__any_sync|__all_sync|__activemask|__reduce_\w+_sync|__match_\w+_sync|"
     r"\bcoalesced_threads\b|\b(?:labeled|binary)_partition\b|\bthread_group\b|"
     r"\bsync\s*\(|\bshfl\w*\s*\(|\breduce\s*\(|_scan\s*\(|\bballot\s*\(|\bany\s*\(|\ball\s*\(|"
-    r"\bmatch_any\s*\("
+    r"\bmatch_any\s*\(|"
+    r"#\s*include\s*[<\"]cub/|\bcub::"  # CUB's collectives wait at barriers and shuffles
 )
 # Helpers that read the thread index through the prelude's thread-locals (not the kernel's
 # parameters), so the loop runner must keep them current.
@@ -109,7 +117,7 @@ def render_source(source: KernelSource, check: bool) -> RenderedKernel:
     # Fiber mode: the body's __syncthreads() uses the block passed in (no TLS lookup per barrier).
     no_sync = ("", "", "")
     block_param, sync_def, sync_undef = _FIBER_SYNC if fibers else no_sync
-    head = [f'#include "{PRELUDE}"', f'#line 1 "{name}.header"', header]
+    head = [f'#include "{PRELUDE}"', prelude_undefs(source), f'#line 1 "{name}.header"', header]
     lines = [
         '#line {LINE} "{FILE}"',
         "namespace {",
