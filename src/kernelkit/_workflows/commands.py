@@ -36,7 +36,7 @@ def _info(args: argparse.Namespace) -> int:
     made = disk.products()
     entries_bytes = sum(f.size_bytes for f in files)
     products_bytes = sum(p.size_bytes for p in made)
-    report = {
+    report: dict[str, Any] = {
         "dir": str(disk.root),
         "enabled": _config.config.cache,
         "size_bytes": entries_bytes + products_bytes,
