@@ -183,7 +183,10 @@ def test_a_cache_dir_writable_by_others_is_not_used(cache_dir, monkeypatch, caps
 
 def test_a_cache_dir_of_another_user_is_not_used(cache_dir, monkeypatch) -> None:  # noqa: F811
     cache_dir.mkdir()
-    monkeypatch.setattr(files, "_uid", lambda: os.geteuid() + 4242)  # acts as another user
+    if os.geteuid() == 0:
+        os.chown(cache_dir, 4242, 4242)
+    else:  # a file of this user, seen as another user sees it
+        monkeypatch.setattr(files, "_uid", lambda: os.geteuid() + 4242)
     messages = _memory_only_warning(cache_dir)
     assert len(messages) == 1 and "owned by uid" in messages[0]
     assert not (cache_dir / "entries").exists()

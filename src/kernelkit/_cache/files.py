@@ -5,8 +5,8 @@ Everything under the cache directory may have been planted or damaged, so a read
 never a FIFO, a device such as ``/dev/zero``, or a socket) and reads at most ``limit`` bytes (a
 larger file is refused before a byte is read). A cache directory or file is code that runs in
 this process (a CPU kernel is ``dlopen``ed, the precompiled prelude is compiled into every
-kernel), so one owned by another user, or writable by the group or others, is refused unless
-``KERNELKIT_CACHE_TRUST_SHARED=1`` accepts it (with one warning per path).
+kernel), so one owned by another user (root excepted), or writable by the group or others, is
+refused unless ``KERNELKIT_CACHE_TRUST_SHARED=1`` accepts it (with one warning per path).
 """
 
 from __future__ import annotations
@@ -112,8 +112,8 @@ def _uid() -> int:
 def trust_refusal(st: os.stat_result) -> str | None:
     """Why a path with status ``st`` is not to be trusted (owner, mode), or None."""
     me = _uid()
-    if st.st_uid != me:
-        return f"owned by uid {st.st_uid}, not by this user (uid {me})"
+    if st.st_uid not in (me, 0):  # root can change anything anyway (as ssh trusts it)
+        return f"owned by uid {st.st_uid}, not by this user (uid {me}) or root"
     if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
         return f"writable by its group or others (mode {stat.S_IMODE(st.st_mode):o})"
     return None
