@@ -81,17 +81,23 @@ def test_an_entry_that_is_not_a_regular_file_is_compiled_again(tmp_path, kind) -
     assert path.is_file() and not path.is_symlink()  # replaced by a real entry
 
 
-def test_cache_verify_reports_special_files_without_hanging(tmp_path) -> None:
+def test_cache_commands_report_special_files_without_hanging(tmp_path) -> None:
     root = tmp_path / "kkcache"
     fifo, zero = _entry_path(root, 0), _entry_path(root, 1)
     fifo.parent.mkdir(parents=True)
     os.mkfifo(fifo)
     zero.symlink_to("/dev/zero")
-    code = "from kernelkit.cli import main; raise SystemExit(main(['cache', 'verify']))"
+    os.mkfifo(root / "stats.json")
+    code = (
+        "from kernelkit.cli import main\n"
+        f"assert main(['cache', 'export', '-o', {str(tmp_path / 'b.kkb')!r}]) == 0\n"
+        "assert main(['cache', 'info']) == 0 and main(['cache', 'list']) == 0\n"
+        "raise SystemExit(main(['cache', 'verify']))"
+    )
     try:
         done = _child(root, code)
     except subprocess.TimeoutExpired:
-        pytest.fail("kernelkit cache verify hung on a FIFO entry")
+        pytest.fail("a kernelkit cache command hung on a FIFO")
     assert done.returncode == 1, done.stderr[-2000:]
     assert "Traceback" not in done.stderr
     assert done.stdout.count("not a regular file") == 2, done.stdout
