@@ -104,6 +104,17 @@ def test_cache_commands_report_special_files_without_hanging(tmp_path) -> None:
     assert not fifo.exists() and not zero.is_symlink()  # removed (the link, not /dev/zero)
 
 
+def test_a_bundle_path_that_is_a_fifo_warns(tmp_path) -> None:
+    root = tmp_path / "kkcache"
+    os.mkfifo(tmp_path / "b.kkb")
+    env = f"import os; os.environ['KERNELKIT_BUNDLE_PATH'] = {str(tmp_path / 'b.kkb')!r}\n"
+    try:
+        done = _child(root, env + COMPILE)
+    except subprocess.TimeoutExpired:
+        pytest.fail("opening a FIFO named as a bundle hung")
+    assert done.returncode == 0 and "not a regular file" in done.stdout, done.stderr[-2000:]
+
+
 def test_an_entry_larger_than_the_cap_is_not_read(cache_dir, monkeypatch) -> None:  # noqa: F811
     path = _entry_path(cache_dir)
     path.parent.mkdir(parents=True)
