@@ -1,4 +1,4 @@
-"""A disk entry whose checksums hold but whose library does not load here (built against another
+"""The real CPU backend over damaged cache files: a disk entry whose checksums hold but whose library does not load here (built against another
 C++ runtime, or copied from another machine) is removed and compiled again once, not a
 ``LaunchError`` in every process for ever (issue 24, item 7). Runs the real CPU backend."""
 
@@ -62,3 +62,20 @@ def test_an_entry_that_does_not_load_is_compiled_again_once(tmp_path) -> None:
     third = _call(root)  # the rebuilt entry is on disk: served, nothing compiled, no warning
     assert third.returncode == 0 and "ok 0" in third.stdout, third.stderr[-3000:]
     assert "could not be loaded" not in third.stderr
+
+
+def test_a_garbled_or_planted_prelude_is_rebuilt_for_the_next_compile(tmp_path) -> None:
+    """Issue 24, items 6 and 13, on the real precompiled prelude (``cpu-pch/<digest>/``)."""
+    from kernelkit._cache import products
+
+    root = tmp_path / "kkcache"
+    assert _call(root).returncode == 0
+    (pch,) = (root / "cpu-pch").iterdir()
+    good = {p.name for p in pch.iterdir()}
+    sums = pch / products.SUMS
+    sums.write_bytes(sums.read_bytes()[:-3] + b"\xff\xfe\n")  # one byte that is not UTF-8
+    (pch / "kk_cpu.h").write_text("#error planted\n")  # found before the real prelude
+    (root / "entries").rename(tmp_path / "entries-aside")  # so the next call compiles
+    done = _call(root)
+    assert done.returncode == 0 and "ok 1" in done.stdout, done.stderr[-3000:]
+    assert products.verify(pch) is None and {p.name for p in pch.iterdir()} == good
