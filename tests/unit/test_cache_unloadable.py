@@ -1,6 +1,7 @@
-"""The real CPU backend over damaged cache files: a disk entry whose checksums hold but whose library does not load here (built against another
-C++ runtime, or copied from another machine) is removed and compiled again once, not a
-``LaunchError`` in every process for ever (issue 24, item 7). Runs the real CPU backend."""
+"""The real CPU backend over damaged cache files: a disk entry whose checksums hold but whose
+library does not load here (built against another C++ runtime, or copied from another machine)
+is removed and compiled again once, not a ``LaunchError`` in every process for ever (issue 24,
+item 7); a garbled or planted precompiled prelude is rebuilt (items 6 and 13)."""
 
 from __future__ import annotations
 
