@@ -53,21 +53,17 @@ def make_dirs(path: Path) -> None:
                 raise
 
 
-@contextmanager
-def open_regular(path: Path, limit: int, trust: bool = True) -> Iterator[BinaryIO]:
-    """``path`` opened for reading once it is known to be a regular file of at most ``limit``
-    bytes (and, with ``trust``, one that ``distrust`` accepts); ``Unreadable`` naming why not."""
+def _open_checked(path: Path, limit: int, trust: bool) -> tuple[int, int]:
+    """(an open descriptor, its size) once ``path`` is known to be a regular file of at most
+    ``limit`` bytes that ``distrust`` accepts (with ``trust``); ``Unreadable`` naming why not."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError:
         raise Unreadable("missing", missing=True) from None
     except OSError as e:  # unreadable as a missing file is (a read-only or locked-down cache)
         raise Unreadable(f"cannot open: {e.strerror or e}", missing=True) from None
-    with os.fdopen(fd, "rb") as f:
-        try:
-            st = os.fstat(fd)
-        except OSError as e:
-            raise Unreadable(f"cannot read: {e.strerror or e}") from None
+    try:
+        st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise Unreadable(f"not a regular file ({_kind(st.st_mode)})")
         if st.st_size > limit:
@@ -75,19 +71,40 @@ def open_regular(path: Path, limit: int, trust: bool = True) -> Iterator[BinaryI
         why = distrust(path, st) if trust else None
         if why is not None:
             raise Unreadable(why)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, st.st_size
+
+
+@contextmanager
+def open_regular(path: Path, limit: int, trust: bool = True) -> Iterator[BinaryIO]:
+    """``path`` opened for reading once it is known to be a regular file of at most ``limit``
+    bytes (and, with ``trust``, one that ``distrust`` accepts); ``Unreadable`` naming why not."""
+    fd, _ = _open_checked(path, limit, trust)
+    with os.fdopen(fd, "rb") as f:
         yield f
 
 
 def read_regular(path: Path, limit: int, trust: bool = True) -> bytes:
     """The bytes of the regular file ``path`` (at most ``limit``); ``Unreadable`` naming why
     otherwise. With ``trust``, a file that ``distrust`` refuses is not read either."""
-    with open_regular(path, limit, trust) as f:
-        try:
-            data = f.read(limit + 1)
-        except OSError as e:
-            raise Unreadable(f"cannot read: {e.strerror or e}") from None
-    if len(data) > limit:  # it grew while it was read
-        raise Unreadable(f"larger than the {limit}-byte limit")
+    fd, size = _open_checked(path, limit, trust)
+    try:
+        chunks, left = [], size + 1  # not limit + 1: a read of n bytes allocates n up front
+        while left > 0:
+            chunk = os.read(fd, left)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+    except OSError as e:
+        raise Unreadable(f"cannot read: {e.strerror or e}") from None
+    finally:
+        os.close(fd)
+    data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+    if len(data) > size:  # written to while it was read (kernelkit only ever renames)
+        raise Unreadable(f"grew past its {size} bytes while it was read")
     return data
 
 
