@@ -121,14 +121,6 @@ class DiskCache:
         stats.record("disk_hits", self._label)
         return artifact
 
-    def holds(self, digest: str, artifact: Artifact) -> bool:
-        """Whether the entry of ``digest`` on disk now holds ``artifact``'s binary."""
-        try:
-            found, _ = decode(self.read_bytes(self.path(digest)), digest)
-        except (files.Unreadable, BadEntry):
-            return False
-        return found.binary == artifact.binary
-
     def read_bytes(self, path: Path) -> bytes:
         """An entry file's bytes: a trusted regular file no larger than the cap (no entry
         larger is ever written), else ``files.Unreadable``."""

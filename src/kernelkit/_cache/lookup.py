@@ -5,6 +5,7 @@ backend cannot load what a bundle or the disk cache served."""
 from __future__ import annotations
 
 import warnings
+import weakref
 
 from .._records import Artifact, CompileRequest
 from .._registry import backend_call
@@ -13,6 +14,10 @@ from . import bundles, disk, memory, stats
 from .keys import CacheKey, cache_key
 
 __all__ = ["compile_cached", "recompile_refused"]
+
+# key digest -> the artifact the disk cache served for it (weak: gone with the artifact), so a
+# load failure of what was read from disk is told from one of what was compiled here
+_from_disk: weakref.WeakValueDictionary[str, Artifact] = weakref.WeakValueDictionary()
 
 
 def compile_cached(backend: Backend, request: CompileRequest) -> Artifact:
@@ -40,6 +45,7 @@ def _load_or_compile(backend: Backend, request: CompileRequest, key: CacheKey) -
     if cache is not None:
         found = cache.read(key.digest)
         if found is not None:
+            _from_disk[key.digest] = found
             return found
     found = bundles.find(key, backend.bundle_portable_parts)
     if found is not None:
@@ -49,6 +55,7 @@ def _load_or_compile(backend: Backend, request: CompileRequest, key: CacheKey) -
     with cache.lock(key.digest):
         found = cache.read(key.digest, report=False)  # another process may have just written it
         if found is not None:
+            _from_disk[key.digest] = found
             return found
         artifact = _compile(backend, request, str(cache.root))
         cache.write(key, request.kernel, request.backend, artifact)
@@ -87,8 +94,8 @@ def recompile_refused(
             fresh = _load_or_compile(backend, request, key)
         else:
             cache = disk.current()
-            if cache is None or not cache.holds(key.digest, artifact):
-                raise error
+            if cache is None or _from_disk.get(key.digest) is not artifact:
+                raise error  # compiled here: compiling again would give the same binary
             memory.drop(key.digest)
             fresh = _replace_on_disk(backend, request, key, cache, error)
         memory.put(key.digest, fresh)
