@@ -135,7 +135,6 @@ class DiskCache:
                 RuntimeWarning,
                 stacklevel=3,
             )
-        return None
 
     # write --------------------------------------------------------------------------------
     def write(self, key: CacheKey, kernel: str, backend: str, artifact: Artifact) -> bool:
