@@ -48,11 +48,13 @@ def supported_archs() -> tuple[int, ...]:
 
 @functools.cache
 def include_dirs() -> tuple[str, ...]:
-    """CUDA header directories (cudart for cuda_fp16.h etc., CCCL for cooperative groups)."""
+    """CUDA header directories (CCCL for libcu++, CUB and cooperative groups; cudart for
+    cuda_fp16.h etc.). CCCL comes first: a toolkit's include directory may hold an older libcu++
+    than the CCCL that kernelkit depends on, and the first directory with a header wins."""
     from cuda import pathfinder
 
     dirs = []
-    for name in ("cudart", "cccl"):
+    for name in ("cccl", "cudart"):
         try:
             found = pathfinder.find_nvidia_header_directory(name)
         except Exception:  # noqa: BLE001 - pathfinder raises several kinds; missing is enough
