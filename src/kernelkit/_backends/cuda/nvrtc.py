@@ -8,6 +8,7 @@ from pathlib import Path
 
 from ..._errors import BackendError, CompileError
 from ..._records import Artifact, CompileRequest
+from . import deps
 
 _HEADERS = {  # need -> (headers to include, in order)
     "fp16": ("cuda_fp16.h",),
@@ -18,11 +19,7 @@ _HEADERS = {  # need -> (headers to include, in order)
 
 @functools.cache
 def nvrtc():  # noqa: ANN201 - the cuda.bindings.nvrtc module
-    try:
-        from cuda.bindings import nvrtc as mod
-    except ImportError as e:
-        raise BackendError(f"[backend cuda] cuda-bindings is not installed: {e}") from None
-    return mod
+    return deps.require("cuda.bindings.nvrtc")
 
 
 def check(result: tuple, what: str) -> tuple:
@@ -48,7 +45,7 @@ def supported_archs() -> tuple[int, ...]:
 @functools.cache
 def include_dirs() -> tuple[str, ...]:
     """CUDA header directories (cudart for cuda_fp16.h etc., CCCL for cooperative groups)."""
-    from cuda import pathfinder
+    pathfinder = deps.require("cuda.pathfinder")
 
     dirs = []
     for name in ("cudart", "cccl"):
@@ -63,9 +60,8 @@ def include_dirs() -> tuple[str, ...]:
 
 @functools.cache
 def library_path() -> str:
-    from cuda import pathfinder
-
     try:
+        pathfinder = deps.require("cuda.pathfinder")
         return pathfinder.load_nvidia_dynamic_lib("nvrtc").abs_path or "?"
     except Exception as e:  # noqa: BLE001
         return f"not found ({e})"
