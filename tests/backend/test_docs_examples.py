@@ -24,10 +24,11 @@ FENCE = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
 NEEDS = re.compile(r"<!--\s*needs:\s*([\w\s]+?)\s*-->\s*\Z")
 
 
-def _cuda_devices() -> bool:
+def _cuda_archs() -> list[int]:
+    """Compute capabilities (90 for sm_90) of the CUDA devices here; none without the cuda extra."""
     from kernelkit._backends.cuda import CUDABackend
 
-    return bool(CUDABackend().targets())
+    return [int(re.sub(r"\D", "", t.arch)) for t in CUDABackend().targets()]
 
 
 REQUIREMENTS: dict[str, Callable[[], bool]] = {
@@ -35,7 +36,8 @@ REQUIREMENTS: dict[str, Callable[[], bool]] = {
     "jax": lambda: importlib.util.find_spec("jax") is not None,
     "mlx": lambda: importlib.util.find_spec("mlx") is not None,
     "matplotlib": lambda: importlib.util.find_spec("matplotlib") is not None,
-    "cuda": _cuda_devices,  # an NVIDIA GPU with the cuda extra installed
+    "cuda": lambda: bool(_cuda_archs()),  # an NVIDIA GPU with the cuda extra installed
+    "sm90": lambda: any(cc >= 90 for cc in _cuda_archs()),  # Hopper or newer (TMA, wgmma)
 }
 
 
