@@ -143,6 +143,7 @@ class Kernel:
 
         Example::
 
+            >>> import kernelkit
             >>> k = kernelkit.kernel("twice", ["x"], ["y"], "y[threadIdx.x] = 2 * x[threadIdx.x];")
             >>> k.precompile(["float32"], ["float32"])  # doctest: +ELLIPSIS
             Declaration(...)

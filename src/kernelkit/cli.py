@@ -131,7 +131,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("info", help="versions, compiler, backends and devices")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=_info)
-    p = sub.add_parser("demo", help="run the README's example kernel and check it")
+    p = sub.add_parser("demo", help="run the getting-started example kernel and check it")
     p.add_argument("--backend", default=None)
     p.set_defaults(func=_demo)
     try:

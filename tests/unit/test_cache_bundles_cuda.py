@@ -1,6 +1,6 @@
 """CUDA bundles built with one NVRTC serve a node with another (issue 7, item 5), without a GPU:
-NVRTC compiles here; the node's NVRTC version and CUDA headers are faked. Also runs the README's
-bundle recipe as written. The real 13.x -> 13.0 case is tests/gpu/test_bundle_cuda.py."""
+NVRTC compiles here; the node's NVRTC version and CUDA headers are faked. Also runs the bundle
+recipe of docs/bundles.md as written. The real 13.x -> 13.0 case: tests/gpu/test_bundle_cuda.py."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from kernelkit._render import render_request
 
 pytest.importorskip("cuda.bindings.nvrtc", reason="cuda-bindings (NVRTC) is not installed")
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+BUNDLES_PAGE = Path(__file__).resolve().parents[2] / "docs" / "bundles.md"
 BODY = "uint i = blockIdx.x * blockDim.x + threadIdx.x; if (i < x_shape[0]) y[i] = x[i] * x[i];"
 F32, F16 = DTYPES["float32"], DTYPES["float16"]
 
@@ -116,9 +116,9 @@ def test_an_arch_the_bundle_lacks_is_named(cuda, cache_dir, tmp_path, node) -> N
     assert cache_stats()["compiles"] == 1
 
 
-def _readme_recipe() -> tuple[str, list[str]]:
-    """The README's bundle example: the ``# mykernels.py`` block and its precompile command."""
-    text = README.read_text()
+def _docs_recipe() -> tuple[str, list[str]]:
+    """docs/bundles.md's example: the ``# mykernels.py`` block and its precompile command."""
+    text = BUNDLES_PAGE.read_text()
     (module,) = [b for b in re.findall(r"```python\n(.*?)```", text, re.S) if "# mykernels.py" in b]
     (command,) = [
         line.split("#")[0].strip()
@@ -151,11 +151,11 @@ SERVE = textwrap.dedent("""
 """)
 
 
-def test_the_readme_bundle_recipe_runs_without_a_gpu_and_serves_an_older_nvrtc(
+def test_the_docs_bundle_recipe_runs_without_a_gpu_and_serves_an_older_nvrtc(
     cuda,  # noqa: ANN001
     tmp_path,
 ) -> None:
-    module, command = _readme_recipe()
+    module, command = _docs_recipe()
     assert command[:2] == ["kernelkit", "precompile"]
     archs = command[command.index("--arch") + 1]
     unsupported = [a for a in archs.split(",") if a not in cuda.compile_targets()]

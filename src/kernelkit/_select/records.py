@@ -69,6 +69,7 @@ class Config:
 
     Example::
 
+        >>> from kernelkit import Config
         >>> Config(template={"BLOCK": 128, "T": "float32"}, threadgroup=(128,)).describe()
         'BLOCK=128 T=float32 threadgroup=128x1x1'
     """

@@ -16,6 +16,7 @@ from ..._codegen import (
     template_args,
     template_head,
 )
+from ..._errors import BackendError
 from ..._records import Artifact, CompileRequest, KernelSource, Param, Target, TensorMapRequest
 from ...backend import Backend, Launcher, Timer
 from . import driver, nvrtc
@@ -231,9 +232,14 @@ class CUDABackend(Backend):
             v = "%d.%d" % nvrtc.version()
         except Exception as e:  # noqa: BLE001 - info must never fail
             v = f"unavailable ({e})"
+        try:
+            dirs: list[str] | str = list(nvrtc.include_dirs())
+            archs: list[str] | str = self.compile_targets()
+        except BackendError as e:  # the cuda extra is not installed: say what to install
+            dirs = archs = str(e)
         return {
             "compiler": f"NVRTC {v}",
             "nvrtc_library": nvrtc.library_path(),
-            "include_dirs": list(nvrtc.include_dirs()),
-            "compile_targets": self.compile_targets(),
+            "include_dirs": dirs,
+            "compile_targets": archs,
         }

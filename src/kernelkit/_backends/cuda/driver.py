@@ -14,6 +14,7 @@ from typing import Any
 
 from ..._errors import BackendError, LaunchError
 from ..._records import TensorMapRequest
+from . import deps
 
 _lock = threading.Lock()
 _forked_after_init = False  # this process was forked from one that had initialized CUDA
@@ -39,11 +40,7 @@ def check_not_forked() -> None:
 
 @functools.cache
 def drv():  # noqa: ANN201 - the cuda.bindings.driver module
-    try:
-        from cuda.bindings import driver as mod
-    except ImportError as e:
-        raise BackendError(f"[backend cuda] cuda-bindings is not installed: {e}") from None
-    return mod
+    return deps.require("cuda.bindings.driver")
 
 
 # Errors after which the process's CUDA context is unusable: a fault inside a kernel. They surface

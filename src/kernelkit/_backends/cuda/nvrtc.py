@@ -9,6 +9,7 @@ from pathlib import Path
 
 from ..._errors import BackendError, CompileError
 from ..._records import Artifact, CompileRequest
+from . import deps
 
 _HEADERS = {  # need -> (headers to include, in order)
     "fp16": ("cuda_fp16.h",),
@@ -19,11 +20,7 @@ _HEADERS = {  # need -> (headers to include, in order)
 
 @functools.cache
 def nvrtc():  # noqa: ANN201 - the cuda.bindings.nvrtc module
-    try:
-        from cuda.bindings import nvrtc as mod
-    except ImportError as e:
-        raise BackendError(f"[backend cuda] cuda-bindings is not installed: {e}") from None
-    return mod
+    return deps.require("cuda.bindings.nvrtc")
 
 
 def check(result: tuple, what: str) -> tuple:
@@ -51,7 +48,7 @@ def include_dirs() -> tuple[str, ...]:
     """CUDA header directories (CCCL for libcu++, CUB and cooperative groups; cudart for
     cuda_fp16.h etc.). CCCL comes first: a toolkit's include directory may hold an older libcu++
     than the CCCL that kernelkit depends on, and the first directory with a header wins."""
-    from cuda import pathfinder
+    pathfinder = deps.require("cuda.pathfinder")
 
     dirs = []
     for name in ("cccl", "cudart"):
@@ -105,9 +102,8 @@ def version_macros() -> tuple[str, ...]:
 
 @functools.cache
 def library_path() -> str:
-    from cuda import pathfinder
-
     try:
+        pathfinder = deps.require("cuda.pathfinder")
         return pathfinder.load_nvidia_dynamic_lib("nvrtc").abs_path or "?"
     except Exception as e:  # noqa: BLE001
         return f"not found ({e})"
