@@ -490,3 +490,83 @@ def test_mlx_arrays_and_dtypes_are_accepted(monkeypatch):
     for _ in range(2):  # the second call takes the remembered path: MLX dtypes still convert
         (y,) = k([x], [(5,)], [core.float32], (5, 1, 1), (32, 1, 1), [("T", core.float32)])
         np.testing.assert_array_equal(y, np.ones(5, np.float32))
+
+
+def _run1(k, arrays, x, **kw):
+    (y,) = k([arrays.put(x)], output_shapes=[x.shape], output_dtypes=[x.dtype],
+             grid=(x.size, 1, 1), threadgroup=(32, 1, 1), **kw)  # fmt: skip
+    return arrays.get(y)
+
+
+def test_a_module_with_one_refused_kernel_still_runs_the_others(arrays):
+    # mlx-vlm defines a steel GEMM (simdgroup_matrix) beside plain kernels at import: the refusal
+    # comes at that kernel's first call, naming the construct and its line (issue 25 item 8)
+    plain = "uint i = thread_position_in_grid.x;\ny[i] = x[i] * 2;"
+    first = kernelkit.metal_kernel("mod_first", ["x"], ["y"], plain)
+    gemm = kernelkit.metal_kernel(
+        "mod_gemm", ["x"], ["y"], "uint i = thread_position_in_grid.x;\n\n"
+        "simdgroup_matrix<float, 8, 8> m;\ny[i] = x[i];",
+    )  # fmt: skip
+    last = kernelkit.metal_kernel("mod_last", ["x"], ["y"], plain.replace("2", "3"))
+    x = RNG.standard_normal(40).astype(np.float32)
+    np.testing.assert_array_equal(_run1(first, arrays, x), x * 2)
+    with pytest.raises(kernelkit.ArgumentError, match=r"simdgroup_matrix' at line 3 of the sou"):
+        _run1(gemm, arrays, x)
+    np.testing.assert_array_equal(_run1(last, arrays, x), x * 3)
+
+
+@pytest.mark.parametrize(
+    "first", ["#define SCALE 2.0f", "#if 1\n#define SCALE 2.0f\n#endif", "#pragma once\n"]
+)
+def test_a_body_whose_first_line_is_a_preprocessor_directive(arrays, first):
+    # issue 24 item 12: the translator's declarations went on line 1, before the `#`
+    src = first + "\nuint i = thread_position_in_grid.x;\ny[i] = x[i] * SCALE;"
+    if "SCALE" not in first:
+        src = src.replace("SCALE", "2.0f")
+    k = kernelkit.metal_kernel("pp_first_" + str(len(first)), ["x"], ["y"], src)
+    x = RNG.standard_normal(70).astype(np.float32)
+    np.testing.assert_array_equal(_run1(k, arrays, x), x * 2)
+    # line numbers stay the user's: an error on the last line is named by that line
+    bad = kernelkit.metal_kernel("pp_first_bad", ["x"], ["y"], src + "\ny[i] = nope;")
+    with pytest.raises(kernelkit.CompileError) as e:
+        _run1(bad, arrays, x)
+    n = src.count("\n") + 2
+    assert f"Metal source line {n}: y[i] = nope;" in str(e.value)
+
+
+def test_a_body_with_a_0d_input_and_a_directive_on_line_1(arrays):
+    src = "#define OFF 1.0f\nuint i = thread_position_in_grid.x;\ny[i] = x[i] * s + OFF;"
+    k = kernelkit.metal_kernel("pp_first_0d", ["x", "s"], ["y"], src)
+    x = RNG.standard_normal(33).astype(np.float32)
+    s = np.array(3.0, np.float32)
+    (y,) = k([arrays.put(x), arrays.put(s)], output_shapes=[x.shape], output_dtypes=[x.dtype],
+             grid=(x.size, 1, 1), threadgroup=(32, 1, 1))  # fmt: skip
+    np.testing.assert_allclose(arrays.get(y), x * 3 + 1, rtol=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("src", "message"),
+    [
+        ("uint i = thread_position_in_grid.x;\nif (i < 4) {\n  y[i] = x[i];\n",
+         "'{' at line 2 is never closed"),
+        ("uint i = thread_position_in_grid.x;\ny[i] = x[i];\n}\ny[0] = 1;",
+         "'}' at line 3 closes nothing"),
+        ("uint i = thread_position_in_grid.x;\nif (i < 4) {\n  y[i] = (x[i];\n}",
+         "'}' at line 4 closes '(' of line 3"),
+    ],
+)  # fmt: skip
+def test_unbalanced_brackets_name_the_users_lines(arrays, src, message):
+    # issue 24 item 12: the compiler named only generated lines (the body sits in a function)
+    k = kernelkit.metal_kernel("unbalanced", ["x"], ["y"], src)
+    with pytest.raises(kernelkit.ArgumentError, match="unbalanced brackets in the Metal source"):
+        _run1(k, arrays, np.ones(4, np.float32))
+    with pytest.raises(kernelkit.ArgumentError) as e:
+        _run1(k, arrays, np.ones(4, np.float32))
+    assert message in str(e.value)
+
+
+def test_unbalanced_brackets_in_the_header_say_header(arrays):
+    k = kernelkit.metal_kernel("unbalanced_h", ["x"], ["y"], "y[0] = x[0];",
+                               header="float f(float a) {\n  return a;\n\n")  # fmt: skip
+    with pytest.raises(kernelkit.ArgumentError, match="'{' at line 1 is never closed"):
+        _run1(k, arrays, np.ones(1, np.float32))

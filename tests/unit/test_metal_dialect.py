@@ -3,6 +3,7 @@ kept, and the refusals naming the construct and its line."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 import kernelkit
@@ -122,16 +123,51 @@ def test_zero_d_inputs_are_references():
     ],
 )
 def test_refusals_name_the_construct_and_line(src, what, token):
+    k = kernelkit.metal_kernel("k", ["x"], ["y"], src)  # defining it does not raise (as MLX)
     with pytest.raises(kernelkit.ArgumentError) as e:
-        kernelkit.metal_kernel("k", ["x"], ["y"], src)
+        _call(k)
     line = src[: src.index(token or "simdgroup_multiply")].count("\n") + 1
     assert f"Metal {what} are not supported" in str(e.value)
     assert f"at line {line} of the source" in str(e.value)
 
 
+def _call(k):
+    x = np.zeros(1, np.float32)
+    return k([x], output_shapes=[(1,)], output_dtypes=[np.float32], grid=(1, 1, 1),
+             threadgroup=(1, 1, 1))  # fmt: skip
+
+
 def test_refusal_in_the_header_says_header():
+    k = kernelkit.metal_kernel("k", ["x"], ["y"], "y[0] = x[0];", header="\nsampler s;")
     with pytest.raises(kernelkit.ArgumentError, match="line 2 of the header"):
-        kernelkit.metal_kernel("k", ["x"], ["y"], "y[0] = x[0];", header="\nsampler s;")
+        _call(k)
+    with pytest.raises(kernelkit.ArgumentError, match="line 2 of the header"):
+        _call(k)  # every call, not only the first
+
+
+@pytest.mark.parametrize(
+    ("options", "error"),
+    [
+        ("fast", "compile_options must be a dict"),
+        ({"math_mode": "bogus"}, "math_mode must be 'safe', 'relaxed' or 'fast', got 'bogus'"),
+        ({"math_mode": 1}, "math_mode must be"),
+        ({"foo": 1}, "unknown option 'foo'"),
+    ],
+)
+def test_compile_options_are_checked_as_mlx_checks_them(options, error):
+    with pytest.raises((kernelkit.ArgumentError, TypeError), match=error):
+        kernelkit.metal_kernel("k", ["x"], ["y"], "y[0] = x[0];", compile_options=options)
+
+
+@pytest.mark.parametrize("mode", [None, "safe", "relaxed", "fast"])
+def test_compile_options_math_modes_are_taken(mode):
+    options = None if mode is None else {"math_mode": mode}
+    k = kernelkit.metal_kernel("k", ["x"], ["y"], "y[0] = x[0];", compile_options=options)
+    assert k.math_mode == (mode or "safe")
+    assert (
+        kernelkit.metal_kernel("k", ["x"], ["y"], "y[0] = x[0];", compile_options={}).math_mode
+        == "safe"
+    )
 
 
 def test_plain_identifiers_named_like_enums_are_fine():

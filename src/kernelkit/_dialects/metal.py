@@ -162,6 +162,11 @@ _TOKEN_RE = re.compile(
     r"|(?P<op>->|::|<<=|>>=|==|!=|<=|>=|\+=|-=|\*=|/=|%=|&=|\|=|\^=|&&|\|\||\+\+|--|<<|>>|.)",
     re.S | re.M,
 )
+_LEADING_DIRECTIVE_RE = re.compile(r"[ \t]*#")
+# Directives that can hide or make brackets (conditionals, macros): with them, bracket balance is
+# left to the compiler.
+_BRACKET_DIRECTIVE_RE = re.compile(r"^[ \t]*#[ \t]*(?:if|ifdef|ifndef|elif|else|define)\b", re.M)
+_CLOSERS = {"}": "{", ")": "(", "]": "["}
 _METAL_INCLUDE_RE = re.compile(r"^[ \t]*#[ \t]*include[ \t]*<metal_\w+>")
 _USING_METAL_RE = re.compile(r"\busing\s+namespace\s+metal\s*;")
 _HEADER_DEFS_RE = re.compile(
@@ -224,6 +229,8 @@ def translate(
     ``zero_d_inputs`` lists (input name, C type) of the inputs given as 0-d arrays, which Metal
     reads as ``const constant T&`` values: the body sees them as references to element 0.
     """
+    _check_balanced(name, header, "header")
+    _check_balanced(name, source, "source")
     user_defs = {a or b for a, b in _HEADER_DEFS_RE.findall(_strip(header))}
     user_defs -= _TYPES  # a header cannot redefine Metal's types (it may overload functions)
     cuda_header = _rewrite(name, header, "header", user_defs, header=True)
@@ -239,7 +246,37 @@ def translate(
         lead.append("{ " + " ".join(f"const {t}& {n} = kk_0d_{n};" for n, t in zero_d_inputs))
         tail = "\n}"
     full_header = prelude(header + "\n" + source) + f'#line 1 "{name}.header"\n' + cuda_header
+    if _LEADING_DIRECTIVE_RE.match(source):  # `#define X` on line 1: a directive starts a line
+        return MetalTranslation(
+            " ".join(lead) + f'\n#line 1 "{name}"\n' + cuda_body + tail, full_header, attrs
+        )
     return MetalTranslation(" ".join(lead) + " " + cuda_body + tail, full_header, attrs)
+
+
+def _check_balanced(kernel: str, code: str, where: str) -> None:
+    """Refuse unbalanced brackets by the user's line (the compiler would name generated ones)."""
+    if _BRACKET_DIRECTIVE_RE.search(code):
+        return
+    open_: list[_Tok] = []
+    for t in _tokens(code):
+        if t.kind != "op" or t.text not in "{}()[]":
+            continue
+        if t.text in "{([":
+            open_.append(t)
+            continue
+        if not open_ or open_[-1].text != _CLOSERS[t.text]:
+            got = f"'{open_[-1].text}' of line {open_[-1].line}" if open_ else "nothing"
+            raise ArgumentError(
+                f"[{kernel}] unbalanced brackets in the Metal {where}: '{t.text}' at line "
+                f"{t.line} closes {got}"
+            )
+        open_.pop()
+    if open_:
+        t = open_[-1]
+        raise ArgumentError(
+            f"[{kernel}] unbalanced brackets in the Metal {where}: '{t.text}' at line {t.line} "
+            "is never closed"
+        )
 
 
 def _strip(code: str) -> str:
