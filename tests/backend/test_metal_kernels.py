@@ -570,3 +570,84 @@ def test_unbalanced_brackets_in_the_header_say_header(arrays):
                                header="float f(float a) {\n  return a;\n\n")  # fmt: skip
     with pytest.raises(kernelkit.ArgumentError, match="'{' at line 1 is never closed"):
         _run1(k, arrays, np.ones(1, np.float32))
+
+
+COND_SIZES = """
+    uint i = thread_position_in_grid.x;
+    T h = x[i];
+    bool c = i % 2 == 0;
+    y[0] = sizeof(c ? h : 1.0f);        // Metal: float
+    y[1] = sizeof(c ? 1.0f : h);        // float
+    y[2] = sizeof(c ? h : 1);           // half (the integer converts)
+    y[3] = sizeof(c ? 0 : h);           // half
+    y[4] = sizeof(c ? h : h);           // half
+    y[5] = sizeof(c ? float(h) : 2);    // float: no 16-bit type, C++'s rules as written
+    y[6] = sizeof(c ? h : (c ? 1.0f : h));  // nested: float
+    y[7] = c ? h : 1;
+"""
+BITLINEAR_SCALE = """
+    uint i = thread_position_in_grid.x;
+    float scale = invert_weight_scales ? 1 / weight_scale[0] : weight_scale[0];
+    T v = x[i] > 0 ? x[i] : 0;
+    out[i] = static_cast<T>(v * scale);
+"""
+
+
+def _sixteen(dt):
+    if dt == "bfloat16":
+        return np.dtype(pytest.importorskip("ml_dtypes").bfloat16)
+    return np.dtype(dt)
+
+
+def _put(arrays, a):
+    """``arrays.put``, with bfloat16 through its bits (torch cannot take an ml_dtypes array)."""
+    if a.dtype.name != "bfloat16" or not arrays.use_torch:
+        return arrays.put(a)
+    return arrays.put(a.view(np.uint16)).view(arrays.torch.bfloat16)
+
+
+def _get(arrays, y):
+    if hasattr(y, "dtype") and str(y.dtype) == "torch.bfloat16":
+        y = y.float()
+    return arrays.get(y)
+
+
+@pytest.mark.parametrize("dt", ["float16", "bfloat16"])
+def test_a_conditional_mixing_a_16_bit_value_promotes_as_metal_does(arrays, dt):
+    # Metal: half : float -> float, half : int -> half; kernelkit's 16-bit types are classes, and
+    # C++ found both conversions and refused (issue 25 item 8; mlx-lm's BitLinear weight scale)
+    d = _sixteen(dt)
+    k = kernelkit.metal_kernel("cond_sizes", ["x"], ["y"], COND_SIZES)
+    x = np.full(1, 3.0, d)
+    (y,) = k([_put(arrays, x)], output_shapes=[(8,)], output_dtypes=[np.int32],
+             grid=(1, 1, 1), threadgroup=(1, 1, 1), template=[("T", dt)])  # fmt: skip
+    np.testing.assert_array_equal(arrays.get(y), [4, 4, 2, 2, 2, 4, 4, 3])
+
+
+@pytest.mark.parametrize("dt", ["float16", "bfloat16"])
+@pytest.mark.parametrize("invert", [True, False])
+def test_bitlinear_weight_scale_conditional_in_16_bits(arrays, dt, invert):
+    d = _sixteen(dt)
+    k = kernelkit.metal_kernel("cond_scale", ["x", "weight_scale", "invert_weight_scales"],
+                               ["out"], BITLINEAR_SCALE)  # fmt: skip
+    x = RNG.standard_normal(100).astype(d)
+    w = np.array([0.37], d)
+    (y,) = k([_put(arrays, x), _put(arrays, w), invert], output_shapes=[x.shape],
+             output_dtypes=[dt], grid=(100, 1, 1), threadgroup=(32, 1, 1),
+             template=[("T", dt)])  # fmt: skip
+    w64 = float(w.astype(np.float64)[0])
+    want = np.maximum(x.astype(np.float64), 0) * (1 / w64 if invert else w64)
+    np.testing.assert_allclose(_get(arrays, y).astype(np.float64), want, rtol=1e-2, atol=1e-2)
+
+
+def test_conditionals_in_template_arguments_and_constants_are_left_alone(arrays):
+    src = """
+    constexpr int N = sizeof(T) == 2 ? 2 : 4;
+    uint i = thread_position_in_grid.x;
+    y[i] = metal::min<float>(x[i], N > 3 ? 4.0f : 1.0f) + (i < 2 ? N : 0);
+    """
+    k = kernelkit.metal_kernel("cond_const", ["x"], ["y"], src)
+    x = np.full(4, 9.0, np.float32)
+    (y,) = k([arrays.put(x)], output_shapes=[x.shape], output_dtypes=[x.dtype],
+             grid=(4, 1, 1), threadgroup=(4, 1, 1), template=[("T", np.float32)])  # fmt: skip
+    np.testing.assert_array_equal(arrays.get(y), [8, 8, 4, 4])

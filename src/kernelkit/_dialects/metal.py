@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .._errors import ArgumentError
+from .metal_tokens import Tok, cast_conditionals, check_balanced, tokens
 
 __all__ = [
     "ATTRIBUTES",
@@ -154,19 +155,7 @@ _SWIZZLE_RE = re.compile(r"[xyzw]{2,4}|[rgba]{2,4}")
 _SWIZZLE_INDEX = {c: i for i, c in enumerate("xyzw")} | {c: i for i, c in enumerate("rgba")}
 _ASSIGN_OPS = {"=", "+=", "-=", "*=", "/="}
 
-_TOKEN_RE = re.compile(
-    r"(?P<pp>^[ \t]*#[^\n]*(?:\\\n[^\n]*)*)"
-    r"|(?P<skip>//[^\n]*|/\*.*?\*/|\"(?:\\.|[^\"\\\n])*\"|'(?:\\.|[^'\\\n])*'|[ \t\r\f\v]+|\n)"
-    r"|(?P<num>(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?[A-Za-z_]*|0[xX][0-9a-fA-F]+[uUlL]*)"
-    r"|(?P<id>[A-Za-z_]\w*)"
-    r"|(?P<op>->|::|<<=|>>=|==|!=|<=|>=|\+=|-=|\*=|/=|%=|&=|\|=|\^=|&&|\|\||\+\+|--|<<|>>|.)",
-    re.S | re.M,
-)
 _LEADING_DIRECTIVE_RE = re.compile(r"[ \t]*#")
-# Directives that can hide or make brackets (conditionals, macros): with them, bracket balance is
-# left to the compiler.
-_BRACKET_DIRECTIVE_RE = re.compile(r"^[ \t]*#[ \t]*(?:if|ifdef|ifndef|elif|else|define)\b", re.M)
-_CLOSERS = {"}": "{", ")": "(", "]": "["}
 _METAL_INCLUDE_RE = re.compile(r"^[ \t]*#[ \t]*include[ \t]*<metal_\w+>")
 _USING_METAL_RE = re.compile(r"\busing\s+namespace\s+metal\s*;")
 _HEADER_DEFS_RE = re.compile(
@@ -229,8 +218,8 @@ def translate(
     ``zero_d_inputs`` lists (input name, C type) of the inputs given as 0-d arrays, which Metal
     reads as ``const constant T&`` values: the body sees them as references to element 0.
     """
-    _check_balanced(name, header, "header")
-    _check_balanced(name, source, "source")
+    check_balanced(name, header, "header")
+    check_balanced(name, source, "source")
     user_defs = {a or b for a, b in _HEADER_DEFS_RE.findall(_strip(header))}
     user_defs -= _TYPES  # a header cannot redefine Metal's types (it may overload functions)
     cuda_header = _rewrite(name, header, "header", user_defs, header=True)
@@ -253,32 +242,6 @@ def translate(
     return MetalTranslation(" ".join(lead) + " " + cuda_body + tail, full_header, attrs)
 
 
-def _check_balanced(kernel: str, code: str, where: str) -> None:
-    """Refuse unbalanced brackets by the user's line (the compiler would name generated ones)."""
-    if _BRACKET_DIRECTIVE_RE.search(code):
-        return
-    open_: list[_Tok] = []
-    for t in _tokens(code):
-        if t.kind != "op" or t.text not in "{}()[]":
-            continue
-        if t.text in "{([":
-            open_.append(t)
-            continue
-        if not open_ or open_[-1].text != _CLOSERS[t.text]:
-            got = f"'{open_[-1].text}' of line {open_[-1].line}" if open_ else "nothing"
-            raise ArgumentError(
-                f"[{kernel}] unbalanced brackets in the Metal {where}: '{t.text}' at line "
-                f"{t.line} closes {got}"
-            )
-        open_.pop()
-    if open_:
-        t = open_[-1]
-        raise ArgumentError(
-            f"[{kernel}] unbalanced brackets in the Metal {where}: '{t.text}' at line {t.line} "
-            "is never closed"
-        )
-
-
 def _strip(code: str) -> str:
     """``code`` without comments and string literals (newlines kept)."""
     return re.sub(
@@ -289,23 +252,7 @@ def _strip(code: str) -> str:
     )
 
 
-@dataclass
-class _Tok:
-    kind: str
-    text: str
-    line: int
-
-
-def _tokens(code: str) -> list[_Tok]:
-    out, line = [], 1
-    for m in _TOKEN_RE.finditer(code):
-        kind = m.lastgroup or "op"
-        out.append(_Tok(kind, m.group(), line))
-        line += m.group().count("\n")
-    return out
-
-
-def _refuse(kernel: str, tok: _Tok, nxt: str, where: str) -> None:
+def _refuse(kernel: str, tok: Tok, nxt: str, where: str) -> None:
     if tok.text in _SCOPED_ONLY and nxt != "::":
         return
     for rx, what, why in _REFUSED:
@@ -322,7 +269,7 @@ def _rewrite(kernel: str, code: str, where: str, user_defs: set[str], header: bo
         "" if _METAL_INCLUDE_RE.match(ln) else _USING_METAL_RE.sub("", ln)
         for ln in code.split("\n")
     )
-    toks = _tokens(code)
+    toks = tokens(code)
     sig = [i for i, t in enumerate(toks) if t.kind not in ("skip", "pp")]  # significant tokens
 
     def at(k: int) -> str:
@@ -387,10 +334,11 @@ def _rewrite(kernel: str, code: str, where: str, user_defs: set[str], header: bo
             out[i] = f"metal::{text}"
         elif text in _FUNCTIONS and nxt == "(" and text not in user_defs:
             out[i] = f"metal::{text}"
+    cast_conditionals(toks, sig, out)
     return "".join(out)
 
 
-def _statement(sig: list[int], toks: list[_Tok], k: int) -> set[str]:
+def _statement(sig: list[int], toks: list[Tok], k: int) -> set[str]:
     """The identifiers of the statement around significant token ``k``."""
     words = set()
     for step in (-1, 1):
@@ -401,7 +349,7 @@ def _statement(sig: list[int], toks: list[_Tok], k: int) -> set[str]:
     return words
 
 
-def _has_const(sig: list[int], toks: list[_Tok], k: int) -> bool:
+def _has_const(sig: list[int], toks: list[Tok], k: int) -> bool:
     """Whether the declarator around significant token ``k`` already says ``const``."""
     for step, stops in ((-1, {"(", ",", ";", "{", "}", "<"}), (1, {"*", "&", ",", ")", ";", "="})):
         j = k + step
@@ -412,7 +360,7 @@ def _has_const(sig: list[int], toks: list[_Tok], k: int) -> bool:
     return False
 
 
-def _declares_pointer(sig: list[int], toks: list[_Tok], k: int) -> bool:
+def _declares_pointer(sig: list[int], toks: list[Tok], k: int) -> bool:
     """Whether the type starting at significant token ``k`` is followed by ``*`` or ``&``."""
     depth = 0
     while k < len(sig):
@@ -436,7 +384,7 @@ def _declares_pointer(sig: list[int], toks: list[_Tok], k: int) -> bool:
     return False
 
 
-def _matching(sig: list[int], toks: list[_Tok], k: int) -> int:
+def _matching(sig: list[int], toks: list[Tok], k: int) -> int:
     """The significant index of the ``)`` closing the ``(`` at significant index ``k``."""
     depth = 0
     for j in range(k, len(sig)):
