@@ -76,12 +76,14 @@ def cast_conditionals(toks: list[Tok], sig: list[int], out: list[str]) -> None:
     ``A``, ``B`` are ``decltype((a))``, ``decltype((b))``: the header's ``kk_cond_t`` is Metal's
     promoted type where a 16-bit class meets a number, and the operand's own type otherwise.
     Inner conditionals go first (they come later in the text), so an outer one copies their
-    casts. A conditional whose extent a token pass cannot be sure of (``<``/``>`` after the
-    ``:``, as in a template argument; a string or directive inside) is left as written.
+    casts. A conditional whose extent a token pass cannot be sure of (a ``<``/``>`` after the
+    ``:`` where one may close a template argument list; a string or directive inside) is left
+    as written.
     """
     for q in reversed([k for k, i in enumerate(sig) if toks[i].text == "?"]):
         c = _cond_scan(toks, sig, q, colon=True)
-        e = _cond_scan(toks, sig, c, colon=False) if c is not None else None
+        angle = _open_angle_before(toks, sig, q)
+        e = _cond_scan(toks, sig, c, colon=False, angle=angle) if c is not None else None
         if c is None or e is None or c == q + 1 or e == c + 1:
             continue
         span = toks[sig[q] : sig[e - 1] + 1]
@@ -98,7 +100,29 @@ def cast_conditionals(toks: list[Tok], sig: list[int], out: list[str]) -> None:
         out[sig[e - 1]] += "))"
 
 
-def _cond_scan(toks: list[Tok], sig: list[int], k: int, colon: bool) -> int | None:
+def _open_angle_before(toks: list[Tok], sig: list[int], q: int) -> bool:
+    """Whether the statement before the ``?`` at ``q`` has more ``<`` than ``>`` at its own
+    bracket level: the conditional may sit in a template argument list (``f<c ? 1 : 2>``)."""
+    depth = lt = gt = 0
+    for j in range(q - 1, -1, -1):
+        t = toks[sig[j]].text
+        if t in (")", "]"):
+            depth += 1
+        elif t in ("(", "["):
+            if depth == 0:
+                break
+            depth -= 1
+        elif t in (";", "{", "}"):
+            break
+        elif depth == 0:
+            lt += t == "<"
+            gt += (t == ">") + 2 * (t == ">>")
+    return lt > gt
+
+
+def _cond_scan(
+    toks: list[Tok], sig: list[int], k: int, colon: bool, angle: bool = False
+) -> int | None:
     """From the ``?`` (``colon``) or ``:`` at significant index ``k``: the index of its ``:``,
     or one past the third operand's end; None where the extent is unsure."""
     depth = nested = 0
@@ -120,6 +144,6 @@ def _cond_scan(toks: list[Tok], sig: list[int], k: int, colon: bool) -> int | No
             if nested == 0:
                 return j
             nested -= 1
-        elif not colon and t in ("<", ">", ">>", "<=", ">="):
-            return None
+        elif angle and not colon and t in ("<", ">", ">>", "<=", ">="):
+            return None  # `f<c ? 1 : 2>`: the `>` may close the template, not compare
     return None if colon else len(sig)
