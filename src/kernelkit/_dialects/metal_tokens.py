@@ -67,7 +67,9 @@ def check_balanced(kernel: str, code: str, where: str) -> None:
         )
 
 
-_COND_TEXT_LIMIT = 4096  # operand text copied into decltype (nested chains grow it)
+# Operand text copied into decltype: each nesting level copies its operands twice more, so a deep
+# nest is left as written past this (a compile error with a hint where it mixes 16-bit types).
+_COND_TEXT_LIMIT = 16384
 
 
 def cast_conditionals(toks: list[Tok], sig: list[int], out: list[str]) -> None:
