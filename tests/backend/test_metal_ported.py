@@ -165,3 +165,146 @@ def test_qk_norm_rope(dtype):
 
     _close(q, rope(yq).reshape(batch, seq, hq, d), dtype, 2)
     _close(k, rope(yk).reshape(batch, seq, hk, d), dtype, 2)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_post_expert_norm_combine(dtype):
+    rows, k, d, eps = 3, 4, 300, 1e-5
+    experts = _mx(RNG.standard_normal((rows, k, d)), dtype)
+    weights = _mx(RNG.random((rows, k)), dtype)
+    norm_w = _mx(RNG.random(d) + 0.5, dtype)
+    tg = min(1024, 2 * _row_threads(d))
+    (out,) = _kernel("EXPERT_COMBINE")(
+        inputs=[experts, weights, norm_w, _scalar(eps)],
+        template=[("T", experts.dtype), ("D", d), ("K", k), ("TG", tg)],
+        grid=(experts.size // (k * d) * tg, 1, 1),
+        threadgroup=(tg, 1, 1),
+        output_shapes=[experts.shape[:-2] + (d,)],
+        output_dtypes=[experts.dtype],
+    )
+    v = _np(experts) * _np(norm_w)
+    ew = _np(weights)[..., None]
+    want = (_rms(v, eps) * ew).sum(1)  # the kernel rounds its running sum to T after each expert
+    _close(out, want, dtype, 4)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_rms_norm_sigmoid_gate_on_a_transposed_view(dtype):
+    b, h, seq, d, eps = 2, 3, 5, 72, 1e-6
+    x = _mx(RNG.standard_normal((b, seq, h, d)), dtype).transpose(0, 2, 1, 3)  # strided (B,H,L,D)
+    g = _mx(RNG.standard_normal((b, seq, h * d)), dtype)
+    (out,) = _kernel("NORM_GATE")(
+        inputs=[x, g, _scalar(eps)],
+        template=[("T", x.dtype), ("D", d)],
+        grid=(b * seq * h * 32, 1, 1),
+        threadgroup=(256, 1, 1),
+        output_shapes=[(b, seq, h * d)],
+        output_dtypes=[x.dtype],
+    )
+    xs = _rms(_np(x), eps).transpose(0, 2, 1, 3).reshape(b, seq, h * d)
+    _close(out, xs / (1 + np.exp(-_np(g))), dtype)
+
+
+def _norm_add_inputs(dtype, rows, d, post_scale):
+    branch = _mx(RNG.standard_normal((rows, d)) * 2, dtype)
+    stream = _mx(RNG.standard_normal((rows, d)))
+    alpha, beta = _mx(RNG.random(d) + 0.5), _mx(RNG.random(d))
+    post_w = _mx(RNG.random(d) + 0.5, dtype) if post_scale else alpha
+    return [branch, stream, alpha, beta, post_w]
+
+
+def _norm_add_ref(ins, dtype, post_scale, post_eps):
+    branch, stream, alpha, beta, post_w = (_np(a) for a in ins)
+    v = _round(post_w * branch, dtype) if post_scale else branch
+    n = _round(_rms(v, post_eps), dtype)
+    return alpha * stream + beta * n
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("post_scale", [True, False])
+def test_norm_add_norm_and_norm_add(dtype, post_scale):
+    rows, d, post_eps, pre_eps = 3, 520, 1e-6, 1e-5
+    ins = _norm_add_inputs(dtype, rows, d, post_scale)
+    pre_w = _mx(RNG.random(d) + 0.5, dtype)
+    tg = _row_threads(d)
+    kw = dict(
+        template=[("T", ins[0].dtype), ("D", d), ("TG", tg), ("POST_SCALE", post_scale)],
+        grid=(ins[0].size // d * tg, 1, 1),
+        threadgroup=(tg, 1, 1),
+    )
+    new_stream, normed = _kernel("NORM_ADD_NORM")(
+        inputs=ins + [_scalar(post_eps), pre_w, _scalar(pre_eps)],
+        output_shapes=[ins[1].shape, ins[0].shape],
+        output_dtypes=[mx.float32, ins[0].dtype],
+        **kw,
+    )
+    (alone,) = _kernel("NORM_ADD")(inputs=ins + [_scalar(post_eps)],
+                                   output_shapes=[ins[1].shape], output_dtypes=[mx.float32],
+                                   **kw)  # fmt: skip
+    want = _norm_add_ref(ins, dtype, post_scale, post_eps)
+    _close(new_stream, want, dtype, 4)
+    np.testing.assert_array_equal(np.array(alone), np.array(new_stream))
+    _close(normed, _rms(_np(new_stream), pre_eps) * _np(pre_w), dtype, 2)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_pre_norm(dtype):
+    rows, d, eps = 4, 200, 1e-6
+    stream = _mx(RNG.standard_normal((rows, d)) * 3)
+    pre_w = _mx(RNG.random(d) + 0.5, dtype)
+    tg = _row_threads(d)
+    (normed,) = _kernel("PRE_NORM")(
+        inputs=[stream, pre_w, _scalar(eps)],
+        template=[("T", getattr(mx, dtype)), ("D", d), ("TG", tg)],
+        grid=(stream.size // d * tg, 1, 1),
+        threadgroup=(tg, 1, 1),
+        output_shapes=[stream.shape],
+        output_dtypes=[getattr(mx, dtype)],
+    )
+    _close(normed, _rms(_np(stream), eps) * _np(pre_w), dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_kimi_k3_attnres_mix(dtype):
+    k, n, d, eps, threads = 3, 4, 700, 1e-6, 512
+    raw = _mx(RNG.standard_normal((k, n, d)), dtype)
+    inv_rms = _mx(RNG.random((k, n)) + 0.5)
+    partial = _mx(RNG.standard_normal((n, d)), dtype)
+    w_eff = _mx(RNG.standard_normal(d) * 0.05, dtype)
+    (out,) = _kernel("ATTN_RES")(
+        inputs=[raw, inv_rms, partial, w_eff, mx.array([eps], dtype=mx.float32), n],
+        template=[("InT", partial.dtype), ("K", k), ("D", d), ("THREADS", threads)],
+        grid=(threads, n, 1),
+        threadgroup=(threads, 1, 1),
+        output_shapes=[partial.shape],
+        output_dtypes=[partial.dtype],
+    )
+    # kimi_k3's _attn_res_combine (the package's path without the kernel), in float64
+    r, pf, w = _np(raw), _np(partial), _np(w_eff)
+    p_logit = (pf @ w) / np.sqrt((pf * pf).mean(-1) + eps)
+    logits = np.concatenate([(r @ w) * _np(inv_rms), p_logit[None]])
+    p = np.exp(logits - logits.max(0))
+    p /= p.sum(0)
+    want = (p[:-1, :, None] * r).sum(0) + p[-1, :, None] * pf
+    _close(out, want, dtype, 2)
+
+
+@pytest.mark.parametrize("iters", [1, 3, 20])
+def test_deepseek_v41_sinkhorn(iters):
+    count, hc = 37, 4
+    comb = _mx(RNG.random((count, hc, hc)) + 0.1)
+    eps = mx.array([1e-6], dtype=mx.float32)
+    (out,) = _kernel("SINKHORN")(
+        inputs=[comb, eps],
+        template=[("HC", hc), ("ITERS", iters)],
+        grid=(count, 1, 1),
+        threadgroup=(min(count, 256), 1, 1),
+        output_shapes=[comb.shape],
+        output_dtypes=[mx.float32],
+    )
+    c = _np(comb)  # deepseek_v41's _sinkhorn without the kernel
+    c = c / (c.sum(-2, keepdims=True) + 1e-6)
+    for _ in range(iters - 1):
+        c = c / (c.sum(-1, keepdims=True) + 1e-6)
+        c = c / (c.sum(-2, keepdims=True) + 1e-6)
+    _close(out, c, "float32", 5)
