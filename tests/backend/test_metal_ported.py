@@ -308,3 +308,123 @@ def test_deepseek_v41_sinkhorn(iters):
         c = c / (c.sum(-1, keepdims=True) + 1e-6)
         c = c / (c.sum(-2, keepdims=True) + 1e-6)
     _close(out, c, "float32", 5)
+
+
+# --- mlx-audio 0.6.2 -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])  # the package's fast path takes these
+def test_mossformer2_depthwise_conv1d(dtype):
+    b, length, c, ksize = 2, 29, 12, 7
+    pad = (ksize - 1) // 2
+    x = _mx(RNG.standard_normal((b, length, c)), dtype)
+    w = _mx(RNG.standard_normal((c, ksize, 1)) * 0.3, dtype)
+    out_len = length + 2 * pad - ksize + 1
+    params = mx.array([b, length, c, ksize, pad, out_len], dtype=mx.int32)
+    (out,) = _kernel("DEPTHWISE_CONV1D")(
+        inputs=[x, w, params],
+        template=[("T", x.dtype)],
+        grid=(c, out_len, b),
+        threadgroup=(1, 1, 1),
+        output_shapes=[[b, out_len, c]],
+        output_dtypes=[x.dtype],
+    )
+    xp = np.pad(_np(x), ((0, 0), (pad, pad), (0, 0)))
+    wk = _np(w)[:, :, 0]
+    want = sum(xp[:, j : j + out_len, :] * wk[:, j] for j in range(ksize))
+    _close(out, want, dtype, 3)
+
+
+def test_phonon_unpack_base5():
+    out_features, in_features = 5, 48
+    symbols = RNG.integers(0, 5, (out_features, in_features + 2))  # + padding symbols
+    groups = symbols.reshape(out_features, -1, 10)
+    payload = (groups * 5 ** np.arange(10)).sum(-1)
+    packed = np.stack([payload & 255, (payload >> 8) & 255, payload >> 16], -1)
+    q = mx.array(packed.reshape(out_features, -1).astype(np.uint8))
+    shape = (out_features, in_features // 16)
+    count = out_features * shape[1]
+    base, residual = _kernel("PHONON_UNPACK")(
+        inputs=(q, mx.array(in_features, dtype=mx.uint32)),
+        grid=(count, 1, 1),
+        threadgroup=(min(256, count), 1, 1),
+        output_shapes=(shape, shape),
+        output_dtypes=(mx.uint32, mx.uint32),
+    )
+    # packed.py's _unpack_base5_codes_fallback
+    sym = symbols[:, :in_features].reshape(out_features, -1, 16)
+    shifts = 2 * np.arange(16)
+    want_b = (np.array([0, 0, 1, 2, 2])[sym] << shifts).sum(-1)
+    want_r = (np.array([0, 2, 1, 0, 2])[sym] << shifts).sum(-1)
+    np.testing.assert_array_equal(np.array(base), want_b)
+    np.testing.assert_array_equal(np.array(residual), want_r)
+
+
+# --- mlx-vlm 0.7.10 --------------------------------------------------------------------------
+
+
+def test_nearest_interpolation():
+    b, c, in_h, in_w, out_h, out_w = 2, 3, 5, 7, 11, 4
+    x = _mx(RNG.standard_normal((b, c, in_h, in_w)))
+    dims = mx.array([b, c, in_h, in_w, out_h, out_w], dtype=mx.int32)
+    (out,) = _kernel("NEAREST_INTERP")(
+        inputs=[x.reshape(-1), dims],
+        grid=(out_w, out_h, b * c),
+        threadgroup=(8, 8, 1),  # the package's get_optimal_threadgroup(4, 11)
+        output_shapes=[(b * c * out_h * out_w,)],
+        output_dtypes=[mx.float32],
+    )
+    yi = np.minimum(np.floor(np.arange(out_h) * (in_h / out_h)).astype(int), in_h - 1)
+    xi = np.minimum(np.floor(np.arange(out_w) * (in_w / out_w)).astype(int), in_w - 1)
+    want = _np(x)[:, :, yi][:, :, :, xi]
+    np.testing.assert_array_equal(_np(out).reshape(want.shape), want)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_vlm_grid_sample(dtype):
+    b, h, w, c, gn, gm = 2, 6, 9, 5, 4, 3
+    x = _mx(RNG.standard_normal((b, h, w, c)), dtype)
+    # inside the image: the kernel reads all four corners before it masks them (MLX's documented
+    # grid_sample does too), so a corner off the image would read outside x
+    lim = np.array([1 - 1.5 / w, 1 - 1.5 / h])
+    grid = _mx(RNG.uniform(-lim, lim, (b, gn, gm, 2)), dtype)
+    out_shape = (b, gn, gm, c)
+    (out,) = _kernel("VLM_GRID_SAMPLE")(
+        inputs=[x, grid],
+        template=[("T", x.dtype)],
+        output_shapes=[out_shape],
+        output_dtypes=[x.dtype],
+        grid=(math.prod(out_shape), 1, 1),
+        threadgroup=(256, 1, 1),
+    )
+    xs, g = _np(x), _np(grid)
+    ix, iy = ((g[..., 0] + 1) * w - 1) / 2, ((g[..., 1] + 1) * h - 1) / 2
+    x0, y0 = np.floor(ix).astype(int), np.floor(iy).astype(int)
+    fx, fy = (ix - x0)[..., None], (iy - y0)[..., None]
+    bi = np.arange(b)[:, None, None]
+    want = (xs[bi, y0, x0] * (1 - fx) * (1 - fy) + xs[bi, y0, x0 + 1] * fx * (1 - fy)
+            + xs[bi, y0 + 1, x0] * (1 - fx) * fy + xs[bi, y0 + 1, x0 + 1] * fx * fy)  # fmt: skip
+    _close(out, want, dtype, 2)
+
+
+def test_separable_interpolate():
+    b, h, w, c, out_h, out_w, ty, tx = 2, 6, 5, 3, 4, 7, 3, 2
+    x = _mx(RNG.standard_normal((b, h, w, c)))
+    iy = mx.array(RNG.integers(0, h, (out_h, ty)).astype(np.int32))
+    ix = mx.array(RNG.integers(0, w, (out_w, tx)).astype(np.int32))
+    wy, wx = _mx(RNG.random((out_h, ty))), _mx(RNG.random((out_w, tx)))
+    (out,) = _kernel("SEPARABLE_INTERP")(
+        inputs=[x.astype(mx.float32), iy, wy, ix, wx],
+        grid=(out_w * c, out_h, b),
+        threadgroup=(min(256, out_w * c), 1, 1),
+        output_shapes=[(b, out_h, out_w, c)],
+        output_dtypes=[mx.float32],
+    )
+    xs = _np(x)
+    rows = np.zeros((b, out_h, w, c))
+    for a in range(ty):
+        rows += xs[:, np.array(iy)[:, a]] * _np(wy)[:, a][None, :, None, None]
+    want = np.zeros((b, out_h, out_w, c))
+    for t in range(tx):
+        want += rows[:, :, np.array(ix)[:, t]] * _np(wx)[:, t][None, None, :, None]
+    _close(out, want, "float32", 5)
