@@ -341,6 +341,22 @@ NVRTC_CASES = {
         [F32, F32],
         [("N_PER", 2)],
     ),
+    **{  # `c ? half : float` promotes under NVRTC's cuda_fp16.h / cuda_bf16.h too
+        f"cond_sizes_{h}": ("COND_SIZES", "", ["x"], ["y"], [h], [I32], [("T", h)])
+        for h in ("float16", "bfloat16")
+    },
+    **{
+        f"cond_scale_{h}": (
+            "BITLINEAR_SCALE",
+            "",
+            ["x", "weight_scale", "invert_weight_scales"],
+            ["out"],
+            [h, h, ("scalar", "bool")],
+            [h],
+            [("T", h)],
+        )
+        for h in ("float16", "bfloat16")
+    },
 }
 
 
@@ -350,7 +366,8 @@ def test_catalog_kernel_compiles_with_nvrtc(cuda, case):
     from kernelkit._render import render_request
 
     source, header, ins, outs, in_types, out_types, template = NVRTC_CASES[case]
-    source = FEATURES if source == "FEATURES" else source  # defined below the table
+    if source in ("FEATURES", "COND_SIZES", "BITLINEAR_SCALE"):  # defined below the table
+        source = globals()[source]
     mk = kernelkit.metal_kernel(f"mtl_{case}", ins, outs, source, header=header)
     zero_d = tuple(n for n, t in zip(ins, in_types) if isinstance(t, tuple) and t[0] != "scalar")
     k = mk._kernel(tuple(ins), tuple(outs), zero_d, True)
