@@ -428,3 +428,60 @@ def test_separable_interpolate():
     for t in range(tx):
         want += rows[:, :, np.array(ix)[:, t]] * _np(wx)[:, t][None, None, :, None]
     _close(out, want, "float32", 5)
+
+
+# --- the same texts under NVRTC (no GPU needed): what the GPU runs compiles, in bf16 too -------
+
+S32, SI32, A = ("scalar_array", "float32"), ("scalar_array", "int32"), "float32"
+NVRTC = {  # var: (input kinds, output dtypes, template); "H" is the 16-bit type under test
+    "EXPERT_ROUTING": (["H", A, S32, S32, S32], ["uint32", A], [("E", 64), ("K", 4)]),
+    "QK_NORM": (["H", S32, S32], ["H", "H"], [("T", "H"), ("D", 80), ("HQ", 4), ("HK", 2)]),
+    "QK_NORM_ROPE": (
+        ["H", S32, S32, "int32", SI32, S32],
+        ["H", "H"],
+        [("T", "H"), ("D", 64), ("HQ", 2), ("HK", 2), ("OFFSET_STRIDE", 1)],
+    ),
+    "EXPERT_COMBINE": (["H", "H", "H", S32], ["H"], [("T", "H"), ("D", 300), ("K", 4), ("TG", 64)]),
+    "NORM_GATE": (["H", "H", S32], ["H"], [("T", "H"), ("D", 72)]),
+    "NORM_ADD_NORM": (
+        ["H", A, A, A, "H", S32, "H", S32],
+        [A, "H"],
+        [("T", "H"), ("D", 520), ("TG", 64), ("POST_SCALE", True)],
+    ),
+    "PRE_NORM": ([A, "H", S32], ["H"], [("T", "H"), ("D", 200), ("TG", 32)]),
+    "ATTN_RES": (
+        ["H", A, "H", "H", A, ("scalar", "int32")],
+        ["H"],
+        [("InT", "H"), ("K", 3), ("D", 700), ("THREADS", 512)],
+    ),
+    "DEPTHWISE_CONV1D": (["H", "H", "int32"], ["H"], [("T", "H")]),
+    "VLM_GRID_SAMPLE": (["H", "H"], ["H"], [("T", "H")]),
+}
+
+
+@pytest.mark.parametrize("h", ["float16", "bfloat16"])
+@pytest.mark.parametrize("var", sorted(NVRTC))
+def test_ported_kernel_compiles_with_nvrtc(cuda, var, h):
+    from kernelkit._dtypes import DTYPES as KK_DTYPES
+    from kernelkit._render import render_request
+
+    in_kinds, out_types, template = NVRTC[var]
+    sub = lambda t: h if t == "H" else t  # noqa: E731
+    args = getattr(cat, var + "_ARGS")
+    mk = kernelkit.metal_kernel(source=getattr(cat, var), header=getattr(cat, var + "_HEADER", ""),
+                                **{**args, "name": "nv_" + args["name"]})  # fmt: skip
+    ins, outs = tuple(args["input_names"]), tuple(args["output_names"])
+    zero_d = tuple(n for n, t in zip(ins, in_kinds) if isinstance(t, tuple) and t[0] != "scalar")
+    k = mk._kernel(ins, outs, zero_d, args.get("ensure_row_contiguous", True))
+    kinds = [t if isinstance(t, tuple) else ("array", sub(t)) for t in in_kinds]
+    kinds += [("scalar", "int32")] * 3  # the grid
+    _, req = render_request(
+        k.spec,
+        cuda,
+        cuda.target_for_arch("sm_90"),
+        [(kind, KK_DTYPES[d]) for kind, d in kinds],
+        [KK_DTYPES[sub(d)] for d in out_types],
+        [(n, KK_DTYPES[sub(v)] if isinstance(v, str) else v) for n, v in template],
+        False,
+    )
+    assert cuda.compile(req).binary
