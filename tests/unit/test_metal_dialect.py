@@ -176,3 +176,23 @@ def test_plain_identifiers_named_like_enums_are_fine():
 
 def test_identifiers_that_only_look_like_refused_names_are_fine():
     kernelkit.metal_kernel("k", ["x"], ["y"], "int depth2 = 1; int quad_idx = 2; y[0] = depth2;")
+
+
+def test_conditionals_of_two_numbers_are_not_cast_and_others_are():
+    body = translate("k", "y[0] = c ? 1 : 2.0f; y[1] = c ? h : 0;").body
+    assert "c ? 1 : 2.0f;" in body
+    assert "c ? static_cast<metal::kk_cond_t<decltype((h)), decltype((0))>>((h))" in body
+
+
+def test_conditional_casts_are_bounded_on_hostile_bodies(monkeypatch):
+    # each cast copies its operands into decltype: a body of many long conditionals must not
+    # grow without bound (past the budget, 4 MiB, they are left as written; 64 KiB here)
+    from kernelkit._dialects import metal_tokens
+
+    monkeypatch.setattr(metal_tokens, "_COND_TOTAL_LIMIT", 1 << 16)
+    operand = " + ".join(f"x[{i}]" for i in range(100))
+    src = "\n".join(f"y[{j}] = c ? {operand} : {operand};" for j in range(60))
+    body = translate("k", src).body
+    assert body.count("\n") == src.count("\n")
+    assert len(body) < len(src) + (1 << 16) + 1000
+    assert "static_cast" in body  # the budget's worth were cast

@@ -218,8 +218,6 @@ def translate(
     ``zero_d_inputs`` lists (input name, C type) of the inputs given as 0-d arrays, which Metal
     reads as ``const constant T&`` values: the body sees them as references to element 0.
     """
-    check_balanced(name, header, "header")
-    check_balanced(name, source, "source")
     user_defs = {a or b for a, b in _HEADER_DEFS_RE.findall(_strip(header))}
     user_defs -= _TYPES  # a header cannot redefine Metal's types (it may overload functions)
     cuda_header = _rewrite(name, header, "header", user_defs, header=True)
@@ -270,6 +268,7 @@ def _rewrite(kernel: str, code: str, where: str, user_defs: set[str], header: bo
         for ln in code.split("\n")
     )
     toks = tokens(code)
+    check_balanced(kernel, code, where, toks)  # the user's line numbers: newlines are kept
     sig = [i for i, t in enumerate(toks) if t.kind not in ("skip", "pp")]  # significant tokens
 
     def at(k: int) -> str:

@@ -41,12 +41,12 @@ def tokens(code: str) -> list[Tok]:
     return out
 
 
-def check_balanced(kernel: str, code: str, where: str) -> None:
+def check_balanced(kernel: str, code: str, where: str, toks: list[Tok] | None = None) -> None:
     """Refuse unbalanced brackets by the user's line (the compiler would name generated ones)."""
     if _BRACKET_DIRECTIVE_RE.search(code):
         return
     open_: list[Tok] = []
-    for t in tokens(code):
+    for t in tokens(code) if toks is None else toks:
         if t.kind != "op" or t.text not in "{}()[]":
             continue
         if t.text in "{([":
@@ -68,8 +68,13 @@ def check_balanced(kernel: str, code: str, where: str) -> None:
 
 
 # Operand text copied into decltype: each nesting level copies its operands twice more, so a deep
-# nest is left as written past this (a compile error with a hint where it mixes 16-bit types).
+# nest is left as written past this (a compile error with a hint where it mixes 16-bit types),
+# and so is every conditional after the casts of one body have added _COND_TOTAL_LIMIT.
 _COND_TEXT_LIMIT = 16384
+_COND_TOTAL_LIMIT = 1 << 22
+_PLAIN_NUMBER_RE = re.compile(
+    r"(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?[fFuUlL]*|0[xX][0-9a-fA-F]+[uUlL]*"
+)
 
 
 def cast_conditionals(toks: list[Tok], sig: list[int], out: list[str]) -> None:
@@ -82,6 +87,7 @@ def cast_conditionals(toks: list[Tok], sig: list[int], out: list[str]) -> None:
     ``:`` where one may close a template argument list; a string or directive inside) is left
     as written.
     """
+    added = 0
     for q in reversed([k for k, i in enumerate(sig) if toks[i].text == "?"]):
         c = _cond_scan(toks, sig, q, colon=True)
         angle = _open_angle_before(toks, sig, q)
@@ -91,9 +97,18 @@ def cast_conditionals(toks: list[Tok], sig: list[int], out: list[str]) -> None:
         span = toks[sig[q] : sig[e - 1] + 1]
         if any(t.kind == "pp" or t.text[:1] in "\"'" for t in span):
             continue
+        if (
+            c == q + 2
+            and e == c + 2
+            and all(  # `c ? 1 : 2.0f`: two numbers need no cast
+                _PLAIN_NUMBER_RE.fullmatch(out[sig[j]]) for j in (q + 1, c + 1)
+            )
+        ):
+            continue
         a = " ".join(out[sig[j]] for j in range(q + 1, c) if out[sig[j]])
         b = " ".join(out[sig[j]] for j in range(c + 1, e) if out[sig[j]])
-        if len(a) + len(b) > _COND_TEXT_LIMIT:
+        added += 2 * (len(a) + len(b)) + 100
+        if len(a) + len(b) > _COND_TEXT_LIMIT or added > _COND_TOTAL_LIMIT:
             continue
         ta, tb = f"decltype(({a}))", f"decltype(({b}))"
         out[sig[q + 1]] = f"static_cast<metal::kk_cond_t<{ta}, {tb}>>((" + out[sig[q + 1]]
