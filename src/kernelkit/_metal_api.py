@@ -39,6 +39,28 @@ def _is_mlx(x: Any) -> bool:
     return _is_mlx_type(type(x))
 
 
+def _from_mlx(x: Any) -> Any:
+    """An MLX array as a NumPy array over the same memory (bfloat16 through a uint16 view)."""
+    import numpy as np
+
+    if str(getattr(x, "dtype", "")) != "mlx.core.bfloat16":
+        return np.asarray(x)
+    import ml_dtypes
+    import mlx.core as mx  # type: ignore[import-not-found]
+
+    # NumPy's buffer protocol has no bfloat16 format: MLX's same-size view shares the buffer
+    return np.asarray(x.view(mx.uint16)).view(ml_dtypes.bfloat16)
+
+
+def _to_mlx(r: Any) -> Any:
+    """A NumPy result as an MLX array (a bfloat16 one through its uint16 bits)."""
+    import mlx.core as mx
+
+    if r.dtype.name == "bfloat16":
+        return mx.array(r.view("uint16")).view(mx.bfloat16)
+    return mx.array(r)
+
+
 def _dtype(value: Any) -> Any:
     """An MLX dtype (``mx.float32``) as its name; anything else as it is."""
     if _is_mlx(value):
@@ -58,6 +80,7 @@ class MetalKernel:
         header: str,
         ensure_row_contiguous: bool,
         atomic_outputs: bool,
+        math_mode: str = "safe",
     ) -> None:
         self.name = name
         self.input_names = input_names
@@ -66,10 +89,17 @@ class MetalKernel:
         self.header = header
         self.ensure_row_contiguous = ensure_row_contiguous
         self.atomic_outputs = atomic_outputs
+        self.math_mode = math_mode
         self._kernels: dict[Any, Kernel] = {}
         self._geometry: dict[Any, tuple[tuple[int, ...], tuple[int, ...]]] = {}
         self._lock = threading.Lock()
-        _metal.translate(name, source, header)  # refuses unsupported constructs now
+        # MLX compiles at the first call: a construct refused here is raised there, so a module
+        # that defines several kernels still imports and its other kernels still run
+        self._refused: str | None = None
+        try:
+            _metal.translate(name, source, header)
+        except ArgumentError as e:
+            self._refused = str(e)
 
     def __repr__(self) -> str:
         return (
@@ -151,6 +181,8 @@ class MetalKernel:
         check: Any,
     ) -> list[Any] | dict[str, Any]:
         """Either form of the call, MLX objects, a new geometry or input layout."""
+        if self._refused is not None:
+            raise ArgumentError(self._refused)
         as_dict = isinstance(inputs, Mapping)
         ins, in_names, outs_names, shapes, dtypes = self._normalize(
             inputs, output_shapes, output_dtypes
@@ -161,9 +193,7 @@ class MetalKernel:
             template = [(n, _dtype(v)) for n, v in template]
         mlx = any(_is_mlx(x) for x in ins)
         if mlx:
-            import numpy as np
-
-            ins = [np.asarray(x) if _is_mlx(x) else x for x in ins]
+            ins = [_from_mlx(x) if _is_mlx(x) else x for x in ins]
         zero_d = tuple(
             n for n, x in zip(in_names, ins) if getattr(x, "ndim", 1) == 0 and not _is_scalar(x)
         )
@@ -180,9 +210,7 @@ class MetalKernel:
             out, backend, check,
         )  # fmt: skip
         if mlx:
-            import mlx.core as mx  # type: ignore[import-not-found]
-
-            results = [mx.array(r) for r in results]
+            results = [_to_mlx(r) for r in results]
         return dict(zip(outs_names, results)) if as_dict else results
 
     def _geometry_of(self, grid: Any, threadgroup: Any) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -340,6 +368,7 @@ def metal_kernel(
     header: str = "",
     ensure_row_contiguous: bool = True,
     atomic_outputs: bool = False,
+    compile_options: Mapping[str, Any] | None = None,
 ) -> MetalKernel:
     """Define a kernel from a Metal Shading Language body, as ``mx.fast.metal_kernel`` does.
 
@@ -349,7 +378,11 @@ def metal_kernel(
     It is translated to kernelkit's CUDA dialect and runs on every backend (an NVIDIA GPU, or
     the CPU). ``input_names``/``output_names`` may be left out for the older call form that
     passes dicts keyed by name. Unsupported constructs (simdgroup matrices, textures,
-    samplers) raise ``ArgumentError`` naming the construct and its line.
+    samplers) raise ``ArgumentError`` naming the construct and its line, at the first call (as
+    MLX compiles then). ``compile_options`` takes MLX's ``{"math_mode": "safe" | "relaxed" |
+    "fast"}``; every mode compiles with kernelkit's IEEE flags (no per-kernel fast-math flag
+    exists on either backend), which meet each mode's accuracy: "safe" exactly, "relaxed" and
+    "fast" with more precision and special values than they promise.
 
     Example::
 
@@ -372,5 +405,31 @@ def metal_kernel(
     if names[0] is not None and names[1] is not None:
         _check_names(name, names[0], names[1])
     return MetalKernel(
-        name, names[0], names[1], source, header, bool(ensure_row_contiguous), bool(atomic_outputs)
-    )
+        name, names[0], names[1], source, header, bool(ensure_row_contiguous),
+        bool(atomic_outputs), _math_mode(name, compile_options),
+    )  # fmt: skip
+
+
+_MATH_MODES = ("safe", "relaxed", "fast")
+
+
+def _math_mode(kernel: str, options: Any) -> str:
+    """MLX 0.32's ``compile_options``: a dict of one key, ``math_mode``, checked as MLX does."""
+    if options is None:
+        return "safe"
+    if not isinstance(options, Mapping):
+        raise ArgumentTypeError(
+            f"[{kernel}] compile_options must be a dict, got {type(options).__name__}"
+        )
+    for key in options:
+        if key != "math_mode":
+            raise ArgumentError(
+                f"[{kernel}] compile_options: unknown option {key!r} (MLX knows only 'math_mode')"
+            )
+    mode = options.get("math_mode", "safe")
+    if mode not in _MATH_MODES or not isinstance(mode, str):
+        raise ArgumentError(
+            f"[{kernel}] compile_options: math_mode must be 'safe', 'relaxed' or 'fast', "
+            f"got {mode!r}"
+        )
+    return mode

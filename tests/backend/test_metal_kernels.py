@@ -341,6 +341,22 @@ NVRTC_CASES = {
         [F32, F32],
         [("N_PER", 2)],
     ),
+    **{  # `c ? half : float` promotes under NVRTC's cuda_fp16.h / cuda_bf16.h too
+        f"cond_sizes_{h}": ("COND_SIZES", "", ["x"], ["y"], [h], [I32], [("T", h)])
+        for h in ("float16", "bfloat16")
+    },
+    **{
+        f"cond_scale_{h}": (
+            "BITLINEAR_SCALE",
+            "",
+            ["x", "weight_scale", "invert_weight_scales"],
+            ["out"],
+            [h, h, ("scalar", "bool")],
+            [h],
+            [("T", h)],
+        )
+        for h in ("float16", "bfloat16")
+    },
 }
 
 
@@ -350,7 +366,8 @@ def test_catalog_kernel_compiles_with_nvrtc(cuda, case):
     from kernelkit._render import render_request
 
     source, header, ins, outs, in_types, out_types, template = NVRTC_CASES[case]
-    source = FEATURES if source == "FEATURES" else source  # defined below the table
+    if source in ("FEATURES", "COND_SIZES", "BITLINEAR_SCALE"):  # defined below the table
+        source = globals()[source]
     mk = kernelkit.metal_kernel(f"mtl_{case}", ins, outs, source, header=header)
     zero_d = tuple(n for n, t in zip(ins, in_types) if isinstance(t, tuple) and t[0] != "scalar")
     k = mk._kernel(tuple(ins), tuple(outs), zero_d, True)
@@ -490,3 +507,164 @@ def test_mlx_arrays_and_dtypes_are_accepted(monkeypatch):
     for _ in range(2):  # the second call takes the remembered path: MLX dtypes still convert
         (y,) = k([x], [(5,)], [core.float32], (5, 1, 1), (32, 1, 1), [("T", core.float32)])
         np.testing.assert_array_equal(y, np.ones(5, np.float32))
+
+
+def _run1(k, arrays, x, **kw):
+    (y,) = k([arrays.put(x)], output_shapes=[x.shape], output_dtypes=[x.dtype],
+             grid=(x.size, 1, 1), threadgroup=(32, 1, 1), **kw)  # fmt: skip
+    return arrays.get(y)
+
+
+def test_a_module_with_one_refused_kernel_still_runs_the_others(arrays):
+    # mlx-vlm defines a steel GEMM (simdgroup_matrix) beside plain kernels at import: the refusal
+    # comes at that kernel's first call, naming the construct and its line (issue 25 item 8)
+    plain = "uint i = thread_position_in_grid.x;\ny[i] = x[i] * 2;"
+    first = kernelkit.metal_kernel("mod_first", ["x"], ["y"], plain)
+    gemm = kernelkit.metal_kernel(
+        "mod_gemm", ["x"], ["y"], "uint i = thread_position_in_grid.x;\n\n"
+        "simdgroup_matrix<float, 8, 8> m;\ny[i] = x[i];",
+    )  # fmt: skip
+    last = kernelkit.metal_kernel("mod_last", ["x"], ["y"], plain.replace("2", "3"))
+    x = RNG.standard_normal(40).astype(np.float32)
+    np.testing.assert_array_equal(_run1(first, arrays, x), x * 2)
+    with pytest.raises(kernelkit.ArgumentError, match=r"simdgroup_matrix' at line 3 of the sou"):
+        _run1(gemm, arrays, x)
+    np.testing.assert_array_equal(_run1(last, arrays, x), x * 3)
+
+
+@pytest.mark.parametrize(
+    "first", ["#define SCALE 2.0f", "#if 1\n#define SCALE 2.0f\n#endif", "#pragma once\n"]
+)
+def test_a_body_whose_first_line_is_a_preprocessor_directive(arrays, first):
+    # issue 24 item 12: the translator's declarations went on line 1, before the `#`
+    src = first + "\nuint i = thread_position_in_grid.x;\ny[i] = x[i] * SCALE;"
+    if "SCALE" not in first:
+        src = src.replace("SCALE", "2.0f")
+    k = kernelkit.metal_kernel("pp_first_" + str(len(first)), ["x"], ["y"], src)
+    x = RNG.standard_normal(70).astype(np.float32)
+    np.testing.assert_array_equal(_run1(k, arrays, x), x * 2)
+    # line numbers stay the user's: an error on the last line is named by that line
+    bad = kernelkit.metal_kernel("pp_first_bad", ["x"], ["y"], src + "\ny[i] = nope;")
+    with pytest.raises(kernelkit.CompileError) as e:
+        _run1(bad, arrays, x)
+    n = src.count("\n") + 2
+    assert f"Metal source line {n}: y[i] = nope;" in str(e.value)
+
+
+def test_a_body_with_a_0d_input_and_a_directive_on_line_1(arrays):
+    src = "#define OFF 1.0f\nuint i = thread_position_in_grid.x;\ny[i] = x[i] * s + OFF;"
+    k = kernelkit.metal_kernel("pp_first_0d", ["x", "s"], ["y"], src)
+    x = RNG.standard_normal(33).astype(np.float32)
+    s = np.array(3.0, np.float32)
+    (y,) = k([arrays.put(x), arrays.put(s)], output_shapes=[x.shape], output_dtypes=[x.dtype],
+             grid=(x.size, 1, 1), threadgroup=(32, 1, 1))  # fmt: skip
+    np.testing.assert_allclose(arrays.get(y), x * 3 + 1, rtol=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("src", "message"),
+    [
+        ("uint i = thread_position_in_grid.x;\nif (i < 4) {\n  y[i] = x[i];\n",
+         "'{' at line 2 is never closed"),
+        ("uint i = thread_position_in_grid.x;\ny[i] = x[i];\n}\ny[0] = 1;",
+         "'}' at line 3 closes nothing"),
+        ("uint i = thread_position_in_grid.x;\nif (i < 4) {\n  y[i] = (x[i];\n}",
+         "'}' at line 4 closes '(' of line 3"),
+    ],
+)  # fmt: skip
+def test_unbalanced_brackets_name_the_users_lines(arrays, src, message):
+    # issue 24 item 12: the compiler named only generated lines (the body sits in a function)
+    k = kernelkit.metal_kernel("unbalanced", ["x"], ["y"], src)
+    with pytest.raises(kernelkit.ArgumentError, match="unbalanced brackets in the Metal source"):
+        _run1(k, arrays, np.ones(4, np.float32))
+    with pytest.raises(kernelkit.ArgumentError) as e:
+        _run1(k, arrays, np.ones(4, np.float32))
+    assert message in str(e.value)
+
+
+def test_unbalanced_brackets_in_the_header_say_header(arrays):
+    k = kernelkit.metal_kernel("unbalanced_h", ["x"], ["y"], "y[0] = x[0];",
+                               header="float f(float a) {\n  return a;\n\n")  # fmt: skip
+    with pytest.raises(kernelkit.ArgumentError, match="'{' at line 1 is never closed"):
+        _run1(k, arrays, np.ones(1, np.float32))
+
+
+COND_SIZES = """
+    uint i = thread_position_in_grid.x;
+    T h = x[i];
+    bool c = i % 2 == 0;
+    y[0] = sizeof(c ? h : 1.0f);        // Metal: float
+    y[1] = sizeof(c ? 1.0f : h);        // float
+    y[2] = sizeof(c ? h : 1);           // half (the integer converts)
+    y[3] = sizeof(c ? 0 : h);           // half
+    y[4] = sizeof(c ? h : h);           // half
+    y[5] = sizeof(c ? float(h) : 2);    // float: no 16-bit type, C++'s rules as written
+    y[6] = sizeof(c ? h : (c ? 1.0f : h));  // nested: float
+    y[7] = c ? h : 1;
+"""
+BITLINEAR_SCALE = """
+    uint i = thread_position_in_grid.x;
+    float scale = invert_weight_scales ? 1 / weight_scale[0] : weight_scale[0];
+    T v = x[i] > 0 ? x[i] : 0;
+    out[i] = static_cast<T>(v * scale);
+"""
+
+
+def _sixteen(dt):
+    if dt == "bfloat16":
+        return np.dtype(pytest.importorskip("ml_dtypes").bfloat16)
+    return np.dtype(dt)
+
+
+def _put(arrays, a):
+    """``arrays.put``, with bfloat16 through its bits (torch cannot take an ml_dtypes array)."""
+    if a.dtype.name != "bfloat16" or not arrays.use_torch:
+        return arrays.put(a)
+    return arrays.put(a.view(np.uint16)).view(arrays.torch.bfloat16)
+
+
+def _get(arrays, y):
+    if hasattr(y, "dtype") and str(y.dtype) == "torch.bfloat16":
+        y = y.float()
+    return arrays.get(y)
+
+
+@pytest.mark.parametrize("dt", ["float16", "bfloat16"])
+def test_a_conditional_mixing_a_16_bit_value_promotes_as_metal_does(arrays, dt):
+    # Metal: half : float -> float, half : int -> half; kernelkit's 16-bit types are classes, and
+    # C++ found both conversions and refused (issue 25 item 8; mlx-lm's BitLinear weight scale)
+    d = _sixteen(dt)
+    k = kernelkit.metal_kernel("cond_sizes", ["x"], ["y"], COND_SIZES)
+    x = np.full(1, 3.0, d)
+    (y,) = k([_put(arrays, x)], output_shapes=[(8,)], output_dtypes=[np.int32],
+             grid=(1, 1, 1), threadgroup=(1, 1, 1), template=[("T", dt)])  # fmt: skip
+    np.testing.assert_array_equal(arrays.get(y), [4, 4, 2, 2, 2, 4, 4, 3])
+
+
+@pytest.mark.parametrize("dt", ["float16", "bfloat16"])
+@pytest.mark.parametrize("invert", [True, False])
+def test_bitlinear_weight_scale_conditional_in_16_bits(arrays, dt, invert):
+    d = _sixteen(dt)
+    k = kernelkit.metal_kernel("cond_scale", ["x", "weight_scale", "invert_weight_scales"],
+                               ["out"], BITLINEAR_SCALE)  # fmt: skip
+    x = RNG.standard_normal(100).astype(d)
+    w = np.array([0.37], d)
+    (y,) = k([_put(arrays, x), _put(arrays, w), invert], output_shapes=[x.shape],
+             output_dtypes=[dt], grid=(100, 1, 1), threadgroup=(32, 1, 1),
+             template=[("T", dt)])  # fmt: skip
+    w64 = float(w.astype(np.float64)[0])
+    want = np.maximum(x.astype(np.float64), 0) * (1 / w64 if invert else w64)
+    np.testing.assert_allclose(_get(arrays, y).astype(np.float64), want, rtol=1e-2, atol=1e-2)
+
+
+def test_conditionals_in_template_arguments_and_constants_are_left_alone(arrays):
+    src = """
+    constexpr int N = sizeof(T) == 2 ? 2 : 4;
+    uint i = thread_position_in_grid.x;
+    y[i] = metal::min<float>(x[i], N > 3 ? 4.0f : 1.0f) + (i < 2 ? N : 0);
+    """
+    k = kernelkit.metal_kernel("cond_const", ["x"], ["y"], src)
+    x = np.full(4, 9.0, np.float32)
+    (y,) = k([arrays.put(x)], output_shapes=[x.shape], output_dtypes=[x.dtype],
+             grid=(4, 1, 1), threadgroup=(4, 1, 1), template=[("T", np.float32)])  # fmt: skip
+    np.testing.assert_array_equal(arrays.get(y), [8, 8, 4, 4])

@@ -71,3 +71,52 @@ def test_older_documented_form_and_strided_views():
         output_dtypes=[c.dtype],
     )
     np.testing.assert_allclose(np.array(o), np.exp(np.array(c)), rtol=1e-6)
+
+
+@pytest.mark.parametrize("form", ["lists", "dicts"])
+def test_bfloat16_arrays_in_and_out(form):
+    # np.asarray on an MLX bfloat16 array raises (no PEP 3118 format): the kernel must read the
+    # bits through a same-size view and hand back an MLX bfloat16 array (issue 25 item 8)
+    k = kernelkit.metal_kernel(
+        name=f"mlx_bf16_exp_{form}",
+        input_names=["inp"] if form == "lists" else None,
+        output_names=["out"] if form == "lists" else None,
+        source=EXP,
+    )
+    a = (mx.random.normal(shape=(3, 37)) * 0.5).astype(mx.bfloat16)
+    kw = dict(grid=(a.size, 1, 1), threadgroup=(64, 1, 1))
+    if form == "lists":
+        (out,) = k(inputs=[a], template=[("T", mx.bfloat16)], output_shapes=[a.shape],
+                   output_dtypes=[mx.bfloat16], **kw)  # fmt: skip
+    else:
+        out = k(inputs={"inp": a}, template={"T": mx.bfloat16}, output_shapes={"out": a.shape},
+                output_dtypes={"out": mx.bfloat16}, **kw)["out"]  # fmt: skip
+    assert isinstance(out, mx.array) and out.dtype == mx.bfloat16 and out.shape == a.shape
+    ref = np.exp(np.array(a.astype(mx.float32)).astype(np.float64))
+    np.testing.assert_allclose(np.array(out.astype(mx.float32)), ref, rtol=2e-2)
+
+
+def test_bfloat16_input_is_read_in_place_and_strided_views_work():
+    from kernelkit._metal_api import _from_mlx
+
+    a = mx.random.normal(shape=(6, 5)).astype(mx.bfloat16)
+    first = _from_mlx(a)
+    assert first.dtype.name == "bfloat16"
+    # the same MLX buffer each time: a view, not a copy
+    assert first.__array_interface__["data"][0] == _from_mlx(a).__array_interface__["data"][0]
+    np.testing.assert_array_equal(first.astype(np.float32), np.array(a.astype(mx.float32)))
+    t = a.T  # strided: ensure_row_contiguous=False reads it through its strides
+    k = kernelkit.metal_kernel(
+        name="mlx_bf16_strided", input_names=["inp"], output_names=["out"], source=STRIDED,
+        ensure_row_contiguous=False,
+    )  # fmt: skip
+    (o,) = k(
+        inputs=[t],
+        template=[("T", mx.float32)],
+        grid=(t.size, 1, 1),
+        threadgroup=(32, 1, 1),
+        output_shapes=[t.shape],
+        output_dtypes=[mx.float32],
+    )
+    ref = np.exp(np.array(t.astype(mx.float32)).astype(np.float64))
+    np.testing.assert_allclose(np.array(o), ref, rtol=1e-5)

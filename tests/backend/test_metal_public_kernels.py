@@ -1241,17 +1241,16 @@ def test_public_kernel_compiles_for_16_bit_types_with_nvrtc(cuda, case, h):
     assert _nvrtc_compile(cuda, case, h).binary
 
 
-def test_a_16_bit_value_against_a_literal_in_a_conditional_gets_a_hint(arrays):
+def test_kl_forward_in_half_where_a_half_meets_a_literal_in_a_conditional(arrays):
     # mlx-lm's loss kernels read `(offset + j < V) ? logits_q[offset + j] : -1e30`: with
-    # T = half that is `half ? double`, which C++ cannot settle for class-type halves (both
-    # backends); the error says so and names the Metal line.
+    # T = half that is `half : double`, which C++ could not settle for class-type halves (a
+    # compile error on both backends); Metal promotes, and so does kernelkit now (issue 25 item 8)
     kernel = kernelkit.metal_kernel(name="kl_forward", input_names=["logits_q", "logits_p"],
                                     output_names=["out"], source=KL_FORWARD)  # fmt: skip
-    lq = np.zeros((1, LOSS_V), F16)
-    with pytest.raises(kernelkit.CompileError) as e:
-        kernel(inputs=_put(arrays, lq, lq), output_shapes=[(1,)], output_dtypes=[F16],
-               template=[("T", F16), ("V", LOSS_V)], grid=(1024, 1, 1),
-               threadgroup=(1024, 1, 1))  # fmt: skip
-    msg = str(e.value)
-    assert "Metal source line 56: vals_q[j] = (offset + j < V) ? logits_q[offset + j]" in msg
-    assert "static_cast<float>" in msg
+    lq, lp = (RNG.standard_normal((LOSS_ROWS, LOSS_V)).astype(F16) for _ in range(2))
+    lgq, lgp = (_log_softmax(a.astype(np.float64)) for a in (lq, lp))
+    (kl,) = kernel(inputs=_put(arrays, lq, lp), output_shapes=[(LOSS_ROWS,)], output_dtypes=[F16],
+                   template=[("T", F16), ("V", LOSS_V)], grid=(1024, LOSS_ROWS, 1),
+                   threadgroup=(1024, 1, 1))  # fmt: skip
+    want = (np.exp(lgp) * (lgp - lgq)).sum(-1)
+    np.testing.assert_allclose(arrays.get(kl).astype(np.float64), want, rtol=1e-2, atol=1e-2)

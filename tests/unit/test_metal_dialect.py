@@ -3,6 +3,7 @@ kept, and the refusals naming the construct and its line."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 import kernelkit
@@ -122,16 +123,51 @@ def test_zero_d_inputs_are_references():
     ],
 )
 def test_refusals_name_the_construct_and_line(src, what, token):
+    k = kernelkit.metal_kernel("k", ["x"], ["y"], src)  # defining it does not raise (as MLX)
     with pytest.raises(kernelkit.ArgumentError) as e:
-        kernelkit.metal_kernel("k", ["x"], ["y"], src)
+        _call(k)
     line = src[: src.index(token or "simdgroup_multiply")].count("\n") + 1
     assert f"Metal {what} are not supported" in str(e.value)
     assert f"at line {line} of the source" in str(e.value)
 
 
+def _call(k):
+    x = np.zeros(1, np.float32)
+    return k([x], output_shapes=[(1,)], output_dtypes=[np.float32], grid=(1, 1, 1),
+             threadgroup=(1, 1, 1))  # fmt: skip
+
+
 def test_refusal_in_the_header_says_header():
+    k = kernelkit.metal_kernel("k", ["x"], ["y"], "y[0] = x[0];", header="\nsampler s;")
     with pytest.raises(kernelkit.ArgumentError, match="line 2 of the header"):
-        kernelkit.metal_kernel("k", ["x"], ["y"], "y[0] = x[0];", header="\nsampler s;")
+        _call(k)
+    with pytest.raises(kernelkit.ArgumentError, match="line 2 of the header"):
+        _call(k)  # every call, not only the first
+
+
+@pytest.mark.parametrize(
+    ("options", "error"),
+    [
+        ("fast", "compile_options must be a dict"),
+        ({"math_mode": "bogus"}, "math_mode must be 'safe', 'relaxed' or 'fast', got 'bogus'"),
+        ({"math_mode": 1}, "math_mode must be"),
+        ({"foo": 1}, "unknown option 'foo'"),
+    ],
+)
+def test_compile_options_are_checked_as_mlx_checks_them(options, error):
+    with pytest.raises((kernelkit.ArgumentError, TypeError), match=error):
+        kernelkit.metal_kernel("k", ["x"], ["y"], "y[0] = x[0];", compile_options=options)
+
+
+@pytest.mark.parametrize("mode", [None, "safe", "relaxed", "fast"])
+def test_compile_options_math_modes_are_taken(mode):
+    options = None if mode is None else {"math_mode": mode}
+    k = kernelkit.metal_kernel("k", ["x"], ["y"], "y[0] = x[0];", compile_options=options)
+    assert k.math_mode == (mode or "safe")
+    assert (
+        kernelkit.metal_kernel("k", ["x"], ["y"], "y[0] = x[0];", compile_options={}).math_mode
+        == "safe"
+    )
 
 
 def test_plain_identifiers_named_like_enums_are_fine():
@@ -140,3 +176,31 @@ def test_plain_identifiers_named_like_enums_are_fine():
 
 def test_identifiers_that_only_look_like_refused_names_are_fine():
     kernelkit.metal_kernel("k", ["x"], ["y"], "int depth2 = 1; int quad_idx = 2; y[0] = depth2;")
+
+
+def test_conditionals_of_two_numbers_are_not_cast_and_others_are():
+    body = translate("k", "y[0] = c ? 1 : 2.0f; y[1] = c ? h : 0;").body
+    assert "c ? 1 : 2.0f;" in body
+    assert "c ? static_cast<metal::kk_cond_t<decltype((h)), decltype((0))>>((h))" in body
+
+
+def test_hex_literals_in_conditionals_stay_whole():
+    # "0x7fffffff" was split into "0x" and "7fffffff" by the token pattern (a compile error in
+    # a top-k router's `simd_min(v == m ? vi : 0x7fffffff)`)
+    body = translate("k", "int w = c ? vi : 0x7fffffff; uint u = c ? 0XFFu : n;").body
+    assert "decltype((0x7fffffff)), decltype((vi))>>((0x7fffffff))" in body
+    assert "decltype((0XFFu)), decltype((n))>>((0XFFu))" in body
+
+
+def test_conditional_casts_are_bounded_on_hostile_bodies(monkeypatch):
+    # each cast copies its operands into decltype: a body of many long conditionals must not
+    # grow without bound (past the budget, 4 MiB, they are left as written; 64 KiB here)
+    from kernelkit._dialects import metal_tokens
+
+    monkeypatch.setattr(metal_tokens, "_COND_TOTAL_LIMIT", 1 << 16)
+    operand = " + ".join(f"x[{i}]" for i in range(100))
+    src = "\n".join(f"y[{j}] = c ? {operand} : {operand};" for j in range(60))
+    body = translate("k", src).body
+    assert body.count("\n") == src.count("\n")
+    assert len(body) < len(src) + (1 << 16) + 1000
+    assert "static_cast" in body  # the budget's worth were cast

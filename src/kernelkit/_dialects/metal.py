@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .._errors import ArgumentError
+from .metal_tokens import Tok, cast_conditionals, check_balanced, tokens
 
 __all__ = [
     "ATTRIBUTES",
@@ -154,14 +155,7 @@ _SWIZZLE_RE = re.compile(r"[xyzw]{2,4}|[rgba]{2,4}")
 _SWIZZLE_INDEX = {c: i for i, c in enumerate("xyzw")} | {c: i for i, c in enumerate("rgba")}
 _ASSIGN_OPS = {"=", "+=", "-=", "*=", "/="}
 
-_TOKEN_RE = re.compile(
-    r"(?P<pp>^[ \t]*#[^\n]*(?:\\\n[^\n]*)*)"
-    r"|(?P<skip>//[^\n]*|/\*.*?\*/|\"(?:\\.|[^\"\\\n])*\"|'(?:\\.|[^'\\\n])*'|[ \t\r\f\v]+|\n)"
-    r"|(?P<num>(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?[A-Za-z_]*|0[xX][0-9a-fA-F]+[uUlL]*)"
-    r"|(?P<id>[A-Za-z_]\w*)"
-    r"|(?P<op>->|::|<<=|>>=|==|!=|<=|>=|\+=|-=|\*=|/=|%=|&=|\|=|\^=|&&|\|\||\+\+|--|<<|>>|.)",
-    re.S | re.M,
-)
+_LEADING_DIRECTIVE_RE = re.compile(r"[ \t]*#")
 _METAL_INCLUDE_RE = re.compile(r"^[ \t]*#[ \t]*include[ \t]*<metal_\w+>")
 _USING_METAL_RE = re.compile(r"\busing\s+namespace\s+metal\s*;")
 _HEADER_DEFS_RE = re.compile(
@@ -239,6 +233,10 @@ def translate(
         lead.append("{ " + " ".join(f"const {t}& {n} = kk_0d_{n};" for n, t in zero_d_inputs))
         tail = "\n}"
     full_header = prelude(header + "\n" + source) + f'#line 1 "{name}.header"\n' + cuda_header
+    if _LEADING_DIRECTIVE_RE.match(source):  # `#define X` on line 1: a directive starts a line
+        return MetalTranslation(
+            " ".join(lead) + f'\n#line 1 "{name}"\n' + cuda_body + tail, full_header, attrs
+        )
     return MetalTranslation(" ".join(lead) + " " + cuda_body + tail, full_header, attrs)
 
 
@@ -252,23 +250,7 @@ def _strip(code: str) -> str:
     )
 
 
-@dataclass
-class _Tok:
-    kind: str
-    text: str
-    line: int
-
-
-def _tokens(code: str) -> list[_Tok]:
-    out, line = [], 1
-    for m in _TOKEN_RE.finditer(code):
-        kind = m.lastgroup or "op"
-        out.append(_Tok(kind, m.group(), line))
-        line += m.group().count("\n")
-    return out
-
-
-def _refuse(kernel: str, tok: _Tok, nxt: str, where: str) -> None:
+def _refuse(kernel: str, tok: Tok, nxt: str, where: str) -> None:
     if tok.text in _SCOPED_ONLY and nxt != "::":
         return
     for rx, what, why in _REFUSED:
@@ -285,7 +267,8 @@ def _rewrite(kernel: str, code: str, where: str, user_defs: set[str], header: bo
         "" if _METAL_INCLUDE_RE.match(ln) else _USING_METAL_RE.sub("", ln)
         for ln in code.split("\n")
     )
-    toks = _tokens(code)
+    toks = tokens(code)
+    check_balanced(kernel, code, where, toks)  # the user's line numbers: newlines are kept
     sig = [i for i, t in enumerate(toks) if t.kind not in ("skip", "pp")]  # significant tokens
 
     def at(k: int) -> str:
@@ -350,10 +333,11 @@ def _rewrite(kernel: str, code: str, where: str, user_defs: set[str], header: bo
             out[i] = f"metal::{text}"
         elif text in _FUNCTIONS and nxt == "(" and text not in user_defs:
             out[i] = f"metal::{text}"
+    cast_conditionals(toks, sig, out)
     return "".join(out)
 
 
-def _statement(sig: list[int], toks: list[_Tok], k: int) -> set[str]:
+def _statement(sig: list[int], toks: list[Tok], k: int) -> set[str]:
     """The identifiers of the statement around significant token ``k``."""
     words = set()
     for step in (-1, 1):
@@ -364,7 +348,7 @@ def _statement(sig: list[int], toks: list[_Tok], k: int) -> set[str]:
     return words
 
 
-def _has_const(sig: list[int], toks: list[_Tok], k: int) -> bool:
+def _has_const(sig: list[int], toks: list[Tok], k: int) -> bool:
     """Whether the declarator around significant token ``k`` already says ``const``."""
     for step, stops in ((-1, {"(", ",", ";", "{", "}", "<"}), (1, {"*", "&", ",", ")", ";", "="})):
         j = k + step
@@ -375,7 +359,7 @@ def _has_const(sig: list[int], toks: list[_Tok], k: int) -> bool:
     return False
 
 
-def _declares_pointer(sig: list[int], toks: list[_Tok], k: int) -> bool:
+def _declares_pointer(sig: list[int], toks: list[Tok], k: int) -> bool:
     """Whether the type starting at significant token ``k`` is followed by ``*`` or ``&``."""
     depth = 0
     while k < len(sig):
@@ -399,7 +383,7 @@ def _declares_pointer(sig: list[int], toks: list[_Tok], k: int) -> bool:
     return False
 
 
-def _matching(sig: list[int], toks: list[_Tok], k: int) -> int:
+def _matching(sig: list[int], toks: list[Tok], k: int) -> int:
     """The significant index of the ``)`` closing the ``(`` at significant index ``k``."""
     depth = 0
     for j in range(k, len(sig)):

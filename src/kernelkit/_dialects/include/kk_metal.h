@@ -45,6 +45,48 @@ KK_H16(__nv_bfloat16)
 #undef KK_H16
 #undef KK_H16_MIXED
 #endif
+// `c ? a : b` with a 16-bit class and another arithmetic type: C++ finds both conversions and
+// stops; Metal promotes (half : float -> float, half : int -> half). The translator casts each
+// operand to kk_cond_t<its type, the other's>: the promoted type where a 16-bit type meets an
+// arithmetic one, else its own type (the cast changes nothing and C++'s rules apply as written).
+namespace metal {
+template <class T> struct kk_bare { using type = T; };
+template <class T> struct kk_bare<const T> { using type = typename kk_bare<T>::type; };
+template <class T> struct kk_bare<volatile T> { using type = typename kk_bare<T>::type; };
+template <class T> struct kk_bare<const volatile T> { using type = typename kk_bare<T>::type; };
+template <class T> struct kk_bare<T&> { using type = typename kk_bare<T>::type; };
+template <class T> struct kk_bare<T&&> { using type = typename kk_bare<T>::type; };
+// kk_kind: 0 anything else, 1 integral, 2 float or double, 3 a 16-bit class
+template <class T> struct kk_kind { static constexpr int value = 0; };
+#define KK_KIND(T, K) template <> struct kk_kind<T> { static constexpr int value = K; };
+KK_KIND(bool, 1) KK_KIND(char, 1) KK_KIND(signed char, 1) KK_KIND(unsigned char, 1)
+KK_KIND(short, 1) KK_KIND(unsigned short, 1) KK_KIND(int, 1) KK_KIND(unsigned, 1)
+KK_KIND(long, 1) KK_KIND(unsigned long, 1) KK_KIND(long long, 1) KK_KIND(unsigned long long, 1)
+KK_KIND(float, 2) KK_KIND(double, 2)
+#if !defined(KERNELKIT_CUDA) || defined(__CUDA_FP16_H__)
+KK_KIND(__half, 3)
+#endif
+#if !defined(KERNELKIT_CUDA) || defined(__CUDA_BF16_H__)
+KK_KIND(__nv_bfloat16, 3)
+#endif
+#undef KK_KIND
+template <class S, class O, int KS = kk_kind<typename kk_bare<S>::type>::value,
+          int KO = kk_kind<typename kk_bare<O>::type>::value>
+struct kk_cond { using type = S; };  // no 16-bit class involved (or not with a number)
+template <class S, class O> struct kk_cond<S, O, 3, 1> { using type = typename kk_bare<S>::type; };
+template <class S, class O> struct kk_cond<S, O, 1, 3> { using type = typename kk_bare<O>::type; };
+template <class S, class O> struct kk_cond<S, O, 3, 2> { using type = float; };
+template <class S, class O> struct kk_cond<S, O, 2, 3> { using type = float; };
+template <class A, class B> struct kk_same { static constexpr bool value = false; };
+template <class A> struct kk_same<A, A> { static constexpr bool value = true; };
+template <class S, class O, bool Same> struct kk_cond16 { using type = S; };  // as written
+template <class S, class O> struct kk_cond16<S, O, false> { using type = float; };  // half : bf16
+template <class S, class O>
+struct kk_cond<S, O, 3, 3>
+    : kk_cond16<S, O, kk_same<typename kk_bare<S>::type, typename kk_bare<O>::type>::value> {};
+template <class S, class O>
+using kk_cond_t = typename kk_cond<S, O>::type;
+}  // namespace metal
 namespace metal {
 template <class T> struct kk_id { using type = T; };
 template <bool B, class T = void> struct kk_enable_if {};
