@@ -53,6 +53,7 @@ def main():
     n = 2**12 if args.tiny else 2**20
     x = np.random.default_rng(0).standard_normal(n, dtype=np.float32)
     ref = x.reshape(-1, 32).sum(1)
+    wrong = []
     for label, k in (("full mask", FULL), ("half-warp masks", HALVES)):
 
         def call(k=k):
@@ -66,11 +67,15 @@ def main():
             )[0]
 
         ok = np.allclose(call(), ref, rtol=1e-4, atol=1e-4)
+        if not ok:
+            wrong.append(label)
         s = median_s(call, args.repeat)
         print(
             f"warp sum, {label:<16} n={n}: {s * 1e3:8.2f} ms  ({s * 1e9 / n:5.1f} ns/element)"
             f"{'' if ok else '  WRONG RESULT'}"
         )
+    if wrong:
+        raise SystemExit(f"wrong warp sums: {', '.join(wrong)}")
 
 
 if __name__ == "__main__":

@@ -153,3 +153,28 @@ def test_sub_mask_shuffles_then_full_warp(name, check):
     d = ref(x.reshape(-1, 32).astype(np.int64))
     np.testing.assert_array_equal(scan.reshape(-1, 32), np.cumsum(d, axis=1))
     np.testing.assert_array_equal(total.reshape(-1, 32), np.repeat(d.sum(1, keepdims=True), 32, 1))
+
+
+@pytest.mark.parametrize("check", [False, True], ids=["default", "checked"])
+def test_overlapping_different_masks_meet_as_one(check):
+    # Each lane names itself and its neighbours: masks that differ but overlap (undefined on a
+    # GPU, where the lanes of one shfl.sync must name the same mask). No mask's lanes all meet
+    # under it, so the emulation merges the overlapping rendezvous instead of reporting a deadlock.
+    body = """
+const unsigned m = (unsigned)((0x7ull << lane) >> 1);
+int d = __shfl_down_sync(m, v, 1);
+"""
+    k = kernelkit.kernel("shfl_overlap", ["x"], ["scan", "total"], HEAD + body + TAIL)
+    x = RNG.integers(-50, 50, 64).astype(np.int32)
+    scan, total = k(
+        [x],
+        output_shapes=[(64,), (64,)],
+        output_dtypes=[np.int32, np.int32],
+        grid=(64, 1, 1),
+        threadgroup=(64, 1, 1),
+        backend="cpu",
+        check=check,
+    )
+    d = _down(x.reshape(-1, 32).astype(np.int64), 1, 32)
+    np.testing.assert_array_equal(scan.reshape(-1, 32), np.cumsum(d, axis=1))
+    np.testing.assert_array_equal(total.reshape(-1, 32), np.repeat(d.sum(1, keepdims=True), 32, 1))

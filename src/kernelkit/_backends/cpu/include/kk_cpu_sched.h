@@ -10,7 +10,9 @@
 //    block's scheduler, which starts the next one. Cost: about one context switch per thread per
 //    barrier (measured by benchmarks/cpu_backend.py).
 //  * Warp operations: each lane deposits a value and a source lane; the last lane to arrive
-//    computes every lane's result, the others read theirs when resumed.
+//    computes every lane's result, the others read theirs when resumed. Lanes meet the lanes
+//    that named the same mask only (one rendezvous per distinct mask in flight, as shfl.sync's
+//    membermask); differing masks that overlap are merged only when the block would deadlock.
 //  * Exited threads no longer hold anything back (as on the GPU): a barrier waits for the
 //    threads that have not returned, a warp operation for the lanes of its mask that have not.
 //  * __activemask() is a rendezvous too: a lane waits there until every live lane of its warp
