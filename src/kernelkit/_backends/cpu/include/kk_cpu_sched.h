@@ -10,7 +10,9 @@
 //    block's scheduler, which starts the next one. Cost: about one context switch per thread per
 //    barrier (measured by benchmarks/cpu_backend.py).
 //  * Warp operations: each lane deposits a value and a source lane; the last lane to arrive
-//    computes every lane's result, the others read theirs when resumed.
+//    computes every lane's result, the others read theirs when resumed. Lanes meet the lanes
+//    that named the same mask only (one rendezvous per distinct mask in flight, as shfl.sync's
+//    membermask); differing masks that overlap are merged only when the block would deadlock.
 //  * Exited threads no longer hold anything back (as on the GPU): a barrier waits for the
 //    threads that have not returned, a warp operation for the lanes of its mask that have not.
 //  * __activemask() is a rendezvous too: a lane waits there until every live lane of its warp
@@ -187,11 +189,19 @@ static inline bool kk_same_site(const kk_site& a, const kk_site& b) {
   return a.line == b.line && (a.file == b.file || strcmp(a.file, b.file) == 0);
 }
 
+// One rendezvous in flight in a warp: the lanes that named the same mask (`key`, the lanes of
+// the block in it, the caller included) meet each other only, as PTX's shfl.sync defines it.
+struct kk_warp_group {
+  unsigned key, arrived, pred;
+  unsigned char op;  // what the exchange computes (KK_XCHG_*)
+};
+
 struct kk_warp_slot {  // one warp's rendezvous
-  unsigned arrived, expected, pred, exited, valid;
+  unsigned exited, valid;
   unsigned am_wait;  // lanes waiting in __activemask()
-  unsigned char op;  // what the pending exchange computes (KK_XCHG_*)
+  unsigned ngroups;  // rendezvous in flight (groups[0, ngroups)); at most one per lane
   unsigned char src[32];
+  kk_warp_group groups[32];
   unsigned long long val[32], res[32];
   unsigned res_ballot[32], res_group[32];
   kk_site am_site[32];  // the call site each __activemask() waiter is at
@@ -294,11 +304,15 @@ static inline uint3 kk_tid_of(dim3 b, int t) {
   return uint3{(unsigned)t % b.x, ((unsigned)t / b.x) % b.y, (unsigned)t / (b.x * b.y)};
 }
 
-static void kk_warp_resolve(kk_block* b, kk_warp_slot& W, int base, int self) {
-  const unsigned got = W.arrived, ballot = W.pred & got;
+// Computes every result of group `gi` of warp `W`, wakes its lanes (but `self`, which runs) and
+// retires the group.
+static void kk_warp_resolve(kk_block* b, kk_warp_slot& W, unsigned gi, int base, int self) {
+  const kk_warp_group g = W.groups[gi];
+  W.groups[gi] = W.groups[--W.ngroups];
+  const unsigned got = g.arrived, ballot = g.pred & got;
   for (unsigned m = got; m; m &= m - 1) {
     const int l = __builtin_ctz(m), s = W.src[l];
-    if (W.op == KK_XCHG_MATCH) {  // the lanes holding the same value
+    if (g.op == KK_XCHG_MATCH) {  // the lanes holding the same value
       unsigned same = 0;
       for (unsigned k = got; k; k &= k - 1)
         if (W.val[__builtin_ctz(k)] == W.val[l]) same |= k & -k;
@@ -310,13 +324,44 @@ static void kk_warp_resolve(kk_block* b, kk_warp_slot& W, int base, int self) {
     W.res_group[l] = got;
     if (base + l != self) b->fibers[base + l].state = KK_RUN;
   }
-  W.arrived = W.expected = W.pred = 0;
-  W.op = KK_XCHG_SHFL;
 }
 
-static inline bool kk_warp_ready(const kk_warp_slot& W) {
-  const unsigned need = W.expected & ~W.exited;
-  return W.arrived != 0 && (W.arrived & need) == need;
+// Every lane of the group's mask that has not returned is there.
+static inline bool kk_group_ready(const kk_warp_group& g, unsigned exited) {
+  const unsigned need = g.key & ~exited;
+  return (g.arrived & need) == need;
+}
+static inline void kk_warp_resolve_ready(kk_block* b, kk_warp_slot& W, int base) {
+  for (unsigned k = 0; k < W.ngroups;) {
+    if (kk_group_ready(W.groups[k], W.exited)) kk_warp_resolve(b, W, k, base, -1);
+    else ++k;
+  }
+}
+
+// When no thread of the block can run, rendezvous whose masks overlap but differ (lanes that
+// name different masks, each including the other: undefined on the GPU) are merged into one, as
+// the emulation did before it kept masks apart; returns whether any lane was woken.
+__attribute__((cold)) static bool kk_warp_merge_stalled(kk_block* b) {
+  bool woke = false;
+  for (int w = 0; w < (b->n + 31) / 32; ++w) {
+    kk_warp_slot& W = b->warps[w];
+    if (W.ngroups < 2) continue;
+    for (unsigned i = 0; i < W.ngroups; ++i)
+      for (unsigned j = i + 1; j < W.ngroups;) {
+        kk_warp_group &a = W.groups[i], &c = W.groups[j];
+        if (!(a.key & c.key)) {
+          ++j;
+          continue;
+        }
+        a.key |= c.key, a.arrived |= c.arrived, a.pred |= c.pred;
+        W.groups[j] = W.groups[--W.ngroups];
+        j = i + 1;  // the wider key may now overlap a group already passed
+      }
+    const unsigned before = W.ngroups;
+    kk_warp_resolve_ready(b, W, w * 32);
+    woke |= W.ngroups != before;
+  }
+  return woke;
 }
 
 // __activemask() waiters of warp `W` are released once every live lane of the warp waits (or has
@@ -398,7 +443,7 @@ static void kk_fiber_main() {
   ++b->done;
   kk_warp_slot& W = b->warps[me >> 5];
   W.exited |= 1u << (me & 31);  // exited lanes no longer take part in warp operations
-  if (kk_warp_ready(W)) kk_warp_resolve(b, W, me & ~31, -1);
+  kk_warp_resolve_ready(b, W, me & ~31);
   // ... nor hold a barrier back (as on the GPU: bar.sync waits for non-exited threads only)
   if (b->arrived && b->arrived == b->n - b->done) kk_bar_release(b);
   if (b->tiles_pending)
@@ -523,6 +568,7 @@ static void kk_run_fibers(const kk_launch& L) {
   for (;;) {  // one pass: fibers hand over to each other in order, the last one comes back here
     int t = 0;
     while (t < n && b.fibers[t].state != KK_RUN) ++t;
+    if (t == n && b.done < n && kk_warp_merge_stalled(&b)) continue;
     if (t == n) {
       kk_cur_block = nullptr;
       kk_check_stacks(w, n, L);
@@ -643,15 +689,22 @@ static kk_xchg kk_warp_exchange(unsigned mask, unsigned long long v, int src, bo
   kk_block* b = kk_fiber_block("a warp operation");
   const int me = b->cur, lane = me & 31;
   kk_warp_slot& W = b->warps[me >> 5];
-  const unsigned bit = 1u << lane;
+  const unsigned bit = 1u << lane, key = (mask | bit) & W.valid;
+  unsigned gi = 0;
+  while (gi < W.ngroups && W.groups[gi].key != key) ++gi;  // nearly always 0 or 1 group
+  kk_warp_group& g = W.groups[gi];
+  if (gi == W.ngroups) {
+    ++W.ngroups;
+    g.key = key;
+    g.arrived = g.pred = 0;
+  }
   W.val[lane] = v;
   W.src[lane] = (unsigned char)(src & 31);
-  W.op = op;
-  if (pred) W.pred |= bit;
-  W.arrived |= bit;
-  W.expected |= (mask | bit) & W.valid;
-  if (kk_warp_ready(W)) {
-    kk_warp_resolve(b, W, me & ~31, me);
+  g.op = op;
+  if (pred) g.pred |= bit;
+  g.arrived |= bit;
+  if (kk_group_ready(g, W.exited)) {
+    kk_warp_resolve(b, W, gi, me & ~31, me);
   } else {
     b->fibers[me].state = KK_WARP;
     kk_blocked(b, me);

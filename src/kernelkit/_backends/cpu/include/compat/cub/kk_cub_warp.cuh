@@ -9,9 +9,10 @@ namespace cub {
 namespace kk_detail {
 
 // The shuffles name every lane of the physical warp that the block has (the width argument
-// keeps logical warps apart), not only the logical warp's: the CPU emulation mispairs a later
-// full-warp shuffle after shuffles of half-warp masks from one call site (see the test
-// test_warp_reduce_and_scan); on a GPU both spellings are the same when the lanes all call.
+// keeps logical warps apart), not only the logical warp's; on a GPU both spellings are the same
+// when the lanes all call. (The CPU emulation once mispaired a later full-warp shuffle after
+// shuffles of half-warp masks from one call site; it keeps masks apart now, see
+// tests/backend/test_shuffle_masks.py; test_warp_reduce_and_scan passes with either mask.)
 static inline unsigned present_lanes() {
   const unsigned tid = kk_linear_tid(), block = blockDim.x * blockDim.y * blockDim.z;
   const unsigned n = block - tid / 32u * 32u;
