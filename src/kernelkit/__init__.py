@@ -19,6 +19,7 @@ from ._errors import (
     KernelkitError,
     LaunchError,
 )
+from ._integrations import torch_route as _torch_route
 from ._integrations.jax_ffi import JaxCallable
 from ._integrations.torch_op import TorchOp
 from ._integrations.torch_vjp import custom_vjp
@@ -29,6 +30,8 @@ from ._tensor_map import TensorMap, tensor_map
 from ._tune.autotune import AutotunedKernel, autotune, explain
 from ._version import __version__
 from ._workflows.tune_op import tune_op
+
+_torch_route.install()  # the built-in ops ask it (from above) whether torch must see a call
 
 __all__ = [
     "ArgumentError",

@@ -52,6 +52,9 @@ class Adapter:
     synchronous: bool = False  # the framework cannot share a stream: sync after launch
     shape_attribute: bool = True  # arrays have a ``.shape`` tuple (cheaper than ``layout``)
     key_fields: tuple[str | tuple[str, ...], ...] | None = None
+    # ``pointer`` as a Python expression over ``{x}`` that the generated hot path inlines (no
+    # Python frame per array), or None: the hot path calls ``pointer``
+    pointer_expr: str | None = None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -154,8 +157,7 @@ def _key_expr(field: str | tuple[str, ...]) -> str:
     return "".join(f"{i} if ({f.format(x='x')}) else " for i, f in enumerate(field)) + "-1"
 
 
-def _no_stream() -> int:
-    return 0
+_no_stream = int  # int() is 0, with no Python frame per call
 
 
 class ScalarAdapter(Adapter):

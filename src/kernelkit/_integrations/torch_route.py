@@ -1,4 +1,6 @@
-"""When a built-in op (``kernelkit.ops``) takes the torch op path instead of its eager one.
+"""When a built-in op (``kernelkit.ops``) takes the torch op path instead of its eager one: a
+hook (``ops._prepared.HOOKS``, installed by ``kernelkit/__init__``) that the ops ask on the
+first call of each signature; the ops never import this module.
 
 The eager path is the fastest, but torch cannot see inside it: under ``torch.compile`` it would
 be a graph break, under autograd it has no gradient, and a fake tensor has no data. Those calls
@@ -12,8 +14,62 @@ import sys
 from typing import Any
 
 from .._errors import ArgumentError
+from ..ops import _prepared
 
-__all__ = ["call", "needs_grad", "wants"]
+__all__ = ["call", "hook", "install", "needs_grad", "wants"]
+
+
+def install() -> None:
+    """Ask ``hook`` on the ops' first call of each signature (idempotent)."""
+    if hook not in _prepared.HOOKS:
+        _prepared.HOOKS.append(hook)
+
+
+def hook(name: str, arrays: Any, args: tuple, out: Any) -> Any:
+    """The op through its torch op when torch must see it (``wants``), else NotImplemented;
+    the first plain eager call also lets torch tensors take the ops' prepared path."""
+    torch = sys.modules.get("torch")
+    if torch is None or not isinstance(arrays[0], torch.Tensor):
+        return NotImplemented
+    if name == "elementwise":
+        if needs_grad(arrays):
+            return args[0](arrays)  # the op's own refusal, naming the op
+        if not torch.compiler.is_compiling():
+            _eager_signatures(torch)
+        return NotImplemented
+    if wants(*arrays):
+        return call(name, *args, out=out)
+    _eager_signatures(torch)
+    return NotImplemented
+
+
+def _eager_signatures(torch: Any) -> None:
+    """Torch tensors (plain and parameters) get prepared calls once torch's tracers see the
+    ops as torch ops (``torch_ops``: Dynamo traces each op as its torch op, never its body)."""
+    if torch.Tensor in _prepared.SIGNERS:
+        return
+    from . import torch_ops
+
+    if torch_ops.TRACED:
+        _prepared.SIGNERS[torch.Tensor] = _prepared.SIGNERS[torch.nn.Parameter] = _signature
+
+
+def _signature(arrays: tuple) -> tuple:
+    """Torch tensors (or None): class, dtype, shape, strides, device, and whether autograd
+    needs it now (such a signature is never prepared: it goes through the torch op). Inside a
+    torch.func transform none (its tensors have no storage: the validating path refuses)."""
+    torch = sys.modules["torch"]
+    if torch._C._functorch.peek_interpreter_stack() is not None:
+        raise TypeError("inside a torch.func transform")
+    grad = torch.is_grad_enabled()
+    sig = []
+    for a in arrays:
+        sig.append(
+            None
+            if a is None
+            else (a.__class__, a.dtype, a.shape, a.stride(), a.device, grad and a.requires_grad)
+        )
+    return tuple(sig)
 
 
 def wants(*arrays: Any) -> bool:

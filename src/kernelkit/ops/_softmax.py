@@ -6,10 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 from .._errors import ArgumentError
-from .._integrations import torch_route
 from .._select.select import Selection
 from . import _rows
 from ._common import move_last
+from ._prepared import FORCED, SIGNERS, routed, signature, store
 from ._rowops import make_row_op
 
 __all__ = ["softmax"]
@@ -21,6 +21,7 @@ OP, _RUNNER = make_row_op(
     _rows.SOFTMAX,
     lambda problem: (("T", problem.arg("x").dtype),),
 )
+_TABLE: dict[Any, Any] = {}  # (signature, dim, its class, generation, forced) -> run
 
 
 def softmax(x: Any, dim: int = -1, *, out: Any = None) -> Any:
@@ -35,19 +36,39 @@ def softmax(x: Any, dim: int = -1, *, out: Any = None) -> Any:
         >>> bool(np.allclose(y, [[0.09003057, 0.24472847, 0.66524096]]))
         True
     """
-    if torch_route.wants(x):  # torch.compile, autograd: through torch.ops.kernelkit.softmax
-        move_last(x, dim, "softmax")  # the same errors, before tracing
-        return torch_route.call("softmax", x, int(dim), out=out)
-    return eager_softmax(x, dim, out)
+    sign = SIGNERS.get(x.__class__)
+    if sign is not None:
+        try:
+            run = _TABLE[sign((x, out)), dim, dim.__class__, OP.generation, FORCED.get()]
+        except Exception:  # noqa: BLE001 - a new signature: validated below
+            pass
+        else:
+            return run([x], out)
+    return _first(x, dim, out, True)
 
 
 def eager_softmax(x: Any, dim: int, out: Any) -> Any:
-    """``softmax`` without the torch op (what the torch op runs)."""
-    x, back = move_last(x, dim, "softmax")
-    if out is not None and back is not None:
-        raise ArgumentError("[softmax] out= is only supported for dim=-1 (the last dimension)")
-    y = _RUNNER.run([x], x.dtype, out, {})
-    return y if back is None else back(y)
+    """``softmax`` without the integrations (what the torch op runs)."""
+    return _first(x, dim, out, False)
+
+
+def _first(x: Any, dim: Any, out: Any, route: bool) -> Any:
+    """A call of a new signature: validate, ask the integrations (``route``), run, prepare."""
+    moved, back = move_last(x, dim, "softmax")
+    if route:
+        result = routed("softmax", (x,), (x, int(dim)), out)
+        if result is not NotImplemented:
+            return result
+    if back is not None:
+        if out is not None:
+            raise ArgumentError("[softmax] out= is only supported for dim=-1 (the last dimension)")
+        return back(_RUNNER.run([moved], moved.dtype, None, {}))
+    key = signature((x, out))
+    key = None if key is None else (key, dim, dim.__class__, OP.generation, FORCED.get())
+    y, run = _RUNNER.first([x], x.dtype, out, {})
+    if key is not None:
+        store(_TABLE, key, run)
+    return y
 
 
 def _explain(x: Any, dim: int = -1) -> Selection:
