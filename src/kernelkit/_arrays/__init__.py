@@ -9,6 +9,7 @@ path, the data pointer on the hot path, allocation of outputs, and the framework
 from __future__ import annotations
 
 import functools
+import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -179,15 +180,14 @@ class NullAdapter(Adapter):
     framework = "none"
     shape_attribute = False
     key_fields = ()
+    pointer_expr = "0"
+    is_contiguous = staticmethod(operator.not_)  # True for None, with no Python frame
 
     def pointer(self, x: Any) -> int:
         return 0
 
     def layout(self, x: Any) -> tuple[Sequence[int], Sequence[int]]:
         return (0,), (1,)
-
-    def is_contiguous(self, x: Any) -> bool:
-        return True
 
 
 NULL = NullAdapter()

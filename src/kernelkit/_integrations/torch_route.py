@@ -55,7 +55,8 @@ def _eager_signatures(torch: Any) -> None:
 
 
 def _signature(arrays: tuple) -> tuple:
-    """Torch tensors (or None): class, dtype, shape, strides, device, and whether autograd
+    """Torch tensors (or None): class, dtype, shape, strides, layout (a sparse COO tensor has
+    strides too), device, and whether autograd
     needs it now (such a signature is never prepared: it goes through the torch op). Inside a
     torch.func transform none (its tensors have no storage: the validating path refuses)."""
     torch = sys.modules["torch"]
@@ -67,7 +68,8 @@ def _signature(arrays: tuple) -> tuple:
         sig.append(
             None
             if a is None
-            else (a.__class__, a.dtype, a.shape, a.stride(), a.device, grad and a.requires_grad)
+            else (a.__class__, a.dtype, a.shape, a.stride(), a.layout, a.device,
+                  grad and a.requires_grad)  # fmt: skip
         )
     return tuple(sig)
 

@@ -62,7 +62,7 @@ def _check(name: str, x: Any, params: dict[str, Any], eps: Any) -> float:
     return value
 
 
-_RMS_TABLE: dict[Any, Any] = {}  # (signature, eps, its class, generation, forced) -> run
+_RMS_TABLE: dict[Any, Any] = {}  # (signature, eps's class, generation, forced) -> run
 _LAYER_TABLE: dict[Any, Any] = {}
 
 
@@ -81,13 +81,13 @@ def rms_norm(x: Any, weight: Any, eps: float = 1e-6, *, out: Any = None) -> Any:
     sign = SIGNERS.get(x.__class__)
     if sign is not None:
         try:
-            run = _RMS_TABLE[
-                sign((x, weight, out)), eps, eps.__class__, RMS_OP.generation, FORCED.get()
-            ]
+            run = _RMS_TABLE[sign((x, weight, out)), eps.__class__, RMS_OP.generation,
+                             FORCED.get()]  # fmt: skip
         except Exception:  # noqa: BLE001 - a new signature: validated below
             pass
         else:
-            return run([x, weight, eps], out)
+            if eps >= 0:  # a float (only those are kept), neither negative nor NaN
+                return run([x, weight, eps], out)
     return _first(_RMS, _RMS_TABLE, x, {"weight": weight}, eps, out, True)
 
 
@@ -102,14 +102,13 @@ def layer_norm(x: Any, weight: Any, bias: Any, eps: float = 1e-5, *, out: Any = 
     sign = SIGNERS.get(x.__class__)
     if sign is not None:
         try:
-            run = _LAYER_TABLE[
-                sign((x, weight, bias, out)), eps, eps.__class__, LAYER_OP.generation,
-                FORCED.get(),
-            ]  # fmt: skip
+            run = _LAYER_TABLE[sign((x, weight, bias, out)), eps.__class__,
+                               LAYER_OP.generation, FORCED.get()]  # fmt: skip
         except Exception:  # noqa: BLE001 - a new signature: validated below
             pass
         else:
-            return run([x, weight, bias, eps], out)
+            if eps >= 0:  # a float (only those are kept), neither negative nor NaN
+                return run([x, weight, bias, eps], out)
     return _first(_LAYER, _LAYER_TABLE, x, {"weight": weight, "bias": bias}, eps, out, True)
 
 
@@ -130,9 +129,9 @@ def _first(
             return result
     key = signature((x, *params.values(), out))
     if key is not None:
-        key = (key, eps, eps.__class__, runner.op.generation, FORCED.get())
+        key = (key, eps.__class__, runner.op.generation, FORCED.get())
     y, run = runner.first([x, *params.values(), value], x.dtype, out, {})
-    if key is not None and value == eps:  # (a NaN-free float that converts to itself)
+    if key is not None and eps.__class__ is float:  # the fast path checks eps >= 0
         store(table, key, run)
     return y
 
