@@ -33,7 +33,11 @@ def hook(name: str, arrays: Any, args: tuple, out: Any) -> Any:
         return NotImplemented
     if name == "elementwise":
         if needs_grad(arrays):
-            return args[0](arrays)  # the op's own refusal, naming the op
+            raise ArgumentError(
+                f"[{args[0]}] has no gradient, and an input requires grad: call it under "
+                "torch.no_grad() or on detached tensors (a kernel with a gradient: "
+                "Kernel.as_torch_op and kernelkit.custom_vjp)"
+            )
         if not torch.compiler.is_compiling():
             _eager_signatures(torch)
         return NotImplemented

@@ -21,7 +21,16 @@ from typing import Any
 
 from .._select.override import _forced
 
-__all__ = ["HOOKS", "SIGNERS", "FORCED", "direct_launch", "numpy_signature", "routed", "signature", "store"]
+__all__ = [
+    "FORCED",
+    "HOOKS",
+    "SIGNERS",
+    "direct_launch",
+    "numpy_signature",
+    "routed",
+    "signature",
+    "store",
+]
 
 # an array class -> signature(tuple of arrays or None) -> hashable; KeyError/AttributeError/
 # TypeError for arguments it cannot describe (the validating path then names what is wrong)
