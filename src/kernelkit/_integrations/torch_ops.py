@@ -217,6 +217,7 @@ def _substitute() -> bool:
         from torch._dynamo.decorators import substitute_in_graph
     except ImportError:
         return False
+
     pairs = (
         (_softmax.softmax, _softmax_traced),
         (_norms.rms_norm, _rms_norm_traced),

@@ -16,7 +16,7 @@ from typing import Any
 from .._errors import ArgumentError
 from ..ops import _prepared
 
-__all__ = ["call", "hook", "install", "needs_grad", "wants"]
+__all__ = ["call", "hook", "install", "needs_grad", "no_gradient", "wants"]
 
 
 def install() -> None:
@@ -31,15 +31,14 @@ def hook(name: str, arrays: Any, args: tuple, out: Any) -> Any:
     torch = sys.modules.get("torch")
     if torch is None or not isinstance(arrays[0], torch.Tensor):
         return NotImplemented
-    if name == "elementwise":
+    if name == "elementwise":  # args: (the op, its positional args, its keyword args)
+        if torch.compiler.is_compiling():
+            from .torch_elementwise import traced_call
+
+            return traced_call(args[0], *args[1], out=out, **args[2])
         if needs_grad(arrays):
-            raise ArgumentError(
-                f"[{args[0]}] has no gradient, and an input requires grad: call it under "
-                "torch.no_grad() or on detached tensors (a kernel with a gradient: "
-                "Kernel.as_torch_op and kernelkit.custom_vjp)"
-            )
-        if not torch.compiler.is_compiling():
-            _eager_signatures(torch)
+            raise no_gradient(str(args[0]))
+        _eager_signatures(torch)
         return NotImplemented
     if wants(*arrays):
         return call(name, *args, out=out)
@@ -97,6 +96,15 @@ def wants(*arrays: Any) -> bool:
             if grad and a.requires_grad:
                 return True
     return False
+
+
+def no_gradient(name: str) -> ArgumentError:
+    """The error of an op without a gradient called on inputs that need one."""
+    return ArgumentError(
+        f"[{name}] has no gradient, and an input requires grad: call it under "
+        "torch.no_grad() or on detached tensors (a kernel with a gradient: "
+        "Kernel.as_torch_op and kernelkit.custom_vjp)"
+    )
 
 
 def needs_grad(arrays: Any) -> bool:

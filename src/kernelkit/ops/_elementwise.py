@@ -358,6 +358,12 @@ class Elementwise:
     def _call(self, args: tuple, out: Any, kwargs: dict[str, Any]) -> Any:
         """A call of a new (or an unprepared) signature: validate, describe, run, prepare."""
         values = args if args else tuple(kwargs.get(n) for n in self.inputs)
+        result = routed(
+            "elementwise", [v for v in values if hasattr(v, "shape")] or [None],
+            (self, args, kwargs), out,
+        )  # fmt: skip
+        if result is not NotImplemented:  # torch.compile: the torch op
+            return result
         outs = None if out is None else list(out) if isinstance(out, list | tuple) else [out]
         try:
             sig = (
@@ -369,7 +375,6 @@ class Elementwise:
         except TypeError:  # not an array or a number: _bind_args says which
             self._bind_args(args, kwargs, out)
             raise
-        routed("elementwise", [v for v in values if hasattr(v, "shape")] or [None], (self,), out)
         known = self._known.get(sig) if len(kwargs) <= len(self.inputs) else None
         if known is None:  # validate, broadcast and describe once per argument signature
             views, dtype, options, outs = self._bind_args(args, kwargs, out)

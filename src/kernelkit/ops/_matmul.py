@@ -548,12 +548,26 @@ def matmul(
 
 # (signature, activation, transpose_b, its class, generation, forced) -> run(a, b, bias, out)
 _TABLE: dict[Any, Any] = {}
+# the same for the torch op's own calls: a signature kept there was never asked of the
+# integrations (it may need autograd), so the public op never looks it up
+_EAGER: dict[Any, Any] = {}
 
 
 def eager_matmul(
     a: Any, b: Any, bias: Any, activation: str | None, transpose_b: bool, out: Any
 ) -> Any:
-    """``matmul`` without the integrations (what the torch op runs)."""
+    """``matmul`` without the integrations (what the torch op runs): the same prepared call."""
+    sign = SIGNERS.get(a.__class__)
+    if sign is not None:
+        try:
+            run = _EAGER[
+                sign((a, b, bias, out)), activation, transpose_b, transpose_b.__class__,
+                OP.generation, FORCED.get(),
+            ]  # fmt: skip
+        except Exception:  # noqa: BLE001 - a new signature: validated below
+            pass
+        else:
+            return run(a, b, bias, out)
     return _first(a, b, bias, activation, transpose_b, out, False)
 
 
@@ -573,7 +587,7 @@ def _first(
     key = signature((a, b, bias, out))
     if key is not None and transpose_b.__class__ is bool:
         key = (key, activation, transpose_b, bool, OP.generation, FORCED.get())
-        store(_TABLE, key, run)
+        store(_TABLE if route else _EAGER, key, run)
     return run(a, b, bias, out)
 
 

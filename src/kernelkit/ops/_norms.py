@@ -64,6 +64,10 @@ def _check(name: str, x: Any, params: dict[str, Any], eps: Any) -> float:
 
 _RMS_TABLE: dict[Any, Any] = {}  # (signature, eps's class, generation, forced) -> run
 _LAYER_TABLE: dict[Any, Any] = {}
+# the same for the torch ops' own calls: a signature kept there was never asked of the
+# integrations (it may need autograd), so the public ops never look it up
+_RMS_EAGER: dict[Any, Any] = {}
+_LAYER_EAGER: dict[Any, Any] = {}
 
 
 def rms_norm(x: Any, weight: Any, eps: float = 1e-6, *, out: Any = None) -> Any:
@@ -92,8 +96,18 @@ def rms_norm(x: Any, weight: Any, eps: float = 1e-6, *, out: Any = None) -> Any:
 
 
 def eager_rms_norm(x: Any, weight: Any, eps: float, out: Any) -> Any:
-    """``rms_norm`` without the integrations (what the torch op runs)."""
-    return _first(_RMS, _RMS_TABLE, x, {"weight": weight}, eps, out, False)
+    """``rms_norm`` without the integrations (what the torch op runs): the same prepared call."""
+    sign = SIGNERS.get(x.__class__)
+    if sign is not None:
+        try:
+            run = _RMS_EAGER[sign((x, weight, out)), eps.__class__, RMS_OP.generation,
+                             FORCED.get()]  # fmt: skip
+        except Exception:  # noqa: BLE001 - a new signature: validated below
+            pass
+        else:
+            if eps >= 0:
+                return run([x, weight, eps], out)
+    return _first(_RMS, _RMS_EAGER, x, {"weight": weight}, eps, out, False)
 
 
 def layer_norm(x: Any, weight: Any, bias: Any, eps: float = 1e-5, *, out: Any = None) -> Any:
@@ -113,8 +127,19 @@ def layer_norm(x: Any, weight: Any, bias: Any, eps: float = 1e-5, *, out: Any = 
 
 
 def eager_layer_norm(x: Any, weight: Any, bias: Any, eps: float, out: Any) -> Any:
-    """``layer_norm`` without the integrations (what the torch op runs)."""
-    return _first(_LAYER, _LAYER_TABLE, x, {"weight": weight, "bias": bias}, eps, out, False)
+    """``layer_norm`` without the integrations (what the torch op runs): the same prepared
+    call."""
+    sign = SIGNERS.get(x.__class__)
+    if sign is not None:
+        try:
+            run = _LAYER_EAGER[sign((x, weight, bias, out)), eps.__class__,
+                               LAYER_OP.generation, FORCED.get()]  # fmt: skip
+        except Exception:  # noqa: BLE001 - a new signature: validated below
+            pass
+        else:
+            if eps >= 0:
+                return run([x, weight, bias, eps], out)
+    return _first(_LAYER, _LAYER_EAGER, x, {"weight": weight, "bias": bias}, eps, out, False)
 
 
 def _first(

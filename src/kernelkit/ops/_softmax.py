@@ -22,6 +22,9 @@ OP, _RUNNER = make_row_op(
     lambda problem: (("T", problem.arg("x").dtype),),
 )
 _TABLE: dict[Any, Any] = {}  # (signature, dim, its class, generation, forced) -> run
+# the same for the torch op's own calls: a signature kept there was never asked of the
+# integrations (it may need autograd), so the public op never looks it up
+_EAGER: dict[Any, Any] = {}
 
 
 def softmax(x: Any, dim: int = -1, *, out: Any = None) -> Any:
@@ -48,7 +51,15 @@ def softmax(x: Any, dim: int = -1, *, out: Any = None) -> Any:
 
 
 def eager_softmax(x: Any, dim: int, out: Any) -> Any:
-    """``softmax`` without the integrations (what the torch op runs)."""
+    """``softmax`` without the integrations (what the torch op runs): the same prepared call."""
+    sign = SIGNERS.get(x.__class__)
+    if sign is not None:
+        try:
+            run = _EAGER[sign((x, out)), dim, dim.__class__, OP.generation, FORCED.get()]
+        except Exception:  # noqa: BLE001 - a new signature: validated below
+            pass
+        else:
+            return run([x], out)
     return _first(x, dim, out, False)
 
 
@@ -67,7 +78,7 @@ def _first(x: Any, dim: Any, out: Any, route: bool) -> Any:
     key = None if key is None else (key, dim, dim.__class__, OP.generation, FORCED.get())
     y, run = _RUNNER.first([x], x.dtype, out, {})
     if key is not None:
-        store(_TABLE, key, run)
+        store(_TABLE if route else _EAGER, key, run)
     return y
 
 
