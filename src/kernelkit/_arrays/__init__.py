@@ -158,6 +158,10 @@ def _key_expr(field: str | tuple[str, ...]) -> str:
     return "".join(f"{i} if ({f.format(x='x')}) else " for i, f in enumerate(field)) + "-1"
 
 
+# framework -> run_for(plan, bound, guard): how plans of that framework's arrays launch, when an
+# integration above (``_integrations.jax_eager``) installs one; ``Adapter.run_for`` asks it
+RUNS_FOR: dict[str, Callable[..., Any]] = {}
+
 _no_stream = int  # int() is 0, with no Python frame per call
 
 

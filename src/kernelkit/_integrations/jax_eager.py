@@ -21,7 +21,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
-from .._arrays import DLPACK_CPU, DLPACK_CUDA, NULL
+from .._arrays import DLPACK_CPU, DLPACK_CUDA, NULL, RUNS_FOR
 from .._dtypes import DTYPES
 from .._errors import KernelkitError
 from .._key import MISS, guard_function
@@ -47,10 +47,15 @@ def _warn_once(key: str, message: str) -> None:
     warnings.warn(f"kernelkit: {message}", RuntimeWarning, stacklevel=3)
 
 
+def install() -> None:
+    """Make ``run_for`` the route of plans over JAX arrays (``_arrays.RUNS_FOR``)."""
+    RUNS_FOR["jax"] = run_for
+
+
 def run_for(plan: Any, bound: Any, guard: Any) -> Callable[..., Any]:
-    """``JaxAdapter.run_for``: an ``EagerRoute`` for a plan whose arrays are all JAX arrays
-    on an ``EAGER_PLATFORMS`` device and whose outputs kernelkit allocates, when the shim is
-    available; else the plan's own run."""
+    """``JaxAdapter.run_for`` (through ``RUNS_FOR``): an ``EagerRoute`` for a plan whose
+    arrays are all JAX arrays on an ``EAGER_PLATFORMS`` device and whose outputs kernelkit
+    allocates, when the shim is available; else the plan's own run."""
     from .._arrays._jax import JaxAdapter
 
     platform = _PLATFORM_OF.get(bound.problem.device_type)
