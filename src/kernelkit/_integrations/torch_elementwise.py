@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from ..ops._elementwise import Elementwise
+from ..ops._elementwise import Elementwise, _promote
 from .torch_route import _requires_grad, no_gradient
 
 __all__ = ["traced_call"]
@@ -47,14 +47,13 @@ def _impl(expression: str, output_dtype: str | None, arrays: list, scalars: list
 
 
 def _fake(expression: str, output_dtype: str | None, arrays: list, scalars: list) -> list:
+    """The outputs' shape (torch's broadcasting: symbolic sizes welcome) and dtype (the op's)."""
     op = _op(expression, output_dtype)
-    values = _values(arrays, scalars)
-    _, shape, dtype = op._prepare(tuple(values), {})  # the eager call's checks and rules
     tensors = [a for a in arrays if a is not None]
+    shape = torch.broadcast_shapes(*(t.shape for t in tensors))
+    dtype = op.output_dtype or _promote([str(t.dtype).split(".")[-1] for t in tensors], str(op))
     tdtype = getattr(torch, dtype)
-    return [
-        torch.empty(shape, dtype=tdtype, device=tensors[0].device) for _ in op.outputs
-    ]
+    return [torch.empty(shape, dtype=tdtype, device=tensors[0].device) for _ in op.outputs]
 
 
 for _key in ("CPU", "CUDA"):
