@@ -630,6 +630,8 @@ def _explain(
 ) -> Selection:
     """The choice ``matmul`` makes for these arguments, and why."""
     x, _, _, options = _prepare(a, b, bias, activation, transpose_b)
+    if options["aligned16"] is not None:
+        options["aligned16"] = MMA.aligned16(x, b)
     return _RUNNER.explain([x, b, bias], x.dtype, None, options)
 
 
