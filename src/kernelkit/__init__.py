@@ -7,7 +7,7 @@
 Nothing here touches a GPU or loads a compiler at import.
 """
 
-from . import _api
+from . import _integrations
 from ._api import Kernel, cuda_kernel, kernel
 from ._cache import add_bundle, cache_stats
 from ._errors import (
@@ -20,10 +20,6 @@ from ._errors import (
     KernelkitError,
     LaunchError,
 )
-from ._integrations import jax_eager as _jax_eager
-from ._integrations import jax_ffi as _jax_ffi
-from ._integrations import torch_op as _torch_op
-from ._integrations import torch_route as _torch_route
 from ._integrations.jax_ffi import JaxCallable
 from ._integrations.torch_op import TorchOp
 from ._integrations.torch_vjp import custom_vjp
@@ -35,11 +31,7 @@ from ._tune.autotune import AutotunedKernel, autotune, explain
 from ._version import __version__
 from ._workflows.tune_op import tune_op
 
-# integrations wrap what is below them from above: the built-in ops ask the torch route whether
-# torch must see a call; plans over JAX arrays launch through XLA's FFI where they can
-_torch_route.install()
-_jax_eager.install()
-_api.WRAPPERS.update(as_torch_op=_torch_op.as_torch_op, as_jax_callable=_jax_ffi.as_jax_callable)
+_integrations.install()  # integrations wrap the API, the ops and the adapters from above
 
 __all__ = [
     "ArgumentError",

@@ -161,6 +161,12 @@ def _key_expr(field: str | tuple[str, ...]) -> str:
 # framework -> run_for(plan, bound, guard): how plans of that framework's arrays launch, when an
 # integration above (``_integrations.jax_eager``) installs one; ``Adapter.run_for`` asks it
 RUNS_FOR: dict[str, Callable[..., Any]] = {}
+# array class -> signature(tuple of arrays or None) -> hashable, for the built-in ops' prepared
+# calls (``ops._prepared``); NumPy's from the ops, torch's from the torch integration
+SIGNERS: dict[type, Callable[[tuple], Any]] = {}
+# hook(op name, arrays, args, out) -> NotImplemented (the op's eager path runs) or the call's
+# result through an integration (``_integrations.torch_route``), asked on a signature's first call
+OP_HOOKS: list[Callable[..., Any]] = []
 
 _no_stream = int  # int() is 0, with no Python frame per call
 

@@ -21,7 +21,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
-from .._arrays import DLPACK_CPU, DLPACK_CUDA, NULL, RUNS_FOR
+from .._arrays import DLPACK_CPU, DLPACK_CUDA, NULL
 from .._dtypes import DTYPES
 from .._errors import KernelkitError
 from .._key import MISS, guard_function
@@ -45,11 +45,6 @@ def _warn_once(key: str, message: str) -> None:
             return
         _warned.add(key)
     warnings.warn(f"kernelkit: {message}", RuntimeWarning, stacklevel=3)
-
-
-def install() -> None:
-    """Make ``run_for`` the route of plans over JAX arrays (``_arrays.RUNS_FOR``)."""
-    RUNS_FOR["jax"] = run_for
 
 
 def run_for(plan: Any, bound: Any, guard: Any) -> Callable[..., Any]:

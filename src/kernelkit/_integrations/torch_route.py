@@ -1,5 +1,5 @@
 """When a built-in op (``kernelkit.ops``) takes the torch op path instead of its eager one: a
-hook (``ops._prepared.HOOKS``, installed by ``kernelkit/__init__``) that the ops ask on the
+hook (``_arrays.OP_HOOKS``, installed by ``kernelkit/__init__``) that the ops ask on the
 first call of each signature; the ops never import this module.
 
 The eager path is the fastest, but torch cannot see inside it: under ``torch.compile`` it would
@@ -13,16 +13,16 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+from .. import _arrays
 from .._errors import ArgumentError
-from ..ops import _prepared
 
 __all__ = ["call", "hook", "install", "needs_grad", "no_gradient", "wants"]
 
 
 def install() -> None:
     """Ask ``hook`` on the ops' first call of each signature (idempotent)."""
-    if hook not in _prepared.HOOKS:
-        _prepared.HOOKS.append(hook)
+    if hook not in _arrays.OP_HOOKS:
+        _arrays.OP_HOOKS.append(hook)
 
 
 def hook(name: str, arrays: Any, args: tuple, out: Any) -> Any:
@@ -49,12 +49,12 @@ def hook(name: str, arrays: Any, args: tuple, out: Any) -> Any:
 def _eager_signatures(torch: Any) -> None:
     """Torch tensors (plain and parameters) get prepared calls once torch's tracers see the
     ops as torch ops (``torch_ops``: Dynamo traces each op as its torch op, never its body)."""
-    if torch.Tensor in _prepared.SIGNERS:
+    if torch.Tensor in _arrays.SIGNERS:
         return
     from . import torch_ops
 
     if torch_ops.TRACED:
-        _prepared.SIGNERS[torch.Tensor] = _prepared.SIGNERS[torch.nn.Parameter] = _signature
+        _arrays.SIGNERS[torch.Tensor] = _arrays.SIGNERS[torch.nn.Parameter] = _signature
 
 
 def _signature(arrays: tuple) -> tuple:

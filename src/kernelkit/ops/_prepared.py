@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from .. import _arrays
 from .._select.override import _forced
 
 __all__ = [
@@ -34,11 +35,11 @@ __all__ = [
 
 # an array class -> signature(tuple of arrays or None) -> hashable; KeyError/AttributeError/
 # TypeError for arguments it cannot describe (the validating path then names what is wrong)
-SIGNERS: dict[type, Callable[[tuple], Any]] = {}
+SIGNERS = _arrays.SIGNERS
 
 # hook(op name, arrays, args, out) -> NotImplemented (the eager path runs) or the call's result
 # through the integration (the op's ``args`` as its integration takes them), after validation
-HOOKS: list[Callable[[str, Sequence[Any], tuple, Any], Any]] = []
+HOOKS = _arrays.OP_HOOKS
 
 FORCED = _forced  # kernelkit.force's context variable: part of every prepared key (its .get())
 _LIMIT = 4096  # prepared signatures kept per op (a table past it starts over)
