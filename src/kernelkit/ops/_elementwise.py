@@ -18,6 +18,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from .. import _config
 from .._api import kernel
 from .._dtypes import normalize_dtype
 from .._errors import ArgumentError, ArgumentTypeError
@@ -348,7 +349,8 @@ class Elementwise:
             sign = SIGNERS.get(args[0].__class__)
             if sign is not None:
                 try:
-                    run = self._table[sign((*args, out)), self.op.generation, FORCED.get()]
+                    run = self._table[sign((*args, out)), self.op.generation, FORCED.get(),
+                                      _config.config.select_force]  # fmt: skip
                 except Exception:  # noqa: BLE001 - a new signature: validated below
                     pass
                 else:
@@ -404,7 +406,8 @@ class Elementwise:
                 results = self._runner.run(views, dtype, outs, options, signature=sig)
             else:
                 results, launch = self._runner.first(views, dtype, outs, options)
-                store(self._table, (key, self.op.generation, FORCED.get()), _single(launch))
+                key = (key, self.op.generation, FORCED.get(), _config.config.select_force)
+                store(self._table, key, _single(launch))
         except OverflowError:  # an int scalar too large for a float: the same error as above
             self._bind_args(args, kwargs, out)
             raise

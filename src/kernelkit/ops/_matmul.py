@@ -26,6 +26,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from .. import _config
 from .._api import kernel
 from .._arrays import adapter_for
 from .._records import Problem, Target
@@ -537,7 +538,7 @@ def matmul(
         try:
             run = _TABLE[
                 sign((a, b, bias, out)), activation, transpose_b, transpose_b.__class__,
-                OP.generation, FORCED.get(),
+                OP.generation, FORCED.get(), _config.config.select_force,
             ]  # fmt: skip
         except Exception:  # noqa: BLE001 - a new signature: validated below
             pass
@@ -562,7 +563,7 @@ def eager_matmul(
         try:
             run = _EAGER[
                 sign((a, b, bias, out)), activation, transpose_b, transpose_b.__class__,
-                OP.generation, FORCED.get(),
+                OP.generation, FORCED.get(), _config.config.select_force,
             ]  # fmt: skip
         except Exception:  # noqa: BLE001 - a new signature: validated below
             pass
@@ -586,7 +587,8 @@ def _first(
     run = _prepared_run(lead, n, x.shape[1], options, options["aligned16"] is not None, a, b)
     key = signature((a, b, bias, out))
     if key is not None and transpose_b.__class__ is bool:
-        key = (key, activation, transpose_b, bool, OP.generation, FORCED.get())
+        key = (key, activation, transpose_b, bool, OP.generation, FORCED.get(),
+               _config.config.select_force)  # fmt: skip
         store(_TABLE if route else _EAGER, key, run)
     return run(a, b, bias, out)
 

@@ -7,6 +7,7 @@ import math
 import numbers
 from typing import Any
 
+from .. import _config
 from .._errors import ArgumentError
 from .._select.select import Selection
 from . import _rows
@@ -86,7 +87,7 @@ def rms_norm(x: Any, weight: Any, eps: float = 1e-6, *, out: Any = None) -> Any:
     if sign is not None:
         try:
             run = _RMS_TABLE[sign((x, weight, out)), eps.__class__, RMS_OP.generation,
-                             FORCED.get()]  # fmt: skip
+                             FORCED.get(), _config.config.select_force]  # fmt: skip
         except Exception:  # noqa: BLE001 - a new signature: validated below
             pass
         else:
@@ -101,7 +102,7 @@ def eager_rms_norm(x: Any, weight: Any, eps: float, out: Any) -> Any:
     if sign is not None:
         try:
             run = _RMS_EAGER[sign((x, weight, out)), eps.__class__, RMS_OP.generation,
-                             FORCED.get()]  # fmt: skip
+                             FORCED.get(), _config.config.select_force]  # fmt: skip
         except Exception:  # noqa: BLE001 - a new signature: validated below
             pass
         else:
@@ -117,7 +118,8 @@ def layer_norm(x: Any, weight: Any, bias: Any, eps: float = 1e-5, *, out: Any = 
     if sign is not None:
         try:
             run = _LAYER_TABLE[sign((x, weight, bias, out)), eps.__class__,
-                               LAYER_OP.generation, FORCED.get()]  # fmt: skip
+                               LAYER_OP.generation, FORCED.get(),
+                               _config.config.select_force]  # fmt: skip
         except Exception:  # noqa: BLE001 - a new signature: validated below
             pass
         else:
@@ -133,7 +135,8 @@ def eager_layer_norm(x: Any, weight: Any, bias: Any, eps: float, out: Any) -> An
     if sign is not None:
         try:
             run = _LAYER_EAGER[sign((x, weight, bias, out)), eps.__class__,
-                               LAYER_OP.generation, FORCED.get()]  # fmt: skip
+                               LAYER_OP.generation, FORCED.get(),
+                               _config.config.select_force]  # fmt: skip
         except Exception:  # noqa: BLE001 - a new signature: validated below
             pass
         else:
@@ -154,7 +157,7 @@ def _first(
             return result
     key = signature((x, *params.values(), out))
     if key is not None:
-        key = (key, eps.__class__, runner.op.generation, FORCED.get())
+        key = (key, eps.__class__, runner.op.generation, FORCED.get(), _config.config.select_force)
     y, run = runner.first([x, *params.values(), value], x.dtype, out, {})
     if key is not None and eps.__class__ is float:  # the fast path checks eps >= 0
         store(table, key, run)

@@ -41,7 +41,9 @@ SIGNERS = _arrays.SIGNERS
 # through the integration (the op's ``args`` as its integration takes them), after validation
 HOOKS = _arrays.OP_HOOKS
 
-FORCED = _forced  # kernelkit.force's context variable: part of every prepared key (its .get())
+# kernelkit.force's context variable: its .get() and KERNELKIT_SELECT_FORCE's text (as read by
+# _config) are part of every prepared key, as selection reads both
+FORCED = _forced
 _LIMIT = 4096  # prepared signatures kept per op (a table past it starts over)
 
 
@@ -74,8 +76,7 @@ def signature(arrays: tuple) -> Any:
     """The arrays' signature by the first one's class, or None where none is kept for it."""
     sign = SIGNERS.get(arrays[0].__class__)
     if sign is None:
-        if not SIGNERS:
-            _install_numpy()
+        _install_numpy()  # (NumPy imported after the ops)
         return None
     try:
         return sign(arrays)

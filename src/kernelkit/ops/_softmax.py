@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .. import _config
 from .._errors import ArgumentError
 from .._select.select import Selection
 from . import _rows
@@ -42,7 +43,8 @@ def softmax(x: Any, dim: int = -1, *, out: Any = None) -> Any:
     sign = SIGNERS.get(x.__class__)
     if sign is not None:
         try:
-            run = _TABLE[sign((x, out)), dim, dim.__class__, OP.generation, FORCED.get()]
+            run = _TABLE[sign((x, out)), dim, dim.__class__, OP.generation, FORCED.get(),
+                         _config.config.select_force]  # fmt: skip
         except Exception:  # noqa: BLE001 - a new signature: validated below
             pass
         else:
@@ -55,7 +57,8 @@ def eager_softmax(x: Any, dim: int, out: Any) -> Any:
     sign = SIGNERS.get(x.__class__)
     if sign is not None:
         try:
-            run = _EAGER[sign((x, out)), dim, dim.__class__, OP.generation, FORCED.get()]
+            run = _EAGER[sign((x, out)), dim, dim.__class__, OP.generation, FORCED.get(),
+                         _config.config.select_force]  # fmt: skip
         except Exception:  # noqa: BLE001 - a new signature: validated below
             pass
         else:
@@ -75,7 +78,8 @@ def _first(x: Any, dim: Any, out: Any, route: bool) -> Any:
             raise ArgumentError("[softmax] out= is only supported for dim=-1 (the last dimension)")
         return back(_RUNNER.run([moved], moved.dtype, None, {}))
     key = signature((x, out))
-    key = None if key is None else (key, dim, dim.__class__, OP.generation, FORCED.get())
+    if key is not None:
+        key = (key, dim, dim.__class__, OP.generation, FORCED.get(), _config.config.select_force)
     y, run = _RUNNER.first([x], x.dtype, out, {})
     if key is not None:
         store(_TABLE if route else _EAGER, key, run)
