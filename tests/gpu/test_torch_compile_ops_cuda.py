@@ -20,7 +20,7 @@ SILU_MUL = ops.elementwise("y = a * b / (1 + exp(-b))")
 
 
 def _block(x, w, up, down):
-    h = ops.softmax(ops.layer_norm(ops.rms_norm(x, w, 1e-6), w, w, 1e-5), -1) * 64
+    h = ops.softmax(ops.layer_norm(ops.rms_norm(x, w, 1e-6), w, w, 1e-5), -1) * 512
     g = ops.matmul(h, up, transpose_b=True)
     return x + ops.matmul(SILU_MUL(g, g), down, transpose_b=True)
 
@@ -28,10 +28,11 @@ def _block(x, w, up, down):
 def _args(m: int):
     g = torch.Generator(device="cuda").manual_seed(0)
     bf = torch.bfloat16
-    x = torch.randn(m, 256, device="cuda", generator=g).to(bf)
-    w = (torch.rand(256, device="cuda", generator=g) + 0.5).to(bf)
-    up = (torch.randn(512, 256, device="cuda", generator=g) / 16).to(bf)
-    down = (torch.randn(256, 512, device="cuda", generator=g) / 22).to(bf)
+    d = 2048  # K = 2048 in both matmuls: every route's shape rules take it (gemv_slab's too)
+    x = torch.randn(m, d, device="cuda", generator=g).to(bf)
+    w = (torch.rand(d, device="cuda", generator=g) + 0.5).to(bf)
+    up = (torch.randn(d, d, device="cuda", generator=g) / d**0.5).to(bf)
+    down = (torch.randn(d, d, device="cuda", generator=g) / d**0.5).to(bf)
     return x, w, up, down
 
 
