@@ -55,6 +55,16 @@ KK_CHILD = textwrap.dedent("""
     timed(_launch, "compile_cached", "cache lookup (compiler identity, disk read)")
     timed(_launch, "_load", "module load")
     backend, body, name = sys.argv[1], sys.argv[2], sys.argv[3]
+    if backend == "cuda":  # the key's compiler identity and the probe's archs (nvrtc_identity)
+        from kernelkit._backends.cuda import nvrtc_identity
+        timed(nvrtc_identity, "version", "compiler identity (recorded: no NVRTC load)")
+        timed(nvrtc_identity, "supported_archs", "NVRTC archs for the probe")
+    def nvrtc_loaded():
+        try:
+            with open("/proc/self/maps") as f:
+                return "libnvrtc" in f.read()
+        except OSError:
+            return None
     x = np.linspace(-2, 2, 1024, dtype=np.float32)
     if backend == "cuda":
         import torch
@@ -71,11 +81,13 @@ KK_CHILD = textwrap.dedent("""
             output_dtypes=["float32"], grid=(1024, 1, 1), threadgroup=(256, 1, 1), backend=backend)
     stages.clear()
     t = time.perf_counter(); y = call(); first = time.perf_counter() - t
+    loaded = nvrtc_loaded()  # after the first launch: did reaching it load NVRTC?
     t = time.perf_counter(); call(); second = time.perf_counter() - t
     y = y.cpu().numpy() if hasattr(y, "cpu") else np.asarray(y)
     ok = bool(np.allclose(y, np.exp(np.linspace(-2, 2, 1024, dtype=np.float32)), rtol=1e-5))
     lookup = stages.get("cache lookup (compiler identity, disk read)")
     print(json.dumps({"first": first, "second": second, "lookup": lookup, "stages": stages,
+                      "nvrtc_loaded": loaded,
                       "stats": kernelkit.cache_stats(), "ok": ok, "import": t_import}))
 """)
 
@@ -158,6 +170,7 @@ def _row(label: str, runs: list[dict], hit: str) -> tuple[str, float, float, str
     first, second = _median(runs, "first") * 1e3, _median(runs, "second") * 1e3
     hits = sum(r["stats"][hit] for r in runs)
     ok = all(r["ok"] for r in runs) and all(r["stats"]["compiles"] == 0 for r in runs)
+    loaded = sorted({str(r.get("nvrtc_loaded")) for r in runs})
     names = {name for r in runs for name in r["stages"]}
     stages = ", ".join(
         f"{name} {statistics.median(r['stages'].get(name, 0.0) for r in runs) * 1e3:.2f}"
@@ -167,7 +180,8 @@ def _row(label: str, runs: list[dict], hit: str) -> tuple[str, float, float, str
         label,
         first,
         second,
-        f"{hit}={hits}/{len(runs)}, ok={ok}; first call's stages, ms: {stages}",
+        f"{hit}={hits}/{len(runs)}, ok={ok}, NVRTC loaded by the first launch: "
+        f"{'/'.join(loaded)}; first call's stages, ms: {stages}",
     )
 
 
@@ -181,6 +195,7 @@ CUPY_CHILD = textwrap.dedent("""
         k = cp.RawKernel(src, sys.argv[1]); k((4,), (256,), (x, y, cp.int32(1024)))
         cp.cuda.runtime.deviceSynchronize()
     t = time.perf_counter(); call(); first = time.perf_counter() - t
+    loaded = nvrtc_loaded()  # after the first launch: did reaching it load NVRTC?
     t = time.perf_counter(); call(); second = time.perf_counter() - t
     print(json.dumps({"first": first, "second": second}))
 """)
@@ -197,6 +212,7 @@ TRITON_CHILD = textwrap.dedent("""
     def call():
         kexp[(4,)](x, y, 1024, SALT=salt, BLOCK=256); torch.cuda.synchronize()
     t = time.perf_counter(); call(); first = time.perf_counter() - t
+    loaded = nvrtc_loaded()  # after the first launch: did reaching it load NVRTC?
     t = time.perf_counter(); call(); second = time.perf_counter() - t
     print(json.dumps({"first": first, "second": second}))
 """)

@@ -7,6 +7,7 @@
 Nothing here touches a GPU or loads a compiler at import.
 """
 
+from . import _integrations
 from ._api import Kernel, cuda_kernel, kernel
 from ._cache import add_bundle, cache_stats
 from ._codegen import cxx, struct
@@ -30,6 +31,8 @@ from ._tensor_map import TensorMap, tensor_map
 from ._tune.autotune import AutotunedKernel, autotune, explain
 from ._version import __version__
 from ._workflows.tune_op import tune_op
+
+_integrations.install()  # integrations wrap the API, the ops and the adapters from above
 
 __all__ = [
     "ArgumentError",

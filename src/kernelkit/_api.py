@@ -34,6 +34,9 @@ def _no_plan(*args: Any) -> Any:
 
 
 MAX_PLANS = 256  # specializations a kernel object keeps (the oldest goes first)
+# Kernel.as_torch_op / as_jax_callable: the integrations' wrappers, installed by kernelkit/__init__
+# (integrations sit above the API: it never imports them)
+WRAPPERS: dict[str, Any] = {}
 
 
 class Kernel:
@@ -187,8 +190,7 @@ class Kernel:
             >>> twice(torch.arange(3.0))
             tensor([0., 2., 4.])
         """
-        from ._integrations.torch_op import as_torch_op
-
+        as_torch_op = WRAPPERS["as_torch_op"]  # installed from above (kernelkit/__init__)
         return as_torch_op(
             self,
             name,
@@ -230,8 +232,7 @@ class Kernel:
             >>> jax.jit(lambda x: twice(x)[0])(jnp.arange(3.0))
             Array([0., 2., 4.], dtype=float32)
         """
-        from ._integrations.jax_ffi import as_jax_callable
-
+        as_jax_callable = WRAPPERS["as_jax_callable"]  # installed from above
         return as_jax_callable(
             self,
             output_shapes=output_shapes,

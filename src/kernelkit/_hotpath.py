@@ -215,7 +215,8 @@ def _input_lines(i: int, r: ArgRoute, ns: dict[str, Any]) -> list[str]:
         lines.append(f"    a{i} = _prep{i}(a{i})")
     if r.contiguous:
         lines += [f"    if not _isc{i}(a{i}):", f"        a{i} = _contig{i}(a{i})"]
-    lines.append(f"    s[{r.slot}].value = _ptr{i}(a{i})")
+    ptr = a.pointer_expr.format(x=f"a{i}") if a.pointer_expr else f"_ptr{i}(a{i})"
+    lines.append(f"    s[{r.slot}].value = {ptr}")
     if r.meta:
         lines += meta_lines(f"a{i}", r.meta, a, ns, r.what)
     return lines

@@ -148,15 +148,35 @@ def test_aligned16_reads_the_data_pointer():
     assert not MMA.aligned16(object())  # no pointer: not known to be aligned
 
 
-def test_the_op_reads_pointers_only_for_the_dtypes_mma_takes():
+def test_the_op_reads_pointers_only_for_the_dtypes_mma_takes(monkeypatch):
+    """Validation reads no pointer (a tracer may be running: issue 26); the prepared run reads
+    the 16-byte alignment per call, for float16/bfloat16 only, and prepares a run for each."""
     a32, w32 = np.zeros((4, 8), np.float32), np.zeros((3, 8), np.float32)
     assert MM._prepare(a32, w32, None, None, True)[3]["aligned16"] is None
     a16 = np.zeros(4 * 8 + 8, np.float16)
     a16 = a16[(-a16.ctypes.data % 16) // 2 :]
     w16 = np.zeros((3, 8), np.float16)
-    aligned = MM._prepare(a16[:32].reshape(4, 8), w16, None, None, True)[3]["aligned16"]
-    assert aligned is MMA.aligned16(w16)
-    assert MM._prepare(a16[1:33].reshape(4, 8), w16, None, None, True)[3]["aligned16"] is False
+
+    def no_pointer(*arrays):
+        raise AssertionError("validation read a pointer")
+
+    with monkeypatch.context() as m:
+        m.setattr(MMA, "aligned16", no_pointer)
+        assert MM._prepare(a16[:32].reshape(4, 8), w16, None, None, True)[3]["aligned16"] is False
+    seen = []
+    first = MM._RUNNER.first
+
+    def spy(inputs, dtype, out, options):
+        seen.append(options["aligned16"])
+        return first(inputs, dtype, out, options)
+
+    monkeypatch.setattr(MM._RUNNER, "first", spy)
+    run = MM._prepared_run((4,), 3, 8, MM._prepare(a16[:32].reshape(4, 8), w16, None, None,
+                           True)[3], True, a16, w16)  # fmt: skip
+    for view in (a16[:32], a16[1:33], a16[:32]):  # aligned, 2 bytes off, aligned again
+        run(view.reshape(4, 8), w16, None, None)
+    # one run per alignment, each prepared once (w16 itself is aligned where NumPy aligns)
+    assert seen == ([True, False] if MMA.aligned16(w16) else [False])
 
 
 def test_a_config_that_does_not_match_the_kernel_is_refused():

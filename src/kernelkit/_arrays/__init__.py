@@ -9,6 +9,7 @@ path, the data pointer on the hot path, allocation of outputs, and the framework
 from __future__ import annotations
 
 import functools
+import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -52,6 +53,9 @@ class Adapter:
     synchronous: bool = False  # the framework cannot share a stream: sync after launch
     shape_attribute: bool = True  # arrays have a ``.shape`` tuple (cheaper than ``layout``)
     key_fields: tuple[str | tuple[str, ...], ...] | None = None
+    # ``pointer`` as a Python expression over ``{x}`` that the generated hot path inlines (no
+    # Python frame per array), or None: the hot path calls ``pointer``
+    pointer_expr: str | None = None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -154,8 +158,17 @@ def _key_expr(field: str | tuple[str, ...]) -> str:
     return "".join(f"{i} if ({f.format(x='x')}) else " for i, f in enumerate(field)) + "-1"
 
 
-def _no_stream() -> int:
-    return 0
+# framework -> run_for(plan, bound, guard): how plans of that framework's arrays launch, when an
+# integration above (``_integrations.jax_eager``) installs one; ``Adapter.run_for`` asks it
+RUNS_FOR: dict[str, Callable[..., Any]] = {}
+# array class -> signature(tuple of arrays or None) -> hashable, for the built-in ops' prepared
+# calls (``ops._prepared``); NumPy's from the ops, torch's from the torch integration
+SIGNERS: dict[type, Callable[[tuple], Any]] = {}
+# hook(op name, arrays, args, out) -> NotImplemented (the op's eager path runs) or the call's
+# result through an integration (``_integrations.torch_route``), asked on a signature's first call
+OP_HOOKS: list[Callable[..., Any]] = []
+
+_no_stream = int  # int() is 0, with no Python frame per call
 
 
 class ScalarAdapter(Adapter):
@@ -177,15 +190,14 @@ class NullAdapter(Adapter):
     framework = "none"
     shape_attribute = False
     key_fields = ()
+    pointer_expr = "0"
+    is_contiguous = staticmethod(operator.not_)  # True for None, with no Python frame
 
     def pointer(self, x: Any) -> int:
         return 0
 
     def layout(self, x: Any) -> tuple[Sequence[int], Sequence[int]]:
         return (0,), (1,)
-
-    def is_contiguous(self, x: Any) -> bool:
-        return True
 
 
 NULL = NullAdapter()

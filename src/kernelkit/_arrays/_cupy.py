@@ -17,6 +17,7 @@ class CupyAdapter(NumpyAdapter):
 
     framework = "cupy"
     key_fields = ("{x}.dtype", "{x}.device.id", "{x}.ndim == 0")
+    pointer_expr = "{x}.data.ptr"
 
     def device(self, x: Any) -> tuple[int, int]:
         return DLPACK_CUDA, x.device.id

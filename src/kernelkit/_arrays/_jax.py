@@ -14,7 +14,7 @@ import jax
 
 from .._dtypes import DType, normalize_dtype
 from .._errors import ArgumentError, ArgumentTypeError
-from . import DLPACK_CPU, DLPACK_CUDA, Adapter, ArrayInfo
+from . import DLPACK_CPU, DLPACK_CUDA, RUNS_FOR, Adapter, ArrayInfo
 
 
 def _allocator(device_type: int) -> Adapter:
@@ -98,7 +98,7 @@ class JaxAdapter(Adapter):
         return jax.dlpack.from_dlpack(x)
 
     def run_for(self, plan: Any, bound: Any, guard: Any) -> Callable[..., Any]:
-        """On CUDA, through XLA's FFI on XLA's stream when it can (``jax_eager``)."""
-        from .._integrations.jax_eager import run_for
-
-        return run_for(plan, bound, guard)
+        """On CUDA, through XLA's FFI on XLA's stream when it can: the route an integration
+        installed (``RUNS_FOR``, ``jax_eager``), else the plan's own run."""
+        route = RUNS_FOR.get("jax")
+        return plan.run if route is None else route(plan, bound, guard)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import operator
 from collections.abc import Callable
 from typing import Any
 
@@ -29,6 +30,7 @@ def numpy_dtype(dtype: DType) -> Any:
 class NumpyAdapter(Adapter):
     framework = "numpy"
     key_fields = ("{x}.dtype", "-1", "{x}.ndim == 0")  # dtype, device (host), 0-d
+    pointer_expr = "{x}.__array_interface__['data'][0]"
 
     def device(self, x: Any) -> tuple[int, int]:
         """(DLPack device type, index) of the array's memory."""
@@ -71,8 +73,8 @@ class NumpyAdapter(Adapter):
     def layout(self, x: Any) -> tuple[Any, Any]:
         return x.shape, [s // x.itemsize for s in x.strides]
 
-    def is_contiguous(self, x: np.ndarray) -> bool:
-        return x.flags.c_contiguous
+    # no Python frame on the hot path
+    is_contiguous = staticmethod(operator.attrgetter("flags.c_contiguous"))  # type: ignore[assignment]
 
     def contiguous(self, x: np.ndarray) -> np.ndarray:
         return np.ascontiguousarray(x)

@@ -68,6 +68,7 @@ class TorchAdapter(Adapter):
     def layout(self, x: torch.Tensor) -> tuple[Any, Any]:
         return x.shape, x.stride()
 
+    pointer_expr = "{x}.data_ptr()"
     pointer = staticmethod(torch.Tensor.data_ptr)  # type: ignore[assignment]
     is_contiguous = staticmethod(torch.Tensor.is_contiguous)  # type: ignore[assignment]
     contiguous = staticmethod(torch.Tensor.contiguous)  # type: ignore[assignment]

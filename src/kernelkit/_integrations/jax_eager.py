@@ -48,9 +48,9 @@ def _warn_once(key: str, message: str) -> None:
 
 
 def run_for(plan: Any, bound: Any, guard: Any) -> Callable[..., Any]:
-    """``JaxAdapter.run_for``: an ``EagerRoute`` for a plan whose arrays are all JAX arrays
-    on an ``EAGER_PLATFORMS`` device and whose outputs kernelkit allocates, when the shim is
-    available; else the plan's own run."""
+    """``JaxAdapter.run_for`` (through ``RUNS_FOR``): an ``EagerRoute`` for a plan whose
+    arrays are all JAX arrays on an ``EAGER_PLATFORMS`` device and whose outputs kernelkit
+    allocates, when the shim is available; else the plan's own run."""
     from .._arrays._jax import JaxAdapter
 
     platform = _PLATFORM_OF.get(bound.problem.device_type)

@@ -15,11 +15,12 @@ from typing import Any
 
 import torch
 
-from ..ops import _matmul, _norms, _softmax
+from ..ops import _matmul, _matmul_args, _norms, _softmax
+from ..ops._common import move_last
 from .torch_op import OpSchema, TorchOp, checked, define
 from .torch_vjp import custom_vjp
 
-__all__ = ["OPS"]
+__all__ = ["OPS", "TRACED"]
 
 F32 = torch.float32
 
@@ -170,3 +171,65 @@ def _define_all() -> dict[str, TorchOp]:
 
 
 OPS = _define_all()
+
+
+# What torch.compile traces in place of each public op's body (validation, then the torch op),
+# so that Dynamo never reaches the ops' prepared eager calls.
+def _softmax_traced(x: Any, dim: int = -1, *, out: Any = None) -> Any:
+    move_last(x, dim, "softmax")
+    return _call("softmax", x, int(dim), out=out)
+
+
+def _rms_norm_traced(x: Any, weight: Any, eps: float = 1e-6, *, out: Any = None) -> Any:
+    eps = _norms._check("rms_norm", x, {"weight": weight}, eps)
+    return _call("rms_norm", x, weight, eps, out=out)
+
+
+def _layer_norm_traced(
+    x: Any, weight: Any, bias: Any, eps: float = 1e-5, *, out: Any = None
+) -> Any:
+    eps = _norms._check("layer_norm", x, {"weight": weight, "bias": bias}, eps)
+    return _call("layer_norm", x, weight, bias, eps, out=out)
+
+
+def _matmul_traced(
+    a: Any,
+    b: Any,
+    *,
+    bias: Any = None,
+    activation: str | None = None,
+    transpose_b: bool = False,
+    out: Any = None,
+) -> Any:
+    _matmul_args.prepare(a, b, bias, activation, transpose_b)
+    return _call("matmul", a, b, bias, activation, transpose_b, out=out)
+
+
+def _call(name: str, *args: Any, out: Any) -> Any:
+    from .torch_route import call
+
+    return call(name, *args, out=out)
+
+
+def _substitute() -> bool:
+    """Register the traced versions with Dynamo; False where this torch cannot."""
+    try:
+        from torch._dynamo.decorators import substitute_in_graph
+    except ImportError:
+        return False
+
+    pairs = (
+        (_softmax.softmax, _softmax_traced),
+        (_norms.rms_norm, _rms_norm_traced),
+        (_norms.layer_norm, _layer_norm_traced),
+        (_matmul.matmul, _matmul_traced),
+    )
+    try:
+        for original, traced in pairs:
+            substitute_in_graph(original, skip_signature_check=True)(traced)
+    except Exception:  # noqa: BLE001 - an older Dynamo: the ops' bodies route while tracing
+        return False
+    return True
+
+
+TRACED = _substitute()

@@ -20,6 +20,7 @@ from .._select.override import forced
 from .._select.records import KernelChoice
 from .._select.registry import Op
 from .._select.select import Selection
+from ._prepared import direct_launch
 
 __all__ = [
     "FLOAT_DTYPES",
@@ -219,6 +220,30 @@ class OpRunner:
             self._refuse_overlap(inputs, _as_list(out), entry[2])
         return entry[1](inputs, out)
 
+    def first(
+        self, inputs: Sequence[Any], output_dtype: Any, out: Any, options: dict[str, Any]
+    ) -> tuple[Any, Callable[[Any, Any], Any]]:
+        """(the result of this call, ``run(arrays, out)`` for later calls of the same
+        signature): validates, decides and launches once; ``run`` goes straight to the
+        launcher's prepared hot path (``_prepared.direct_launch``), reading per call only what
+        no signature holds (the pointers, for out='s overlap check)."""
+        problem, choice = self.choose(inputs, output_dtype, out, options)
+        launch = self._launcher(choice, problem, output_dtype)
+        spans = None if out is None else _spans(inputs, _as_list(out))
+        if spans is not None:
+            self._refuse_overlap(inputs, _as_list(out), spans)
+        result = launch(inputs, out)
+        run = direct_launch(launch, out is not None)
+        if spans is None:
+            return result, run
+        fast = run
+
+        def checked(arrays: Any, out: Any) -> Any:
+            self._refuse_overlap(arrays, _as_list(out), spans)
+            return fast(arrays, out)
+
+        return result, checked
+
     def _refuse_overlap(self, inputs: Sequence[Any], outs: list[Any], spans: tuple) -> None:
         """ArgumentError when an out= array shares memory with an input, other than being that
         input itself where the op allows it (pointers are read per call: no signature has them)."""
@@ -320,6 +345,8 @@ def kernel_caller(k: Any, kw: dict[str, Any]) -> Callable[[Any, Any, Any, Any], 
                 direct[outs is None] = found
         return result  # type: ignore[no-any-return]
 
+    call.direct = direct  # type: ignore[attr-defined]  # read by _prepared.direct_launch
+    call.fixed = (grid, group, template, smem)  # type: ignore[attr-defined]
     return call
 
 
@@ -336,6 +363,16 @@ def one_output_launch(
             return out
         return call(arrays, shapes, dtypes, None)[0]
 
+    def direct(has_out: bool) -> tuple | None:
+        """(the hot path's unchecked run, shapes, dtypes, grid, threadgroup, template, shared
+        memory) once a call with (``has_out``) or without out= has been made, else None."""
+        run = call.direct.get(not has_out)  # type: ignore[attr-defined]
+        if run is None:
+            return None
+        grid, group, template, smem = call.fixed  # type: ignore[attr-defined]
+        return run, shapes, dtypes, grid, group, template, smem
+
+    launch.direct = direct  # type: ignore[attr-defined]  # read by _prepared.direct_launch
     return launch
 
 

@@ -18,10 +18,10 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from .. import _config
 from .._api import kernel
 from .._dtypes import normalize_dtype
 from .._errors import ArgumentError, ArgumentTypeError
-from .._integrations import torch_route
 from .._records import Problem
 from .._select.records import Config, KernelChoice
 from .._select.registry import Implementation, Op
@@ -37,6 +37,7 @@ from ._common import (
     vec_width,
 )
 from ._elementwise_parse import _OWN, _parse
+from ._prepared import FORCED, SIGNERS, routed, signature, store
 
 __all__ = ["Elementwise", "elementwise"]
 
@@ -129,6 +130,7 @@ class Elementwise:
         )
         self._kernels: dict[Any, Any] = {}
         self._known: dict[Any, Any] = {}  # argument signature -> (dtype, options, no views)
+        self._table: dict[Any, Any] = {}  # (signature, generation, forced) -> run(arrays, out)
         self._lock = threading.Lock()
         self.op = Op(f"elementwise({expression})", key=["ndim", "dtypes", "layout"])
         blocks = (128, 256, 512, 1024)
@@ -343,7 +345,27 @@ class Elementwise:
     def __call__(self, *args: Any, out: Any = None, **kwargs: Any) -> Any:
         """Run on arrays of one framework (and Python scalars); returns the output, or a list
         when the expression has several."""
+        if args and not kwargs:  # a prepared signature: arrays in order, one out= or none
+            sign = SIGNERS.get(args[0].__class__)
+            if sign is not None:
+                try:
+                    run = self._table[sign((*args, out)), self.op.generation, FORCED.get(),
+                                      _config.config.select_force]  # fmt: skip
+                except Exception:  # noqa: BLE001 - a new signature: validated below
+                    pass
+                else:
+                    return run(list(args), out)
+        return self._call(args, out, kwargs)
+
+    def _call(self, args: tuple, out: Any, kwargs: dict[str, Any]) -> Any:
+        """A call of a new (or an unprepared) signature: validate, describe, run, prepare."""
         values = args if args else tuple(kwargs.get(n) for n in self.inputs)
+        result = routed(
+            "elementwise", [v for v in values if hasattr(v, "shape")] or [None],
+            (self, args, kwargs), out,
+        )  # fmt: skip
+        if result is not NotImplemented:  # torch.compile: the torch op
+            return result
         outs = None if out is None else list(out) if isinstance(out, list | tuple) else [out]
         try:
             sig = (
@@ -355,12 +377,6 @@ class Elementwise:
         except TypeError:  # not an array or a number: _bind_args says which
             self._bind_args(args, kwargs, out)
             raise
-        if torch_route.needs_grad(values):
-            raise ArgumentError(
-                f"[{self}] has no gradient, and an input requires grad: call it under "
-                "torch.no_grad() or on detached tensors (a kernel with a gradient: "
-                "Kernel.as_torch_op and kernelkit.custom_vjp)"
-            )
         known = self._known.get(sig) if len(kwargs) <= len(self.inputs) else None
         if known is None:  # validate, broadcast and describe once per argument signature
             views, dtype, options, outs = self._bind_args(args, kwargs, out)
@@ -383,7 +399,15 @@ class Elementwise:
             else:
                 views = list(values)
         try:
-            results = self._runner.run(views, dtype, outs, options, signature=sig)
+            key = None
+            if direct and not scalars and args and not kwargs and len(self.outputs) == 1:
+                key = signature((*args, out))
+            if key is None:
+                results = self._runner.run(views, dtype, outs, options, signature=sig)
+            else:
+                results, launch = self._runner.first(views, dtype, outs, options)
+                key = (key, self.op.generation, FORCED.get(), _config.config.select_force)
+                store(self._table, key, _single(launch))
         except OverflowError:  # an int scalar too large for a float: the same error as above
             self._bind_args(args, kwargs, out)
             raise
@@ -393,6 +417,15 @@ class Elementwise:
         """The choice a call with these arguments makes, and why."""
         views, dtype, options, _ = self._bind_args(args, kwargs, None)
         return self._runner.explain(views, dtype, None, options)
+
+
+def _single(launch: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
+    """``run(arrays, out)`` of a one-output expression: its array, into ``out`` or new."""
+
+    def run(arrays: Any, out: Any) -> Any:
+        return launch(arrays, None if out is None else [out])[0]
+
+    return run
 
 
 def elementwise(expression: str, output_dtype: Any = None) -> Elementwise:

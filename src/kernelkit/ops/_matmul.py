@@ -26,9 +26,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from .. import _config
 from .._api import kernel
 from .._arrays import adapter_for
-from .._integrations import torch_route
 from .._records import Problem, Target
 from .._select.records import Config, KernelChoice
 from .._select.registry import Implementation, Op
@@ -40,15 +40,10 @@ from . import _matmul_mma as MMA
 from . import _matmul_slab as SLAB
 from . import _matmul_slab_tc as STC
 from . import _matmul_wgmma as WG
-from ._common import (
-    OpRunner,
-    empty,
-    one_output_launch,
-    run_prepared,
-    signature_of,
-)
+from ._common import OpRunner, empty, one_output_launch, run_prepared
 from ._matmul_args import ACTIVATIONS, check_out
 from ._matmul_args import prepare as _prepare
+from ._prepared import FORCED, SIGNERS, routed, signature, store
 
 __all__ = ["matmul"]
 
@@ -362,12 +357,30 @@ def _framework_run(choice: KernelChoice, call: Any) -> Any:
     return y
 
 
+def _framework_prepare(choice: KernelChoice, problem: Problem, output_dtype: Any) -> Any:
+    """Decided once per signature: a plain ``F.linear`` where that is the whole call (no
+    activation, a weight [N, K], no out=), else ``_framework_run``'s general path."""
+    import torch.nn.functional as F
+
+    if problem.attr("activation") is None and problem.attr("transpose_b"):
+        linear = F.linear
+
+        def launch(arrays: Any, out: Any) -> Any:
+            if out is None:
+                return linear(arrays[0], arrays[1], arrays[2])
+            return _framework_run(choice, (problem, arrays, output_dtype, out))
+
+        return launch
+    return lambda arrays, out: _framework_run(choice, (problem, arrays, output_dtype, out))
+
+
 OP = Op("matmul", key=["x.dtype", "N", "K", "M:ranges(1,2,3,5,9,17,65,129,257,1025)", "transpose_b",
                        "bias", "activation", "framework", "aligned16"])  # fmt: skip
 OP.register(
     Implementation(
         "framework",
         run=_framework_run,
+        prepare=_framework_prepare,
         kind="microkernel",
         priority=10,
         match=_framework_match,
@@ -520,51 +533,98 @@ def matmul(
         >>> ops.matmul(a, w, transpose_b=True).tolist()
         [[4.0, 4.0, 4.0], [4.0, 4.0, 4.0]]
     """
-    if torch_route.wants(a, b, *(() if bias is None else (bias,))):  # compile, autograd
-        _prepare(a, b, bias, activation, transpose_b)  # the same errors, before tracing
-        return torch_route.call("matmul", a, b, bias, activation, transpose_b, out=out)
-    return eager_matmul(a, b, bias, activation, transpose_b, out)
+    sign = SIGNERS.get(a.__class__)
+    if sign is not None:
+        try:
+            run = _TABLE[
+                sign((a, b, bias, out)), activation, transpose_b, transpose_b.__class__,
+                OP.generation, FORCED.get(), _config.config.select_force,
+            ]  # fmt: skip
+        except Exception:  # noqa: BLE001 - a new signature: validated below
+            pass
+        else:
+            return run(a, b, bias, out)
+    return _first(a, b, bias, activation, transpose_b, out, True)
 
 
-_KNOWN: dict[Any, tuple] = {}  # argument signature -> what _prepare found for it
+# (signature, activation, transpose_b, its class, generation, forced) -> run(a, b, bias, out)
+_TABLE: dict[Any, Any] = {}
+# the same for the torch op's own calls: a signature kept there was never asked of the
+# integrations (it may need autograd), so the public op never looks it up
+_EAGER: dict[Any, Any] = {}
 
 
 def eager_matmul(
     a: Any, b: Any, bias: Any, activation: str | None, transpose_b: bool, out: Any
 ) -> Any:
-    """``matmul`` without the torch op (what the torch op runs). Arguments are validated once
-    per signature (frameworks, dtypes, shapes, strides, devices, options); a repeated call
-    reads only the pointers' alignment, which no signature holds."""
-    try:  # (1 == True: a transpose_b that is not a bool is never looked up, so it is refused)
-        sig = (signature_of(a), signature_of(b), signature_of(bias), activation, transpose_b,
-               None if out is None else signature_of(out))  # fmt: skip
-        known = _KNOWN.get(sig) if transpose_b.__class__ is bool else None
-    except TypeError:  # an unhashable argument: validation names it
-        sig, known = None, None
-    if known is None:
-        x, lead, n, options = _prepare(a, b, bias, activation, transpose_b)
-        if out is not None:
-            check_out(out, (*lead, n))
-        known = (lead, n, x.shape[1], options, options["aligned16"] is not None)
-        if sig is not None:
-            if len(_KNOWN) > 4096:
-                _KNOWN.clear()
-            _KNOWN[sig] = known
-    lead, n, k, options, mma_dtype = known
-    rows = lead[0] * lead[1] if len(lead) == 2 else 0
-    x = a.reshape(rows, k) if len(lead) == 2 else a
-    flat_out = out.reshape(rows, n) if out is not None and len(lead) == 2 else out
-    if x.shape[0] == 0 or n == 0:  # no elements: nothing to launch
-        return out if out is not None else empty(a, (*lead, n))
-    aligned = MMA.aligned16(x, b) if mma_dtype else None
-    if aligned != options["aligned16"]:
-        options = {**options, "aligned16": aligned}
-    y = _RUNNER.run(
-        [x, b, bias], x.dtype, flat_out, options, None if sig is None else (sig, aligned)
-    )
+    """``matmul`` without the integrations (what the torch op runs): the same prepared call."""
+    sign = SIGNERS.get(a.__class__)
+    if sign is not None:
+        try:
+            run = _EAGER[
+                sign((a, b, bias, out)), activation, transpose_b, transpose_b.__class__,
+                OP.generation, FORCED.get(), _config.config.select_force,
+            ]  # fmt: skip
+        except Exception:  # noqa: BLE001 - a new signature: validated below
+            pass
+        else:
+            return run(a, b, bias, out)
+    return _first(a, b, bias, activation, transpose_b, out, False)
+
+
+def _first(
+    a: Any, b: Any, bias: Any, activation: Any, transpose_b: Any, out: Any, route: bool
+) -> Any:
+    """A call of a new signature: validate, ask the integrations (``route``), prepare, run."""
+    x, lead, n, options = _prepare(a, b, bias, activation, transpose_b)
+    if route:
+        arrays = (a, b) if bias is None else (a, b, bias)
+        result = routed("matmul", arrays, (a, b, bias, activation, transpose_b), out)
+        if result is not NotImplemented:
+            return result
     if out is not None:
-        return out
-    return y.reshape(*lead, n) if len(lead) == 2 else y
+        check_out(out, (*lead, n))
+    run = _prepared_run(lead, n, x.shape[1], options, options["aligned16"] is not None, a, b)
+    key = signature((a, b, bias, out))
+    if key is not None and transpose_b.__class__ is bool:
+        key = (key, activation, transpose_b, bool, OP.generation, FORCED.get(),
+               _config.config.select_force)  # fmt: skip
+        store(_TABLE if route else _EAGER, key, run)
+    return run(a, b, bias, out)
+
+
+def _prepared_run(
+    lead: tuple, n: int, k: int, options: dict[str, Any], mma_dtype: bool, a: Any, b: Any
+) -> Callable[[Any, Any, Any, Any], Any]:
+    """``run(a, b, bias, out)`` for one signature: the flattening fixed, the 16-byte alignment
+    of x and w (which selects among kernels, and no signature holds) read per call from the
+    pointers, and a run per alignment prepared by the runner on first use."""
+    three_d = len(lead) == 2
+    rows = lead[0] * lead[1] if three_d else lead[0]
+    if rows == 0 or n == 0:  # no elements: nothing to launch
+
+        def run_empty(a: Any, b: Any, bias: Any, out: Any) -> Any:
+            return out if out is not None else empty(a, (*lead, n))
+
+        return run_empty
+    ptr_x, ptr_w = adapter_for(a, "a").pointer, adapter_for(b, "b").pointer
+    runs: dict[Any, Any] = {}
+
+    def run(a: Any, b: Any, bias: Any, out: Any) -> Any:
+        x = a.reshape(rows, k) if three_d else a
+        flat_out = out.reshape(rows, n) if out is not None and three_d else out
+        aligned = not ((ptr_x(x) | ptr_w(b)) & 15) if mma_dtype else None
+        launch = runs.get(aligned)
+        if launch is None:
+            opts = {**options, "aligned16": aligned}
+            y, runs[aligned] = _RUNNER.first([x, b, bias], x.dtype, flat_out, opts)
+        else:
+            y = launch([x, b, bias], flat_out)
+        if out is not None:
+            return out
+        return y.reshape(*lead, n) if three_d else y
+
+    return run
 
 
 def _explain(
@@ -572,6 +632,8 @@ def _explain(
 ) -> Selection:
     """The choice ``matmul`` makes for these arguments, and why."""
     x, _, _, options = _prepare(a, b, bias, activation, transpose_b)
+    if options["aligned16"] is not None:
+        options["aligned16"] = MMA.aligned16(x, b)
     return _RUNNER.explain([x, b, bias], x.dtype, None, options)
 
 

@@ -49,9 +49,10 @@ def prepare(a: Any, b: Any, bias: Any, activation: Any, transpose_b: Any) -> tup
         "activation": activation,
         "bias": None if bias is None else str(bias.dtype).split(".")[-1],
         "framework": type(a).__module__.split(".")[0],
-        # mma's 16-byte copies: read per call (a view's offset is in no signature); None where
-        # mma cannot run anyway (other dtypes), so those calls read no pointers
-        "aligned16": MMA.aligned16(x, b) if dtype in MMA.MMA_DTYPES else None,
+        # mma's 16-byte copies: read per call from the pointers by the prepared run (a view's
+        # offset is in no signature; never here, where a tracer may be running): False until
+        # then; None where mma cannot run anyway (other dtypes), so those calls read none
+        "aligned16": False if dtype in MMA.MMA_DTYPES else None,
     }
     return x, lead, n, options
 

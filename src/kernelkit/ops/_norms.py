@@ -7,11 +7,12 @@ import math
 import numbers
 from typing import Any
 
+from .. import _config
 from .._errors import ArgumentError
-from .._integrations import torch_route
 from .._select.select import Selection
 from . import _rows
-from ._common import float_array, signature_of
+from ._common import float_array
+from ._prepared import FORCED, SIGNERS, routed, signature, store
 from ._rowops import make_row_op
 
 __all__ = ["layer_norm", "rms_norm"]
@@ -62,26 +63,12 @@ def _check(name: str, x: Any, params: dict[str, Any], eps: Any) -> float:
     return value
 
 
-_CHECKED: set[Any] = set()  # argument signatures that passed _check
-
-
-def _checked(name: str, x: Any, params: dict[str, Any], eps: Any, out: Any) -> tuple[Any, Any]:
-    """(eps as a float, the arguments' signature for the runner, or None): ``_check`` once per
-    signature of x, the parameters and ``out``; a float ``eps`` is checked on every call."""
-    try:
-        sig = (signature_of(x), *[signature_of(p) for p in params.values()],
-               None if out is None else signature_of(out))  # fmt: skip
-        known = sig in _CHECKED
-    except TypeError:  # unhashable: _check names what is wrong
-        sig, known = None, False
-    if known and eps.__class__ is float and eps >= 0:
-        return eps, sig
-    eps = _check(name, x, params, eps)
-    if sig is not None:
-        if len(_CHECKED) > 4096:
-            _CHECKED.clear()
-        _CHECKED.add(sig)
-    return eps, sig
+_RMS_TABLE: dict[Any, Any] = {}  # (signature, eps's class, generation, forced) -> run
+_LAYER_TABLE: dict[Any, Any] = {}
+# the same for the torch ops' own calls: a signature kept there was never asked of the
+# integrations (it may need autograd), so the public ops never look it up
+_RMS_EAGER: dict[Any, Any] = {}
+_LAYER_EAGER: dict[Any, Any] = {}
 
 
 def rms_norm(x: Any, weight: Any, eps: float = 1e-6, *, out: Any = None) -> Any:
@@ -96,33 +83,85 @@ def rms_norm(x: Any, weight: Any, eps: float = 1e-6, *, out: Any = None) -> Any:
         >>> bool(np.allclose(rms_norm(x, np.ones(2, np.float32), eps=0.0), x / np.sqrt(12.5)))
         True
     """
-    if torch_route.wants(x, weight):  # torch.compile, autograd: torch.ops.kernelkit.rms_norm
-        # checked without the signature cache: hashing shapes would specialize them while
-        # torch.compile traces
-        eps = _check("rms_norm", x, {"weight": weight}, eps)
-        return torch_route.call("rms_norm", x, weight, eps, out=out)
-    eps, sig = _checked("rms_norm", x, {"weight": weight}, eps, out)
-    return _RMS.run([x, weight, eps], x.dtype, out, {}, sig)
+    sign = SIGNERS.get(x.__class__)
+    if sign is not None:
+        try:
+            run = _RMS_TABLE[sign((x, weight, out)), eps.__class__, RMS_OP.generation,
+                             FORCED.get(), _config.config.select_force]  # fmt: skip
+        except Exception:  # noqa: BLE001 - a new signature: validated below
+            pass
+        else:
+            if eps >= 0:  # a float (only those are kept), neither negative nor NaN
+                return run([x, weight, eps], out)
+    return _first(_RMS, _RMS_TABLE, x, {"weight": weight}, eps, out, True)
 
 
 def eager_rms_norm(x: Any, weight: Any, eps: float, out: Any) -> Any:
-    """``rms_norm`` without the torch op (what the torch op runs)."""
-    return _RMS.run([x, weight, eps], x.dtype, out, {})
+    """``rms_norm`` without the integrations (what the torch op runs): the same prepared call."""
+    sign = SIGNERS.get(x.__class__)
+    if sign is not None:
+        try:
+            run = _RMS_EAGER[sign((x, weight, out)), eps.__class__, RMS_OP.generation,
+                             FORCED.get(), _config.config.select_force]  # fmt: skip
+        except Exception:  # noqa: BLE001 - a new signature: validated below
+            pass
+        else:
+            if eps >= 0:
+                return run([x, weight, eps], out)
+    return _first(_RMS, _RMS_EAGER, x, {"weight": weight}, eps, out, False)
 
 
 def layer_norm(x: Any, weight: Any, bias: Any, eps: float = 1e-5, *, out: Any = None) -> Any:
     """``(x - mean) / sqrt(var + eps) * weight + bias`` over the last dimension (biased
     variance, as torch), in ``x``'s dtype; statistics in float32."""
-    if torch_route.wants(x, weight, bias):  # torch.compile, autograd: the torch op
-        eps = _check("layer_norm", x, {"weight": weight, "bias": bias}, eps)
-        return torch_route.call("layer_norm", x, weight, bias, eps, out=out)
-    eps, sig = _checked("layer_norm", x, {"weight": weight, "bias": bias}, eps, out)
-    return _LAYER.run([x, weight, bias, eps], x.dtype, out, {}, sig)
+    sign = SIGNERS.get(x.__class__)
+    if sign is not None:
+        try:
+            run = _LAYER_TABLE[sign((x, weight, bias, out)), eps.__class__,
+                               LAYER_OP.generation, FORCED.get(),
+                               _config.config.select_force]  # fmt: skip
+        except Exception:  # noqa: BLE001 - a new signature: validated below
+            pass
+        else:
+            if eps >= 0:  # a float (only those are kept), neither negative nor NaN
+                return run([x, weight, bias, eps], out)
+    return _first(_LAYER, _LAYER_TABLE, x, {"weight": weight, "bias": bias}, eps, out, True)
 
 
 def eager_layer_norm(x: Any, weight: Any, bias: Any, eps: float, out: Any) -> Any:
-    """``layer_norm`` without the torch op (what the torch op runs)."""
-    return _LAYER.run([x, weight, bias, eps], x.dtype, out, {})
+    """``layer_norm`` without the integrations (what the torch op runs): the same prepared
+    call."""
+    sign = SIGNERS.get(x.__class__)
+    if sign is not None:
+        try:
+            run = _LAYER_EAGER[sign((x, weight, bias, out)), eps.__class__,
+                               LAYER_OP.generation, FORCED.get(),
+                               _config.config.select_force]  # fmt: skip
+        except Exception:  # noqa: BLE001 - a new signature: validated below
+            pass
+        else:
+            if eps >= 0:
+                return run([x, weight, bias, eps], out)
+    return _first(_LAYER, _LAYER_EAGER, x, {"weight": weight, "bias": bias}, eps, out, False)
+
+
+def _first(
+    runner: Any, table: dict, x: Any, params: dict[str, Any], eps: Any, out: Any, route: bool
+) -> Any:
+    """A call of a new signature: validate, ask the integrations (``route``), run, prepare."""
+    name = runner.op.name
+    value = _check(name, x, params, eps)
+    if route:
+        result = routed(name, (x, *params.values()), (x, *params.values(), value), out)
+        if result is not NotImplemented:
+            return result
+    key = signature((x, *params.values(), out))
+    if key is not None:
+        key = (key, eps.__class__, runner.op.generation, FORCED.get(), _config.config.select_force)
+    y, run = runner.first([x, *params.values(), value], x.dtype, out, {})
+    if key is not None and eps.__class__ is float:  # the fast path checks eps >= 0
+        store(table, key, run)
+    return y
 
 
 def _explain_rms_norm(x: Any, weight: Any, eps: float = 1e-6) -> Selection:

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from .. import _config
 from .._errors import ArgumentError
-from .._integrations import torch_route
 from .._select.select import Selection
 from . import _rows
 from ._common import move_last
+from ._prepared import FORCED, SIGNERS, routed, signature, store
 from ._rowops import make_row_op
 
 __all__ = ["softmax"]
@@ -21,6 +22,10 @@ OP, _RUNNER = make_row_op(
     _rows.SOFTMAX,
     lambda problem: (("T", problem.arg("x").dtype),),
 )
+_TABLE: dict[Any, Any] = {}  # (signature, dim, its class, generation, forced) -> run
+# the same for the torch op's own calls: a signature kept there was never asked of the
+# integrations (it may need autograd), so the public op never looks it up
+_EAGER: dict[Any, Any] = {}
 
 
 def softmax(x: Any, dim: int = -1, *, out: Any = None) -> Any:
@@ -35,19 +40,50 @@ def softmax(x: Any, dim: int = -1, *, out: Any = None) -> Any:
         >>> bool(np.allclose(y, [[0.09003057, 0.24472847, 0.66524096]]))
         True
     """
-    if torch_route.wants(x):  # torch.compile, autograd: through torch.ops.kernelkit.softmax
-        move_last(x, dim, "softmax")  # the same errors, before tracing
-        return torch_route.call("softmax", x, int(dim), out=out)
-    return eager_softmax(x, dim, out)
+    sign = SIGNERS.get(x.__class__)
+    if sign is not None:
+        try:
+            run = _TABLE[sign((x, out)), dim, dim.__class__, OP.generation, FORCED.get(),
+                         _config.config.select_force]  # fmt: skip
+        except Exception:  # noqa: BLE001 - a new signature: validated below
+            pass
+        else:
+            return run([x], out)
+    return _first(x, dim, out, True)
 
 
 def eager_softmax(x: Any, dim: int, out: Any) -> Any:
-    """``softmax`` without the torch op (what the torch op runs)."""
-    x, back = move_last(x, dim, "softmax")
-    if out is not None and back is not None:
-        raise ArgumentError("[softmax] out= is only supported for dim=-1 (the last dimension)")
-    y = _RUNNER.run([x], x.dtype, out, {})
-    return y if back is None else back(y)
+    """``softmax`` without the integrations (what the torch op runs): the same prepared call."""
+    sign = SIGNERS.get(x.__class__)
+    if sign is not None:
+        try:
+            run = _EAGER[sign((x, out)), dim, dim.__class__, OP.generation, FORCED.get(),
+                         _config.config.select_force]  # fmt: skip
+        except Exception:  # noqa: BLE001 - a new signature: validated below
+            pass
+        else:
+            return run([x], out)
+    return _first(x, dim, out, False)
+
+
+def _first(x: Any, dim: Any, out: Any, route: bool) -> Any:
+    """A call of a new signature: validate, ask the integrations (``route``), run, prepare."""
+    moved, back = move_last(x, dim, "softmax")
+    if route:
+        result = routed("softmax", (x,), (x, int(dim)), out)
+        if result is not NotImplemented:
+            return result
+    if back is not None:
+        if out is not None:
+            raise ArgumentError("[softmax] out= is only supported for dim=-1 (the last dimension)")
+        return back(_RUNNER.run([moved], moved.dtype, None, {}))
+    key = signature((x, out))
+    if key is not None:
+        key = (key, dim, dim.__class__, OP.generation, FORCED.get(), _config.config.select_force)
+    y, run = _RUNNER.first([x], x.dtype, out, {})
+    if key is not None:
+        store(_TABLE if route else _EAGER, key, run)
+    return y
 
 
 def _explain(x: Any, dim: int = -1) -> Selection:

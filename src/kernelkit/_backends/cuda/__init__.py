@@ -19,7 +19,7 @@ from ..._codegen import (
 from ..._errors import BackendError
 from ..._records import Artifact, CompileRequest, KernelSource, Param, Target, TensorMapRequest
 from ...backend import Backend, Launcher, Timer
-from . import driver, nvrtc
+from . import driver, nvrtc, nvrtc_identity
 
 __all__ = ["CUDABackend"]
 
@@ -92,7 +92,7 @@ class CUDABackend(Backend):
     @staticmethod
     def arch_for(cc: int) -> str:
         """``sm_XY`` when this NVRTC knows the device, else PTX for the newest arch it knows."""
-        known = nvrtc.supported_archs()
+        known = nvrtc_identity.supported_archs()  # recorded: a warm start loads no NVRTC
         if cc in known:
             return f"sm_{cc}"
         older = [a for a in known if a <= cc]
@@ -129,7 +129,7 @@ class CUDABackend(Backend):
         )
 
     def compiler_identity(self) -> str:
-        return "nvrtc-%d.%d" % nvrtc.version()
+        return "nvrtc-%d.%d" % nvrtc_identity.version()  # recorded: a warm start loads no NVRTC
 
     def environment_facts(self) -> dict[str, int | str]:
         return {"driver_major": driver.driver_version()[0]}

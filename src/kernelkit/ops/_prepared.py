@@ -1,0 +1,121 @@
+"""A built-in op's warm call: one dictionary lookup from the call's signature to a function
+prepared for it, which allocates, launches and returns.
+
+The first call with a new signature (array classes, dtypes, shapes, strides, devices and the
+op's options) runs the op's validating path; what it decided (the implementation, the kernel's
+specialization, a framework route) is then fixed in one closure over the kernel's unchecked hot
+path (``Kernel._direct_run``). Later calls with the same signature cost the signature, the
+lookup and that closure: a handful of Python calls in all.
+
+Which array classes get a signature here is a table (``SIGNERS``): NumPy arrays from the start;
+torch tensors once the torch integration, above the ops, has made the ops visible to torch's
+tracers (``HOOKS``), so that nothing traced ever reaches a prepared closure. ``HOOKS`` are how
+integrations take a call away from the eager path (``torch.compile``, autograd): the ops never
+import them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from .. import _arrays
+from .._select.override import _forced
+
+__all__ = [
+    "FORCED",
+    "HOOKS",
+    "SIGNERS",
+    "direct_launch",
+    "numpy_signature",
+    "routed",
+    "signature",
+    "store",
+]
+
+# an array class -> signature(tuple of arrays or None) -> hashable; KeyError/AttributeError/
+# TypeError for arguments it cannot describe (the validating path then names what is wrong)
+SIGNERS = _arrays.SIGNERS
+
+# hook(op name, arrays, args, out) -> NotImplemented (the eager path runs) or the call's result
+# through the integration (the op's ``args`` as its integration takes them), after validation
+HOOKS = _arrays.OP_HOOKS
+
+# kernelkit.force's context variable: its .get() and KERNELKIT_SELECT_FORCE's text (as read by
+# _config) are part of every prepared key, as selection reads both
+FORCED = _forced
+_LIMIT = 4096  # prepared signatures kept per op (a table past it starts over)
+
+
+def numpy_signature(arrays: tuple) -> tuple:
+    """NumPy arrays (or None): class, dtype (byte order included), shape, strides."""
+    sig = []
+    for a in arrays:
+        sig.append(None if a is None else (a.__class__, a.dtype, a.shape, a.strides))
+    return tuple(sig)
+
+
+def _install_numpy() -> None:
+    import sys
+
+    np = sys.modules.get("numpy")
+    if np is not None:
+        SIGNERS[np.ndarray] = numpy_signature
+
+
+def routed(name: str, arrays: Sequence[Any], args: tuple, out: Any) -> Any:
+    """The result of the first hook that takes this call, else ``NotImplemented``."""
+    for hook in HOOKS:
+        result = hook(name, arrays, args, out)
+        if result is not NotImplemented:
+            return result
+    return NotImplemented
+
+
+def signature(arrays: tuple) -> Any:
+    """The arrays' signature by the first one's class, or None where none is kept for it."""
+    sign = SIGNERS.get(arrays[0].__class__)
+    if sign is None:
+        _install_numpy()  # (NumPy imported after the ops)
+        return None
+    try:
+        return sign(arrays)
+    except Exception:  # noqa: BLE001 - not arrays it can describe: never prepared
+        return None
+
+
+def store(table: dict[Any, Any], key: Any, run: Callable[..., Any]) -> None:
+    """Keep ``run`` for ``key`` (bounded: a table past ``_LIMIT`` entries starts over)."""
+    if len(table) >= _LIMIT:
+        table.clear()
+    try:
+        table[key] = run
+    except TypeError:  # an unhashable option: never prepared
+        pass
+
+
+def direct_launch(launch: Any, has_out: bool) -> Callable[[Any, Any], Any]:
+    """``run(arrays, out)`` for a launcher prepared by ``_common.one_output_launch`` that has
+    launched once: straight into the kernel's unchecked hot path (the op's signature fixed the
+    specialization). Any other launcher is returned as it is."""
+    found = getattr(launch, "direct", None)
+    direct = None if found is None else found(has_out)
+    if direct is None:
+        return launch  # type: ignore[no-any-return]
+    run, shapes, dtypes, grid, group, template, smem = direct
+    if has_out:
+
+        def run_out(arrays: Any, out: Any) -> Any:
+            run(arrays, None, None, grid, group, template, None, None, [out], None, None, smem)
+            return out
+
+        return run_out
+
+    def run_new(arrays: Any, out: Any) -> Any:
+        return run(arrays, shapes, dtypes, grid, group, template, None, None, None, None, None,
+                   smem)[0]  # fmt: skip
+
+    return run_new
+
+
+_install_numpy()
