@@ -164,9 +164,16 @@ class CUDABackend(Backend):
             arch=arch,
             source="\n".join(parts) + "\n",
             options=tuple(options),
-            headers=nvrtc.header_digests(source.needs),
+            headers=self._header_digests(source),
             param_kinds=tuple(p.kind for p in source.params),
         )
+
+    @staticmethod
+    def _header_digests(source: KernelSource) -> tuple[tuple[str, str], ...]:
+        digests = nvrtc.header_digests(source.needs)
+        if nvrtc.includes_anything(source.header) or nvrtc.includes_anything(source.body):
+            digests += nvrtc.std_digest()
+        return digests
 
     def compile(self, request: CompileRequest) -> Artifact:
         return nvrtc.compile_request(request)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import re
 from pathlib import Path
 
 from ..._errors import BackendError, CompileError
@@ -59,6 +60,30 @@ def include_dirs() -> tuple[str, ...]:
         if found:
             dirs.append(str(found))
     return tuple(dirs)
+
+
+# kernelkit's standard headers for NVRTC (<cmath>, <cstdint>, ...: each includes libcu++'s
+# cuda/std/... and makes its names std::...); searched before the CUDA toolkit's directories.
+STD_DIR = Path(__file__).parent / "include" / "std"
+# A body that includes a header may reach these; their bytes (and CCCL's version) join the key.
+_INCLUDE = re.compile(r"^[ \t]*#[ \t]*include\b", re.M)
+
+
+@functools.cache
+def std_digest() -> tuple[tuple[str, str], ...]:
+    """("std/", sha256) over kernelkit's standard headers and CCCL's version header."""
+    digest = hashlib.sha256()
+    for p in sorted(STD_DIR.rglob("*")):
+        if p.is_file():
+            digest.update(p.relative_to(STD_DIR).as_posix().encode() + b"\0" + p.read_bytes())
+    version = _find_header("cuda/std/__cccl/version.h")
+    digest.update(version.read_bytes() if version else b"no CCCL")
+    return (("std/", digest.hexdigest()),)
+
+
+def includes_anything(text: str) -> bool:
+    """Whether a kernel's text has an #include (and may reach kernelkit's standard headers)."""
+    return _INCLUDE.search(text) is not None
 
 
 @functools.cache
@@ -134,7 +159,7 @@ def compile_request(request: CompileRequest) -> Artifact:
     )
     try:
         options = [o.encode() for o in request.options]
-        options += [f"-I{d}".encode() for d in include_dirs()]
+        options += [f"-I{d}".encode() for d in (str(STD_DIR), *include_dirs())]
         (result,) = (mod.nvrtcCompileProgram(prog, len(options), options)[0],)
         log = _log(prog)
         if int(result) != 0:

@@ -1,0 +1,3 @@
+// kernelkit CPU backend: <cub/block/block_reduce.cuh> (CUB's names over the CPU emulation; see kk_cub_block.cuh).
+#pragma once
+#include "../kk_cub_block.cuh"

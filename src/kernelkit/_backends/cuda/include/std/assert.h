@@ -1,0 +1,4 @@
+// kernelkit (CUDA backend): <assert.h> under NVRTC, from libcu++ (see kk_std.h).
+#pragma once
+#include <cuda/std/cassert>
+#include "kk_std.h"
