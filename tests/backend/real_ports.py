@@ -2,8 +2,9 @@
 ships them, only the signature removed. Shared by tests/backend/test_real_ports_*.py (every
 backend, float64 NumPy references) and tests/unit/test_real_ports_nvrtc.py (NVRTC, sm_90).
 
-A ``Port`` lists the original parameters as ``name:kind``: ``T*`` is an array of the case's dtype,
-``i32*``/``f32*`` an array of that dtype, ``T``/``i32``/``i64``/``f32`` a scalar of that type.
+A ``Port`` lists the original parameters as ``name:kind``: ``T*`` is an array of the case's
+dtype, ``i32*``/``f32*`` an array of that dtype, ``T``/``i32``/``i64``/``f32`` a scalar of that
+type, ``struct`` a by-value type from ``structs`` (passed as bytes).
 Type template parameters named in ``template`` are bound to the case's dtype; ``fixed`` holds
 other template values the launcher sets (the compile test uses the first of each).
 """
@@ -18,7 +19,10 @@ import pytest
 
 import kernelkit
 
-SHORT = {"i32": "int32", "i64": "int64", "f32": "float32", "f64": "float64", "u32": "uint32"}
+SHORT = {
+    "i32": "int32", "i64": "int64", "u64": "uint64", "f32": "float32", "f64": "float64",
+    "u32": "uint32",
+}  # fmt: skip
 TOL = {"float64": 1e-12, "float32": 1e-5, "float16": 2e-3, "bfloat16": 1.6e-2}
 NP = {"float64": np.float64, "float32": np.float32, "float16": np.float16}
 
@@ -35,12 +39,14 @@ class Port:
     header: str = ""
     template: tuple[str, ...] = ()
     dtypes: tuple[str, ...] = ("float32",)
-    fixed: tuple[tuple[str, Any], ...] = ()
+    fixed: tuple[tuple[str, tuple[Any, ...]], ...] = ()  # (name, the values a launcher uses)
+    structs: tuple[tuple[str, str, int], ...] = ()  # (parameter, C++ type, size in bytes)
     edits: tuple[str, ...] = field(default=("only the signature removed",))
 
     def kernel(self) -> Any:
         names = [p.split(":")[0] for p in self.inputs], [p.split(":")[0] for p in self.outputs]
-        return kernelkit.kernel(self.name, *names, self.body, header=self.header)
+        structs = {p: kernelkit.struct(t, n) for p, t, n in self.structs}
+        return kernelkit.kernel(self.name, *names, self.body, header=self.header, structs=structs)
 
 
 def dtype_of(kind: str, dtype: str) -> str:
@@ -68,11 +74,12 @@ class Ports:
     def _args(self, port: Port, dtype: str, values: list[Any]) -> list[Any]:
         args = []
         for kind, v in zip(port.inputs, values, strict=True):
+            if kind.endswith(":struct"):
+                args.append(v)
+                continue
             name = dtype_of(kind.split(":")[1], dtype)
             if kind.endswith("*"):
                 args.append(self.put(v, name))
-            elif name == "bfloat16":
-                args.append(self.put(np.array([v]), name)[0].item())  # bf16 scalars: not here
             else:
                 args.append(np.dtype(NP.get(name, name)).type(v))
         return args

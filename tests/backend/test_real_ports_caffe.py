@@ -1,3 +1,4 @@
+# ruff: noqa: E501, W291, W293 - the kernels are the projects' text, unchanged
 """Caffe's CUDA kernels, ported: BVLC/caffe at 9b891540183ddc834a02b2bd81b31afae71b2153 (BSD-2).
 Each body is the file's kernel as shipped, only the signature removed; ``Dtype`` (the class
 template parameter) is a ``template=`` type, run at float and double as Caffe instantiates them.
@@ -9,7 +10,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from real_ports import Port, Ports, close
 
 COMMIT = "9b891540183ddc834a02b2bd81b31afae71b2153"
@@ -172,7 +172,6 @@ MAX_POOL = """
 """
 
 
-
 def port(name, path, inputs, outputs, body):
     return Port(name, "BVLC/caffe", path, COMMIT, inputs, outputs, body, HEADER, ("Dtype",), DTYPES)
 
@@ -225,7 +224,8 @@ PORTS = (
     IM2COL_PORT, COL2IM_PORT, RELU_PORT, CHANNEL_MAX_PORT, CHANNEL_SUBTRACT_PORT,
     KERNEL_EXP_PORT, CHANNEL_SUM_PORT, CHANNEL_DIV_PORT, MAX_POOL_PORT,
 )  # fmt: skip
-LOOP = {"grid": (256, 1, 1), "threadgroup": (128, 1, 1)}  # fewer threads than items: the loop strides
+# fewer threads than items: the loop strides
+LOOP = {"grid": (256, 1, 1), "threadgroup": (128, 1, 1)}
 
 
 @pytest.fixture
