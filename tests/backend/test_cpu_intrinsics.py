@@ -158,3 +158,27 @@ def test_trap_is_a_fault_naming_the_thread(check):
             backend="cpu",
             check=check,
         )
+
+
+@pytest.mark.parametrize("check", [False, True])
+def test_programmatic_dependent_launch_calls_run(check):
+    """cudaGridDependencySynchronize / cudaTriggerProgrammaticLaunchCompletion, which ggml calls
+    outside any arch guard in some kernels: launches here run in order, so both do nothing."""
+    k = kernelkit.kernel(
+        "in_pdl",
+        ["x"],
+        ["y"],
+        "cudaGridDependencySynchronize();\nint i = threadIdx.x;\ny[i] = 2.0f * x[i];\n"
+        "cudaTriggerProgrammaticLaunchCompletion();",
+    )
+    x = RNG.standard_normal(32).astype(np.float32)
+    (y,) = k(
+        [x],
+        output_shapes=[(32,)],
+        output_dtypes=[np.float32],
+        grid=(32, 1, 1),
+        threadgroup=(32, 1, 1),
+        backend="cpu",
+        check=check,
+    )
+    np.testing.assert_array_equal(y, 2 * x)

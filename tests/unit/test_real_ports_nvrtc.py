@@ -8,18 +8,22 @@ from pathlib import Path
 
 import pytest
 
+import kernelkit
 from kernelkit._dtypes import DTYPES
 from kernelkit._render import render_request
 
 pytest.importorskip("cuda.bindings.nvrtc", reason="cuda-bindings (NVRTC) is not installed")
 sys.path.insert(0, str(Path(__file__).parents[1] / "backend"))
+sys.path.insert(0, str(Path(__file__).parent))
 import test_real_ports_caffe  # noqa: E402
 import test_real_ports_darknet  # noqa: E402
+import test_real_ports_ggml  # noqa: E402
 from real_ports import dtype_of  # noqa: E402
+from test_cuda_compile import as_ptx  # noqa: E402
 
-MODULES = (test_real_ports_caffe, test_real_ports_darknet)
+MODULES = (test_real_ports_caffe, test_real_ports_darknet, test_real_ports_ggml)
 CASES = [
-    pytest.param(p, d, id=f"{m.__name__[15:]}-{p.name}-{d}")
+    pytest.param(p, d, id=f"{m.__name__[16:]}-{p.name}-{d}")
     for m in MODULES
     for p in m.PORTS
     for d in p.dtypes
@@ -43,3 +47,32 @@ def test_real_port_compiles_for_sm90(cuda, port, dtype):
     )
     art = cuda.compile(req)
     assert art.kind == "cubin" and art.entry == port.name
+
+
+def _pdl_request(cuda, arch):
+    k = kernelkit.kernel(
+        "pdl",
+        ["x"],
+        ["y"],
+        "cudaGridDependencySynchronize();\ny[0] = x[0];\n"
+        "cudaTriggerProgrammaticLaunchCompletion();",
+    )
+    f32 = DTYPES["float32"]
+    _, req = render_request(
+        k.spec, cuda, cuda.target_for_arch(arch), [("array", f32)], [f32], (), False
+    )
+    return req
+
+
+def test_programmatic_dependent_launch_functions_on_sm90(cuda):
+    """NVRTC has no cuda_device_runtime_api.h: kernelkit's prelude gives the two PDL functions
+    (griddepcontrol) from sm_90 on, as nvcc's forced cuda_runtime.h does."""
+    art = cuda.compile(as_ptx(_pdl_request(cuda, "sm_90")))
+    assert art.kind == "ptx"
+    ptx = art.binary.decode()
+    assert "griddepcontrol.wait" in ptx and "griddepcontrol.launch_dependents" in ptx
+
+
+def test_programmatic_dependent_launch_before_sm90_names_the_function(cuda):
+    with pytest.raises(kernelkit.CompileError, match="cudaGridDependencySynchronize"):
+        cuda.compile(_pdl_request(cuda, "sm_80"))
