@@ -18,12 +18,18 @@ sys.path.insert(0, str(Path(__file__).parent))
 import test_real_ports_caffe  # noqa: E402
 import test_real_ports_darknet  # noqa: E402
 import test_real_ports_ggml  # noqa: E402
+import test_real_ports_vllm  # noqa: E402
 from real_ports import dtype_of  # noqa: E402
 from test_cuda_compile import as_ptx  # noqa: E402
 
-MODULES = (test_real_ports_caffe, test_real_ports_darknet, test_real_ports_ggml)
+MODULES = (
+    test_real_ports_caffe,
+    test_real_ports_darknet,
+    test_real_ports_ggml,
+    test_real_ports_vllm,
+)
 CASES = [
-    pytest.param(p, d, id=f"{m.__name__[16:]}-{p.name}-{d}")
+    pytest.param(m, p, d, id=f"{m.__name__[16:]}-{p.name}-{d}")
     for m in MODULES
     for p in m.PORTS
     for d in p.dtypes
@@ -36,12 +42,13 @@ def _input(kind: str, dtype: str) -> tuple[str, object]:
     return ("array" if kind.endswith("*") else "scalar", DTYPES[dtype_of(kind, dtype)])
 
 
-@pytest.mark.parametrize(("port", "dtype"), CASES)
-def test_real_port_compiles_for_sm90(cuda, port, dtype):
+@pytest.mark.parametrize(("module", "port", "dtype"), CASES)
+def test_real_port_compiles_for_sm90(cuda, module, port, dtype):
     k = port.kernel()
     inputs = [_input(p.split(":")[1], dtype) for p in port.inputs]
     outputs = [DTYPES[dtype_of(p.split(":")[1], dtype)] for p in port.outputs]
-    template = [(t, dtype) for t in port.template] + [(n, v[0]) for n, v in port.fixed]
+    fixed = getattr(module, "template_for", lambda p, _: [(n, v[0]) for n, v in p.fixed])
+    template = [(t, dtype) for t in port.template] + fixed(port, dtype)
     _, req = render_request(
         k.spec, cuda, cuda.target_for_arch("sm_90"), inputs, outputs, template, False
     )
