@@ -41,12 +41,18 @@ class Port:
     dtypes: tuple[str, ...] = ("float32",)
     fixed: tuple[tuple[str, tuple[Any, ...]], ...] = ()  # (name, the values a launcher uses)
     structs: tuple[tuple[str, str, int], ...] = ()  # (parameter, C++ type, size in bytes)
+    optional: tuple[str, ...] = ()  # array inputs a call may pass as None (a null pointer)
     edits: tuple[str, ...] = field(default=("only the signature removed",))
 
-    def kernel(self) -> Any:
+    def kernel(self, dtype: str = "float32") -> Any:
         names = [p.split(":")[0] for p in self.inputs], [p.split(":")[0] for p in self.outputs]
         structs = {p: kernelkit.struct(t, n) for p, t, n in self.structs}
-        return kernelkit.kernel(self.name, *names, self.body, header=self.header, structs=structs)
+        kinds = dict(p.split(":") for p in self.inputs)
+        optional = {n: dtype_of(kinds[n], dtype) for n in self.optional}
+        return kernelkit.kernel(
+            self.name, *names, self.body, header=self.header, structs=structs,
+            optional_inputs=optional or None,
+        )  # fmt: skip
 
 
 def dtype_of(kind: str, dtype: str) -> str:
@@ -74,7 +80,7 @@ class Ports:
     def _args(self, port: Port, dtype: str, values: list[Any]) -> list[Any]:
         args = []
         for kind, v in zip(port.inputs, values, strict=True):
-            if kind.endswith(":struct"):
+            if kind.endswith((":struct", ":bool")) or v is None:
                 args.append(v)
                 continue
             name = dtype_of(kind.split(":")[1], dtype)
@@ -87,7 +93,7 @@ class Ports:
     def run(self, port: Port, dtype: str, values: list[Any], outs: list[Any], **kw: Any) -> list:
         """float64 results; ``outs`` are shapes (NaN-poisoned outputs) or arrays (read and
         written in place). On the CPU backend also in checked mode, which must agree."""
-        k = port.kernel()
+        k = port.kernel(dtype)
         template = [(t, dtype) for t in port.template] + list(kw.pop("template", []))
         results = []
         for check in (False, True) if self.backend == "cpu" else (False,):
