@@ -105,10 +105,12 @@ class Kernel:
         try:
             plan = self._plans[call_key(*args)]
         except Exception:  # noqa: BLE001 - anything unusual takes the validating slow path
+            plan = None
+        # outside the except: a compile error must not carry the lookup's KeyError as context
+        if plan is None:
             plan = self._specialize(CallArgs._make(args), verbose)
-        else:
-            if verbose:
-                print(plan.request.source)
+        elif verbose:
+            print(plan.request.source)
         result = plan.run(*args)
         if result is MISS:  # cannot happen: a plan's guard is its dictionary key
             raise RuntimeError(f"[{self.name}] internal error: plan guard disagrees with its key")

@@ -87,10 +87,10 @@ METAL_ATTRIBUTES: dict[str, str] = {
     "make_uint3(gridDim.x, gridDim.y, gridDim.z);",
     "thread_index_in_threadgroup": "const unsigned thread_index_in_threadgroup = kk_linear_tid();",
     "thread_index_in_simdgroup": "const unsigned thread_index_in_simdgroup = "
-    "kk_linear_tid() % WARP_SIZE;",
+    "kk_linear_tid() % KK_WARP_SIZE;",
     "simdgroup_index_in_threadgroup": "const unsigned simdgroup_index_in_threadgroup = "
-    "kk_linear_tid() / WARP_SIZE;",
-    "threads_per_simdgroup": "const unsigned threads_per_simdgroup = WARP_SIZE;",
+    "kk_linear_tid() / KK_WARP_SIZE;",
+    "threads_per_simdgroup": "const unsigned threads_per_simdgroup = KK_WARP_SIZE;",
 }
 _ATTR_RE = re.compile(r"\b(" + "|".join(METAL_ATTRIBUTES) + r")\b")
 
@@ -310,6 +310,24 @@ def template_args(source: KernelSource) -> str:
     if not source.template:
         return ""
     return f"<{', '.join(arg for _, arg in source.template)}>"
+
+
+# The prelude's convenience macros (WARP_SIZE) that a user's code may declare as names of its
+# own (`static const int WARP_SIZE = 32;`, `template <int WARP_SIZE>`): such code gets `#undef`.
+_DECLARES = {
+    name: re.compile(
+        rf"\b(?:int|unsigned|long|short|size_t|auto|uint|u?int\d+_t)\s+{name}\b|"
+        rf"(?<!#define )\b{name}\s*(?:=(?!=)|\{{)"
+    )
+    for name in ("WARP_SIZE",)
+}
+
+
+def prelude_undefs(source: KernelSource) -> str:
+    """``#undef`` lines for the prelude macros that the kernel's own code declares as names
+    (placed after the prelude, before the user's header)."""
+    text = source.header + "\n" + source.body
+    return "\n".join(f"#undef {n}" for n, rx in _DECLARES.items() if rx.search(text))
 
 
 def make_source(

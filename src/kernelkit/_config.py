@@ -73,6 +73,13 @@ VARS: tuple[Var, ...] = (
         "disk cache size cap; least recently used go first",
     ),
     Var(
+        "KERNELKIT_CACHE_TRUST_SHARED",
+        _bool,
+        False,
+        "use a cache directory or entry owned by another user or writable by others (with a "
+        "warning): whoever can write it can run code in this process",
+    ),
+    Var(
         "KERNELKIT_BUNDLE_PATH", _names, (), "precompiled bundles (.kkb) consulted before compiling"
     ),
     Var("KERNELKIT_VERBOSE", _bool, False, "print every generated source before it is compiled"),
@@ -104,6 +111,7 @@ class Config:
     cache: bool
     cache_dir: str
     cache_max_bytes: int
+    cache_trust_shared: bool
     bundle_path: tuple[str, ...]
     verbose: bool
     tune: str  # one of TUNE_MODES

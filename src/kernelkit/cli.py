@@ -9,6 +9,7 @@ import json
 import os
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 __all__ = ["main"]
 
@@ -101,7 +102,7 @@ def _demo(args: argparse.Namespace) -> int:
         print("no backend with a device is available; run `kernelkit info`")
         return 1
     name, target = ran_on
-    x = x_host
+    x: Any = x_host  # a torch tensor on a CUDA backend
     if 2 in _registry.get_backend(name).dlpack_devices:
         import torch
 
@@ -142,13 +143,37 @@ def build_parser() -> argparse.ArgumentParser:
     from ._workflows.tune import register as register_tune
 
     register_tune(sub)
+    sub.choices["tune"].epilog = (
+        "kernelkit tune export FILE writes the tuning database to one file; kernelkit tune "
+        "import FILE [--any-env] adds such a file's records to it (see kernelkit tune import -h)"
+    )
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``kernelkit`` command."""
-    args = build_parser().parse_args(argv)
-    return int(args.func(args) or 0)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        if argv[:1] == ["tune"] and argv[1:2] and argv[1] in _tune_records_commands():
+            from ._workflows.tune_records import main as tune_records
+
+            status = tune_records(argv[1:])
+        else:
+            args = build_parser().parse_args(argv)
+            status = int(args.func(args) or 0)
+        sys.stdout.flush()  # here, so a closed pipe is caught below and not at exit
+    except BrokenPipeError:
+        # The reader went away (`kernelkit cache list | head`): stop quietly, as Unix tools do.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141  # 128 + SIGPIPE, what a shell reports for a tool a closed pipe stopped
+    return status
+
+
+def _tune_records_commands() -> tuple[str, ...]:
+    from ._workflows.tune_records import COMMANDS
+
+    return COMMANDS
 
 
 if __name__ == "__main__":

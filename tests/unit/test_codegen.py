@@ -339,7 +339,7 @@ def test_metal_attribute_locals_only_when_referenced():
     assert spec.attribute_refs == {"thread_position_in_grid", "threads_per_simdgroup"}
     pre = make_source(spec, params, ()).preamble
     assert "const uint3 thread_position_in_grid" in pre
-    assert "const unsigned threads_per_simdgroup = WARP_SIZE;" in pre
+    assert "const unsigned threads_per_simdgroup = KK_WARP_SIZE;" in pre
     others = set(METAL_ATTRIBUTES) - spec.attribute_refs
     assert not any(f" {a} =" in pre for a in others)
 

@@ -88,3 +88,11 @@ def test_every_rendezvous_of_the_headers_selects_fiber_mode(name):
 )
 def test_loop_mode_stays_for_code_that_never_waits(body):
     assert not _fibers(body)
+
+
+@pytest.mark.parametrize(
+    "header",
+    ["#include <cub/cub.cuh>", '#include "cub/block/block_scan.cuh"', "using R = cub::Sum;"],
+)
+def test_code_that_uses_cub_selects_fiber_mode(header):
+    assert _fibers("y[0] = 1;", header=header)

@@ -28,6 +28,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import stat
 import threading
 import time
 import warnings
@@ -67,6 +68,8 @@ class Bundle:
 
         self.path = Path(path)
         try:
+            if not stat.S_ISREG(os.stat(self.path).st_mode):  # a FIFO would block the open
+                raise OSError(f"{self.path} is not a regular file")
             self._zip = zipfile.ZipFile(self.path)
             manifest = json.loads(self._zip.read(MANIFEST))
         except (OSError, zipfile.BadZipFile, KeyError, ValueError) as e:

@@ -6,7 +6,10 @@ Layout under the cache directory: ``entries/<digest>.kke`` (format in ``entry.py
 ``<area>/<name>/`` for backends' build products (``products.py``), which count in the size cap.
 Every digest is checked (``keys.check_digest``) before it names a path.
 A failed write (read-only directory, full disk) turns writes off for this process with one warning;
-reads go on, and kernels are kept in memory.
+reads go on, and kernels are kept in memory. Files are read as untrusted data (``files.py``:
+regular files only, bounded); a cache directory owned by another user or writable by others is
+not used at all (one warning; ``KERNELKIT_CACHE_TRUST_SHARED=1`` accepts it), and such an entry
+is recompiled and replaced.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from pathlib import Path
 
 from .. import _config
 from .._records import Artifact
-from . import products, stats
+from . import files, products, stats
 from .entry import FIXED_BYTES, BadEntry, EntryHeader, decode, encode, header_bytes, read_header
 from .keys import BadKey, CacheKey, check_digest
 
@@ -102,21 +105,14 @@ class DiskCache:
         """The stored artifact, or None (missing, or unusable: one warning, counted as corrupt)."""
         path = self.path(digest)
         try:
-            with open(path, "rb") as f:
-                data = f.read()
-        except OSError:
-            return None
-        try:
+            data = self.read_bytes(path)
             artifact, _ = decode(data, digest)
+        except files.Unreadable as e:
+            if not e.missing:
+                self._unusable(path, e, report)
+            return None
         except BadEntry as e:
-            if report:
-                stats.record("corrupt", self._label)
-                warnings.warn(
-                    f"kernelkit: cache entry {path} is unusable ({e}); it is compiled "
-                    "again and replaced",
-                    RuntimeWarning,
-                    stacklevel=2,
-                )
+            self._unusable(path, e, report)
             return None
         try:
             os.utime(path)  # least recently used eviction goes by mtime
@@ -124,6 +120,21 @@ class DiskCache:
             pass
         stats.record("disk_hits", self._label)
         return artifact
+
+    def read_bytes(self, path: Path) -> bytes:
+        """An entry file's bytes: a trusted regular file no larger than the cap (no entry
+        larger is ever written), else ``files.Unreadable``."""
+        return files.read_regular(path, self.max_bytes)
+
+    def _unusable(self, path: Path, e: Exception, report: bool) -> None:
+        if report:
+            stats.record("corrupt", self._label)
+            warnings.warn(
+                f"kernelkit: cache entry {path} is unusable ({e}); it is compiled "
+                "again and replaced",
+                RuntimeWarning,
+                stacklevel=3,
+            )
 
     # write --------------------------------------------------------------------------------
     def write(self, key: CacheKey, kernel: str, backend: str, artifact: Artifact) -> bool:
@@ -152,7 +163,7 @@ class DiskCache:
             return False
         tmp = self.entries / f".{digest}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
         try:
-            self.entries.mkdir(parents=True, exist_ok=True)
+            files.make_dirs(self.entries)
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
             try:
                 _write_all(fd, data)
@@ -205,7 +216,7 @@ class DiskCache:
         from filelock import FileLock, Timeout
 
         try:
-            self.locks.mkdir(parents=True, exist_ok=True)
+            files.make_dirs(self.locks)
             held = FileLock(str(self.locks / f"{name}.lock"), timeout=LOCK_TIMEOUT_S)
             held.acquire()
         except Timeout:
@@ -313,21 +324,22 @@ class DiskCache:
     def header(self, entry: EntryFile) -> EntryHeader | None:
         """An entry's checked JSON header, or None if it does not parse."""
         try:
-            with open(entry.path, "rb") as f:
+            with files.open_regular(entry.path, self.max_bytes) as f:
                 fixed = f.read(FIXED_BYTES)
                 rest = f.read(header_bytes(fixed) - FIXED_BYTES)
             return read_header(fixed + rest)
-        except (OSError, BadEntry):
+        except (OSError, files.Unreadable, BadEntry):
             return None
 
     def verify(self, remove: bool = True) -> tuple[int, list[tuple[Path, str]]]:
         """(number of good entries, [(path, why)] of bad entries and stale temp files)."""
         good, bad = 0, []
+        bad += [(d, f"directory {why}") for d, why in self.refusals()]
         for f in self.scan():
             try:
-                decode(f.path.read_bytes(), f.digest)
+                decode(self.read_bytes(f.path), f.digest)
                 good += 1
-            except (OSError, BadEntry) as e:
+            except (files.Unreadable, BadEntry) as e:
                 bad.append((f.path, str(e)))
         for p in products.scan(self.root):
             why = products.verify(p.path)
@@ -343,11 +355,23 @@ class DiskCache:
         bad += [(f, "not a cache entry (its name is not a key digest)") for f in self._foreign()]
         if remove:
             for path, _ in bad:
-                if path.is_dir():
+                if path in (self.root, self.entries):
+                    continue  # an untrusted directory is reported, never removed
+                if path.is_dir() and not path.is_symlink():
                     products.discard(path)
                 else:
                     _unlink(path)
         return good, bad
+
+    def refusals(self) -> list[tuple[Path, str]]:
+        """The cache directory and ``entries/`` when they are not to be trusted (another
+        user's, or writable by others), each with why."""
+        out = []
+        for d in (self.root, self.entries):
+            why = files.distrust(d)
+            if why is not None:
+                out.append((d, why))
+        return out
 
     def _foreign(self) -> list[Path]:
         """``*.kke`` files in entries/ whose names are not key digests (never read or served)."""
@@ -376,8 +400,8 @@ class DiskCache:
         for folder in (self.entries, self.locks):
             try:
                 with os.scandir(folder) as it:
-                    for d in it:
-                        _unlink(Path(d.path))
+                    for item in it:
+                        _unlink(Path(item.path))
             except OSError:
                 pass
         _unlink(self.root / stats.STATS_FILE)
@@ -398,5 +422,28 @@ def current() -> DiskCache | None:
     with _current_lock:
         if _current is None or _current[0] is not _config.config:
             disk = DiskCache(cache_dir(), config.cache_max_bytes) if config.cache else None
-            _current = (config, disk)
+            _current = (config, _trusted(disk) if disk is not None else None)
         return _current[1]
+
+
+def _trusted(disk: DiskCache) -> DiskCache | None:
+    """``disk`` (its directory made with mode 0o755 if missing), or None with one warning when
+    the directory is not to be trusted: kernels are then kept in memory only."""
+    try:
+        files.make_dirs(disk.root)
+        if not disk.refusals():
+            files.make_dirs(disk.entries)
+    except OSError:
+        pass  # a read-only place: reads go on, the first write turns writes off
+    refused = disk.refusals()
+    if not refused:
+        return disk
+    where, why = refused[0]
+    warnings.warn(
+        f"kernelkit: not using the kernel cache in {disk.root}: {where} is {why}; "
+        "compiled kernels are kept in memory only for this process (make the directory this "
+        "user's and not writable by others: chown, chmod go-w)",
+        RuntimeWarning,
+        stacklevel=4,
+    )
+    return None

@@ -1,8 +1,11 @@
 """``compile_cached``: memory, then disk, then bundles, then compile (once per key across threads
 and processes), writing what was compiled to disk. ``recompile_refused``: the way back when the
-backend cannot load what a bundle served."""
+backend cannot load what a bundle or the disk cache served."""
 
 from __future__ import annotations
+
+import warnings
+import weakref
 
 from .._records import Artifact, CompileRequest
 from .._registry import backend_call
@@ -11,6 +14,10 @@ from . import bundles, disk, memory, stats
 from .keys import CacheKey, cache_key
 
 __all__ = ["compile_cached", "recompile_refused"]
+
+# key digest -> the artifact the disk cache served for it (weak: gone with the artifact), so a
+# load failure of what was read from disk is told from one of what was compiled here
+_from_disk: weakref.WeakValueDictionary[str, Artifact] = weakref.WeakValueDictionary()
 
 
 def compile_cached(backend: Backend, request: CompileRequest) -> Artifact:
@@ -33,10 +40,12 @@ def compile_cached(backend: Backend, request: CompileRequest) -> Artifact:
 
 
 def _load_or_compile(backend: Backend, request: CompileRequest, key: CacheKey) -> Artifact:
+    bundles.loaded()  # opens KERNELKIT_BUNDLE_PATH now, so a wrong path warns at the first kernel
     cache = disk.current()
     if cache is not None:
         found = cache.read(key.digest)
         if found is not None:
+            _from_disk[key.digest] = found
             return found
     found = bundles.find(key, backend.bundle_portable_parts)
     if found is not None:
@@ -46,6 +55,7 @@ def _load_or_compile(backend: Backend, request: CompileRequest, key: CacheKey) -
     with cache.lock(key.digest):
         found = cache.read(key.digest, report=False)  # another process may have just written it
         if found is not None:
+            _from_disk[key.digest] = found
             return found
         artifact = _compile(backend, request, str(cache.root))
         cache.write(key, request.kernel, request.backend, artifact)
@@ -57,8 +67,11 @@ def recompile_refused(
 ) -> Artifact:
     """Call when ``backend.load`` failed with ``error`` on ``artifact`` (what ``compile_cached``
     returned for ``request``). When a bundle served it: warn, stop serving that bundle entry in
-    this process, and return the request compiled here (through the disk cache). Otherwise
-    (compiled here, or from the disk cache) raise ``error`` again.
+    this process, and return the request compiled here (through the disk cache). When the disk
+    cache holds it (its checksums held, but it does not load here: built against another C++
+    runtime, or copied from another machine): warn, remove the entry, and return the request
+    compiled again and stored. Otherwise raise ``error`` again; a caller that loads the returned
+    artifact and fails again gets that error (each key is rebuilt once, never in a loop).
 
     Example (the load stage)::
 
@@ -76,12 +89,40 @@ def recompile_refused(
         held = memory.get(key.digest)
         if held is not None and held is not artifact:
             return held  # another thread has already replaced it
-        if not bundles.refuse(key.digest, error):
-            raise error
-        memory.drop(key.digest)
-        fresh = _load_or_compile(backend, request, key)
+        if bundles.refuse(key.digest, error):
+            memory.drop(key.digest)
+            fresh = _load_or_compile(backend, request, key)
+        else:
+            cache = disk.current()
+            if cache is None or _from_disk.get(key.digest) is not artifact:
+                raise error  # compiled here: compiling again would give the same binary
+            memory.drop(key.digest)
+            fresh = _replace_on_disk(backend, request, key, cache, error)
         memory.put(key.digest, fresh)
     return fresh
+
+
+def _replace_on_disk(
+    backend: Backend,
+    request: CompileRequest,
+    key: CacheKey,
+    cache: disk.DiskCache,
+    error: BaseException,
+) -> Artifact:
+    """Remove the disk entry that did not load, compile the request again and store it."""
+    path = cache.path(key.digest)
+    warnings.warn(
+        f"kernelkit: [{request.kernel}] cache entry {path} passed its checksums but could not "
+        f"be loaded ({type(error).__name__}: {error}); it is removed and compiled again",
+        RuntimeWarning,
+        stacklevel=4,
+    )
+    stats.record("corrupt", str(cache.root))
+    with cache.lock(key.digest):
+        disk._unlink(path)
+        artifact = _compile(backend, request, str(cache.root))
+        cache.write(key, request.kernel, request.backend, artifact)
+    return artifact
 
 
 def _compile(backend: Backend, request: CompileRequest, directory: str | None) -> Artifact:

@@ -4,8 +4,10 @@ Layout: ``<cache dir>/<area>/<name>/`` holds the product's files and ``SHA256SUM
 ``<sha256> <size> <file>`` line per file. A product is built in
 ``<area>/.<name>.<pid>.<token>.tmp/``, its list written last, and published by renaming the whole
 directory, so a reader sees a complete product or none. A reader checks every file against the
-list before using it: a truncated or garbled file, or one without a list, is moved aside to
-``.<name>...bad/``, removed and rebuilt.
+list before using it: a truncated or garbled file, a file the list does not name (planted: the
+directory is the first ``-I`` of a compile), a list that does not parse, or one without a list, is
+moved aside to ``.<name>...bad/``, removed and rebuilt; so is a product directory, file or area
+that is another user's or writable by others (``files.distrust``).
 Products count in the disk cache's size cap and in ``kernelkit cache info|clear|verify``.
 
 With the disk cache off (``KERNELKIT_CACHE=0``) or not writable, products are built in a
@@ -28,6 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from . import files
+
 if TYPE_CHECKING:
     from .disk import DiskCache
 
@@ -44,6 +48,8 @@ __all__ = [
 ]
 
 SUMS = "SHA256SUMS"
+_MAX_SUMS_BYTES = 1 << 20  # a list is a few lines
+_MAX_FILE_BYTES = 4 << 30  # a precompiled header is ~40 MB
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,127}")
 _FILE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")  # no separator, never "." or ".."
 _NOT_AREAS = frozenset({"entries", "locks", "tuning"})  # tuning/: _tune/db.py, not products
@@ -151,15 +157,17 @@ def _build(where: Path, name: str, build: Callable[[Path], bool]) -> bool:
     """Build into a temp directory, list its checksums last, and publish it by one rename."""
     tmp = where / f".{name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
     try:
-        tmp.mkdir(parents=True)
+        files.make_dirs(where)
+        os.mkdir(tmp, 0o755)
         if not build(tmp):
             return False
-        lines = [
-            f"{_sha256(f)} {f.stat().st_size} {f.name}\n"
-            for f in sorted(tmp.iterdir())
-            if f.is_file()
-        ]
+        lines = []
+        for f in sorted(tmp.iterdir()):
+            if f.is_file() and not f.is_symlink():
+                os.chmod(f, 0o644)  # the umask may have left it group-writable
+                lines.append(f"{_sha256(f)} {f.stat().st_size} {f.name}\n")
         (tmp / SUMS).write_text("".join(lines))
+        os.chmod(tmp / SUMS, 0o644)
         target = where / name
         if target.exists():
             discard(target)  # damaged (its reader found it so): replace it
@@ -187,11 +195,30 @@ def _sha256(path: Path) -> str:
 
 
 def verify(target: Path) -> str | None:
-    """Why the product in ``target`` is unusable, or None if every file matches its list."""
+    """Why the product in ``target`` is unusable, or None if every file matches its list, no
+    other file is there, and the directory and its files are this user's and not writable by
+    others. Never raises: anything unexpected is a reason."""
     try:
-        listed = (target / SUMS).read_text().splitlines()
-    except OSError:
-        return "no checksum list (an interrupted or older writer left it)"
+        return _check(target)
+    except Exception as e:  # noqa: BLE001 - a product on disk is data: any failure discards it
+        return f"cannot be checked: {type(e).__name__}: {e}"
+
+
+def _check(target: Path) -> str | None:
+    for d in (target.parent, target):
+        why = files.distrust(d)
+        if why is not None:
+            return f"directory {d.name} is {why}"
+    try:
+        raw = files.read_regular(target / SUMS, _MAX_SUMS_BYTES)
+    except files.Unreadable as e:
+        if e.missing:
+            return "no checksum list (an interrupted or older writer left it)"
+        return f"checksum list: {e}"
+    try:
+        listed = raw.decode("ascii").splitlines()
+    except UnicodeDecodeError:
+        return "checksum list is not ASCII text"
     names = set()
     for line in listed:
         parts = line.split(" ", 2)
@@ -199,17 +226,32 @@ def verify(target: Path) -> str | None:
             return f"checksum list line {line[:60]!r} is malformed"
         sha, size, fname = parts
         names.add(fname)
-        path = target / fname
-        try:
-            if path.stat().st_size != int(size):
-                return f"{fname} is {path.stat().st_size} bytes, its list says {size}"
-            if _sha256(path) != sha:
-                return f"{fname} does not match its checksum"
-        except OSError as e:
-            return f"{fname} cannot be read: {e.strerror or e}"
+        why = _check_file(target / fname, int(size), sha)
+        if why is not None:
+            return f"{fname} {why}"
     if not names:
         return "empty checksum list"
+    here = {p.name for p in target.iterdir()} - {SUMS}
+    if here - names:
+        return f"holds files its checksum list does not name: {', '.join(sorted(here - names))}"
     return None
+
+
+def _check_file(path: Path, size: int, sha: str) -> str | None:
+    """Why ``path`` does not hold ``size`` bytes of checksum ``sha``, or None."""
+    try:
+        with files.open_regular(path, _MAX_FILE_BYTES) as f:
+            st = os.fstat(f.fileno())
+            if st.st_size != size:
+                return f"is {st.st_size} bytes, its list says {size}"
+            h = hashlib.sha256()
+            while chunk := f.read(1 << 20):
+                h.update(chunk)
+    except files.Unreadable as e:
+        return f"cannot be used: {e}"
+    except OSError as e:
+        return f"cannot be read: {e.strerror or e}"
+    return None if h.hexdigest() == sha else "does not match its checksum"
 
 
 def discard(target: Path) -> None:

@@ -11,6 +11,8 @@ import threading
 from collections import Counter
 from pathlib import Path
 
+from .files import Unreadable, read_regular
+
 __all__ = ["NAMES", "STATS_FILE", "cache_stats", "flush", "lifetime", "record"]
 
 NAMES = (
@@ -26,6 +28,7 @@ NAMES = (
     "lock_timeouts",
 )
 STATS_FILE = "stats.json"
+_MAX_STATS_BYTES = 1 << 20  # a dozen counters
 
 _lock = threading.Lock()
 _process: Counter[str] = Counter()
@@ -69,10 +72,10 @@ def reset() -> None:
 
 def _read(path: Path) -> Counter[str]:
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(read_regular(path, _MAX_STATS_BYTES, trust=False))
         return Counter({k: int(v) for k, v in data.items() if k in NAMES})
-    except (OSError, ValueError, AttributeError, TypeError):
-        return Counter()
+    except (Unreadable, ValueError, AttributeError, TypeError, RecursionError):
+        return Counter()  # counts are a report, never code: a bad file only loses them
 
 
 def lifetime(directory: str) -> dict[str, int]:

@@ -36,7 +36,7 @@ def _info(args: argparse.Namespace) -> int:
     made = disk.products()
     entries_bytes = sum(f.size_bytes for f in files)
     products_bytes = sum(p.size_bytes for p in made)
-    report = {
+    report: dict[str, Any] = {
         "dir": str(disk.root),
         "enabled": _config.config.cache,
         "size_bytes": entries_bytes + products_bytes,
@@ -124,14 +124,15 @@ def _verify(args: argparse.Namespace) -> int:
 def _export(args: argparse.Namespace) -> int:
     from .._cache.bundles import write_bundle
     from .._cache.entry import BadEntry, decode
+    from .._cache.files import Unreadable
 
     disk = _disk()
     pairs = []
     for f in disk.scan():
         try:
-            data = f.path.read_bytes()
+            data = disk.read_bytes(f.path)
             _, header = decode(data, f.digest)
-        except (OSError, BadEntry):
+        except (Unreadable, BadEntry):
             continue  # `cache verify` reports these
         if args.kernel and header.get("kernel") not in args.kernel:
             continue

@@ -19,6 +19,7 @@ from .._errors import ArgumentError
 __all__ = [
     "DTYPES",
     "OPS",
+    "not_a_spec",
     "OpCase",
     "add_arguments",
     "make_case",
@@ -36,6 +37,24 @@ OPS = {
 }
 DTYPES = ("float16", "bfloat16", "float32")
 _EPS = {"rms_norm": 1e-6, "layer_norm": 1e-5}
+
+
+def not_a_spec(command: str, spec: str) -> str | None:
+    """Why ``spec`` names neither a tune spec file nor built-in ops (a misspelt op says which
+    exist and the nearest), or None when it is a file."""
+    import difflib
+    import os
+
+    if os.path.exists(spec):
+        return None
+    names = [n.strip() for n in spec.split(",") if n.strip()]
+    unknown = [n for n in names if n not in OPS]
+    near = [m for n in unknown for m in difflib.get_close_matches(n, list(OPS), n=1)]
+    hint = f"; did you mean {', '.join(near)}?" if near else ""
+    return (
+        f"kernelkit {command}: {', '.join(map(repr, unknown or names))} is neither a tune spec "
+        f"file nor a built-in op (ops: {', '.join(OPS)}){hint}"
+    )
 
 
 def parse_dims(op: str, text: str | Sequence[Any], where: str = "explain") -> list[tuple[int, ...]]:
@@ -110,6 +129,24 @@ def _framework(device: str, dtype: str, framework: str | None) -> str:
             f"{dtype} on {device}: use torch"
         )
     return framework
+
+
+def _check_torch_device(op: str, device: str) -> None:
+    """A one-line error, before any array is made, when torch cannot reach ``device``."""
+    import torch
+
+    if not device.startswith("cuda"):
+        return
+    if torch.version.cuda is None and getattr(torch.version, "hip", None) is None:
+        raise ArgumentError(
+            f"[{op}] --device {device} needs a CUDA build of torch, got torch "
+            f"{torch.__version__} without CUDA (install a CUDA build, or use --device cpu)"
+        )
+    if not torch.cuda.is_available():
+        raise ArgumentError(
+            f"[{op}] --device {device}: torch {torch.__version__} sees no CUDA device "
+            "(check the driver and CUDA_VISIBLE_DEVICES, or use --device cpu)"
+        )
 
 
 class _Maker:
@@ -233,7 +270,10 @@ def make_case(
     """The arrays of one problem of ``op`` (zeros without ``seed``, else seeded random
     values: x ~ N(0, 1), a matmul weight scaled by 1/sqrt(K)) and how to run and explain it."""
     parse_dims(op, [dims])
-    make = _Maker(_framework(device, dtype, framework), dtype, device, seed)
+    chosen = _framework(device, dtype, framework)
+    if chosen == "torch" and device != "cpu":
+        _check_torch_device(op, device)
+    make = _Maker(chosen, dtype, device, seed)
     if op == "matmul":
         parts = _matmul_parts(make, dims, transpose_b)
     else:

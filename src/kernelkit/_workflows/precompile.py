@@ -59,12 +59,15 @@ class PrecompileFailed(Exception):
 def _backend_for(arch: str) -> Backend:
     """The installed backend that compiles for ``arch`` without a device, else one with a local
     device of that arch (a host backend such as cpu compiles for itself). A backend that fails
-    to answer is skipped, and named if no other backend compiles for ``arch``."""
-    problems = []
+    to answer is skipped, and named if no other backend compiles for ``arch``; the message
+    lists the archs that can be built here."""
+    problems, known = [], []
     for name, backend in backends().items():
         try:
-            if arch in backend.compile_targets():
+            offered = list(backend.compile_targets())
+            if arch in offered:
                 return backend
+            known += [f"{a} ({name})" for a in offered]
         except Exception as e:  # noqa: BLE001 - one broken backend must not stop the others
             problems.append(f"backend {name}: compile_targets() failed: {type(e).__name__}: {e}")
     for name, backend in backends().items():
@@ -73,8 +76,10 @@ def _backend_for(arch: str) -> Backend:
                 return backend
         except Exception as e:  # noqa: BLE001
             problems.append(f"backend {name}: targets() failed: {type(e).__name__}: {e}")
+    valid = f"; valid archs: {', '.join(known)}" if known else "; no backend compiles here"
     why = f" ({'; '.join(problems)})" if problems else ""
-    raise ValueError(f"[precompile] no installed backend compiles for arch {arch!r}{why}")
+    # no "[precompile]" here: _build_one puts the prefix and what was being built before it
+    raise ValueError(f"no installed backend compiles for arch {arch!r}{valid}{why}")
 
 
 def _target(backend: Backend, arch: str) -> Target:
@@ -115,12 +120,14 @@ def _build_one(decl: Declaration, arch: str) -> BuiltEntry:
 def build_entries(
     decls: Sequence[Declaration], archs: Sequence[str], jobs: int = 1, progress: bool = True
 ) -> list[BuiltEntry]:
-    """Compile every declaration for every arch (``jobs`` at a time), with a progress bar."""
+    """Compile every declaration for every arch (``jobs`` at a time), with a progress bar when
+    ``progress`` and stderr is a terminal (never into a log or a pipe)."""
     from tqdm import tqdm
 
     work = [(d, a) for d in decls for a in archs]
     built: list[BuiltEntry] = []
-    with tqdm(total=len(work), desc="precompile", unit="kernel", disable=not progress) as bar:
+    off = not progress or not (hasattr(sys.stderr, "isatty") and sys.stderr.isatty())
+    with tqdm(total=len(work), desc="precompile", unit="kernel", disable=off) as bar:
         with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
             for entry in pool.map(lambda job: _build_one(*job), work):
                 built.append(entry)

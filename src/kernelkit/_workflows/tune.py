@@ -466,13 +466,16 @@ def table_entries(obj: Any, results: list[ShapeResult]) -> list[Any]:
 def main_tune(args: Any) -> int:
     """``kernelkit tune SPEC``, or ``kernelkit tune OP[,OP...] --dims ...`` for built-in ops."""
     from .._tune import db
-    from .op_cases import OPS
+    from .op_cases import OPS, not_a_spec
 
     names = [n.strip() for n in args.spec.split(",")]
     if all(n in OPS for n in names):
         from .tune_op import main_tune_op
 
         return main_tune_op(args)
+    if (why := not_a_spec("tune", args.spec)) is not None:
+        print(why, file=sys.stderr)
+        return 2
     try:
         spec = load_spec(args.spec)
         devices = [d.strip() for d in args.devices.split(",")] if args.devices else None
@@ -510,6 +513,7 @@ def main_explain(args: Any) -> int:
     """``kernelkit explain SPEC [--shape I]``: the choice for each shape and why; or
     ``kernelkit explain OP --dims ... [--dtype] [--device]`` for a built-in op."""
     from .explain_op import OPS, explain_ops
+    from .op_cases import not_a_spec
 
     if args.spec in OPS:
         try:
@@ -531,6 +535,9 @@ def main_explain(args: Any) -> int:
                 else selection.explain()
             )
         return 0
+    if (why := not_a_spec("explain", args.spec)) is not None:
+        print(why, file=sys.stderr)
+        return 2
     try:
         spec = load_spec(args.spec)
         obj = load_object(spec)

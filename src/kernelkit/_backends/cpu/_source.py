@@ -11,7 +11,14 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from ..._codegen import extent_param, launch_bounds, signature, template_args, template_head
+from ..._codegen import (
+    extent_param,
+    launch_bounds,
+    prelude_undefs,
+    signature,
+    template_args,
+    template_head,
+)
 from ..._dtypes import DTYPES
 from ..._errors import BackendError
 from ..._records import KernelSource, Param
@@ -110,7 +117,7 @@ def render_source(source: KernelSource, check: bool) -> RenderedKernel:
     # Fiber mode: the body's __syncthreads() uses the block passed in (no TLS lookup per barrier).
     no_sync = ("", "", "")
     block_param, sync_def, sync_undef = _FIBER_SYNC if fibers else no_sync
-    head = [f'#include "{PRELUDE}"', f'#line 1 "{name}.header"', header]
+    head = [f'#include "{PRELUDE}"', prelude_undefs(source), f'#line 1 "{name}.header"', header]
     lines = [
         '#line {LINE} "{FILE}"',
         "namespace {",

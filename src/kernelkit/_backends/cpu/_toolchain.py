@@ -70,7 +70,7 @@ def compiler_identity(cxx: str) -> str:
 def header_hashes() -> tuple[tuple[str, str], ...]:
     """(relative path, sha256) of every prelude header, sorted: part of the cache key.
     Read once per process (the installed headers do not change under a running process)."""
-    files = sorted(p for p in INCLUDE_DIR.rglob("*.h") if p.is_file())
+    files = sorted(p for p in INCLUDE_DIR.rglob("*") if p.is_file())  # .h, .cuh, <cuda/std/X>
     return tuple(
         (p.relative_to(INCLUDE_DIR).as_posix(), hashlib.sha256(p.read_bytes()).hexdigest())
         for p in files

@@ -11,6 +11,7 @@ from ..._codegen import (
     abi_options,
     cluster_dims,
     launch_bounds,
+    prelude_undefs,
     signature,
     template_args,
     template_head,
@@ -142,6 +143,7 @@ class CUDABackend(Backend):
             parts.append(_text("kernelkit_metal.cuh"))
         if "cg" in source.needs:
             parts.append("namespace cg = cooperative_groups;")
+        parts.append(prelude_undefs(source))
         if source.header:
             parts += [f'#line 1 "{source.kernel}.header"', source.header]
         parts += _kernel_function(source)
@@ -153,6 +155,7 @@ class CUDABackend(Backend):
             "--std=c++17",
             "-default-device",
             "-diag-suppress=20283,629",
+            *nvrtc.version_macros(),
             *abi_options(),
         ]
         if source.needs & {"fp16", "bf16", "cg"}:

@@ -46,15 +46,46 @@ def drv():  # noqa: ANN201 - the cuda.bindings.driver module
     return mod
 
 
+# Errors after which the process's CUDA context is unusable: a fault inside a kernel. They surface
+# at the next call that waits for the device (or the next launch), not at the faulting launch.
+FAULTS = frozenset(
+    """CUDA_ERROR_ILLEGAL_ADDRESS CUDA_ERROR_MISALIGNED_ADDRESS CUDA_ERROR_ILLEGAL_INSTRUCTION
+    CUDA_ERROR_INVALID_ADDRESS_SPACE CUDA_ERROR_INVALID_PC CUDA_ERROR_HARDWARE_STACK_ERROR
+    CUDA_ERROR_LAUNCH_FAILED CUDA_ERROR_ASSERT CUDA_ERROR_LAUNCH_TIMEOUT""".split()
+)
+_last_launch = [""]  # the entry of the last kernel kernelkit launched in this process
+
+
+def fault_message(error: str, kernel: str, seen_at: str) -> str:
+    """The LaunchError text of a device fault that ``seen_at`` reported after ``kernel`` (the last
+    kernel kernelkit launched, "" if none) ran."""
+    who = f"kernel {kernel!r}" if kernel else "a kernel"
+    return (
+        f"[{kernel or 'backend cuda'}] device fault {error} in {who} (the last kernel kernelkit "
+        f"launched; reported by {seen_at}, which waits for the device). The process's CUDA "
+        "context is lost: every later CUDA call in this process fails, so restart it. To find "
+        "the faulting access, run the same call on the CPU backend in checked mode "
+        "(backend='cpu', check=True): it names the array, the index and the source line."
+    )
+
+
+def _error_name(err: Any) -> str:
+    name = drv().cuGetErrorName(err)[1]
+    return name.decode() if name else repr(err)
+
+
 def check(result: Any, what: str) -> Any:
-    """Unpack a cuda-bindings result; BackendError naming the call on failure."""
+    """Unpack a cuda-bindings result; BackendError naming the call on failure (LaunchError for a
+    device fault, naming the kernel that ran last)."""
     if isinstance(result, tuple):
         err, rest = result[0], result[1:]
     else:
         err, rest = result, ()
     if int(err) != 0:
-        name = drv().cuGetErrorName(err)[1]
-        raise BackendError(f"[backend cuda] {what} failed: {name.decode() if name else err!r}")
+        name = _error_name(err)
+        if name in FAULTS:
+            raise LaunchError(fault_message(name, _last_launch[0], what))
+        raise BackendError(f"[backend cuda] {what} failed: {name}")
     return rest[0] if len(rest) == 1 else rest
 
 
@@ -211,7 +242,7 @@ def make_launcher(program: Program):  # noqa: ANN201 - a backend.Launcher
     current context is not this device's (a fresh thread, another device current), the launch
     fails cheaply and is retried inside ``on_device``, which restores the caller's context."""
     launch = drv().cuLaunchKernel
-    fn, device = program.function, program.device
+    fn, device, entry, last = program.function, program.device, program.entry, _last_launch
 
     def launcher(params: int, stream: int, geometry: tuple) -> None:
         gx, gy, gz, bx, by, bz, shared = geometry
@@ -221,11 +252,14 @@ def make_launcher(program: Program):  # noqa: ANN201 - a backend.Launcher
             with on_device(device):
                 (err,) = launch(fn, gx, gy, gz, bx, by, bz, shared, stream, params, 0)
             if err:
-                name = drv().cuGetErrorName(err)[1].decode()
+                name = _error_name(err)
+                if name in FAULTS:  # an earlier kernel's fault, seen at this launch
+                    raise LaunchError(fault_message(name, last[0], f"the launch of {entry!r}"))
                 raise LaunchError(
                     f"[{program.entry}] launch failed: {name} (grid {(gx, gy, gz)}, "
                     f"block {(bx, by, bz)}, shared {shared} bytes)"
                 )
+        last[0] = entry
 
     launcher.program = program  # type: ignore[attr-defined]  # keeps the module loaded
     return launcher

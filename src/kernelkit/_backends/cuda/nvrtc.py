@@ -48,11 +48,13 @@ def supported_archs() -> tuple[int, ...]:
 
 @functools.cache
 def include_dirs() -> tuple[str, ...]:
-    """CUDA header directories (cudart for cuda_fp16.h etc., CCCL for cooperative groups)."""
+    """CUDA header directories (CCCL for libcu++, CUB and cooperative groups; cudart for
+    cuda_fp16.h etc.). CCCL comes first: a toolkit's include directory may hold an older libcu++
+    than the CCCL that kernelkit depends on, and the first directory with a header wins."""
     from cuda import pathfinder
 
     dirs = []
-    for name in ("cudart", "cccl"):
+    for name in ("cccl", "cudart"):
         try:
             found = pathfinder.find_nvidia_header_directory(name)
         except Exception:  # noqa: BLE001 - pathfinder raises several kinds; missing is enough
@@ -84,6 +86,21 @@ def std_digest() -> tuple[tuple[str, str], ...]:
 def includes_anything(text: str) -> bool:
     """Whether a kernel's text has an #include (and may reach kernelkit's standard headers)."""
     return _INCLUDE.search(text) is not None
+
+
+@functools.cache
+def version_macros() -> tuple[str, ...]:
+    """``-DCUDA_VERSION=...`` and ``-DCUDART_VERSION=...`` as the CUDA headers at hand define them
+    (the same tokens, so including cuda.h after them is no redefinition), so that version tests
+    such as ``#if CUDA_VERSION >= 9000`` hold without including cuda.h, as under nvcc."""
+    major, minor = version()
+    out = []
+    for macro, header in (("CUDA_VERSION", "cuda.h"), ("CUDART_VERSION", "cuda_runtime_api.h")):
+        p = _find_header(header)
+        text = p.read_text(errors="replace") if p else ""
+        m = re.search(rf"^#define\s+{macro}\s+(\d+)\s*$", text, re.M)
+        out.append(f"-D{macro}={m.group(1) if m else major * 1000 + minor * 10}")
+    return tuple(out)
 
 
 @functools.cache

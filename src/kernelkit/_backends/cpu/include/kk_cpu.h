@@ -60,7 +60,21 @@ struct dim3 {
 static inline constexpr uint3 make_uint3(unsigned x, unsigned y, unsigned z) { return uint3{x, y, z}; }
 
 constexpr int warpSize = 32;
+// kernelkit's own code says KK_WARP_SIZE; WARP_SIZE is for bodies that use it without defining
+// it (render #undefs it when the kernel's code declares a WARP_SIZE of its own).
+#define KK_WARP_SIZE 32
 #define WARP_SIZE 32
+
+// What a recent CUDA compiler and its headers define, for code that tests them (Apex's
+// `#if CUDA_VERSION >= 9000` picks __shfl_xor_sync). Defined after the system headers above:
+// glibc tests __CUDACC__. __CUDA_ARCH__ stays undefined: no GPU architecture's code path
+// (inline PTX, arch intrinsics) runs here.
+#define __CUDACC__ 1
+#define __CUDACC_VER_MAJOR__ 12
+#define __CUDACC_VER_MINOR__ 8
+#define __CUDACC_VER_BUILD__ 0
+#define CUDA_VERSION 12080
+#define CUDART_VERSION 12080
 
 // The CUDA builtins as seen from helper functions; the kernel function itself receives them as
 // parameters of the same names (which shadow these), so the hot loop never touches TLS.

@@ -2,6 +2,9 @@
 // (cuda_fp16.h, cuda_bf16.h, cooperative_groups.h) are included above this text only when
 // the kernel uses them. Arch branches stay here, for NVRTC to settle for the device at hand.
 #define KERNELKIT_CUDA 1
+// kernelkit's own code says KK_WARP_SIZE; WARP_SIZE is for bodies that use it without defining
+// it (render #undefs it when the kernel's code declares a WARP_SIZE of its own).
+#define KK_WARP_SIZE 32
 #ifndef WARP_SIZE
 #define WARP_SIZE 32
 #endif

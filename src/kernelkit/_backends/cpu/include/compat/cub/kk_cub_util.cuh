@@ -1,22 +1,10 @@
-// kernelkit CPU backend: what CUB's collectives share (functors, thread ranks, raw slots).
+// kernelkit CPU backend: what CUB's collectives share (thread ranks, raw slots).
 #pragma once
 #include <type_traits>
 
-namespace cub {
+#include "../cuda/functional"
 
-struct Sum {
-  template <class T, class U>
-  auto operator()(const T& a, const U& b) const { return a + b; }
-};
-struct Max {
-  template <class T, class U>
-  auto operator()(const T& a, const U& b) const { return a < b ? b : a; }
-};
-struct Min {
-  template <class T, class U>
-  auto operator()(const T& a, const U& b) const { return b < a ? b : a; }
-};
-using CubSum = Sum;
+namespace cub {
 
 static inline void CTA_SYNC() { __syncthreads(); }
 static inline void WARP_SYNC(unsigned mask) { __syncwarp(mask); }

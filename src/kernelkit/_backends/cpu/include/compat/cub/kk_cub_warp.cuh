@@ -8,13 +8,23 @@
 namespace cub {
 namespace kk_detail {
 
+// The shuffles name every lane of the physical warp that the block has (the width argument
+// keeps logical warps apart), not only the logical warp's: the CPU emulation mispairs a later
+// full-warp shuffle after shuffles of half-warp masks from one call site (see the test
+// test_warp_reduce_and_scan); on a GPU both spellings are the same when the lanes all call.
+static inline unsigned present_lanes() {
+  const unsigned tid = kk_linear_tid(), block = blockDim.x * blockDim.y * blockDim.z;
+  const unsigned n = block - tid / 32u * 32u;
+  return n >= 32u ? 0xffffffffu : (1u << n) - 1u;
+}
+
 template <int W>
 struct logical_warp {
   static_assert(W >= 1 && W <= 32 && (W & (W - 1)) == 0,
                 "LOGICAL_WARP_THREADS must be a power of two no larger than 32");
   unsigned lane = kk_linear_tid() % 32u;
   unsigned first = lane / W * W;  // the logical warp's first lane in the warp
-  unsigned mask = W == 32 ? 0xffffffffu : ((1u << W) - 1u) << first;
+  unsigned mask = present_lanes();
   int rank() const { return (int)(lane - first); }
 };
 
@@ -43,8 +53,8 @@ class WarpReduce {
   }
   T Sum(T input) { return Reduce(input, kk_detail::plus{}); }
   T Sum(T input, int valid_items) { return Reduce(input, kk_detail::plus{}, valid_items); }
-  T Max(T input) { return Reduce(input, cub::Max{}); }
-  T Min(T input) { return Reduce(input, cub::Min{}); }
+  T Max(T input) { return Reduce(input, ::cuda::maximum<>{}); }
+  T Min(T input) { return Reduce(input, ::cuda::minimum<>{}); }
 };
 
 template <class T, int LOGICAL_WARP_THREADS = 32, int LEGACY_PTX_ARCH = 0>

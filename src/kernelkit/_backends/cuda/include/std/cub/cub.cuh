@@ -33,3 +33,15 @@
 
 #include <cub/util_ptx.cuh>
 #include <cub/util_type.cuh>
+
+// CUB 2's functors, which CCCL 3 replaced with cuda::std::plus<> and cuda::maximum<> /
+// cuda::minimum<>: code written for CUB 2 (cub::Sum(), cub::Max()) still compiles.
+#include <cuda/functional>
+#include <cuda/std/functional>
+#if CCCL_MAJOR_VERSION >= 3
+namespace cub {
+using Sum = ::cuda::std::plus<>;
+using Max = ::cuda::maximum<>;
+using Min = ::cuda::minimum<>;
+}  // namespace cub
+#endif

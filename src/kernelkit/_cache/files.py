@@ -1,0 +1,163 @@
+"""Reading cache files as untrusted data, and deciding whether a cache path may be trusted.
+
+Everything under the cache directory may have been planted or damaged, so a read opens with
+``O_NONBLOCK`` (a FIFO cannot block it), ``fstat``s the open file (only regular files are read:
+never a FIFO, a device such as ``/dev/zero``, or a socket) and reads at most ``limit`` bytes (a
+larger file is refused before a byte is read). A cache directory or file is code that runs in
+this process (a CPU kernel is ``dlopen``ed, the precompiled prelude is compiled into every
+kernel), so one owned by another user (root excepted), or writable by the group or others, is
+refused unless ``KERNELKIT_CACHE_TRUST_SHARED=1`` accepts it (with one warning per path).
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import threading
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import BinaryIO
+
+from .. import _config
+
+__all__ = ["Unreadable", "distrust", "make_dirs", "open_regular", "read_regular", "trust_refusal"]
+
+_warned: set[str] = set()
+_lock = threading.Lock()
+
+
+class Unreadable(Exception):
+    """A cache file that is not read: missing, not a regular file, too large, or untrusted."""
+
+    def __init__(self, why: str, missing: bool = False) -> None:  # missing: could not open
+        super().__init__(why)
+        self.missing = missing
+
+
+def make_dirs(path: Path) -> None:
+    """``mkdir -p`` with mode 0o755 for every directory it makes (``Path.mkdir(parents=True)``
+    gives the parents the umask's mode, group-writable under umask 002, which ``distrust``
+    would then refuse)."""
+    missing = []
+    p = Path(path)
+    while not p.is_dir() and p != p.parent:
+        missing.append(p)
+        p = p.parent
+    for d in reversed(missing):
+        try:
+            os.mkdir(d, 0o755)
+        except FileExistsError:
+            if not d.is_dir():
+                raise
+
+
+def _open_checked(path: Path, limit: int, trust: bool) -> tuple[int, int]:
+    """(an open descriptor, its size) once ``path`` is known to be a regular file of at most
+    ``limit`` bytes that ``distrust`` accepts (with ``trust``); ``Unreadable`` naming why not."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        raise Unreadable("missing", missing=True) from None
+    except OSError as e:  # unreadable as a missing file is (a read-only or locked-down cache)
+        raise Unreadable(f"cannot open: {e.strerror or e}", missing=True) from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise Unreadable(f"not a regular file ({_kind(st.st_mode)})")
+        if st.st_size > limit:
+            raise Unreadable(f"{st.st_size} bytes, larger than the {limit}-byte limit")
+        why = distrust(path, st) if trust else None
+        if why is not None:
+            raise Unreadable(why)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, st.st_size
+
+
+@contextmanager
+def open_regular(path: Path, limit: int, trust: bool = True) -> Iterator[BinaryIO]:
+    """``path`` opened for reading once it is known to be a regular file of at most ``limit``
+    bytes (and, with ``trust``, one that ``distrust`` accepts); ``Unreadable`` naming why not."""
+    fd, _ = _open_checked(path, limit, trust)
+    with os.fdopen(fd, "rb") as f:
+        yield f
+
+
+def read_regular(path: Path, limit: int, trust: bool = True) -> bytes:
+    """The bytes of the regular file ``path`` (at most ``limit``); ``Unreadable`` naming why
+    otherwise. With ``trust``, a file that ``distrust`` refuses is not read either."""
+    fd, size = _open_checked(path, limit, trust)
+    try:
+        chunks, left = [], size + 1  # not limit + 1: a read of n bytes allocates n up front
+        while left > 0:
+            chunk = os.read(fd, left)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+    except OSError as e:
+        raise Unreadable(f"cannot read: {e.strerror or e}") from None
+    finally:
+        os.close(fd)
+    data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+    if len(data) > size:  # written to while it was read (kernelkit only ever renames)
+        raise Unreadable(f"grew past its {size} bytes while it was read")
+    return data
+
+
+def _kind(mode: int) -> str:
+    for test, name in (
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISDIR, "a directory"),
+    ):
+        if test(mode):
+            return name
+    return f"mode {oct(mode)}"
+
+
+def _uid() -> int:
+    """This process's effective user id (a function, so tests can act as another user)."""
+    return os.geteuid()
+
+
+def trust_refusal(st: os.stat_result) -> str | None:
+    """Why a path with status ``st`` is not to be trusted (owner, mode), or None."""
+    me = _uid()
+    if st.st_uid not in (me, 0):  # root can change anything anyway (as ssh trusts it)
+        return f"owned by uid {st.st_uid}, not by this user (uid {me}) or root"
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return f"writable by its group or others (mode {stat.S_IMODE(st.st_mode):o})"
+    return None
+
+
+def distrust(path: Path, st: os.stat_result | None = None) -> str | None:
+    """Why ``path`` is refused (another user's, or writable by others), or None: trusted, or
+    accepted with one warning under ``KERNELKIT_CACHE_TRUST_SHARED``. A path that cannot be
+    looked at is not refused here (reading it fails on its own)."""
+    if st is None:
+        try:
+            st = os.stat(path)
+        except OSError:
+            return None
+    why = trust_refusal(st)
+    if why is None:
+        return None
+    if not _config.config.cache_trust_shared:
+        return f"{why}; not trusted (KERNELKIT_CACHE_TRUST_SHARED=1 accepts it)"
+    with _lock:
+        first = str(path) not in _warned
+        _warned.add(str(path))
+    if first:
+        warnings.warn(
+            f"kernelkit: using {path} although it is {why} (KERNELKIT_CACHE_TRUST_SHARED=1): "
+            "whoever can write it can run code in this process",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+    return None
