@@ -15,6 +15,7 @@ from kernelkit._render import render_request
 pytest.importorskip("cuda.bindings.nvrtc", reason="cuda-bindings (NVRTC) is not installed")
 sys.path.insert(0, str(Path(__file__).parents[1] / "backend"))
 sys.path.insert(0, str(Path(__file__).parent))
+import test_real_ports_apex  # noqa: E402
 import test_real_ports_caffe  # noqa: E402
 import test_real_ports_darknet  # noqa: E402
 import test_real_ports_ggml  # noqa: E402
@@ -35,6 +36,7 @@ def _xfail(module, name, dtype):
 
 
 MODULES = (
+    test_real_ports_apex,
     test_real_ports_caffe,
     test_real_ports_darknet,
     test_real_ports_ggml,
