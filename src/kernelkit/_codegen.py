@@ -138,14 +138,60 @@ def scan_body(source: str, names: Iterable[str]) -> tuple[frozenset[str], frozen
     return frozenset(refs), frozenset(_ATTR_RE.findall(source))
 
 
-_QUALIFIED = re.compile(r"(?:::)?[A-Za-z_][A-Za-z0-9_]*(?:::[A-Za-z_][A-Za-z0-9_]*)*\Z")
+_CXX_TOKEN = re.compile(r"\s*(::|[A-Za-z_][A-Za-z0-9_]*|[0-9]+|[<>,*&])")
+# keywords a template argument may spell a type or value with (vllm::silu_kernel<unsigned int>)
+_CXX_ARG_KEYWORDS = frozenset(
+    "bool char const double false float int long short signed true unsigned void".split()
+)
+
+
+def _cxx_tokens(name: str) -> list[str] | None:
+    tokens, pos = [], 0
+    while pos < len(name.rstrip()):
+        m = _CXX_TOKEN.match(name, pos)
+        if not m:
+            return None
+        tokens.append(m.group(1))
+        pos = m.end()
+    return tokens
+
+
+def _cxx_parse(tokens: list[str], i: int, arg: bool) -> int:
+    """The index past a (qualified, possibly templated) name starting at ``tokens[i]``, or a
+    template argument when ``arg``; ValueError where the grammar breaks."""
+    if i >= len(tokens):
+        raise ValueError("the end")
+    if arg and (tokens[i] in _CXX_ARG_KEYWORDS or tokens[i].isdigit()):
+        while i < len(tokens) and tokens[i] in _CXX_ARG_KEYWORDS | {"*", "&"}:
+            i += 1
+        return i + (i < len(tokens) and tokens[i].isdigit())
+    if tokens[i] == "::":
+        i += 1
+    while True:
+        if i >= len(tokens) or not _IDENT.match(tokens[i]) or tokens[i] in _CXX_KEYWORDS:
+            raise ValueError(tokens[i] if i < len(tokens) else "the end")
+        i += 1
+        if i < len(tokens) and tokens[i] == "<":
+            i = _cxx_parse(tokens, i + 1, True)
+            while i < len(tokens) and tokens[i] == ",":
+                i = _cxx_parse(tokens, i + 1, True)
+            if i >= len(tokens) or tokens[i] != ">":
+                raise ValueError("an unclosed '<'")
+            i += 1
+        if i < len(tokens) and tokens[i] == "::":
+            i += 1
+            continue
+        while arg and i < len(tokens) and tokens[i] in ("*", "&"):
+            i += 1
+        return i
 
 
 def cxx(name: str) -> CxxName:
     """A C++ name as a ``template=`` value: an enumerator or a function that ``header=``
-    declares, e.g. ``kernelkit.cxx("ggml_sort_order::ASC")`` or ``kernelkit.cxx("silu")``; the
-    body receives it as a template parameter (``template <auto order>``). Only a (qualified)
-    identifier is accepted, never an expression.
+    declares, e.g. ``kernelkit.cxx("ggml_sort_order::ASC")``, ``kernelkit.cxx("silu")`` or a
+    function template's specialization, ``kernelkit.cxx("vllm::silu_kernel<__half>")``; the body
+    receives it as a template parameter (``template <auto order>``). Only a (qualified,
+    possibly templated) name is accepted, never an expression.
 
     Example::
 
@@ -155,16 +201,17 @@ def cxx(name: str) -> CxxName:
     """
     if not isinstance(name, str):
         raise ArgumentTypeError(f"[cxx] name must be a str, got {type(name).__name__}")
-    if not _QUALIFIED.match(name):
+    tokens = _cxx_tokens(name)
+    try:
+        if not tokens or _cxx_parse(tokens, 0, False) != len(tokens):
+            raise ValueError("what follows the name")
+    except ValueError as e:
         raise ArgumentError(
-            f"[cxx] {name!r} is not a C++ name (identifiers joined by '::', such as "
-            "'ggml_sort_order::ASC' or 'silu')"
-        )
-    parts = [p for p in name.split("::") if p]
-    bad = [p for p in parts if p in _CXX_KEYWORDS]
-    if bad:
-        raise ArgumentError(f"[cxx] {name!r} contains the C++ keyword {bad[0]!r}")
-    return CxxName(name)
+            f"[cxx] {name!r} is not a C++ name (identifiers joined by '::', with template "
+            f"arguments, such as 'ggml_sort_order::ASC' or 'vllm::silu_kernel<float>'): "
+            f"unexpected {e}"
+        ) from None
+    return CxxName(name.strip())
 
 
 MAX_STRUCT_BYTES = 4096  # a CUDA kernel's parameters may take 4 KB in all (32 KB from CUDA 12.1)

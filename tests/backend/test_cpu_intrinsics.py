@@ -158,3 +158,62 @@ def test_trap_is_a_fault_naming_the_thread(check):
             backend="cpu",
             check=check,
         )
+
+
+@pytest.mark.parametrize("check", [False, True])
+def test_programmatic_dependent_launch_calls_run(check):
+    """cudaGridDependencySynchronize / cudaTriggerProgrammaticLaunchCompletion, which ggml calls
+    outside any arch guard in some kernels: launches here run in order, so both do nothing."""
+    k = kernelkit.kernel(
+        "in_pdl",
+        ["x"],
+        ["y"],
+        "cudaGridDependencySynchronize();\nint i = threadIdx.x;\ny[i] = 2.0f * x[i];\n"
+        "cudaTriggerProgrammaticLaunchCompletion();",
+    )
+    x = RNG.standard_normal(32).astype(np.float32)
+    (y,) = k(
+        [x],
+        output_shapes=[(32,)],
+        output_dtypes=[np.float32],
+        grid=(32, 1, 1),
+        threadgroup=(32, 1, 1),
+        backend="cpu",
+        check=check,
+    )
+    np.testing.assert_array_equal(y, 2 * x)
+
+
+LIMITS_BODY = """
+using L = std::numeric_limits<T>;
+static_assert(L::is_specialized && L::has_quiet_NaN && !L::is_integer, "16-bit limits");
+y[0] = float(L::quiet_NaN()); y[1] = float(L::infinity()); y[2] = float(L::max());
+y[3] = float(L::lowest()); y[4] = float(L::min()); y[5] = float(L::epsilon());
+y[6] = float(L::denorm_min()); y[7] = float(L::digits); y[8] = float(L::max_exponent);
+"""
+LIMITS_HEADER = "#include <limits>"
+
+
+@pytest.mark.parametrize(
+    ("dtype", "want"),
+    [
+        ("float16", [np.inf, 65504.0, -65504.0, 2.0**-14, 2.0**-10, 2.0**-24, 11, 16]),
+        ("bfloat16", [np.inf, 3.3895313892515355e38, -3.3895313892515355e38, 2.0**-126,
+                      2.0**-7, 2.0**-133, 8, 128]),
+    ],
+)  # fmt: skip
+def test_numeric_limits_of_16_bit_floats(dtype, want):
+    """std::numeric_limits<__half> / <__nv_bfloat16> as libcu++ has them (the primary template
+    answered 0 for quiet_NaN(): PyTorch's NLL loss gave 0 where it returns NaN)."""
+    k = kernelkit.kernel("in_limits", ["x"], ["y"], LIMITS_BODY, header=LIMITS_HEADER)
+    (y,) = k(
+        [np.zeros(1, np.float32)],
+        output_shapes=[(9,)],
+        output_dtypes=[np.float32],
+        grid=(1, 1, 1),
+        threadgroup=(1, 1, 1),
+        template=[("T", dtype)],
+        backend="cpu",
+    )
+    assert np.isnan(y[0])
+    np.testing.assert_array_equal(y[1:], np.array(want, np.float32))

@@ -374,11 +374,23 @@ def test_template_values_are_template_parameters_not_locals():
 
 
 @pytest.mark.parametrize(
-    "name", ["a + b", "f()", "x; system(1)", "1", "::", "a::", "a::::b", "new", "a::class", ""]
-)
+    "name",
+    ["a + b", "f()", "x; system(1)", "1", "::", "a::", "a::::b", "new", "a::class", "",
+     "f<", "f<>", "f<int", "f<int,>", "f<a>b", "f<1+2>", "f<new>", "f<int>::", "true", "f<x(1)>"],
+)  # fmt: skip
 def test_cxx_names_are_qualified_identifiers_only(name):
     with pytest.raises(ValueError, match=r"\[cxx\]"):
         kernelkit.cxx(name)
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["vllm::silu_kernel<float>", "f<__half, 3, true>", "ns::g<const float*, a::b<int>>",
+     "f<unsigned int>::value", "::a::f<int&>"],
+)  # fmt: skip
+def test_cxx_names_take_template_arguments(name):
+    """vLLM passes ``KERNEL<scalar_t>`` (a function template's specialization) as ACT_FN."""
+    assert kernelkit.cxx(name).name == name
 
 
 def test_cxx_name_of_another_type_is_refused():

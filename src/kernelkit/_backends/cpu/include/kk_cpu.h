@@ -20,6 +20,7 @@
 #include <condition_variable>
 #include <mutex>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <thread>
 #include <type_traits>

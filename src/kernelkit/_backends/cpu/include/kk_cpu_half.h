@@ -80,6 +80,39 @@ typedef __half half;
 typedef __nv_bfloat16 nv_bfloat16;
 typedef __nv_bfloat16 bfloat16_t;
 
+// std::numeric_limits of both, as libcu++ gives them under nvcc and NVRTC (without these the
+// primary template answers 0 for quiet_NaN(), max(), ... : PyTorch's NLL loss returns NaN so).
+#define KK_HALF_LIMITS(H, DIG, DIG10, MAXDIG10, MINEXP, MINEXP10, MAXEXP, MAXEXP10, MIN, MAX, \
+                       EPS, DENORM, INF, QNAN, SNAN)                                          \
+  template <>                                                                                 \
+  struct std::numeric_limits<H> {                                                             \
+    static H kk_bits(unsigned short b) { H r; r.__x = b; return r; }                          \
+    static constexpr bool is_specialized = true, is_signed = true, is_integer = false;         \
+    static constexpr bool is_exact = false, has_infinity = true, has_quiet_NaN = true;        \
+    static constexpr bool has_signaling_NaN = true, is_iec559 = true, is_bounded = true;      \
+    static constexpr bool is_modulo = false, traps = false, tinyness_before = false;          \
+    static constexpr std::float_denorm_style has_denorm = std::denorm_present;                \
+    static constexpr bool has_denorm_loss = false;                                            \
+    static constexpr std::float_round_style round_style = std::round_to_nearest;              \
+    static constexpr int digits = DIG, digits10 = DIG10, max_digits10 = MAXDIG10, radix = 2;  \
+    static constexpr int min_exponent = MINEXP, min_exponent10 = MINEXP10;                    \
+    static constexpr int max_exponent = MAXEXP, max_exponent10 = MAXEXP10;                    \
+    static H min() noexcept { return kk_bits(MIN); }                                          \
+    static H max() noexcept { return kk_bits(MAX); }                                          \
+    static H lowest() noexcept { return kk_bits(MAX | 0x8000u); }                             \
+    static H epsilon() noexcept { return kk_bits(EPS); }                                      \
+    static H round_error() noexcept { return H(0.5f); }                                       \
+    static H infinity() noexcept { return kk_bits(INF); }                                     \
+    static H quiet_NaN() noexcept { return kk_bits(QNAN); }                                   \
+    static H signaling_NaN() noexcept { return kk_bits(SNAN); }                               \
+    static H denorm_min() noexcept { return kk_bits(DENORM); }                                \
+  };
+KK_HALF_LIMITS(__half, 11, 3, 5, -13, -4, 16, 4, 0x0400u, 0x7bffu, 0x1400u, 0x0001u, 0x7c00u,
+               0x7e00u, 0x7d00u)
+KK_HALF_LIMITS(__nv_bfloat16, 8, 2, 4, -125, -37, 128, 38, 0x0080u, 0x7f7fu, 0x3c00u, 0x0001u,
+               0x7f80u, 0x7fc0u, 0x7fa0u)
+#undef KK_HALF_LIMITS
+
 // The pairs, with cuda_fp16.h / cuda_bf16.h's constructor (two halves; floats convert) and
 // lane-wise operators (comparisons are true when both lanes compare true, as __hbeq2).
 #define KK_HALF2_TYPE(H2, H)                                                                  \

@@ -15,6 +15,10 @@ static inline int __syncthreads_count(int pred, const char* file = __builtin_FIL
 static inline void __threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 static inline void __threadfence_block() { __atomic_signal_fence(__ATOMIC_SEQ_CST); }
 static inline void __threadfence_system() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+// Programmatic dependent launch: launches here run one after another (a kernel starts after the
+// previous one has ended), so the dependency is already met and there is no one to trigger.
+static inline void cudaGridDependencySynchronize() {}
+static inline void cudaTriggerProgrammaticLaunchCompletion() {}
 
 // --- atomics ----------------------------------------------------------------------------------
 #define KK_RLX __ATOMIC_RELAXED

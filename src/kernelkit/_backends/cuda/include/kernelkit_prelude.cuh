@@ -64,6 +64,18 @@ struct kk_float_limits {
 #define M_SQRT1_2 0.70710678118654752440
 #endif
 
+// Programmatic dependent launch (sm_90+): nvcc gets these from cuda_device_runtime_api.h through
+// its forced cuda_runtime.h; NVRTC has neither, and real kernels (ggml's) call them. The text is
+// that header's (not static: an unused static function draws a warning into every log).
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && !defined(__CUDA_DEVICE_RUNTIME_API_H__)
+__device__ __forceinline__ void cudaTriggerProgrammaticLaunchCompletion(void) {
+  asm volatile("griddepcontrol.launch_dependents;" :::);
+}
+__device__ __forceinline__ void cudaGridDependencySynchronize(void) {
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+}
+#endif
+
 typedef signed char int8_t;
 typedef short int16_t;
 typedef int int32_t;

@@ -2,3 +2,4 @@
 #pragma once
 #include <cuda/std/cassert>
 #include "kk_std.h"
+#include "kk_assert.h"
