@@ -21,7 +21,7 @@ CHILD = textwrap.dedent(
     import sys, time
     import torch, kernelkit
     body = "y[(long long)(threadIdx.x + 1) << 40] = x[0];"  # far past y: a fault
-    k = kernelkit.kernel("kk_fault_probe", ["x"], ["y"], body)
+    k = kernelkit.kernel("fault_probe", ["x"], ["y"], body)
     x, y = torch.ones(1, device="cuda"), torch.zeros(1, device="cuda")
     try:
         for _ in range(200):  # the fault surfaces at a later launch or wait
@@ -39,5 +39,5 @@ def test_a_device_fault_names_the_kernel_and_the_way_to_find_it():
     r = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
     msg = r.stdout.split("MSG:", 1)[1]
-    assert msg.startswith("[kk_fault_probe] device fault CUDA_ERROR_"), msg
+    assert msg.startswith("[fault_probe] device fault CUDA_ERROR_"), msg
     assert "CUDA context is lost" in msg and "check=True" in msg, msg
