@@ -390,6 +390,7 @@ def record_of(obj: Any, result: ShapeResult) -> Any:
         best_us=round(float(best[2] or 0.0) * 1e6, 4),
         candidates=len(result.rows),
         tuning_s=round(result.tuning_s, 4),
+        identity=obj.op.identity,
     )
 
 
