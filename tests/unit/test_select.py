@@ -378,3 +378,16 @@ def test_a_lookup_may_give_several_candidates_the_first_legal_wins():
     sel = select(op, p, t, table=lambda p, t, key: rows[:3])
     assert sel.choice.source == "default" and "refused" in sel.explain()
     assert "table: no entry" in select(op, p, t, table=lambda p, t, key: []).explain()
+
+
+def test_a_stored_config_must_match_an_offered_one_in_type_too():
+    op = Op("flags", key=["M"])
+    op.register(
+        Implementation("g", run=lambda c, call: None, grid=grid_rule, configs=(Config({"F": 1}),))
+    )
+    p, t = problem(m=8), target()
+    assert Config({"F": True}) == Config({"F": 1})  # Python's view; the kernel sees true vs 1
+    for source in ("database", "table"):
+        sel = select(op, p, t, **{source: lookup_of("g", Config({"F": True}))})
+        assert sel.choice.source == "default" and "is not one of g's" in sel.explain()
+    assert select(op, p, t, database=lookup_of("g", Config({"F": 1}))).choice.source == "database"

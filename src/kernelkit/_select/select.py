@@ -98,11 +98,21 @@ def unservable(op: Op, impl_id: str, config: Config, identity: str = "") -> str 
         names = [i.name for i in op.implementations]
         return f"no implementation {impl_id!r} in {op.name} (it has {names})"
     if impl.kind == "generic":
-        if config != impl.default and config not in impl.configs:
+        if not _offers(impl, config):
             return f"config [{config.describe()[:200]}] is not one of {impl.name}'s"
     elif config != Config():
         return f"microkernel {impl.name} takes no config, got [{config.describe()[:200]}]"
     return None
+
+
+def _offers(impl: Implementation, config: Config) -> bool:
+    """Whether ``config`` is the default or one of ``impl``'s configs, value and type (a stored
+    ``true`` is not the config ``1``, though Python compares them equal)."""
+
+    def typed(c: Config) -> tuple:
+        return tuple((n, type(v).__name__) for n, v in c.template)
+
+    return any(c == config and typed(c) == typed(config) for c in (impl.default, *impl.configs))
 
 
 def _legal(
@@ -127,7 +137,7 @@ def _legal(
             config = impl.heuristic(problem, target)  # one its heuristic gives this problem
         config = config or impl.default
         assert config is not None  # generic implementations always have a default
-        if listed and config != impl.default and config not in impl.configs:
+        if listed and not _offers(impl, config):
             return None, None, f"config [{config.describe()}] is not one of {impl.name}'s"
         why = _limits(config, target) or impl.check_config(problem, config)
         if why is not None:
