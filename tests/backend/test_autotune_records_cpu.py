@@ -93,6 +93,20 @@ def test_a_record_of_a_changed_kernel_is_never_served(db, step, threadgroups, do
     assert fresh.tunings == 0
 
 
+def test_serve_mode_runs_the_default_for_a_changed_kernel(db, clean_state) -> None:
+    tuning._current = (_config.config, db)  # clean_state reloaded the configuration
+    x = np.arange(1000, dtype=np.float32)
+    run(strided("at_serve", 64, [64]), x)
+    assert len(db.records()) == 1
+    clean_state.setenv("KERNELKIT_TUNE", "serve")
+    _config.reload()
+    tuning._current = (_config.config, db)
+    new = strided("at_serve", 256, [256])
+    with pytest.warns(RuntimeWarning, match="another version of this kernel"):
+        np.testing.assert_array_equal(run(new, x), 2 * x)
+    assert new.tunings == 0 and source(new, x) == "default"
+
+
 BAD_CONFIGS = {
     "zero": Config({"U": 0}, (64,)),
     "not offered": Config({"U": 3}, (64,)),
