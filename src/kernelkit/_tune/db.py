@@ -172,18 +172,15 @@ class TuningDB:
         with self._lock:  # a put that raced this read wins
             return self._memory.setdefault((op, env.digest(), key), record)
 
-    def _read(
-        self, path: Path, env_digest: str, digest: str, warn: bool = True
-    ) -> TuningRecord | None:
-        why = self._problem(path, env_digest, digest)
-        if isinstance(why, TuningRecord) or why is None:
-            return why
-        if warn:
-            self._warn_unusable(path, why)
-        return None
+    def _read(self, path: Path, env_digest: str, digest: str) -> TuningRecord | None:
+        found = self._inspect(path, env_digest, digest)
+        if isinstance(found, str):
+            self._warn_unusable(path, found)
+            return None
+        return found
 
     @staticmethod
-    def _problem(path: Path, env_digest: str, digest: str) -> TuningRecord | str | None:
+    def _inspect(path: Path, env_digest: str, digest: str) -> TuningRecord | str | None:
         """The record at ``path``, None when there is none, or why it is unusable."""
         try:
             data = read_regular(path, _MAX_RECORD_BYTES, follow=False)
@@ -351,7 +348,7 @@ class TuningDB:
             for name in sorted(_names(folder)):
                 path = folder / name
                 if _is_record_name(name):
-                    found = self._problem(path, folder.name, name[: -len(SUFFIX)])
+                    found = self._inspect(path, folder.name, name[: -len(SUFFIX)])
                     if isinstance(found, TuningRecord):
                         good += 1
                     elif found is not None:
