@@ -3,6 +3,7 @@ legality of every candidate a rule returns, overrides, and golden decisions."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -166,7 +167,7 @@ def lookup_of(impl, config, where="test"):
 
 def test_precedence_and_provenance():
     op, p, t = make_op(), problem(m=1), target()
-    tuned = Config({"BM": 32}, (64,))
+    tuned = Config({"BM": 64}, (128,))
     tabled = Config({"BM": 128}, (256,))
     db, table = lookup_of("tiled", tuned), lookup_of("mm/tiled", tabled)
     # database beats table beats microkernel beats heuristic beats default
@@ -195,11 +196,17 @@ def test_heuristic_when_no_microkernel_matches():
 
 def test_every_candidate_a_rule_returns_is_legal_or_refused_with_why():
     op, p, t = make_op(), problem(m=1), target()
+    big, shared = Config({"BM": 1}, (2048,)), Config({"BM": 1}, (32,), 1 << 20)
+    tiled = op.get("tiled")
+    op.implementations[op.implementations.index(tiled)] = dataclasses.replace(
+        tiled, configs=(*tiled.configs, big, shared)
+    )
     cases = [
         (lookup_of("gone", None, "db record"), "no implementation 'gone'"),
         (lookup_of("wgmma", None), "needs arch_specific"),
-        (lookup_of("tiled", Config({"BM": 1}, (2048,))), "2048 threads"),
-        (lookup_of("tiled", Config({"BM": 1}, (32,), 1 << 20)), "shared_memory"),
+        (lookup_of("tiled", big), "2048 threads"),  # listed, but past the target's limits
+        (lookup_of("tiled", shared), "shared_memory"),
+        (lookup_of("tiled", Config({"BM": 0}, (64,))), "is not one of tiled's"),
     ]
     for db, why in cases:
         sel = select(op, p, t, database=db)
@@ -317,7 +324,7 @@ def test_a_stored_config_that_does_not_fit_the_problem_is_refused():
         "tiled",
         run=small.run,
         grid=grid_rule,
-        configs=small.configs,
+        configs=(*small.configs, Config({"BM": 2})),
         fits=lambda p, c: None if p.attr("M") <= 4 * c.values["BM"] else "M too large for BM",
     )
     sel = select(op, problem(m=200), target(), database=lookup_of("tiled", Config({"BM": 2})))
@@ -363,10 +370,24 @@ def test_a_lookup_may_give_several_candidates_the_first_legal_wins():
     assert "config [BM=32 threadgroup=64x1x1] is not one of tiled's" in verdicts[1]
     assert "M = 200 > 16" in verdicts[2] and verdicts[3] == "chosen"
     assert sel.problem is p and sel.target is t  # what the decision was made for
-    # the database may hold configs outside the list (AutotunedKernel.tune(configs=...))
+    # a record naming a config outside the list is passed over too, never compiled
     sel = select(op, p, t, database=lookup_of("tiled", Config({"BM": 32}, (64,))))
-    assert (sel.choice.source, sel.choice.config.values) == ("database", {"BM": 32})
+    assert sel.choice.source == "default"
+    assert "config [BM=32 threadgroup=64x1x1] is not one of tiled's" in sel.explain()
     # every row refused: the next rule decides; an empty list is "no entry"
     sel = select(op, p, t, table=lambda p, t, key: rows[:3])
     assert sel.choice.source == "default" and "refused" in sel.explain()
     assert "table: no entry" in select(op, p, t, table=lambda p, t, key: []).explain()
+
+
+def test_a_stored_config_must_match_an_offered_one_in_type_too():
+    op = Op("flags", key=["M"])
+    op.register(
+        Implementation("g", run=lambda c, call: None, grid=grid_rule, configs=(Config({"F": 1}),))
+    )
+    p, t = problem(m=8), target()
+    assert Config({"F": True}) == Config({"F": 1})  # Python's view; the kernel sees true vs 1
+    for source in ("database", "table"):
+        sel = select(op, p, t, **{source: lookup_of("g", Config({"F": True}))})
+        assert sel.choice.source == "default" and "is not one of g's" in sel.explain()
+    assert select(op, p, t, database=lookup_of("g", Config({"F": 1}))).choice.source == "database"

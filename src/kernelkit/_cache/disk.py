@@ -84,6 +84,39 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
+def tuning_records(root: Path) -> list[EntryFile]:
+    """The tuning database's record files, ``tuning/<env digest>/<record digest>.json``
+    (``_tune/db.py``): they count in the size cap, least recently used going first."""
+    found = []
+    for env in _listing(root / "tuning"):
+        if _digest_name(env.name, "") and env.is_dir(follow_symlinks=False):
+            for d in _listing(Path(env.path)):
+                digest = _digest_name(d.name, ".json")
+                try:
+                    if digest and d.is_file(follow_symlinks=False):
+                        st = d.stat(follow_symlinks=False)
+                        found.append(EntryFile(Path(d.path), digest, st.st_size, st.st_mtime))
+                except OSError:
+                    continue
+    return found
+
+
+def _listing(folder: Path) -> list[os.DirEntry[str]]:
+    try:
+        with os.scandir(folder) as it:
+            return list(it)
+    except OSError:
+        return []
+
+
+def _digest_name(name: str, suffix: str) -> str | None:
+    """The digest a file name ``<digest><suffix>`` carries, or None."""
+    try:
+        return check_digest(name.removesuffix(suffix), "") if name.endswith(suffix) else None
+    except BadKey:
+        return None
+
+
 class DiskCache:
     """The entries under one directory, with a size cap (least recently used go first)."""
 
@@ -281,7 +314,7 @@ class DiskCache:
     def evict(self, keep: str | None = None) -> int:
         """Remove least recently used entries and build products while the total is over the
         cap; ``keep`` (a digest, or a product's path) stays."""
-        files = self.scan()
+        files = self.scan() + tuning_records(self.root)
         made = products.scan(self.root)
         total = sum(f.size_bytes for f in files) + sum(p.size_bytes for p in made)
         if total <= self.max_bytes:
@@ -316,8 +349,8 @@ class DiskCache:
         return products.scan(self.root)
 
     def size_bytes(self) -> int:
-        """Entries and build products together (what the cap bounds)."""
-        return sum(f.size_bytes for f in self.scan()) + sum(
+        """Entries, tuning records and build products together (what the cap bounds)."""
+        return sum(f.size_bytes for f in self.scan() + tuning_records(self.root)) + sum(
             p.size_bytes for p in products.scan(self.root)
         )
 

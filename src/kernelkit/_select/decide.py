@@ -11,13 +11,14 @@ from ..backend import Backend
 from .override import forced
 from .records import Config, KernelChoice
 from .registry import Op
-from .select import Selection, select
+from .select import Selection, select, unservable
 
 __all__ = ["decide", "explain_selection"]
 
 
-def _database(backend: Backend) -> Any:
-    """A lookup into the tuning database for this backend, or None when the database is off."""
+def _database(op: Op, backend: Backend) -> Any:
+    """A lookup into the tuning database for this backend, or None when the database is off.
+    A record ``op`` cannot serve as it is now (``unservable``) is discarded with one warning."""
     from .._tune import db as tuning
 
     if tuning.tune_mode() == "off":
@@ -28,6 +29,10 @@ def _database(backend: Backend) -> Any:
         env = tuning.Environment.of(backend, target)
         record = store.get(problem.name, env, key)
         if record is None:
+            return None
+        why = unservable(op, record.impl, record.config, record.identity)
+        if why is not None:
+            store.discard(record, why)
             return None
         best = f", {record.best_us:g} us, best of {record.candidates}" if record.best_us else ""
         return record.impl, record.config, f"tuned {record.created}{best}"
@@ -54,7 +59,7 @@ def selection(op: Op, problem: Problem, target: Target, backend: Backend) -> Sel
         problem,
         target,
         override=forced(op.name),
-        database=_database(backend),
+        database=_database(op, backend),
         table=_table(),
     )
 

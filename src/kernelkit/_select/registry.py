@@ -110,7 +110,10 @@ class Op:
     """An operation and its implementations; the selection stage picks one per problem.
 
     ``key`` names the problem features a decision depends on (see ``KeySpec``): decisions are
-    cached, stored in the tuning database and looked up in tables under that key.
+    cached, stored in the tuning database and looked up in tables under that key. ``identity``
+    names what its tuning records are bound to (an autotuned kernel: a digest of its spec and
+    config list; built-in ops: "", their kernels change only with kernelkit's version, which
+    the record's environment holds): a record of another identity is never served.
 
     Example::
 
@@ -126,6 +129,7 @@ class Op:
     name: str
     key: KeySpec | Sequence[str] = ()
     implementations: list[Implementation] = field(default_factory=list)
+    identity: str = ""
 
     def __post_init__(self) -> None:
         if not isinstance(self.key, KeySpec):

@@ -6,9 +6,9 @@ highest-priority matching microkernel > a heuristic > a default that always work
 any rule returns is checked against the implementation's own rule and the target's limits before
 it is taken; one that fails is recorded with why, and the next rule decides. A lookup may
 return several candidates, best first (a table: every matching row): the first legal one is
-taken. A table row must also name one of its implementation's configs (tables are made by
-tuning over them; a row naming a config since removed or renamed is passed over, never
-compiled).
+taken. A table row or a tuning record must also name one of its implementation's configs
+(both are made by tuning over them; one naming a config since removed or renamed, or a value
+the kernel never offered, is passed over, never compiled): ``unservable`` says why.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from .._records import Problem, Target
 from .records import Config, KernelChoice
 from .registry import Implementation, Op
 
-__all__ = ["Considered", "Override", "Selection", "select"]
+__all__ = ["Considered", "Override", "Selection", "select", "unservable"]
 
 # (implementation id, config, where); "where" describes the record for explain
 Found = tuple[str, Config, str]
@@ -84,6 +84,37 @@ def _limits(config: Config, target: Target) -> str | None:
     return None
 
 
+def unservable(op: Op, impl_id: str, config: Config, identity: str = "") -> str | None:
+    """Why a stored decision (a tuning record's implementation, config and identity) cannot be
+    served to ``op`` as it is now, or None: a record is checked against what the op offers now
+    (its identity, implementations and config lists), never trusted for what it says."""
+    if identity != op.identity:
+        return (
+            "it was measured on another version of this kernel (its source, spec or config "
+            "list has changed since)"
+        )
+    impl = op.get(impl_id)
+    if impl is None:
+        names = [i.name for i in op.implementations]
+        return f"no implementation {impl_id!r} in {op.name} (it has {names})"
+    if impl.kind == "generic":
+        if not _offers(impl, config):
+            return f"config [{config.describe()[:200]}] is not one of {impl.name}'s"
+    elif config != Config():
+        return f"microkernel {impl.name} takes no config, got [{config.describe()[:200]}]"
+    return None
+
+
+def _offers(impl: Implementation, config: Config) -> bool:
+    """Whether ``config`` is the default or one of ``impl``'s configs, value and type (a stored
+    ``true`` is not the config ``1``, though Python compares them equal)."""
+
+    def typed(c: Config) -> tuple:
+        return tuple((n, type(v).__name__) for n, v in c.template)
+
+    return any(c == config and typed(c) == typed(config) for c in (impl.default, *impl.configs))
+
+
 def _legal(
     op: Op,
     impl_id: str,
@@ -93,7 +124,7 @@ def _legal(
     listed: bool = False,
 ) -> tuple[Implementation | None, Config | None, str | None]:
     """(implementation, config to use, None) when legal, else (None, None, why not).
-    ``listed``: a generic implementation's config must be one of its own (tables)."""
+    ``listed``: a generic implementation's config must be one of its own (tables, records)."""
     impl = op.get(impl_id)
     if impl is None:
         names = [i.name for i in op.implementations]
@@ -106,7 +137,7 @@ def _legal(
             config = impl.heuristic(problem, target)  # one its heuristic gives this problem
         config = config or impl.default
         assert config is not None  # generic implementations always have a default
-        if listed and config != impl.default and config not in impl.configs:
+        if listed and not _offers(impl, config):
             return None, None, f"config [{config.describe()}] is not one of {impl.name}'s"
         why = _limits(config, target) or impl.check_config(problem, config)
         if why is not None:
@@ -158,7 +189,7 @@ def select(
             seen.append(Considered(source, None, "no entry" if lookup else "not consulted"))
             continue
         for impl_id, wanted, where in [found] if isinstance(found, tuple) else found:
-            impl, config, why = _legal(op, impl_id, wanted, problem, target, source == "table")
+            impl, config, why = _legal(op, impl_id, wanted, problem, target, listed=True)
             if impl is None or config is None:
                 seen.append(Considered(source, impl_id, f"refused: {why} ({where})"))
                 continue

@@ -148,7 +148,8 @@ class TableEntry:
         note = d.get("note", "")
         if not isinstance(note, str):
             raise BadTable("'note' must be a string")
-        return cls(op, impl, _config(d.get("config", {})), arch, name, exact, ranges, note, where)
+        config = _config(d.get("config", {}))
+        return cls(op, impl, config, arch, name, tuple(exact), tuple(ranges), note, where)
 
     @classmethod
     def from_key(
@@ -475,6 +476,10 @@ _shipped: Table | None = None
 _shipped_lock = threading.Lock()
 
 
+def _name(t: Traversable) -> str:
+    return t.name
+
+
 def shipped_tables() -> Table:
     """Every table shipped in ``kernelkit/tables/`` (loaded once, on first use)."""
     global _shipped
@@ -483,6 +488,6 @@ def shipped_tables() -> Table:
             if _shipped is None:
                 folder = files("kernelkit") / "tables"
                 found = list(folder.iterdir()) if folder.is_dir() else []
-                tables = [t for t in found if t.name.endswith(SUFFIXES)]
-                _shipped = Table.load(sorted(tables, key=lambda t: t.name))
+                tables = sorted((t for t in found if t.name.endswith(SUFFIXES)), key=_name)
+                _shipped = Table.load(tables)
     return _shipped

@@ -6,58 +6,38 @@ dtypes (and the values of int/bool scalars) into one tuple; a dictionary maps it
 settings decided earlier (the hot path: one lookup, then the kernel call). A new tuple takes the
 slow path: bind the arguments into a ``Problem``, ``decide`` (override > database > table >
 default), tune first when the database has no record for the key and ``KERNELKIT_TUNE=auto``
-(once per key across threads), and remember the settings.
+(once per key across threads and processes: a file lock per key), and remember the settings.
+
+Records are bound to the kernel they were measured on: ``Op.identity`` is a digest of the kernel's
+spec (body, header, names, options) and of the configs it offers, and a record of another
+identity, or naming a config the kernel does not offer now, is never served (``unservable``).
 """
 
 from __future__ import annotations
 
 import functools
-import math
 import threading
 import warnings
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 from .._api import Kernel
-from .._errors import ArgumentTypeError
+from .._errors import ArgumentError, ArgumentTypeError
 from .._records import Problem
 from .._select.decide import decide, explain_selection
 from .._select.override import _config_of, _forced, forced
 from .._select.records import Config, KernelChoice
-from .._select.registry import GridRule, Implementation, Op
-from .._select.select import Selection
+from .._select.registry import Implementation, Op
+from .._select.select import Selection, unservable
 from . import db as tuning
+from .calls import KernelCall, grid_rule, identity, launch_settings, run_choice
 from .keyfn import _compile_key, _is_int_scalar, _no_key, _pattern, _row_strides
 from .tuner import Session, TuneResult, tune_session
 
 __all__ = ["AutotunedKernel", "KernelCall", "autotune", "explain"]
 
 MAX_FAST = 4096  # distinct argument layouts remembered per kernel (then forgotten at once)
-
-
-@dataclass(frozen=True)
-class KernelCall:
-    """A call's arguments except what the config decides: what the implementation's ``run``
-    takes beside the ``KernelChoice``."""
-
-    inputs: Sequence[Any]
-    output_shapes: Sequence[Sequence[int]] | None = None
-    output_dtypes: Sequence[Any] | None = None
-    out: Sequence[Any] | None = None
-    stream: Any = None
-    init_value: Any = None
-    backend: str | None = None
-    check: bool | None = None
-    verbose: bool = False
-
-
-def _launch_settings(choice: KernelChoice) -> tuple[Any, tuple[int, ...], tuple[int, ...], Any]:
-    """(template, threadgroup, grid, shared_memory) as ``Kernel.__call__`` takes them; shared
-    memory 0 leaves the kernel's own."""
-    c = choice.config
-    template = list(c.template) or None
-    return template, c.threadgroup, choice.grid, c.shared_memory or None
 
 
 class _AutotunedOp(Op):
@@ -69,32 +49,6 @@ class _AutotunedOp(Op):
         super().forget()
         if self.on_forget is not None:
             self.on_forget()
-
-
-def grid_rule(grid: Any, inputs: Sequence[str]) -> GridRule:
-    """A grid rule from its simple forms: a callable ``(problem, config) -> grid``; a tuple of
-    ints (fixed grid in threads); an argument name (one thread per element of that array)."""
-    if callable(grid):
-        return grid  # type: ignore[no-any-return]
-    if isinstance(grid, str):
-        name = grid
-
-        def per_element(problem: Problem, config: Config) -> tuple[int, int, int]:
-            return (max(1, math.prod(problem.arg(name).shape)), 1, 1)
-
-        return per_element
-    if (
-        isinstance(grid, list | tuple)
-        and 1 <= len(grid) <= 3
-        and all(isinstance(g, int) and not isinstance(g, bool) and g > 0 for g in grid)
-    ):
-        fixed = tuple(grid) + (1,) * (3 - len(grid))
-        return lambda problem, config: fixed
-    raise ArgumentTypeError(
-        f"[autotune] grid must be a callable (problem, config) -> grid, a tuple of 1 to 3 "
-        f"positive ints, or the name of an argument (one thread per element); got {grid!r}. "
-        f"Arguments: {list(inputs)}"
-    )
 
 
 def _configs(configs: Any, name: str) -> tuple[Config, ...]:
@@ -138,11 +92,11 @@ class AutotunedKernel:
                 stacklevel=3,
             )
             fallback = fallback or Config()
-        self.op = _AutotunedOp(self.name, key=key)
+        self.op = _AutotunedOp(self.name, key=key, identity=identity(spec, tuned, fallback))
         self.impl = self.op.register(
             Implementation(
                 "generic",
-                run=functools.partial(_run_choice, kernel),
+                run=functools.partial(run_choice, kernel),
                 grid=grid_rule(grid, args),
                 configs=tuned,
                 default=fallback,
@@ -250,7 +204,7 @@ class AutotunedKernel:
             inputs, output_shapes, output_dtypes, out, None, init_value, backend, check
         )
         choice = self._choose(problem, bound, call)
-        settings = _launch_settings(choice)
+        settings = launch_settings(choice)
         if forced(self.op.name) is None:
             self._remember(inputs, out, output_shapes, output_dtypes, backend, settings)
         return settings
@@ -293,28 +247,40 @@ class AutotunedKernel:
         with lock:
             store = tuning.current_db()
             env = tuning.Environment.of(bound.backend, bound.target)
-            if store.get(self.name, env, key) is not None:
-                return  # another thread tuned it while this one waited
-            try:
-                result = self._tune_problem(problem, bound, call, budget_s=self.budget_s)
-            except Exception as e:  # noqa: BLE001 - a failed tuning runs the default
-                warnings.warn(
-                    f"[{self.name}] tuning failed ({type(e).__name__}: {e}); running the "
-                    "default config",
-                    RuntimeWarning,
-                    stacklevel=6,
-                )
-                return
-            if result.record is None:
-                warnings.warn(
-                    f"[{self.name}] no candidate config ran correctly for this problem "
-                    f"({result.note}); running the default config:\n{result.table()}",
-                    RuntimeWarning,
-                    stacklevel=6,
-                )
-                return
-            store.put(result.record)
-            self.op.forget()
+            if not self._served(store.get(self.name, env, key)):
+                with store.lock(self.name, env, key):  # another process may be tuning it
+                    if not self._served(store.reload(self.name, env, key)):
+                        self._tune_and_store(store, problem, bound, call)
+            self.op.forget()  # the decision made before tuning (or another's) is replaced
+
+    def _served(self, record: tuning.TuningRecord | None) -> bool:
+        """Whether ``record`` is one this kernel serves as it is now."""
+        return record is not None and (
+            unservable(self.op, record.impl, record.config, record.identity) is None
+        )
+
+    def _tune_and_store(
+        self, store: tuning.TuningDB, problem: Problem, bound: Any, call: KernelCall
+    ) -> None:
+        try:
+            result = self._tune_problem(problem, bound, call, budget_s=self.budget_s)
+        except Exception as e:  # noqa: BLE001 - a failed tuning runs the default
+            warnings.warn(
+                f"[{self.name}] tuning failed ({type(e).__name__}: {e}); running the "
+                "default config",
+                RuntimeWarning,
+                stacklevel=7,
+            )
+            return
+        if result.record is None:
+            warnings.warn(
+                f"[{self.name}] no candidate config ran correctly for this problem "
+                f"({result.note}); running the default config:\n{result.table()}",
+                RuntimeWarning,
+                stacklevel=7,
+            )
+            return
+        store.put(result.record)
 
     def _tune_problem(
         self,
@@ -435,10 +401,20 @@ class AutotunedKernel:
         quiet: bool | None = None,
     ) -> TuneResult:
         """Tune now for these arguments (whatever the database holds) and store the winner
-        (``store=False``: only report). Returns every candidate's result."""
+        (``store=False``: only report). Returns every candidate's result. Configs given here
+        that the kernel does not offer can only be measured (``store=False``): a record is
+        served only with one of the kernel's configs."""
+        chosen = None if configs is None else _configs(configs, self.name)
+        offered = (self.impl.default, *self.impl.configs)
+        extra = [c for c in chosen or () if c not in offered]
+        if store and extra:
+            raise ArgumentError(
+                f"[{self.name}] tune(configs=...) with store=True needs configs the kernel "
+                f"offers; got [{extra[0].describe()}], not one of its {len(offered) - 1} "
+                "configs. Add it to autotune's configs, or pass store=False to only measure"
+            )
         problem, bound = self.problem(inputs, output_shapes, output_dtypes, out, backend)
         call = KernelCall(inputs, output_shapes, output_dtypes, out, None, init_value, backend)
-        chosen = None if configs is None else _configs(configs, self.name)
         result = self._tune_problem(problem, bound, call, chosen, budget_s, quiet)
         if store and result.record is not None:
             tuning.current_db().put(result.record)
@@ -497,26 +473,6 @@ def autotune(
 
         return decorate
     return AutotunedKernel(kernel, **options)  # type: ignore[arg-type]
-
-
-def _run_choice(kernel: Kernel, choice: KernelChoice, call: KernelCall) -> Any:
-    """``Implementation.run`` of an autotuned kernel: carry out the choice, deciding nothing."""
-    template, threadgroup, grid, shared = _launch_settings(choice)
-    return kernel(
-        call.inputs,
-        call.output_shapes,
-        call.output_dtypes,
-        grid,
-        threadgroup,
-        template,
-        call.init_value,
-        call.verbose,
-        call.stream,
-        call.out,
-        call.backend,
-        call.check,
-        shared,
-    )
 
 
 def known(ops: Mapping[str, AutotunedKernel]) -> Callable[[str, str], bool]:

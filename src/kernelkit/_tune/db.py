@@ -3,13 +3,19 @@
 Layout under the root (``<cache dir>/tuning`` for ``current_db()``)::
 
     <env digest>/<record digest>.json                  one record (format below)
-    <env digest>/.<record digest>.<pid>.<token>.tmp    while a writer works (atomic rename)
+    <env digest>/.<record digest>.json.<pid>.<token>.tmp  while a writer works (atomic rename)
+    locks/<record digest>.lock                         one file lock per key: processes tune it once
 
 A record file is ``{"kernelkit": "tuning-record", "format": 1, "sha256": <of the record's
 canonical JSON>, "record": {...}}``. A file is served only if its checksum holds, its record
 parses, and the record's own environment and (op, environment, key) digests are the names it was
-found under; anything else (truncated, edited, moved, crafted) is a warning and a miss. Every
-digest read from a directory listing is checked (``check_digest``) before it names a path.
+found under; anything else (truncated, edited, moved, crafted, a FIFO, a link, larger than 4 MB)
+is a warning and a miss. Every digest read from a directory listing is checked
+(``check_digest``) before it names a path. A record that parses is still checked against what
+its op offers now before it is served (``_select.select.unservable``: its identity, its
+implementation, a config from the op's list); one that fails is discarded with one warning
+(``discard``). Temp files of a writer that died are removed when a folder is first read or
+written in a process, and by ``verify``.
 
 An export (``export``/``import_file``) is one JSON file: ``{"kernelkit": "tuning-export",
 "format": 1, "records": [...]}``. Import refuses, with a message naming it, a malformed record, a
@@ -26,16 +32,19 @@ import errno
 import hashlib
 import json
 import os
-import secrets
 import threading
 import warnings
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 from .. import _config
 from .._cache import disk
 from .._cache.keys import BadKey, check_digest
+from .exchange import FORMAT, check_item, read_export
+from .files import names as _names
+from .files import publish as _publish
+from .files import read_regular, stale_temps
 from .records import (
     TUNING_SCHEMA_VERSION,
     BadRecord,
@@ -57,9 +66,8 @@ __all__ = [
 ]
 
 SUFFIX = ".json"
-FORMAT = 1
 _MAX_RECORD_BYTES = 4 << 20  # a record is a few KB; a larger file is not one of ours
-_MAX_EXPORT_BYTES = 512 << 20
+LOCK_TIMEOUT_S = 900.0  # a process waiting for another's tuning of a key tunes it itself after
 _MISS = None  # cached in memory for a key with no usable record (warned about once)
 _UNSEEN = object()
 
@@ -85,8 +93,8 @@ def decode(data: bytes, env_digest: str, digest: str) -> TuningRecord:
     is not exactly that."""
     try:
         envelope = json.loads(data)
-    except ValueError as e:
-        raise BadRecord(f"not JSON ({e})") from None
+    except (ValueError, RecursionError) as e:  # RecursionError: nesting too deep
+        raise BadRecord(f"not JSON ({type(e).__name__}: {str(e)[:200]})") from None
     if not (
         isinstance(envelope, dict)
         and envelope.get("kernelkit") == "tuning-record"
@@ -101,31 +109,6 @@ def decode(data: bytes, env_digest: str, digest: str) -> TuningRecord:
     if record.env.digest() != env_digest or record.digest() != digest:
         raise BadRecord("foreign record: its environment or key is not the one its path names")
     return record
-
-
-def _read_bounded(path: Path, limit: int) -> bytes:
-    with open(path, "rb") as f:
-        data = f.read(limit + 1)
-    if len(data) > limit:
-        raise BadRecord(f"larger than {limit} bytes")
-    return data
-
-
-def _publish(folder: Path, name: str, data: bytes) -> None:
-    """Write ``folder/name`` atomically: a temp file beside it, then a rename (OSError on
-    failure, the temp file removed)."""
-    tmp = folder / f".{name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        try:
-            disk._write_all(fd, data)  # the disk cache's writer (tests slow it down and kill it)
-        finally:
-            os.close(fd)
-        os.replace(tmp, folder / name)
-    except OSError:
-        disk._unlink(tmp)
-        raise
 
 
 class TuningDB:
@@ -151,6 +134,8 @@ class TuningDB:
         self.write_error: str | None = None
         self._memory: dict[tuple[str, str, Key], TuningRecord | None] = {}
         self._lock = threading.Lock()
+        self._swept: set[str] = set()  # env folders whose dead writers' temps were removed
+        self._discarded: set[TuningRecord] = set()  # warned about once
 
     def __repr__(self) -> str:
         return f"TuningDB({str(self.root) if self.root else 'in memory'})"
@@ -172,28 +157,48 @@ class TuningDB:
             return found  # type: ignore[return-value]
         return self._load(op, env, key)
 
+    def reload(self, op: str, env: Environment, key: Key) -> TuningRecord | None:
+        """``get``, reading the file again (another process may have written it since)."""
+        with self._lock:
+            self._memory.pop((op, env.digest(), key), None)
+        return self._load(op, env, key)
+
     def _load(self, op: str, env: Environment, key: Key) -> TuningRecord | None:
         record = None
         if self.root is not None:
             path = self.path(op, env, key)
+            self._sweep(path.parent)
             record = self._read(path, env.digest(), path.stem)
         with self._lock:  # a put that raced this read wins
             return self._memory.setdefault((op, env.digest(), key), record)
 
     def _read(self, path: Path, env_digest: str, digest: str) -> TuningRecord | None:
+        found = self._inspect(path, env_digest, digest)
+        if isinstance(found, str):
+            self._warn_unusable(path, found)
+            return None
+        return found
+
+    @staticmethod
+    def _inspect(path: Path, env_digest: str, digest: str) -> TuningRecord | str | None:
+        """The record at ``path``, None when there is none, or why it is unusable."""
         try:
-            data = _read_bounded(path, _MAX_RECORD_BYTES)
+            data = read_regular(path, _MAX_RECORD_BYTES, follow=False)
         except FileNotFoundError:
             return None
-        except (OSError, BadRecord) as e:
-            why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
-            self._warn_unusable(path, why)
-            return None
+        except (OSError, ValueError) as e:
+            return e.strerror if isinstance(e, OSError) and e.strerror else str(e)
         try:
-            return decode(data, env_digest, digest)
+            record = decode(data, env_digest, digest)
         except BadRecord as e:
-            self._warn_unusable(path, str(e))
-            return None
+            return str(e)
+        except Exception as e:  # noqa: BLE001 - a hostile file is a miss, never a crash
+            return f"{type(e).__name__}: {str(e)[:200]}"
+        try:
+            os.utime(path)  # the size cap removes least recently used files first
+        except OSError:
+            pass
+        return record
 
     @staticmethod
     def _warn_unusable(path: Path, why: str) -> None:
@@ -203,6 +208,61 @@ class TuningDB:
             RuntimeWarning,
             stacklevel=4,
         )
+
+    def discard(self, record: TuningRecord, why: str) -> None:
+        """Stop serving ``record`` in this process (one warning naming it and ``why``); tuning
+        its key again replaces its file."""
+        k = (record.op, record.env.digest(), record.key)
+        with self._lock:
+            if self._memory.get(k, _UNSEEN) == record:
+                self._memory[k] = None
+            if record in self._discarded:
+                return  # warned about already (read again by a reload)
+            self._discarded.add(record)
+        warnings.warn(
+            f"kernelkit: [{record.op}] tuning record {record.describe()[:300]} is not served: "
+            f"{why}; discarded (the key is tuned again, or the next rule decides)",
+            RuntimeWarning,
+            stacklevel=5,
+        )
+
+    @contextmanager
+    def lock(self, op: str, env: Environment, key: Key) -> Iterator[None]:
+        """Hold the file lock of (op, env, key) so that processes tune a key once: the others
+        wait, then read the record. Unlocked when the lock cannot be made (read-only, in
+        memory) or after ``LOCK_TIMEOUT_S`` (one warning)."""
+        held = None
+        if self.root is not None and self.write_error is None:
+            from filelock import FileLock, Timeout
+
+            digest = record_digest(op, env.digest(), key)
+            try:
+                (self.root / "locks").mkdir(parents=True, exist_ok=True)
+                held = FileLock(str(self.root / "locks" / f"{digest}.lock"), LOCK_TIMEOUT_S)
+                held.acquire()
+            except Timeout:
+                held = None
+                warnings.warn(
+                    f"kernelkit: [{op}] waited {LOCK_TIMEOUT_S:.0f} s for another process to "
+                    "tune this key; tuning it here",
+                    RuntimeWarning,
+                    stacklevel=4,
+                )
+            except OSError:
+                held = None
+        try:
+            yield
+        finally:
+            if held is not None:
+                held.release()
+
+    def _sweep(self, folder: Path) -> None:
+        """Remove the temp files of dead writers in ``folder``, once per process."""
+        if folder.name in self._swept:
+            return
+        self._swept.add(folder.name)
+        for tmp in stale_temps(folder):
+            disk._unlink(tmp)
 
     def refresh(self) -> None:
         """Forget what was read (hits and misses); the files are read again when asked for."""
@@ -223,6 +283,7 @@ class TuningDB:
         if self.write_error is not None:
             return False
         try:
+            self._sweep(self.root / env_digest)
             _publish(self.root / env_digest, record.digest() + SUFFIX, encode(record))
         except OSError as e:
             self._disable(e)
@@ -272,7 +333,33 @@ class TuningDB:
                 folder.rmdir()
             except OSError:
                 pass
+        if env is None:
+            for name in _names(self.root / "locks"):
+                disk._unlink(self.root / "locks" / name)
         return removed
+
+    def verify(self, remove: bool = True) -> tuple[int, list[tuple[Path, str]]]:
+        """(number of good records, [(path, why)] of unusable records, dead writers' temp
+        files and files that are not records); ``remove``: delete the bad ones."""
+        good, bad = 0, []
+        for folder in self._env_dirs(None):
+            stale = set(stale_temps(folder))
+            bad += [(t, "temp file of a writer that died") for t in sorted(stale)]
+            for name in sorted(_names(folder)):
+                path = folder / name
+                if _is_record_name(name):
+                    found = self._inspect(path, folder.name, name[: -len(SUFFIX)])
+                    if isinstance(found, TuningRecord):
+                        good += 1
+                    elif found is not None:
+                        bad.append((path, f"tuning record: {found}"))
+                elif path not in stale and not (name.startswith(".") and name.endswith(".tmp")):
+                    bad.append((path, "not a tuning record (its name is not a record digest)"))
+        if remove:
+            for path, _ in bad:
+                if not path.is_dir() or path.is_symlink():
+                    disk._unlink(path)
+        return good, bad
 
     # list, export, import ------------------------------------------------------------------
     def _env_dirs(self, env: Environment | None) -> list[Path]:
@@ -340,13 +427,13 @@ class TuningDB:
         is false (its implementation no longer exists). A file that is not an export at all
         gives one message and imports nothing.
         """
-        items, problem = _export_items(Path(path))
+        items, problem = read_export(Path(path))
         if problem:
             return 0, [problem]
         allowed = None if any_env else list(current_environments() if envs is None else envs)
         imported, refused = 0, []
         for i, item in enumerate(items):
-            why, record = _check_item(item, allowed, known_impl)
+            why, record = check_item(item, allowed, known_impl)
             name = f"{path}: record {i}" + (f" ({record.describe()})" if record else "")
             if why is None and record is not None:
                 if self.put(record):
@@ -366,60 +453,6 @@ def _is_record_name(name: str) -> bool:
     except BadKey:
         return False
     return True
-
-
-def _names(folder: Path) -> list[str]:
-    try:
-        with os.scandir(folder) as it:
-            return [d.name for d in it]
-    except OSError:
-        return []
-
-
-def _export_items(path: Path) -> tuple[list[Any], str | None]:
-    """The records list of an export (a record file counts as an export of one)."""
-    try:
-        doc = json.loads(_read_bounded(path, _MAX_EXPORT_BYTES))
-    except (OSError, ValueError) as e:  # BadRecord (too large) and JSON errors are ValueErrors
-        why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
-        return [], f"{path}: cannot read a tuning export ({why})"
-    kind = doc.get("kernelkit") if isinstance(doc, dict) else None
-    if kind == "tuning-record" and isinstance(doc, dict) and "record" in doc:
-        return [doc["record"]], None
-    if kind != "tuning-export" or not isinstance(doc.get("records"), list):
-        return [], f"{path}: not a kernelkit tuning export"
-    if doc.get("format") != FORMAT:
-        return [], f"{path}: export format {doc.get('format')!r}, this kernelkit reads {FORMAT}"
-    return doc["records"], None
-
-
-def _check_item(
-    item: Any,
-    allowed: list[Environment] | None,
-    known_impl: Callable[[str, str], bool] | None,
-) -> tuple[str | None, TuningRecord | None]:
-    """(why it is refused or None, the record if it parsed)."""
-    try:
-        record = TuningRecord.from_dict(item)
-    except BadRecord as e:
-        return f"malformed: {e}", None
-    if allowed is not None and record.env not in allowed:
-        here = "; ".join(e.describe() for e in allowed) or "no device"
-        near = [e for e in allowed if e.backend == record.env.backend] or allowed
-        diff = f" (differs in {', '.join(record.env.differences(near[0]))})" if near else ""
-        return (
-            f"made for another environment: {record.env.describe()}; this machine has "
-            f"{here}{diff}. Pass any_env (--any-env) to keep it for other machines",
-            record,
-        )
-    if known_impl is not None:
-        try:
-            known = bool(known_impl(record.op, record.impl))
-        except Exception as e:  # noqa: BLE001 - a failing check refuses, never crashes import
-            return f"cannot check implementation {record.impl!r}: {e}", record
-        if not known:
-            return f"implementation {record.impl!r} does not exist (in op {record.op!r})", record
-    return None, record
 
 
 def current_environments() -> list[Environment]:

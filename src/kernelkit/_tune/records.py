@@ -57,9 +57,13 @@ def _int(d: dict[str, Any], name: str, where: str) -> int:
 def _us(v: Any, what: str) -> float | None:
     if v is None:
         return None
-    if not isinstance(v, int | float) or isinstance(v, bool) or not math.isfinite(v) or v < 0:
-        raise BadRecord(f"{what} must be a finite number >= 0 or null, got {v!r}")
-    return float(v)
+    try:
+        f = float(v) if isinstance(v, int | float) and not isinstance(v, bool) else math.nan
+    except OverflowError:  # an int beyond a float's range (10**400)
+        f = math.inf
+    if not math.isfinite(f) or f < 0:
+        raise BadRecord(f"{what} must be a finite number >= 0 or null, got {str(v)[:40]}")
+    return f
 
 
 def _only(d: Any, allowed: set[str], where: str) -> dict[str, Any]:
@@ -211,7 +215,9 @@ class TuningRecord:
     ``impl`` and ``config`` are the winner; ``best_us`` its median time; ``measurements`` every
     candidate's ``(config description, median µs)``, ``None`` for one that failed or was skipped;
     ``candidates`` how many were considered; ``tuning_s`` the wall time tuning took; ``created``
-    an ISO 8601 time (UTC).
+    an ISO 8601 time (UTC). ``identity`` is the op's ``identity`` when it was measured (for an
+    autotuned kernel, the digest of its spec and config list; see ``Op.identity``): a record is
+    served only to an op of the same identity.
 
     Example::
 
@@ -231,6 +237,7 @@ class TuningRecord:
     candidates: int = 0
     tuning_s: float = 0.0
     created: str = field(default_factory=_now)
+    identity: str = ""
 
     def __post_init__(self) -> None:
         try:
@@ -238,6 +245,8 @@ class TuningRecord:
                 raise BadRecord("op and impl must be non-empty strings")
             if not self.impl or not isinstance(self.created, str):
                 raise BadRecord("impl must be non-empty and created a string")
+            if not isinstance(self.identity, str) or len(self.identity) > 200:
+                raise BadRecord("identity must be a string (a digest)")
             if not isinstance(self.config, Config) or not isinstance(self.env, Environment):
                 raise BadRecord("config must be a Config and env an Environment")
             object.__setattr__(self, "key", _key(self.key, "key"))
@@ -272,11 +281,24 @@ class TuningRecord:
             "candidates": self.candidates,
             "tuning_s": self.tuning_s,
             "created": self.created,
+            "identity": self.identity,
         }
 
     @classmethod
     def from_dict(cls, d: Any) -> TuningRecord:
-        """A record from parsed JSON; ``BadRecord`` naming what is wrong."""
+        """A record from parsed JSON; ``BadRecord`` naming what is wrong (whatever it is: a
+        number too large for a float, nesting too deep to compare, a wrong type)."""
+        try:
+            return cls._from_dict(d)
+        except BadRecord:
+            raise
+        except (RecursionError, MemoryError) as e:
+            raise BadRecord(f"tuning record: {type(e).__name__} while reading it") from None
+        except Exception as e:  # noqa: BLE001 - anything read from disk may be hostile
+            raise BadRecord(f"tuning record: {type(e).__name__}: {str(e)[:200]}") from None
+
+    @classmethod
+    def _from_dict(cls, d: Any) -> TuningRecord:
         d = _only(d, set(cls.__dataclass_fields__), "tuning record")
         where = f"tuning record {str(d.get('op'))[:60]!r}"
         missing = {"op", "key", "impl", "config", "env"} - set(d)
@@ -300,6 +322,7 @@ class TuningRecord:
             candidates=d.get("candidates", 0),
             tuning_s=d.get("tuning_s", 0.0),
             created=_str(d, "created", where, empty=True) if "created" in d else "",
+            identity=_str(d, "identity", where, empty=True) if "identity" in d else "",
         )
 
     def to_json(self) -> str:
@@ -309,8 +332,10 @@ class TuningRecord:
     def from_json(cls, text: str | bytes) -> TuningRecord:
         try:
             return cls.from_dict(json.loads(text))
-        except ValueError as e:  # json.JSONDecodeError and BadRecord are both ValueErrors
-            raise e if isinstance(e, BadRecord) else BadRecord(f"not JSON: {e}") from None
+        except BadRecord:
+            raise
+        except (ValueError, RecursionError) as e:  # JSONDecodeError is a ValueError
+            raise BadRecord(f"not JSON: {type(e).__name__}: {str(e)[:200]}") from None
 
     def describe(self) -> str:
         """``op [feature=label ...] -> impl [config]``: names the record in messages."""

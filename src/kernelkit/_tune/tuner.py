@@ -354,5 +354,6 @@ def _result(s: Session, candidates: tuple[Candidate, ...], spent: float, note: s
         best_us=round(best.time_s * 1e6, 4),  # type: ignore[operator]
         candidates=len(candidates),
         tuning_s=round(spent, 4),
+        identity=s.op.identity,
     )
     return TuneResult(record, candidates, spent, note)

@@ -113,11 +113,15 @@ def _clear(args: argparse.Namespace) -> int:
 
 
 def _verify(args: argparse.Namespace) -> int:
+    from .._tune.db import TuningDB
+
     disk = _disk()
     good, bad = disk.verify(remove=not args.keep)
+    records, wrong = TuningDB(disk.root / "tuning").verify(remove=not args.keep)
+    good, bad = good + records, bad + wrong
     for path, why in bad:
         print(f"bad: {path}: {why}" + ("" if args.keep else " (removed)"))
-    print(f"{good} good entries and build products, {len(bad)} bad in {disk.root}")
+    print(f"{good} good entries, build products and tuning records, {len(bad)} bad in {disk.root}")
     return 1 if bad else 0
 
 

@@ -296,7 +296,7 @@ def run_tune(
     workers = [_Worker(ctx, spec, d) for d in (devices or [None])]  # type: ignore[list-item]
     tasks = [(s, c) for s in range(len(spec.shapes)) for c in range(len(configs))]
     answers: dict[tuple[int, int], tuple] = {}
-    started = {s: None for s in range(len(spec.shapes))}
+    started: dict[int, float | None] = {s: None for s in range(len(spec.shapes))}
     spent: dict[int, float] = {}
     off = quiet or not sys.stderr.isatty()
     bar = tqdm(total=len(tasks), desc=f"tuning {obj.name}", disable=off, unit="config")
@@ -307,9 +307,10 @@ def run_tune(
                 if w.task is None and pending:
                     task = pending.pop(0)
                     s = task[0]
-                    if started[s] is None:
-                        started[s] = time.monotonic()  # type: ignore[assignment]
-                    if spec.budget_s is not None and time.monotonic() - started[s] > spec.budget_s:
+                    t0 = started[s]
+                    if t0 is None:
+                        t0 = started[s] = time.monotonic()
+                    if spec.budget_s is not None and time.monotonic() - t0 > spec.budget_s:
                         answers[task] = ("not timed", None, "time budget spent", None, None)
                         bar.update(1)
                         continue
@@ -390,6 +391,7 @@ def record_of(obj: Any, result: ShapeResult) -> Any:
         best_us=round(float(best[2] or 0.0) * 1e6, 4),
         candidates=len(result.rows),
         tuning_s=round(result.tuning_s, 4),
+        identity=obj.op.identity,
     )
 
 

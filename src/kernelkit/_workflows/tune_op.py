@@ -304,6 +304,7 @@ def _record(
         best_us=round(float(best.time_s or 0.0) * 1e6, 4),
         candidates=len(found),
         tuning_s=round(spent, 4),
+        identity=op.identity,
     )
 
 

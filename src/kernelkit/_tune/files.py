@@ -1,0 +1,106 @@
+"""The tuning database's file handling: bounded reads of regular files only, atomic publishing
+through a temp file, and finding the temp files of writers that died.
+
+A temp file is named ``.<final name>.<pid>.<token>.tmp`` beside its final name. It is stale
+(its writer is gone) when its pid is not alive on this host or it is older than
+``STALE_TMP_S``: writing a record takes milliseconds.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import stat
+import time
+from pathlib import Path
+
+from .._cache import disk
+
+__all__ = ["STALE_TMP_S", "NotRegular", "names", "publish", "read_regular", "stale_temps"]
+
+STALE_TMP_S = 300.0
+
+
+class NotRegular(OSError):
+    """A path that is not a regular file (a FIFO, a device, a directory, a symbolic link)."""
+
+
+def read_regular(path: Path, limit: int, follow: bool = True) -> bytes:
+    """The bytes of the regular file ``path``, at most ``limit`` of them (``ValueError`` when
+    larger, ``NotRegular`` for anything but a regular file; never blocks on a FIFO).
+    ``follow=False`` refuses a symbolic link as the last component."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+    if not follow:
+        flags |= getattr(os, "O_NOFOLLOW", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError as e:
+        if not follow and e.errno == getattr(os, "ELOOP", -1):
+            raise NotRegular(e.errno, "a symbolic link, not a regular file") from None
+        raise
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise NotRegular(0, f"not a regular file (mode {stat.filemode(st.st_mode)})")
+        if st.st_size > limit:
+            raise ValueError(f"larger than {limit} bytes ({st.st_size})")
+        chunks, left = [], limit + 1
+        while left > 0:
+            chunk = os.read(fd, min(left, 1 << 20))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+    finally:
+        os.close(fd)
+    data = b"".join(chunks)
+    if len(data) > limit:
+        raise ValueError(f"larger than {limit} bytes")
+    return data
+
+
+def publish(folder: Path, name: str, data: bytes) -> None:
+    """Write ``folder/name`` atomically: a temp file beside it, then a rename (OSError on
+    failure, the temp file removed)."""
+    tmp = folder / f".{name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            disk._write_all(fd, data)  # the disk cache's writer (tests slow it down and kill it)
+        finally:
+            os.close(fd)
+        os.replace(tmp, folder / name)
+    except OSError:
+        disk._unlink(tmp)
+        raise
+
+
+def names(folder: Path) -> list[str]:
+    """The names in ``folder`` ([] when it cannot be listed)."""
+    try:
+        with os.scandir(folder) as it:
+            return [d.name for d in it]
+    except OSError:
+        return []
+
+
+def stale_temps(folder: Path, max_age_s: float = STALE_TMP_S) -> list[Path]:
+    """The temp files in ``folder`` whose writer is gone (dead pid, or older than
+    ``max_age_s``); links and directories are never listed."""
+    out, now = [], time.time()
+    for name in names(folder):
+        parts = name.split(".")
+        if not (name.startswith(".") and name.endswith(".tmp") and len(parts) >= 5):
+            continue
+        path = folder / name
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        if not stat.S_ISREG(st.st_mode):
+            continue
+        pid = int(parts[-3]) if parts[-3].isdigit() and len(parts[-3]) < 10 else 0
+        if now - st.st_mtime > max_age_s or (pid > 0 and not disk._pid_alive(pid)):
+            out.append(path)
+    return out
