@@ -60,3 +60,14 @@ __all__ = [
     "tensor_map",
     "tune_op",
 ]
+
+_SUBMODULES = ("backend", "ops")  # public modules, imported on first use
+
+
+def __getattr__(name: str) -> object:
+    """``kernelkit.ops`` and ``kernelkit.backend`` after a bare ``import kernelkit``."""
+    if name in _SUBMODULES:
+        import importlib
+
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

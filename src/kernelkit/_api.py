@@ -20,6 +20,7 @@ from ._codegen import check_identifier, scan_body
 from ._dtypes import normalize_dtype
 from ._errors import ArgumentError, ArgumentTypeError
 from ._key import MISS, CallArgs, call_key, guard_of
+from ._launch import require_geometry
 from ._records import KernelSpec
 
 if TYPE_CHECKING:
@@ -60,8 +61,8 @@ class Kernel:
         inputs: Sequence[Any],
         output_shapes: Sequence[Sequence[int]] | None = None,
         output_dtypes: Sequence[Any] | None = None,
-        grid: Sequence[int] = (1, 1, 1),
-        threadgroup: Sequence[int] = (1, 1, 1),
+        grid: Sequence[int] | None = None,
+        threadgroup: Sequence[int] | None = None,
         template: Sequence[tuple[str, Any]] | None = None,
         init_value: float | int | None = None,
         verbose: bool = False,
@@ -73,7 +74,8 @@ class Kernel:
     ) -> list[Any]:
         """Run the kernel; returns the outputs as a list (arrays of the first input's framework).
 
-        ``grid`` counts threads per dimension (as in MLX); ``threadgroup`` is the block shape.
+        ``grid`` counts threads per dimension (as in MLX); ``threadgroup`` is the block shape;
+        both are required (``ArgumentError`` names the one missing).
         ``out=`` writes into given arrays; ``init_value`` fills outputs first; ``stream=``
         overrides the framework's current stream; ``backend=`` forces a backend by name;
         ``check=True`` bounds-checks every access (backends with a checked mode, e.g. cpu);
@@ -257,6 +259,7 @@ class Kernel:
                 f"[{self.name}] check must be True, False or None, got {check!r}"
             )
         bound = bind(self.spec, inputs, args.output_dtypes, out, backend)
+        require_geometry(self.name, args.grid, args.threadgroup)  # before compiling anything
         for x in (*inputs, *(out or ())):  # bind registered every argument's adapter
             adapter_for(x, "argument")
         guard = guard_of(args)  # None: unhashable arguments (a list template value), not kept
