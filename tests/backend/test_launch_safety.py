@@ -24,3 +24,62 @@ def test_a_call_without_a_geometry_is_refused(given, missing):
     m = kernelkit.metal_kernel("ls_nogeo_metal", ["x"], ["y"], "y[0] = x[0];")
     with pytest.raises(kernelkit.ArgumentError, match=rf"\[ls_nogeo_metal\] {missing} required"):
         m([x], output_shapes=[x.shape], output_dtypes=[x.dtype], backend="cpu", **given)
+
+
+SHIFT = kernelkit.kernel("ls_shift", ["x"], ["y"], COPY_BODY)
+TWO = kernelkit.kernel(
+    "ls_two", ["x"], ["y", "z"],
+    "uint i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+    "if (i < x_shape[0]) { y[i] = x[i]; z[i] = 1; }",
+)  # fmt: skip
+GEO = {"grid": (64, 1, 1), "threadgroup": (32, 1, 1), "backend": "cpu"}
+
+
+def test_an_output_overlapping_an_input_is_refused():
+    b = np.arange(65, dtype=np.float32)
+    with pytest.raises(kernelkit.ArgumentError, match=r"out\[0\] \('y'\) overlaps input 'x'"):
+        SHIFT([b[:-1]], out=[b[1:]], **GEO)
+    np.testing.assert_array_equal(b, np.arange(65, dtype=np.float32))  # nothing ran
+    with pytest.raises(kernelkit.ArgumentError, match="overlaps input 'x'"):
+        SHIFT([b[1:]], out=[b[:-1]], **GEO)
+    rev = np.arange(64, dtype=np.float32)[::-1]  # copied (row-contiguous inputs): no overlap
+    SHIFT([rev], out=[rev.base], **GEO)
+    np.testing.assert_array_equal(rev.base, np.arange(64, dtype=np.float32)[::-1])
+
+
+def test_one_array_as_two_outputs_is_refused():
+    x, y = np.arange(64, dtype=np.float32), np.zeros(128, np.float32)
+    with pytest.raises(kernelkit.ArgumentError, match=r"out\[1\] \('z'\) and out\[0\] \('y'\)"):
+        TWO([x], out=[y[:64], y[:64]], **GEO)
+    with pytest.raises(kernelkit.ArgumentError, match="share memory"):
+        TWO([x], out=[y[:64], y[32:96]], **GEO)
+    TWO([x], out=[y[:64], y[64:]], **GEO)  # adjacent, not overlapping
+    np.testing.assert_array_equal(y, np.r_[x, np.ones(64, np.float32)])
+
+
+def test_in_place_and_separate_outputs_still_run():
+    b = np.arange(64, dtype=np.float32)
+    (r,) = SHIFT([b], out=[b], **GEO)  # the input itself: in place
+    assert r is b
+    np.testing.assert_array_equal(b, np.arange(64, dtype=np.float32))
+    big = np.arange(128, dtype=np.float32)
+    (r,) = SHIFT([big[:64]], out=[big[64:]], **GEO)  # the same buffer, disjoint parts
+    np.testing.assert_array_equal(big[64:], np.arange(64, dtype=np.float32))
+
+
+def test_in_place_through_a_kernel_that_reads_strides():
+    """Inputs not made contiguous: in place still runs, a transposed alias is refused."""
+    k = kernelkit.kernel(
+        "ls_strided", ["x"], ["y"],
+        "uint i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+        "if (i < x_shape[0] * x_shape[1]) {\n"
+        "  uint r = i / x_shape[1], c = i % x_shape[1];\n"
+        "  y[r * y_strides[0] + c * y_strides[1]] = 2 * x[r * x_strides[0] + c * x_strides[1]];\n"
+        "}",
+        ensure_row_contiguous=False,
+    )  # fmt: skip
+    b = np.arange(64, dtype=np.float32).reshape(8, 8)
+    k([b], out=[b], **GEO)
+    np.testing.assert_array_equal(b, 2 * np.arange(64, dtype=np.float32).reshape(8, 8))
+    with pytest.raises(kernelkit.ArgumentError, match="overlaps input 'x'"):
+        k([b.T], out=[b], **GEO)
