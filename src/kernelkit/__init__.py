@@ -17,6 +17,7 @@ from ._errors import (
     CompileError,
     KernelFault,
     KernelkitError,
+    KernelTimeout,
     LaunchError,
 )
 from ._integrations.jax_ffi import JaxCallable
@@ -42,6 +43,7 @@ __all__ = [
     "Kernel",
     "KernelChoice",
     "KernelFault",
+    "KernelTimeout",
     "KernelkitError",
     "LaunchError",
     "MetalKernel",

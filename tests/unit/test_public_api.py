@@ -24,6 +24,7 @@ def test_kernelkit_all_snapshot():
         "Kernel",
         "KernelChoice",
         "KernelFault",
+        "KernelTimeout",
         "KernelkitError",
         "LaunchError",
         "MetalKernel",

@@ -20,7 +20,22 @@
 //    that is not inlined, called from both sides of an `if`) count as converged.
 //  * Tiles wider than a warp (thread_block_tile<64..1024>) synchronize through a per-tile
 //    counter indexed by the tile's first thread.
+//  * Stopping: a launch from Python's main thread (or with a time limit) routes SIGINT through
+//    kk_on_signal while it runs: the first signal marks the launch stopped, is passed on to the
+//    handler it replaced (so Python raises KeyboardInterrupt), and is sent to every other
+//    worker; a worker inside a block leaves it by siglongjmp (its block is abandoned, destructors
+//    of the body's locals do not run; a body stopped while holding a lock of its own, or inside
+//    printf, may leave that lock held). A time limit is a watchdog thread that does the same.
+//  * Unloading: helpers are joinable threads and each worker's state is heap memory listed in
+//    the pool (no thread_local destructors, which would pin the library): kk_unload stops and
+//    joins the helpers and frees everything, after which the library can be dlclosed.
 #pragma once
+
+#include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <list>
 
 #ifndef KK_CPU_FIBER_STACK_BYTES
 #define KK_CPU_FIBER_STACK_BYTES (128 * 1024)
@@ -48,6 +63,10 @@ struct kk_launch {
   size_t shmem_bytes;
   std::atomic<unsigned long long> next{0};
   std::atomic<int> faulted{0};
+  std::atomic<int> stopped{0};  // 1: SIGINT, 2: the time limit (workers leave their blocks)
+  std::atomic<int> nworkers{0};
+  std::atomic<pthread_t> workers[256];  // the OS threads working on it, 0 until known
+  sigjmp_buf* volatile escape[256];     // where each leaves its blocks (null: not in blocks)
   char message[1024];
 };
 
@@ -247,9 +266,33 @@ struct kk_worker {  // per OS thread, reused across blocks and launches
   }
 };
 
+// Every worker of this library, so kk_unload can free them: a thread_local kk_worker would
+// register a TLS destructor, and glibc keeps a library with pending ones mapped until the
+// thread exits (for the calling Python thread: never).
+static std::mutex kk_workers_mu;
+static std::list<kk_worker*>* kk_workers;
+static thread_local kk_worker* kk_my_worker;
+
 static kk_worker& kk_this_worker() {
-  static thread_local kk_worker w;
-  return w;
+  if (__builtin_expect(!kk_my_worker, 0)) {
+    kk_worker* w = new kk_worker();
+    std::lock_guard<std::mutex> lk(kk_workers_mu);
+    if (!kk_workers) kk_workers = new std::list<kk_worker*>();
+    kk_workers->push_back(w);
+    kk_my_worker = w;
+  }
+  return *kk_my_worker;
+}
+
+static void kk_free_my_worker() {  // a helper that exits
+  kk_worker* w = kk_my_worker;
+  if (!w) return;
+  {
+    std::lock_guard<std::mutex> lk(kk_workers_mu);
+    kk_workers->remove(w);
+  }
+  kk_my_worker = nullptr;
+  delete w;
 }
 
 static inline uint3 kk_tid_of(dim3 b, int t) {
@@ -563,16 +606,25 @@ __attribute__((noinline)) static unsigned kk_activemask() {
 }
 
 // --- the worker pool and the launch -----------------------------------------------------------
+struct kk_helper {
+  std::thread thread;
+  bool done = false;  // returned (idle, or told to stop): join it
+};
+
 struct kk_pool {
   std::mutex mu, launch_mu;
   std::condition_variable work_cv, idle_cv;
   kk_launch* job = nullptr;
   int want = 0, joined = 0, running = 0, live = 0;
+  bool stop = false;
+  std::list<kk_helper> helpers;
 };
 
+static kk_pool* kk_pool_ptr;
 static kk_pool& kk_the_pool() {
-  static kk_pool* p = new kk_pool();  // never destroyed: helpers may outlive static destructors
-  return *p;
+  static std::once_flag once;
+  std::call_once(once, [] { kk_pool_ptr = new kk_pool(); });  // freed by kk_unload
+  return *kk_pool_ptr;
 }
 
 static inline uint3 kk_block_of(const kk_launch& L, unsigned long long b) {
@@ -580,35 +632,131 @@ static inline uint3 kk_block_of(const kk_launch& L, unsigned long long b) {
                (unsigned)(b / ((unsigned long long)L.grid.x * L.grid.y))};
 }
 
+// --- stopping a launch (SIGINT, time limit) ----------------------------------------------------
+// No thread_local is read in a handler (the first touch of a dlopen'd library's TLS may
+// allocate): a thread finds its escape point by its pthread_t in the launch.
+#define KK_KICK SIGURG  // to workers only; ignored by default (Go's runtime uses it likewise)
+static kk_launch* volatile kk_active;     // the launch signals may stop (launches are serial)
+static struct sigaction kk_prev_int, kk_prev_kick;
+static thread_local long long kk_next_limit_ns;  // set by kk_set_time_limit for the next launch
+
+static void kk_kick(kk_launch* L) {  // every other worker of L into kk_on_kick
+  const pthread_t self = pthread_self();
+  for (int i = 0; i < 256; ++i) {
+    const pthread_t t = L->workers[i].load();
+    if (!t) break;
+    if (!pthread_equal(t, self)) pthread_kill(t, KK_KICK);
+  }
+}
+
+static void kk_on_kick(int, siginfo_t*, void*) {
+  kk_launch* L = kk_active;
+  if (!L || !L->stopped.load()) return;
+  const pthread_t self = pthread_self();
+  for (int i = 0; i < 256; ++i) {
+    const pthread_t t = L->workers[i].load();
+    if (!t) return;
+    if (pthread_equal(t, self)) {
+      sigjmp_buf* jb = L->escape[i];
+      if (jb) siglongjmp(*jb, 1);
+      return;
+    }
+  }
+}
+
+static void kk_on_sigint(int sig, siginfo_t* info, void* ctx) {
+  kk_launch* L = kk_active;
+  int was = 0;
+  if (L && L->stopped.compare_exchange_strong(was, 1)) kk_kick(L);
+  if (kk_prev_int.sa_flags & SA_SIGINFO)  // Python's handler: KeyboardInterrupt after the launch
+    kk_prev_int.sa_sigaction(sig, info, ctx);
+  else if (kk_prev_int.sa_handler != SIG_DFL && kk_prev_int.sa_handler != SIG_IGN)
+    kk_prev_int.sa_handler(sig);
+  kk_on_kick(sig, info, ctx);
+}
+
+static bool kk_is(const struct sigaction& a, void (*h)(int, siginfo_t*, void*)) {
+  return (a.sa_flags & SA_SIGINFO) && a.sa_sigaction == h;
+}
+
+// Installs the handlers a launch needs; returns which (bit 0: SIGINT, bit 1: the kick).
+static int kk_signals_on(bool limited) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof(sa));
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_SIGINFO | SA_RESTART;
+  int on = 0;
+  if (getpid() == (pid_t)syscall(SYS_gettid)) {  // the main thread: Ctrl-C is for this launch
+    struct sigaction cur;
+    if (sigaction(SIGINT, nullptr, &cur) == 0 && !kk_is(cur, kk_on_sigint) &&
+        ((cur.sa_flags & SA_SIGINFO) || (cur.sa_handler != SIG_DFL && cur.sa_handler != SIG_IGN))) {
+      kk_prev_int = cur;
+      sa.sa_sigaction = kk_on_sigint;
+      if (sigaction(SIGINT, &sa, nullptr) == 0) on |= 1;
+    }
+  }
+  if (on || limited) {
+    sa.sa_sigaction = kk_on_kick;
+    if (sigaction(KK_KICK, &sa, &kk_prev_kick) == 0) on |= 2;
+  }
+  return on;
+}
+
+static void kk_signals_off(int on) {  // restores a handler only where ours is still installed
+  struct sigaction cur;
+  if ((on & 1) && sigaction(SIGINT, nullptr, &cur) == 0 && kk_is(cur, kk_on_sigint))
+    sigaction(SIGINT, &kk_prev_int, nullptr);
+  if ((on & 2) && sigaction(KK_KICK, nullptr, &cur) == 0 && kk_is(cur, kk_on_kick))
+    sigaction(KK_KICK, &kk_prev_kick, nullptr);
+}
+
 static void kk_work(kk_launch& L) {
   kk_cur_launch = &L;
-  try {
-    kk_worker& w = kk_this_worker();
-    w.reserve_dsmem(L.shmem_bytes ? L.shmem_bytes : 1);
-    kk_dsmem = w.dsmem;
-    blockDim = L.block;
-    gridDim = L.grid;
-    while (!L.faulted.load(std::memory_order_relaxed)) {
-      const unsigned long long b0 = L.next.fetch_add(L.chunk, std::memory_order_relaxed);
-      if (b0 >= L.nblocks) break;
-      const unsigned long long b1 = b0 + L.chunk < L.nblocks ? b0 + L.chunk : L.nblocks;
-      for (unsigned long long b = b0; b < b1; ++b) {
-        blockIdx = kk_block_of(L, b);
-        L.run_block(L, blockIdx);
-      }
-    }
-  } catch (kk_fault&) {
-  } catch (std::exception& e) {
-    kk_fault_record("C++ exception in the CPU runtime: %s", e.what());
-  } catch (...) {
-    kk_fault_record("unknown C++ exception in the CPU runtime");
+  const int me = L.nworkers.fetch_add(1);
+  sigjmp_buf jb;
+  if (me < 256) {
+    L.escape[me] = nullptr;
+    L.workers[me].store(pthread_self());
   }
+  if (sigsetjmp(jb, 0) == 0) {  // (the signal mask is restored by the handler's return path)
+    if (me < 256) L.escape[me] = &jb;
+    try {
+      kk_worker& w = kk_this_worker();
+      w.reserve_dsmem(L.shmem_bytes ? L.shmem_bytes : 1);
+      kk_dsmem = w.dsmem;
+      blockDim = L.block;
+      gridDim = L.grid;
+      while (!L.faulted.load(std::memory_order_relaxed) &&
+             !L.stopped.load(std::memory_order_relaxed)) {
+        const unsigned long long b0 = L.next.fetch_add(L.chunk, std::memory_order_relaxed);
+        if (b0 >= L.nblocks) break;
+        const unsigned long long b1 = b0 + L.chunk < L.nblocks ? b0 + L.chunk : L.nblocks;
+        for (unsigned long long b = b0; b < b1; ++b) {
+          blockIdx = kk_block_of(L, b);
+          L.run_block(L, blockIdx);
+        }
+      }
+    } catch (kk_fault&) {
+    } catch (std::exception& e) {
+      kk_fault_record("C++ exception in the CPU runtime: %s", e.what());
+    } catch (...) {
+      kk_fault_record("unknown C++ exception in the CPU runtime");
+    }
+  } else {  // stopped inside a block: it is abandoned (see the model at the top)
+    kk_cur_block = nullptr;
+    sigset_t kick;
+    sigemptyset(&kick);
+    sigaddset(&kick, KK_KICK);
+    sigaddset(&kick, SIGINT);
+    pthread_sigmask(SIG_UNBLOCK, &kick, nullptr);  // left blocked by the handler we jumped from
+  }
+  if (me < 256) L.escape[me] = nullptr;
   kk_cur_launch = nullptr;
 }
 
-static void kk_helper_main(kk_pool* p) {
+static void kk_helper_main(kk_pool* p, kk_helper* self) {
   std::unique_lock<std::mutex> lk(p->mu);
-  for (;;) {
+  while (!p->stop) {
     if (p->job && p->joined < p->want) {
       kk_launch* job = p->job;
       ++p->joined;
@@ -620,14 +768,69 @@ static void kk_helper_main(kk_pool* p) {
       continue;
     }
     if (!p->work_cv.wait_for(lk, std::chrono::seconds(KK_CPU_IDLE_SECONDS),
-                             [p] { return p->job && p->joined < p->want; })) {
-      --p->live;
-      return;
+                             [p] { return p->stop || (p->job && p->joined < p->want); }))
+      break;
+  }
+  --p->live;
+  self->done = true;  // the next launch (or kk_unload) joins this thread
+  lk.unlock();
+  kk_free_my_worker();
+}
+
+// Starts helpers up to `n` live ones (joining those that have returned); under p.mu.
+static void kk_start_helpers(kk_pool& p, int n) {
+  for (auto it = p.helpers.begin(); it != p.helpers.end();) {
+    if (it->done) {
+      it->thread.join();
+      it = p.helpers.erase(it);
+    } else {
+      ++it;
     }
+  }
+  try {
+    while (p.live < n) {
+      p.helpers.emplace_back();
+      kk_helper& h = p.helpers.back();
+      try {
+        h.thread = std::thread(kk_helper_main, &p, &h);
+      } catch (...) {
+        p.helpers.pop_back();
+        throw;
+      }
+      ++p.live;
+    }
+  } catch (...) {  // could not start a thread: run with the helpers we have
   }
 }
 
-// Runs a whole grid; returns 0, or 1 with the fault message in kk_last_fault (this thread's).
+// The time limit's watchdog: stops the launch and kicks its workers at the deadline.
+struct kk_watchdog {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  std::thread thread;
+  void start(kk_launch* L, long long limit_ns) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::nanoseconds(limit_ns);
+    thread = std::thread([this, L, until] {
+      std::unique_lock<std::mutex> lk(mu);
+      if (cv.wait_until(lk, until, [this] { return done; })) return;
+      int was = 0;
+      if (L->stopped.compare_exchange_strong(was, 2)) kk_kick(L);
+    });
+  }
+  void finish() {
+    if (!thread.joinable()) return;
+    {
+      std::lock_guard<std::mutex> lk(mu);
+      done = true;
+    }
+    cv.notify_all();
+    thread.join();
+  }
+};
+
+// Runs a whole grid; returns 0, or 1 with the fault message in kk_last_fault (this thread's),
+// 2 for a launch CUDA would refuse, 3 when SIGINT stopped it, 4 when its time limit did.
 static int kk_launch_grid(const void* args, kk_block_fn rb, kk_thread_fn rt, long long gx,
                           long long gy, long long gz, long long bx, long long by, long long bz,
                           long long shmem, int nthreads) {
@@ -640,6 +843,8 @@ static int kk_launch_grid(const void* args, kk_block_fn rb, kk_thread_fn rt, lon
   L.nblocks = (unsigned long long)gx * gy * gz;
   L.shmem_bytes = (size_t)shmem;
   L.message[0] = 0;
+  const long long limit_ns = kk_next_limit_ns;
+  kk_next_limit_ns = 0;
   const long long threads = bx * by * bz;
   // CUDA's limits (compute capability 7.0 and later), so what runs here launches on a GPU.
   if (gx < 1 || gy < 1 || gz < 1 || gx > 2147483647LL || gy > 65535 || gz > 65535 || bx < 1 ||
@@ -655,19 +860,18 @@ static int kk_launch_grid(const void* args, kk_block_fn rb, kk_thread_fn rt, lon
   if (nthreads < 1) nthreads = 1;
   const unsigned long long per = L.nblocks / ((unsigned long long)nthreads * 16);
   L.chunk = per ? per : 1;
-  kk_pool& p = kk_the_pool();
-  std::lock_guard<std::mutex> serial(p.launch_mu);
   const int helpers = (int)(L.nblocks - 1 < (unsigned long long)(nthreads - 1) ? L.nblocks - 1
                                                                                : nthreads - 1);
+  for (int i = 0; i <= helpers + 1 && i < 256; ++i) L.workers[i].store(0);  // 0 ends the list
+  kk_pool& p = kk_the_pool();
+  std::lock_guard<std::mutex> serial(p.launch_mu);
+  kk_active = &L;
+  const int signals = kk_signals_on(limit_ns > 0);
+  kk_watchdog dog;
+  if (limit_ns > 0) dog.start(&L, limit_ns);
   if (helpers > 0) {
     std::lock_guard<std::mutex> lk(p.mu);
-    try {
-      while (p.live < helpers) {
-        std::thread(kk_helper_main, &p).detach();
-        ++p.live;
-      }
-    } catch (...) {  // could not start a thread: run with the helpers we have
-    }
+    kk_start_helpers(p, helpers);
     p.job = &L;
     p.joined = 0;
     p.want = helpers;
@@ -679,8 +883,48 @@ static int kk_launch_grid(const void* args, kk_block_fn rb, kk_thread_fn rt, lon
     p.job = nullptr;
     p.idle_cv.wait(lk, [&p] { return p.running == 0; });
   }
+  dog.finish();
+  kk_signals_off(signals);
+  kk_active = nullptr;
   fflush(stdout);
+  if (const int why = L.stopped.load()) {
+    if (why == 1)
+      snprintf(kk_last_fault, sizeof(kk_last_fault), "interrupted (SIGINT); the outputs are "
+               "incomplete");
+    else
+      snprintf(kk_last_fault, sizeof(kk_last_fault), "stopped by its time limit of %.3f s; the "
+               "outputs are incomplete", (double)limit_ns * 1e-9);
+    return why == 1 ? 3 : 4;
+  }
   if (!L.faulted.load()) return 0;
   memcpy(kk_last_fault, L.message, sizeof(kk_last_fault));
   return 1;
+}
+
+// A time limit for this thread's next launch of this library (0: none).
+extern "C" __attribute__((visibility("default"))) void kk_set_time_limit(long long ns) {
+  kk_next_limit_ns = ns;
+}
+
+// Stops and joins the helpers and frees every worker's memory, so the library can be dlclosed;
+// called once, when nothing can launch this library any more.
+extern "C" __attribute__((visibility("default"))) void kk_unload() {
+  if (kk_pool* p = kk_pool_ptr) {
+    {
+      std::lock_guard<std::mutex> lk(p->mu);
+      p->stop = true;
+    }
+    p->work_cv.notify_all();
+    for (kk_helper& h : p->helpers)
+      if (h.thread.joinable()) h.thread.join();
+    delete p;
+    kk_pool_ptr = nullptr;
+  }
+  std::lock_guard<std::mutex> lk(kk_workers_mu);
+  if (kk_workers) {
+    for (kk_worker* w : *kk_workers) delete w;
+    delete kk_workers;
+    kk_workers = nullptr;
+  }
+  kk_my_worker = nullptr;
 }
