@@ -640,7 +640,19 @@ static kk_launch* volatile kk_active;     // the launch signals may stop (launch
 static struct sigaction kk_prev_int, kk_prev_kick;
 static thread_local long long kk_next_limit_ns;  // set by kk_set_time_limit for the next launch
 
+static void kk_on_kick(int, siginfo_t*, void*);
+static volatile sig_atomic_t kk_kick_on;  // kk_on_kick is installed (by the first kick)
+
 static void kk_kick(kk_launch* L) {  // every other worker of L into kk_on_kick
+  if (!kk_kick_on) {  // (sigaction is async-signal-safe: a handler may call this)
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_SIGINFO | SA_RESTART;
+    sa.sa_sigaction = kk_on_kick;
+    if (sigaction(KK_KICK, &sa, &kk_prev_kick) != 0) return;
+    kk_kick_on = 1;
+  }
   const pthread_t self = pthread_self();
   for (int i = 0; i < 256; ++i) {
     const pthread_t t = L->workers[i].load();
@@ -679,35 +691,39 @@ static bool kk_is(const struct sigaction& a, void (*h)(int, siginfo_t*, void*)) 
   return (a.sa_flags & SA_SIGINFO) && a.sa_sigaction == h;
 }
 
-// Installs the handlers a launch needs; returns which (bit 0: SIGINT, bit 1: the kick).
-static int kk_signals_on(bool limited) {
+static thread_local int kk_main_thread = -1;  // this thread is the process's first (cached)
+
+// Routes SIGINT to kk_on_sigint for a launch from the main thread, or with a time limit, where a
+// handler (Python's) is installed; one syscall. Returns whether it did.
+static bool kk_signals_on(bool limited) {
+  if (kk_main_thread < 0) kk_main_thread = getpid() == (pid_t)syscall(SYS_gettid);
+  if (!kk_main_thread && !limited) return false;
   struct sigaction sa;
   memset(&sa, 0, sizeof(sa));
   sigemptyset(&sa.sa_mask);
   sa.sa_flags = SA_SIGINFO | SA_RESTART;
-  int on = 0;
-  if (getpid() == (pid_t)syscall(SYS_gettid)) {  // the main thread: Ctrl-C is for this launch
-    struct sigaction cur;
-    if (sigaction(SIGINT, nullptr, &cur) == 0 && !kk_is(cur, kk_on_sigint) &&
-        ((cur.sa_flags & SA_SIGINFO) || (cur.sa_handler != SIG_DFL && cur.sa_handler != SIG_IGN))) {
-      kk_prev_int = cur;
-      sa.sa_sigaction = kk_on_sigint;
-      if (sigaction(SIGINT, &sa, nullptr) == 0) on |= 1;
-    }
+  sa.sa_sigaction = kk_on_sigint;
+  struct sigaction prev;
+  if (sigaction(SIGINT, &sa, &prev) != 0) return false;
+  if (kk_is(prev, kk_on_sigint)) return false;  // (cannot happen: launches are serial)
+  kk_prev_int = prev;
+  if (!(prev.sa_flags & SA_SIGINFO) && (prev.sa_handler == SIG_DFL || prev.sa_handler == SIG_IGN)) {
+    sigaction(SIGINT, &prev, nullptr);  // nobody handles Ctrl-C: it keeps its default
+    return false;
   }
-  if (on || limited) {
-    sa.sa_sigaction = kk_on_kick;
-    if (sigaction(KK_KICK, &sa, &kk_prev_kick) == 0) on |= 2;
-  }
-  return on;
+  return true;
 }
 
-static void kk_signals_off(int on) {  // restores a handler only where ours is still installed
+// Restores what kk_signals_on and kk_kick replaced, where ours is still installed.
+static void kk_signals_off(bool on) {
   struct sigaction cur;
-  if ((on & 1) && sigaction(SIGINT, nullptr, &cur) == 0 && kk_is(cur, kk_on_sigint))
-    sigaction(SIGINT, &kk_prev_int, nullptr);
-  if ((on & 2) && sigaction(KK_KICK, nullptr, &cur) == 0 && kk_is(cur, kk_on_kick))
-    sigaction(KK_KICK, &kk_prev_kick, nullptr);
+  if (on && sigaction(SIGINT, &kk_prev_int, &cur) == 0 && !kk_is(cur, kk_on_sigint))
+    sigaction(SIGINT, &cur, nullptr);  // someone else's since: theirs stays
+  if (kk_kick_on) {
+    kk_kick_on = 0;
+    if (sigaction(KK_KICK, nullptr, &cur) == 0 && kk_is(cur, kk_on_kick))
+      sigaction(KK_KICK, &kk_prev_kick, nullptr);
+  }
 }
 
 static void kk_work(kk_launch& L) {
@@ -866,7 +882,7 @@ static int kk_launch_grid(const void* args, kk_block_fn rb, kk_thread_fn rt, lon
   kk_pool& p = kk_the_pool();
   std::lock_guard<std::mutex> serial(p.launch_mu);
   kk_active = &L;
-  const int signals = kk_signals_on(limit_ns > 0);
+  const bool signals = kk_signals_on(limit_ns > 0);
   kk_watchdog dog;
   if (limit_ns > 0) dog.start(&L, limit_ns);
   if (helpers > 0) {
