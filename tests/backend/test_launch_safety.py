@@ -3,6 +3,12 @@
 
 from __future__ import annotations
 
+import os
+import re
+import subprocess
+import sys
+import textwrap
+
 import numpy as np
 import pytest
 
@@ -83,3 +89,34 @@ def test_in_place_through_a_kernel_that_reads_strides():
     np.testing.assert_array_equal(b, 2 * np.arange(64, dtype=np.float32).reshape(8, 8))
     with pytest.raises(kernelkit.ArgumentError, match="overlaps input 'x'"):
         k([b.T], out=[b], **GEO)
+
+
+def test_a_default_mode_segfault_points_at_checked_mode():
+    """Issue 24, item 4: a write far outside an output (default mode) ends the launch with a
+    KernelFault naming the block and thread and pointing at check=True, not a dead process
+    (run in a child: before, it died of SIGSEGV)."""
+    code = textwrap.dedent("""
+        import numpy as np, kernelkit
+        k = kernelkit.kernel("ls_wild", ["x"], ["y"],
+            "uint i = blockIdx.x * blockDim.x + threadIdx.x; y[i + (1ull << 46)] = x[i];")
+        x = np.ones(64, np.float32)
+        kw = dict(output_shapes=[(4,)], output_dtypes=[x.dtype], grid=(64, 1, 1),
+                  threadgroup=(32, 1, 1), backend="cpu", check=False)
+        try:
+            k([x], **kw)
+        except kernelkit.KernelFault as e:
+            print(e)
+        ok = kernelkit.kernel(
+            "ls_fine", ["x"], ["y"], "if (threadIdx.x < 4) y[threadIdx.x] = 3 * x[0];")
+        print(ok([x], **kw)[0].tolist())
+    """)
+    src = os.path.dirname(os.path.dirname(kernelkit.__file__))
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+        env={**os.environ, "PYTHONPATH": src},
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-2000:]
+    lines = out.stdout.splitlines()
+    assert re.match(r"\[ls_wild\] segmentation fault .* in block \(\d+,0,0\) thread", lines[0])
+    assert "check=True" in lines[0]
+    assert lines[1] == "[3.0, 3.0, 3.0, 3.0]"

@@ -26,6 +26,8 @@
 //    worker; a worker inside a block leaves it by siglongjmp (its block is abandoned, destructors
 //    of the body's locals do not run; a body stopped while holding a lock of its own, or inside
 //    printf, may leave that lock held). A time limit is a watchdog thread that does the same.
+//  * A worker's SIGSEGV inside a block (default mode: an access outside the arrays) ends the
+//    launch the same way, with a fault that points at checked mode.
 //  * Unloading: helpers are joinable threads and each worker's state is heap memory listed in
 //    the pool (no thread_local destructors, which would pin the library): kk_unload stops and
 //    joins the helpers and frees everything, after which the library can be dlclosed.
@@ -691,17 +693,45 @@ static bool kk_is(const struct sigaction& a, void (*h)(int, siginfo_t*, void*)) 
   return (a.sa_flags & SA_SIGINFO) && a.sa_sigaction == h;
 }
 
+// A worker that faults (SIGSEGV) inside a block: the launch ends with a fault that names the
+// block and thread and points at checked mode (memory around the arrays may be damaged).
+static struct sigaction kk_prev_segv;
+static void kk_on_segv(int sig, siginfo_t* info, void* ctx) {
+  kk_launch* L = kk_active;
+  const pthread_t self = pthread_self();
+  for (int i = 0; L && i < 256; ++i) {
+    const pthread_t t = L->workers[i].load();
+    if (!t) break;
+    sigjmp_buf* jb = L->escape[i];
+    if (pthread_equal(t, self) && jb) {
+      kk_fault_record(
+          "segmentation fault (address %p) in block (%u,%u,%u) thread (%u,%u,%u): an access "
+          "outside the arrays? Run it with check=True (KERNELKIT_CPU_CHECK=1) to find the "
+          "access; memory near the arrays may have been overwritten",
+          info ? info->si_addr : nullptr, blockIdx.x, blockIdx.y, blockIdx.z, threadIdx.x,
+          threadIdx.y, threadIdx.z);
+      siglongjmp(*jb, 1);
+    }
+  }
+  // not a worker in a block: what was there before handles it (the access faults again)
+  sigaction(SIGSEGV, &kk_prev_segv, nullptr);
+  (void)sig;
+  (void)ctx;
+}
+
 static thread_local int kk_main_thread = -1;  // this thread is the process's first (cached)
 
 // Routes SIGINT to kk_on_sigint for a launch from the main thread, or with a time limit, where a
 // handler (Python's) is installed; one syscall. Returns whether it did.
 static bool kk_signals_on(bool limited) {
-  if (kk_main_thread < 0) kk_main_thread = getpid() == (pid_t)syscall(SYS_gettid);
-  if (!kk_main_thread && !limited) return false;
   struct sigaction sa;
   memset(&sa, 0, sizeof(sa));
   sigemptyset(&sa.sa_mask);
   sa.sa_flags = SA_SIGINFO | SA_RESTART;
+  sa.sa_sigaction = kk_on_segv;
+  sigaction(SIGSEGV, &sa, &kk_prev_segv);
+  if (kk_main_thread < 0) kk_main_thread = getpid() == (pid_t)syscall(SYS_gettid);
+  if (!kk_main_thread && !limited) return false;
   sa.sa_sigaction = kk_on_sigint;
   struct sigaction prev;
   if (sigaction(SIGINT, &sa, &prev) != 0) return false;
@@ -717,6 +747,8 @@ static bool kk_signals_on(bool limited) {
 // Restores what kk_signals_on and kk_kick replaced, where ours is still installed.
 static void kk_signals_off(bool on) {
   struct sigaction cur;
+  if (sigaction(SIGSEGV, &kk_prev_segv, &cur) == 0 && !kk_is(cur, kk_on_segv))
+    sigaction(SIGSEGV, &cur, nullptr);  // someone else's since: theirs stays
   if (on && sigaction(SIGINT, &kk_prev_int, &cur) == 0 && !kk_is(cur, kk_on_sigint))
     sigaction(SIGINT, &cur, nullptr);  // someone else's since: theirs stays
   if (kk_kick_on) {
@@ -758,12 +790,13 @@ static void kk_work(kk_launch& L) {
     } catch (...) {
       kk_fault_record("unknown C++ exception in the CPU runtime");
     }
-  } else {  // stopped inside a block: it is abandoned (see the model at the top)
+  } else {  // stopped or faulted inside a block: it is abandoned (see the model at the top)
     kk_cur_block = nullptr;
     sigset_t kick;
     sigemptyset(&kick);
     sigaddset(&kick, KK_KICK);
     sigaddset(&kick, SIGINT);
+    sigaddset(&kick, SIGSEGV);
     pthread_sigmask(SIG_UNBLOCK, &kick, nullptr);  // left blocked by the handler we jumped from
   }
   if (me < 256) L.escape[me] = nullptr;
