@@ -120,3 +120,38 @@ def test_a_default_mode_segfault_points_at_checked_mode():
     assert re.match(r"\[ls_wild\] segmentation fault .* in block \(\d+,0,0\) thread", lines[0])
     assert "check=True" in lines[0]
     assert lines[1] == "[3.0, 3.0, 3.0, 3.0]"
+
+
+def test_checked_mode_names_what_it_cannot_see():
+    """Issue 24, item 11 (in part): an out-of-bounds __shared__ index or a wild write through a
+    plain pointer copied from a parameter, which checked mode does not check, ends in a
+    KernelFault that says so (before: the process died). A near miss through such a pointer
+    is still not seen (see the report); ``auto p = y + 64`` keeps the check."""
+    code = textwrap.dedent("""
+        import numpy as np, kernelkit
+        x = np.ones(64, np.float32)
+        kw = dict(output_shapes=[(64,)], output_dtypes=[x.dtype], grid=(64, 1, 1),
+                  threadgroup=(64, 1, 1), backend="cpu", check=True)
+        bodies = {
+            "ls_shared": "__shared__ float s[64]; s[threadIdx.x + (1ull << 46)] = x[0];"
+                         " y[threadIdx.x] = s[threadIdx.x];",
+            "ls_derived": "float* p = y + 64; p[threadIdx.x + (1ull << 46)] = 1.0f;",
+            "ls_auto": "auto p = y + 64; p[threadIdx.x] = 1.0f;",
+        }
+        for name, body in bodies.items():
+            try:
+                kernelkit.kernel(name, ["x"], ["y"], body)([x], **kw)
+                print(name, "ran")
+            except kernelkit.KernelFault as e:
+                print(e)
+    """)
+    src = os.path.dirname(os.path.dirname(kernelkit.__file__))
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+        env={**os.environ, "PYTHONPATH": src},
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-2000:]
+    shared, derived, auto = out.stdout.splitlines()
+    for line, name in ((shared, "ls_shared"), (derived, "ls_derived")):
+        assert line.startswith(f"[{name}] ") and "checked mode does not see" in line, line
+    assert auto.startswith("[ls_auto] out-of-bounds write to 'y' at index 64"), auto

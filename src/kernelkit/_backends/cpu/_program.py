@@ -128,9 +128,5 @@ def _fail(kernel: str, status: int, text: str) -> None:
     if status == 4:
         raise KernelTimeout(f"[{kernel}] {text}")
     if status == 1:
-        raise KernelFault(f"[{kernel}] {text}{FAULT_HINT}")
+        raise KernelFault(f"[{kernel}] {text}")
     raise LaunchError(f"[{kernel}] {text}")
-
-
-# Default mode checks nothing: a fault may come from an out-of-bounds access elsewhere
-FAULT_HINT = ""

@@ -26,7 +26,7 @@
 //    worker; a worker inside a block leaves it by siglongjmp (its block is abandoned, destructors
 //    of the body's locals do not run; a body stopped while holding a lock of its own, or inside
 //    printf, may leave that lock held). A time limit is a watchdog thread that does the same.
-//  * A worker's SIGSEGV inside a block (default mode: an access outside the arrays) ends the
+//  * A worker's SIGSEGV or SIGBUS inside a block (default mode: an access outside the arrays) ends the
 //    launch the same way, with a fault that points at checked mode.
 //  * Unloading: helpers are joinable threads and each worker's state is heap memory listed in
 //    the pool (no thread_local destructors, which would pin the library): kk_unload stops and
@@ -695,7 +695,15 @@ static bool kk_is(const struct sigaction& a, void (*h)(int, siginfo_t*, void*)) 
 
 // A worker that faults (SIGSEGV) inside a block: the launch ends with a fault that names the
 // block and thread and points at checked mode (memory around the arrays may be damaged).
-static struct sigaction kk_prev_segv;
+static struct sigaction kk_prev_segv, kk_prev_bus;
+#ifdef KK_CPU_CHECKED
+#define KK_SEGV_HINT                                                                             \
+  "an access checked mode does not see (a __shared__ array, or a plain pointer such as "        \
+  "`float* p = y + 64`: index the parameter itself, or declare `auto p = y + 64`, to check it)"
+#else
+#define KK_SEGV_HINT                                                                             \
+  "an access outside the arrays? Run it with check=True (KERNELKIT_CPU_CHECK=1) to find it"
+#endif
 static void kk_on_segv(int sig, siginfo_t* info, void* ctx) {
   kk_launch* L = kk_active;
   const pthread_t self = pthread_self();
@@ -705,17 +713,15 @@ static void kk_on_segv(int sig, siginfo_t* info, void* ctx) {
     sigjmp_buf* jb = L->escape[i];
     if (pthread_equal(t, self) && jb) {
       kk_fault_record(
-          "segmentation fault (address %p) in block (%u,%u,%u) thread (%u,%u,%u): an access "
-          "outside the arrays? Run it with check=True (KERNELKIT_CPU_CHECK=1) to find the "
-          "access; memory near the arrays may have been overwritten",
-          info ? info->si_addr : nullptr, blockIdx.x, blockIdx.y, blockIdx.z, threadIdx.x,
-          threadIdx.y, threadIdx.z);
+          "%s (address %p) in block (%u,%u,%u) thread (%u,%u,%u): %s; memory near the arrays "
+          "may have been overwritten",
+          sig == SIGBUS ? "bus error" : "segmentation fault", info ? info->si_addr : nullptr, blockIdx.x, blockIdx.y, blockIdx.z, threadIdx.x,
+          threadIdx.y, threadIdx.z, KK_SEGV_HINT);
       siglongjmp(*jb, 1);
     }
   }
   // not a worker in a block: what was there before handles it (the access faults again)
-  sigaction(SIGSEGV, &kk_prev_segv, nullptr);
-  (void)sig;
+  sigaction(sig, sig == SIGBUS ? &kk_prev_bus : &kk_prev_segv, nullptr);
   (void)ctx;
 }
 
@@ -730,6 +736,7 @@ static bool kk_signals_on(bool limited) {
   sa.sa_flags = SA_SIGINFO | SA_RESTART;
   sa.sa_sigaction = kk_on_segv;
   sigaction(SIGSEGV, &sa, &kk_prev_segv);
+  sigaction(SIGBUS, &sa, &kk_prev_bus);
   if (kk_main_thread < 0) kk_main_thread = getpid() == (pid_t)syscall(SYS_gettid);
   if (!kk_main_thread && !limited) return false;
   sa.sa_sigaction = kk_on_sigint;
@@ -749,6 +756,8 @@ static void kk_signals_off(bool on) {
   struct sigaction cur;
   if (sigaction(SIGSEGV, &kk_prev_segv, &cur) == 0 && !kk_is(cur, kk_on_segv))
     sigaction(SIGSEGV, &cur, nullptr);  // someone else's since: theirs stays
+  if (sigaction(SIGBUS, &kk_prev_bus, &cur) == 0 && !kk_is(cur, kk_on_segv))
+    sigaction(SIGBUS, &cur, nullptr);
   if (on && sigaction(SIGINT, &kk_prev_int, &cur) == 0 && !kk_is(cur, kk_on_sigint))
     sigaction(SIGINT, &cur, nullptr);  // someone else's since: theirs stays
   if (kk_kick_on) {
@@ -797,6 +806,7 @@ static void kk_work(kk_launch& L) {
     sigaddset(&kick, KK_KICK);
     sigaddset(&kick, SIGINT);
     sigaddset(&kick, SIGSEGV);
+    sigaddset(&kick, SIGBUS);
     pthread_sigmask(SIG_UNBLOCK, &kick, nullptr);  // left blocked by the handler we jumped from
   }
   if (me < 256) L.escape[me] = nullptr;
