@@ -19,6 +19,7 @@ from ._errors import (
     CompileError,
     KernelFault,
     KernelkitError,
+    KernelTimeout,
     LaunchError,
 )
 from ._integrations.jax_ffi import JaxCallable
@@ -46,6 +47,7 @@ __all__ = [
     "Kernel",
     "KernelChoice",
     "KernelFault",
+    "KernelTimeout",
     "KernelkitError",
     "LaunchError",
     "MetalKernel",
@@ -66,3 +68,14 @@ __all__ = [
     "tensor_map",
     "tune_op",
 ]
+
+_SUBMODULES = ("backend", "ops")  # public modules, imported on first use
+
+
+def __getattr__(name: str) -> object:
+    """``kernelkit.ops`` and ``kernelkit.backend`` after a bare ``import kernelkit``."""
+    if name in _SUBMODULES:
+        import importlib
+
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

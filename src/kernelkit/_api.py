@@ -20,6 +20,8 @@ from ._codegen import check_identifier, scan_body
 from ._dtypes import normalize_dtype
 from ._errors import ArgumentError, ArgumentTypeError
 from ._key import MISS, CallArgs, call_key, guard_of
+from ._launch import require_geometry
+from ._limits import LAUNCH, TIME_LIMIT_FEATURE
 from ._records import KernelSpec, StructType
 
 if TYPE_CHECKING:
@@ -63,8 +65,8 @@ class Kernel:
         inputs: Sequence[Any],
         output_shapes: Sequence[Sequence[int]] | None = None,
         output_dtypes: Sequence[Any] | None = None,
-        grid: Sequence[int] = (1, 1, 1),
-        threadgroup: Sequence[int] = (1, 1, 1),
+        grid: Sequence[int] | None = None,
+        threadgroup: Sequence[int] | None = None,
         template: Sequence[tuple[str, Any]] | None = None,
         init_value: float | int | None = None,
         verbose: bool = False,
@@ -73,15 +75,19 @@ class Kernel:
         backend: str | None = None,
         check: bool | None = None,
         shared_memory: int | None = None,
+        timeout: float | None = None,
     ) -> list[Any]:
         """Run the kernel; returns the outputs as a list (arrays of the first input's framework).
 
-        ``grid`` counts threads per dimension (as in MLX); ``threadgroup`` is the block shape.
+        ``grid`` counts threads per dimension (as in MLX); ``threadgroup`` is the block shape;
+        both are required (``ArgumentError`` names the one missing).
         ``out=`` writes into given arrays; ``init_value`` fills outputs first; ``stream=``
         overrides the framework's current stream; ``backend=`` forces a backend by name;
         ``check=True`` bounds-checks every access (backends with a checked mode, e.g. cpu);
         ``shared_memory=`` sets this launch's dynamic shared memory in bytes (default: the
         kernel's). A new grid, threadgroup or shared memory size never compiles or loads again.
+        ``timeout=`` (seconds; backends that can stop a launch, e.g. cpu) stops a launch that
+        runs longer with ``KernelTimeout``; on the cpu backend Ctrl-C stops a launch too.
         """
         args = (  # in CallArgs' order (a plain tuple: building a NamedTuple costs a call)
             inputs,
@@ -97,6 +103,8 @@ class Kernel:
             check,
             shared_memory,
         )
+        if timeout is not None:
+            return self._call_timed(args, verbose, timeout)
         if not verbose:
             result = self._last(*args)  # the last specialization checks the call is its own
             if result is not MISS:
@@ -120,6 +128,32 @@ class Kernel:
         if plan.guarded:  # only a plan that checks its calls may be tried first next time
             self._last = plan.run
         return result
+
+    def _call_timed(self, args: tuple, verbose: bool, timeout: Any) -> list[Any]:
+        """A call with ``timeout=``: the plan's run with this thread's launch time limit set."""
+        if (
+            isinstance(timeout, bool)
+            or not isinstance(timeout, int | float)
+            or not 0 < timeout < math.inf
+        ):
+            raise ArgumentError(
+                f"[{self.name}] timeout must be a positive number of seconds, got {timeout!r}"
+            )
+        try:
+            plan = self._plans[call_key(*args)]
+        except Exception:  # noqa: BLE001 - as in _call_other
+            plan = self._specialize(CallArgs._make(args), verbose)
+        target = plan.loaded.geometries.target
+        if TIME_LIMIT_FEATURE not in target.features:
+            raise ArgumentError(
+                f"[{self.name}] timeout= needs a backend that can stop a launch (cpu); "
+                f"backend {target.backend!r} cannot"
+            )
+        LAUNCH.seconds = float(timeout)
+        try:
+            return plan.run(*args)  # type: ignore[no-any-return]
+        finally:
+            LAUNCH.seconds = 0.0
 
     def _direct_run(self, args: tuple) -> Any:
         """The hot path of the specialization that a call with ``args`` (``CallArgs``' order:
@@ -261,6 +295,7 @@ class Kernel:
                 f"[{self.name}] check must be True, False or None, got {check!r}"
             )
         bound = bind(self.spec, inputs, args.output_dtypes, out, backend)
+        require_geometry(self.name, args.grid, args.threadgroup)  # before compiling anything
         for x in (*inputs, *(out or ())):  # bind registered every argument's adapter
             adapter_for(x, "argument")
         guard = guard_of(args)  # None: unhashable arguments (a list template value), not kept

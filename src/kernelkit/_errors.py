@@ -62,3 +62,8 @@ class BackendError(KernelkitError):
 class BundleError(KernelkitError):
     """A precompiled bundle cannot be used as a whole (not a bundle, or built for another
     kernelkit version or key schema); the message names the file and both versions."""
+
+
+class KernelTimeout(LaunchError):
+    """A launch ran past the ``timeout=`` its call gave and was stopped (its outputs are
+    incomplete)."""

@@ -16,10 +16,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._arrays import Adapter, adapter_for
+from ._arrays import NULL, Adapter, adapter_for
+from ._dtypes import DTYPES
 from ._errors import ArgumentError, ArgumentTypeError, KernelkitError, LaunchError
 from ._key import CALL_ARGS, Guard, guard_lines
 from ._launch import LoadedProgram
+from ._overlap import overlap_check
 from ._pack import ArgPack, scalar_bits
 from ._records import MAP_BYTES, MAX_NDIM, Param
 from ._structs import struct_copier
@@ -162,6 +164,8 @@ def generate_run(
     for i, r in enumerate(ins):
         code += _input_lines(i, r, ns)
     code += _output_lines(outs, has_out, allocators, ns)
+    if has_out:
+        code += _overlap_lines(kernel, ins, outs, ns)
     code += [
         "    if stream is None:",
         "        stream = _stream()",
@@ -264,6 +268,53 @@ def _output_lines(
         if r.meta:
             lines += meta_lines(f"o{j}", r.meta, a, ns, r.what)
     return lines
+
+
+def _overlap_lines(
+    kernel: str, ins: list[ArgRoute], outs: list[ArgRoute], ns: dict[str, Any]
+) -> list[str]:
+    """A call with ``out=``: refuse outputs that overlap an input or each other (``_overlap``).
+    Row-contiguous arrays (the common case) are compared inline by ``nbytes``; others, or an
+    array without ``nbytes``, through ``_overlap``'s check."""
+    arrays = [
+        (i, r)
+        for i, r in enumerate(ins)
+        if r.kind in ("array", "scalar_array") and r.adapter is not None and r.adapter is not NULL
+    ]
+    ns["_overlap"] = overlap_check(
+        kernel, [_overlap_row(r) for _, r in arrays], [_overlap_row(r) for r in outs]
+    )
+    call = "_overlap({}, {}, {}, {})".format(
+        _tuple(f"a{i}" for i, _ in arrays),
+        _tuple(f"s[{r.slot}].value" for _, r in arrays),
+        _tuple(f"o{j}" for j in range(len(outs))),
+        _tuple(f"s[{r.slot}].value" for r in outs),
+    )
+    if not all(r.contiguous for r in outs) or not all(r.contiguous for _, r in arrays):
+        return [f"    {call}"]
+    lines = ["    try:"]
+    for j, r in enumerate(outs):
+        lines.append(f"        p{j} = s[{r.slot}].value; e{j} = p{j} + o{j}.nbytes")
+    for i, r in arrays:
+        lines.append(f"        q{i} = s[{r.slot}].value; f{i} = q{i} + a{i}.nbytes")
+    for j in range(len(outs)):
+        tests = [f"(p{k} < e{j} and p{j} < e{k})" for k in range(j)]
+        tests += [f"(q{i} < e{j} and p{j} < f{i} and (q{i} != p{j} or f{i} != e{j}))"
+                  for i, _ in arrays]  # fmt: skip
+        if tests:  # any meeting goes to the full check, which names the arrays
+            lines.append(f"        if p{j} < e{j} and ({' or '.join(tests)}):")
+            lines.append(f"            {call}")
+    lines += ["    except AttributeError:", f"        {call}"]
+    return lines
+
+
+def _tuple(items: Any) -> str:
+    return "(" + "".join(f"{x}, " for x in items) + ")"
+
+
+def _overlap_row(r: ArgRoute) -> tuple[str, Adapter, int, bool]:
+    assert r.adapter is not None
+    return r.what.split("] ", 1)[-1], r.adapter, DTYPES[r.dtype].itemsize, r.contiguous
 
 
 def _output_pointer_any(what: str) -> Callable[[Any], int]:

@@ -20,9 +20,20 @@ from ._records import CompileRequest, Target
 from ._registry import backend_call
 from .backend import Backend, Geometry, Launcher
 
-__all__ = ["Geometries", "LoadedProgram", "geometry", "load"]
+__all__ = ["Geometries", "LoadedProgram", "geometry", "load", "require_geometry"]
 
 MAX_GEOMETRIES = 4096  # checked geometries kept per program (the table restarts when full)
+
+
+def require_geometry(name: str, grid: Any, threadgroup: Any) -> None:
+    """Refuse a call that gives no ``grid`` or no ``threadgroup`` (there is no default: one
+    thread would run, and the outputs would hold uninitialized memory)."""
+    missing = [w for w, v in (("grid", grid), ("threadgroup", threadgroup)) if v is None]
+    if missing:
+        raise ArgumentError(
+            f"[{name}] {' and '.join(missing)} required: pass grid=(threads_x, threads_y, "
+            "threads_z) (threads, as in MLX) and threadgroup=(x, y, z) (the block shape)"
+        )
 
 
 def geometry(
@@ -35,6 +46,7 @@ def geometry(
 ) -> Geometry:
     """Blocks, threads per block and dynamic shared memory from MLX's thread-count grid,
     checked against the device's and the kernel's limits."""
+    require_geometry(name, grid, threadgroup)
     g, t = _dims3(name, "grid", grid), _dims3(name, "threadgroup", threadgroup)
     block = tuple(min(a, b) for a, b in zip(t, g))
     blocks = tuple(-(-a // b) for a, b in zip(g, block))
@@ -42,13 +54,15 @@ def geometry(
         target.max_threads_per_block,
         limits.get("max_threads_per_block", target.max_threads_per_block),
     )
-    total = block[0] * block[1] * block[2]
+    # the threadgroup as given, not as clipped to a smaller grid: a launch that runs for
+    # one size and not for a larger one is refused for both (as MLX and CUDA would)
+    total = t[0] * t[1] * t[2]
     if total > max_threads:
         raise ArgumentError(
             f"[{name}] threadgroup {t} has {total} threads per block; this kernel "
             f"allows at most {max_threads} on {target.name}"
         )
-    for axis, (b, lim) in enumerate(zip(block, target.max_block_dims)):
+    for axis, (b, lim) in enumerate(zip(t, target.max_block_dims)):
         if b > lim:
             raise ArgumentError(
                 f"[{name}] threadgroup[{axis}] = {b} exceeds the device limit {lim}"

@@ -18,6 +18,7 @@ from ._bind import _is_scalar
 from ._codegen import check_identifier, scan_body
 from ._dialects import metal as _metal
 from ._errors import ArgumentError, ArgumentTypeError, CompileError
+from ._launch import require_geometry
 from ._records import KernelSpec
 
 __all__ = ["MetalKernel", "metal_kernel"]
@@ -112,8 +113,8 @@ class MetalKernel:
         inputs: Sequence[Any] | Mapping[str, Any],
         output_shapes: Sequence[Sequence[int]] | Mapping[str, Sequence[int]] | None = None,
         output_dtypes: Sequence[Any] | Mapping[str, Any] | None = None,
-        grid: Sequence[int] = (1, 1, 1),
-        threadgroup: Sequence[int] = (1, 1, 1),
+        grid: Sequence[int] | None = None,
+        threadgroup: Sequence[int] | None = None,
         template: Sequence[tuple[str, Any]] | Mapping[str, Any] | None = None,
         init_value: float | int | None = None,
         verbose: bool = False,
@@ -215,6 +216,7 @@ class MetalKernel:
 
     def _geometry_of(self, grid: Any, threadgroup: Any) -> tuple[tuple[int, ...], tuple[int, ...]]:
         """(grid, threadgroup) as launched: MLX clamps the threadgroup to the grid."""
+        require_geometry(self.name, grid, threadgroup)  # both required, as in MLX
         g = tuple(int(v) for v in grid)
         if len(g) != 3 or len(tuple(threadgroup)) != 3:
             raise ArgumentError(f"[{self.name}] grid and threadgroup need 3 values each")

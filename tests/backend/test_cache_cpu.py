@@ -129,7 +129,7 @@ def test_loaded_artifact_equals_the_compiled_one(cache) -> None:
 
     k = make(6)
     x = np.ones(1024, np.float32)
-    k([x], output_shapes=[x.shape], output_dtypes=[np.float32], grid=(1024, 1, 1))
+    k([x], [x.shape], [np.float32], grid=(1024, 1, 1), threadgroup=(256, 1, 1))
     (plan,) = k._plans.values()
     backend = kernelkit._registry.get_backend(plan.request.backend)
     compiled = compile_cached(backend, plan.request)  # from memory: what compile returned

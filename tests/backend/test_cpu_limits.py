@@ -81,8 +81,14 @@ def test_static_shared_memory_in_a_header_template_is_limited_too():
 
 @pytest.mark.parametrize(
     "grid, tg",
-    [((1, 65536 * 2, 1), (1, 2, 1)), ((1, 1, 65536), (1, 1, 1)), ((1, 1, 128), (1, 1, 128))],
-    ids=["grid-y", "grid-z", "block-z"],
+    [
+        ((1, 65536 * 2, 1), (1, 2, 1)),
+        ((1, 1, 65536), (1, 1, 1)),
+        ((1, 1, 128), (1, 1, 128)),
+        ((1000, 1, 1), (2048, 1, 1)),  # issue 24, item 15: refused before clipping to the grid
+        ((1, 1, 1), (1, 1, 128)),
+    ],
+    ids=["grid-y", "grid-z", "block-z", "threads-over-grid", "block-z-over-grid"],
 )
 def test_grid_and_block_dimension_limits(grid, tg):
     k = kernelkit.kernel("lim_grid", ["x"], ["y"], "y[0] = x[0];")

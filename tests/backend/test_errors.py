@@ -45,6 +45,9 @@ def good_call(arrays):
     np.testing.assert_array_equal(arrays.get(y), np.arange(N, dtype=np.float32))
 
 
+TG = (32, 1, 1)
+
+
 def kw(**over):
     base = dict(
         output_shapes=[(N,)], output_dtypes=[np.float32], grid=(N, 1, 1), threadgroup=(32, 1, 1)
@@ -199,11 +202,20 @@ CASES = [
         TypeError,
         r"output_dtypes\[0\]",
     ),
-    ("out-wrong-count", lambda a: COPY([f32(a)], out=[], grid=(N, 1, 1)), ValueError, r"out="),
+    (
+        "out-wrong-count",
+        lambda a: COPY([f32(a)], out=[], grid=(N, 1, 1), threadgroup=TG),
+        ValueError,
+        r"out=",
+    ),
     (
         "out-wrong-shape",
         lambda a: COPY(
-            [f32(a)], out=[a.put(np.zeros(N + 1, np.float32))], output_shapes=[(N,)], grid=(N, 1, 1)
+            [f32(a)],
+            out=[a.put(np.zeros(N + 1, np.float32))],
+            output_shapes=[(N,)],
+            grid=(N, 1, 1),
+            threadgroup=TG,
         ),
         ValueError,
         r"out\[0\] has shape",
@@ -215,13 +227,19 @@ CASES = [
             out=[a.put(np.zeros(N, np.float64))],
             output_dtypes=[np.float32],
             grid=(N, 1, 1),
+            threadgroup=TG,
         ),
         ValueError,
         r"out\[0\].*float64.*output_dtypes\[0\]",
     ),
     (
         "out-not-contiguous",
-        lambda a: COPY([f32(a)], out=[a.put(np.zeros((N, 2), np.float32))[:, 0]], grid=(N, 1, 1)),
+        lambda a: COPY(
+            [f32(a)],
+            out=[a.put(np.zeros((N, 2), np.float32))[:, 0]],
+            grid=(N, 1, 1),
+            threadgroup=TG,
+        ),
         ValueError,
         r"out\[0\] \('y'\) must be row-contiguous",
     ),
@@ -247,7 +265,7 @@ def test_bad_call_then_good_call(arrays, call, exc, match):
 def test_out_on_a_device_no_backend_runs_on(arrays):
     torch = pytest.importorskip("torch")
     with pytest.raises((TypeError, ValueError), match=r"out\[0\]"):
-        COPY([f32(arrays)], out=[torch.empty(N, device="meta")], grid=(N, 1, 1))
+        COPY([f32(arrays)], out=[torch.empty(N, device="meta")], grid=(N, 1, 1), threadgroup=TG)
     good_call(arrays)
 
 
@@ -306,7 +324,7 @@ def test_host_out_given_to_the_cuda_backend():
         pytest.skip("the cuda backend does not load here (cuda-bindings missing)")
     k = kernelkit.kernel("e_fill", ["s"], ["y"], "y[threadIdx.x] = s;")
     with pytest.raises(ValueError, match=r"out\[0\] \('y'\) lives in host memory.*'cuda'"):
-        k([1.0], out=[np.zeros(N, np.float32)], grid=(N, 1, 1), backend="cuda")
+        k([1.0], out=[np.zeros(N, np.float32)], grid=(N, 1, 1), threadgroup=TG, backend="cuda")
 
 
 @pytest.mark.gpu
@@ -327,7 +345,7 @@ def test_out_on_another_device_than_the_inputs(arrays):
     if not arrays.on_gpu:
         pytest.skip("needs CUDA arrays")
     with pytest.raises(ValueError, match=r"different devices.*out\[0\]"):
-        COPY([f32(arrays)], out=[np.zeros(N, np.float32)], grid=(N, 1, 1))
+        COPY([f32(arrays)], out=[np.zeros(N, np.float32)], grid=(N, 1, 1), threadgroup=TG)
     good_call(arrays)
 
 

@@ -144,7 +144,8 @@ def test_bad_calls_get_the_direct_paths_errors(route_on_cpu):
     _call(k, x, 2.0, b)
     _route(k)
     with pytest.raises(kernelkit.ArgumentError, match="output_shapes must be a list of 2"):
-        k([x, 2.0, b], output_shapes=[(8,)], output_dtypes=[x.dtype, jnp.int32], grid=(8, 1, 1))
+        k([x, 2.0, b], output_shapes=[(8,)], output_dtypes=[x.dtype, jnp.int32], grid=(8, 1, 1),
+          threadgroup=(8, 1, 1))  # fmt: skip
     with pytest.raises(kernelkit.ArgumentError, match="threadgroup"):
         k([x, 2.0, b], output_shapes=[(8,), (8,)], output_dtypes=[x.dtype, jnp.int32],
           grid=(4096, 1, 1), threadgroup=(2048, 1, 1))  # fmt: skip

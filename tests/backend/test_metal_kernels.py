@@ -454,7 +454,10 @@ def test_compile_errors_point_at_metal_lines(backend, arrays):
     )
     x = arrays.put(np.ones(4, np.float32))  # on the backend's own memory (CUDA: a GPU tensor)
     with pytest.raises(kernelkit.CompileError) as e:
-        k([x], output_shapes=[x.shape], output_dtypes=[x.dtype], grid=(4, 1, 1), backend=backend)
+        k(
+            [x], output_shapes=[x.shape], output_dtypes=[x.dtype], grid=(4, 1, 1),
+            threadgroup=(4, 1, 1), backend=backend,
+        )  # fmt: skip
     assert "Metal source line 3: y[i] = x[i] + undefined_name;" in str(e.value)
 
 

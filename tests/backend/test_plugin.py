@@ -109,6 +109,8 @@ def test_sim_compile_error_is_a_compile_error():
             [np.zeros(2, np.float32)],
             output_shapes=[(2,)],
             output_dtypes=[np.float32],
+            grid=(2, 1, 1),
+            threadgroup=(2, 1, 1),
             backend="sim",
         )
     assert "p_broken:2" in info.value.log and "nonesuch" in info.value.log
@@ -120,6 +122,8 @@ def test_sim_refuses_what_it_cannot_do():
             [np.zeros(4, np.float16), 1.0],
             output_shapes=[(4,)],
             output_dtypes=[np.float32],
+            grid=(4, 1, 1),
+            threadgroup=(4, 1, 1),
             backend="sim",
         )
     k = kernelkit.kernel("p_shared", ["x"], ["y"], "y[0] = x[0];", shared_memory=1024)
@@ -128,6 +132,8 @@ def test_sim_refuses_what_it_cannot_do():
             [np.zeros(1, np.float32)],
             output_shapes=[(1,)],
             output_dtypes=[np.float32],
+            grid=(1, 1, 1),
+            threadgroup=(1, 1, 1),
             backend="sim",
         )
     assert run_sim(np.zeros(3, np.float32), 1.0).tolist() == [1.0, 1.0, 1.0]

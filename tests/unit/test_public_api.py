@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -23,6 +24,7 @@ def test_kernelkit_all_snapshot():
         "Kernel",
         "KernelChoice",
         "KernelFault",
+        "KernelTimeout",
         "KernelkitError",
         "LaunchError",
         "MetalKernel",
@@ -106,3 +108,19 @@ def test_import_is_light():
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
     )
     assert json.loads(out.stdout.strip().splitlines()[-1]) == []
+
+
+def test_ops_after_a_bare_import():
+    """``kernelkit.ops`` works after ``import kernelkit`` alone (issue 24, item 15)."""
+    code = "import kernelkit\nprint(kernelkit.ops.__name__, callable(kernelkit.ops.matmul))\n"
+    src = os.path.dirname(os.path.dirname(kernelkit.__file__))  # this checkout's, not main's
+    env = {**os.environ, "PYTHONPATH": src}
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+        env=env,
+    )
+    assert out.stdout.split() == ["kernelkit.ops", "True"]

@@ -8,6 +8,7 @@ from typing import Any, ClassVar
 
 from ..._codegen import abi_options
 from ..._errors import CompileError
+from ..._limits import TIME_LIMIT_FEATURE
 from ..._records import Artifact, CompileRequest, KernelSource, Target
 from ...backend import Backend, Launcher
 from . import _toolchain
@@ -78,7 +79,7 @@ class CPUBackend(Backend):
             max_shared_memory_bytes=48 * 1024,
             max_shared_memory_optin_bytes=227 * 1024,
             warp_size=32,
-            features=frozenset({"cpu"}),
+            features=frozenset({"cpu", TIME_LIMIT_FEATURE}),
         )
 
     def compiler_identity(self) -> str:

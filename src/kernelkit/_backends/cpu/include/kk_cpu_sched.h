@@ -34,7 +34,24 @@
 //    reuses its scratch across a grid sync). grid_group::sync() is a block barrier, then the
 //    block's first thread through it arrives at the grid barrier and passes the turn until
 //    every block that has not finished has arrived.
+//  * Stopping: a launch from Python's main thread (or with a time limit) routes SIGINT through
+//    kk_on_signal while it runs: the first signal marks the launch stopped, is passed on to the
+//    handler it replaced (so Python raises KeyboardInterrupt), and is sent to every other
+//    worker; a worker inside a block leaves it by siglongjmp (its block is abandoned, destructors
+//    of the body's locals do not run; a body stopped while holding a lock of its own, or inside
+//    printf, may leave that lock held). A time limit is a watchdog thread that does the same.
+//  * A worker's SIGSEGV or SIGBUS inside a block (default mode: an access outside the arrays) ends the
+//    launch the same way, with a fault that points at checked mode.
+//  * Unloading: helpers are joinable threads and each worker's state is heap memory listed in
+//    the pool (no thread_local destructors, which would pin the library): kk_unload stops and
+//    joins the helpers and frees everything, after which the library can be dlclosed.
 #pragma once
+
+#include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <list>
 
 #ifndef KK_CPU_FIBER_STACK_BYTES
 #define KK_CPU_FIBER_STACK_BYTES (128 * 1024)
@@ -65,6 +82,10 @@ struct kk_launch {
   size_t shmem_bytes;
   std::atomic<unsigned long long> next{0};
   std::atomic<int> faulted{0};
+  std::atomic<int> stopped{0};  // 1: SIGINT, 2: the time limit (workers leave their blocks)
+  std::atomic<int> nworkers{0};
+  std::atomic<pthread_t> workers[256];  // the OS threads working on it, 0 until known
+  sigjmp_buf* volatile escape[256];     // where each leaves its blocks (null: not in blocks)
   char message[1024];
   // cooperative launches: the grid barrier (blocks not finished yet, arrivals, generation)
   bool cooperative = false;
@@ -295,9 +316,33 @@ struct kk_worker {  // per OS thread, reused across blocks and launches
   }
 };
 
+// Every worker of this library, so kk_unload can free them: a thread_local kk_worker would
+// register a TLS destructor, and glibc keeps a library with pending ones mapped until the
+// thread exits (for the calling Python thread: never).
+static std::mutex kk_workers_mu;
+static std::list<kk_worker*>* kk_workers;
+static thread_local kk_worker* kk_my_worker;
+
 static kk_worker& kk_this_worker() {
-  static thread_local kk_worker w;
-  return w;
+  if (__builtin_expect(!kk_my_worker, 0)) {
+    kk_worker* w = new kk_worker();
+    std::lock_guard<std::mutex> lk(kk_workers_mu);
+    if (!kk_workers) kk_workers = new std::list<kk_worker*>();
+    kk_workers->push_back(w);
+    kk_my_worker = w;
+  }
+  return *kk_my_worker;
+}
+
+static void kk_free_my_worker() {  // a helper that exits
+  kk_worker* w = kk_my_worker;
+  if (!w) return;
+  {
+    std::lock_guard<std::mutex> lk(kk_workers_mu);
+    kk_workers->remove(w);
+  }
+  kk_my_worker = nullptr;
+  delete w;
 }
 
 static inline uint3 kk_tid_of(dim3 b, int t) {
@@ -728,16 +773,25 @@ __attribute__((noinline)) static unsigned kk_activemask(kk_site site) {
 }
 
 // --- the worker pool and the launch -----------------------------------------------------------
+struct kk_helper {
+  std::thread thread;
+  bool done = false;  // returned (idle, or told to stop): join it
+};
+
 struct kk_pool {
   std::mutex mu, launch_mu;
   std::condition_variable work_cv, idle_cv;
   kk_launch* job = nullptr;
   int want = 0, joined = 0, running = 0, live = 0;
+  bool stop = false;
+  std::list<kk_helper> helpers;
 };
 
+static kk_pool* kk_pool_ptr;
 static kk_pool& kk_the_pool() {
-  static kk_pool* p = new kk_pool();  // never destroyed: helpers may outlive static destructors
-  return *p;
+  static std::once_flag once;
+  std::call_once(once, [] { kk_pool_ptr = new kk_pool(); });  // freed by kk_unload
+  return *kk_pool_ptr;
 }
 
 static inline uint3 kk_block_of(const kk_launch& L, unsigned long long b) {
@@ -745,38 +799,60 @@ static inline uint3 kk_block_of(const kk_launch& L, unsigned long long b) {
                (unsigned)(b / ((unsigned long long)L.grid.x * L.grid.y))};
 }
 
+#include "kk_cpu_stop.h"  // SIGINT, time limits, faults: how a launch is left early
+
 static void kk_work(kk_launch& L) {
   kk_cur_launch = &L;
-  try {
-    kk_worker& w = kk_this_worker();
-    w.reserve_dsmem(L.shmem_bytes ? L.shmem_bytes : 1);
-    kk_dsmem = w.dsmem;
-    blockDim = L.block;
-    gridDim = L.grid;
-    while (!L.faulted.load(std::memory_order_relaxed)) {
-      const unsigned long long b0 = L.next.fetch_add(L.chunk, std::memory_order_relaxed);
-      if (b0 >= L.nblocks) break;
-      const unsigned long long b1 = b0 + L.chunk < L.nblocks ? b0 + L.chunk : L.nblocks;
-      for (unsigned long long b = b0; b < b1; ++b) {
-        blockIdx = kk_block_of(L, b);
-        L.run_block(L, blockIdx);
-        if (L.cooperative) {  // a finished block no longer holds the grid barrier back
-          std::lock_guard<std::mutex> lk(L.grid_mu);
-          const unsigned long long me = kk_block_index(L, blockIdx);
-          L.ended[me] = 1;
-          --L.grid_live;
-          kk_grid_release_if_ready(L);
-          if (L.turn == me) kk_coop_pass_locked(L, me);
+  const int me = L.nworkers.fetch_add(1);
+  sigjmp_buf jb;
+  if (me < 256) {
+    L.escape[me] = nullptr;
+    L.workers[me].store(pthread_self());
+  }
+  if (sigsetjmp(jb, 0) == 0) {  // (the signal mask is restored by the handler's return path)
+    if (me < 256) L.escape[me] = &jb;
+    try {
+      kk_worker& w = kk_this_worker();
+      w.reserve_dsmem(L.shmem_bytes ? L.shmem_bytes : 1);
+      kk_dsmem = w.dsmem;
+      blockDim = L.block;
+      gridDim = L.grid;
+      while (!L.faulted.load(std::memory_order_relaxed) &&
+             !L.stopped.load(std::memory_order_relaxed)) {
+        const unsigned long long b0 = L.next.fetch_add(L.chunk, std::memory_order_relaxed);
+        if (b0 >= L.nblocks) break;
+        const unsigned long long b1 = b0 + L.chunk < L.nblocks ? b0 + L.chunk : L.nblocks;
+        for (unsigned long long b = b0; b < b1; ++b) {
+          blockIdx = kk_block_of(L, b);
+          L.run_block(L, blockIdx);
+          if (L.cooperative) {  // a finished block no longer holds the grid barrier back
+            std::lock_guard<std::mutex> lk(L.grid_mu);
+            const unsigned long long done = kk_block_index(L, blockIdx);
+            L.ended[done] = 1;
+            --L.grid_live;
+            kk_grid_release_if_ready(L);
+            if (L.turn == done) kk_coop_pass_locked(L, done);
+          }
         }
       }
+    } catch (kk_fault&) {
+    } catch (std::exception& e) {
+      kk_fault_record("C++ exception in the CPU runtime: %s", e.what());
+    } catch (...) {
+      kk_fault_record("unknown C++ exception in the CPU runtime");
     }
-  } catch (kk_fault&) {
-  } catch (std::exception& e) {
-    kk_fault_record("C++ exception in the CPU runtime: %s", e.what());
-  } catch (...) {
-    kk_fault_record("unknown C++ exception in the CPU runtime");
+  } else {  // stopped or faulted inside a block: it is abandoned (see the model at the top)
+    kk_cur_block = nullptr;
+    sigset_t kick;
+    sigemptyset(&kick);
+    sigaddset(&kick, KK_KICK);
+    sigaddset(&kick, SIGINT);
+    sigaddset(&kick, SIGSEGV);
+    sigaddset(&kick, SIGBUS);
+    pthread_sigmask(SIG_UNBLOCK, &kick, nullptr);  // left blocked by the handler we jumped from
   }
-  if (L.cooperative && L.faulted.load()) {  // wake blocks waiting for their turn
+  if (me < 256) L.escape[me] = nullptr;
+  if (L.cooperative && (L.faulted.load() || L.stopped.load())) {  // wake blocks awaiting a turn
     std::lock_guard<std::mutex> lk(L.grid_mu);
     kk_coop_wake_all(L);
   }
@@ -804,9 +880,9 @@ static void kk_run_cooperative(kk_launch& L) {
   for (std::thread& t : threads) t.join();
 }
 
-static void kk_helper_main(kk_pool* p) {
+static void kk_helper_main(kk_pool* p, kk_helper* self) {
   std::unique_lock<std::mutex> lk(p->mu);
-  for (;;) {
+  while (!p->stop) {
     if (p->job && p->joined < p->want) {
       kk_launch* job = p->job;
       ++p->joined;
@@ -818,14 +894,69 @@ static void kk_helper_main(kk_pool* p) {
       continue;
     }
     if (!p->work_cv.wait_for(lk, std::chrono::seconds(KK_CPU_IDLE_SECONDS),
-                             [p] { return p->job && p->joined < p->want; })) {
-      --p->live;
-      return;
+                             [p] { return p->stop || (p->job && p->joined < p->want); }))
+      break;
+  }
+  --p->live;
+  self->done = true;  // the next launch (or kk_unload) joins this thread
+  lk.unlock();
+  kk_free_my_worker();
+}
+
+// Starts helpers up to `n` live ones (joining those that have returned); under p.mu.
+static void kk_start_helpers(kk_pool& p, int n) {
+  for (auto it = p.helpers.begin(); it != p.helpers.end();) {
+    if (it->done) {
+      it->thread.join();
+      it = p.helpers.erase(it);
+    } else {
+      ++it;
     }
+  }
+  try {
+    while (p.live < n) {
+      p.helpers.emplace_back();
+      kk_helper& h = p.helpers.back();
+      try {
+        h.thread = std::thread(kk_helper_main, &p, &h);
+      } catch (...) {
+        p.helpers.pop_back();
+        throw;
+      }
+      ++p.live;
+    }
+  } catch (...) {  // could not start a thread: run with the helpers we have
   }
 }
 
-// Runs a whole grid; returns 0, or 1 with the fault message in kk_last_fault (this thread's).
+// The time limit's watchdog: stops the launch and kicks its workers at the deadline.
+struct kk_watchdog {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  std::thread thread;
+  void start(kk_launch* L, long long limit_ns) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::nanoseconds(limit_ns);
+    thread = std::thread([this, L, until] {
+      std::unique_lock<std::mutex> lk(mu);
+      if (cv.wait_until(lk, until, [this] { return done; })) return;
+      int was = 0;
+      if (L->stopped.compare_exchange_strong(was, 2)) kk_kick(L);
+    });
+  }
+  void finish() {
+    if (!thread.joinable()) return;
+    {
+      std::lock_guard<std::mutex> lk(mu);
+      done = true;
+    }
+    cv.notify_all();
+    thread.join();
+  }
+};
+
+// Runs a whole grid; returns 0, or 1 with the fault message in kk_last_fault (this thread's),
+// 2 for a launch CUDA would refuse, 3 when SIGINT stopped it, 4 when its time limit did.
 static int kk_launch_grid(const void* args, kk_block_fn rb, kk_thread_fn rt, long long gx,
                           long long gy, long long gz, long long bx, long long by, long long bz,
                           long long shmem, int nthreads, bool cooperative = false) {
@@ -838,6 +969,8 @@ static int kk_launch_grid(const void* args, kk_block_fn rb, kk_thread_fn rt, lon
   L.nblocks = (unsigned long long)gx * gy * gz;
   L.shmem_bytes = (size_t)shmem;
   L.message[0] = 0;
+  const long long limit_ns = kk_next_limit_ns;
+  kk_next_limit_ns = 0;
   const long long threads = bx * by * bz;
   // CUDA's limits (compute capability 7.0 and later), so what runs here launches on a GPU.
   if (gx < 1 || gy < 1 || gz < 1 || gx > 2147483647LL || gy > 65535 || gz > 65535 || bx < 1 ||
@@ -858,7 +991,13 @@ static int kk_launch_grid(const void* args, kk_block_fn rb, kk_thread_fn rt, lon
     return 2;
   }
   L.cooperative = cooperative;
-  if (cooperative) {
+  if (cooperative && limit_ns > 0) {
+    snprintf(kk_last_fault, sizeof(kk_last_fault),
+             "cpu: timeout= is not supported for cooperative launches (their blocks take turns "
+             "on OS threads of their own, which the time limit does not reach)");
+    return 2;
+  }
+  if (cooperative) {  // not routed through kk_signals_on: Ctrl-C waits for the launch to end
     std::lock_guard<std::mutex> serial(kk_the_pool().launch_mu);
     kk_run_cooperative(L);
     fflush(stdout);
@@ -869,19 +1008,18 @@ static int kk_launch_grid(const void* args, kk_block_fn rb, kk_thread_fn rt, lon
   if (nthreads < 1) nthreads = 1;
   const unsigned long long per = L.nblocks / ((unsigned long long)nthreads * 16);
   L.chunk = per ? per : 1;
-  kk_pool& p = kk_the_pool();
-  std::lock_guard<std::mutex> serial(p.launch_mu);
   const int helpers = (int)(L.nblocks - 1 < (unsigned long long)(nthreads - 1) ? L.nblocks - 1
                                                                                : nthreads - 1);
+  for (int i = 0; i <= helpers + 1 && i < 256; ++i) L.workers[i].store(0);  // 0 ends the list
+  kk_pool& p = kk_the_pool();
+  std::lock_guard<std::mutex> serial(p.launch_mu);
+  kk_active = &L;
+  const bool signals = kk_signals_on(limit_ns > 0);
+  kk_watchdog dog;
+  if (limit_ns > 0) dog.start(&L, limit_ns);
   if (helpers > 0) {
     std::lock_guard<std::mutex> lk(p.mu);
-    try {
-      while (p.live < helpers) {
-        std::thread(kk_helper_main, &p).detach();
-        ++p.live;
-      }
-    } catch (...) {  // could not start a thread: run with the helpers we have
-    }
+    kk_start_helpers(p, helpers);
     p.job = &L;
     p.joined = 0;
     p.want = helpers;
@@ -893,8 +1031,48 @@ static int kk_launch_grid(const void* args, kk_block_fn rb, kk_thread_fn rt, lon
     p.job = nullptr;
     p.idle_cv.wait(lk, [&p] { return p.running == 0; });
   }
+  dog.finish();
+  kk_signals_off(signals);
+  kk_active = nullptr;
   fflush(stdout);
+  if (const int why = L.stopped.load()) {
+    if (why == 1)
+      snprintf(kk_last_fault, sizeof(kk_last_fault), "interrupted (SIGINT); the outputs are "
+               "incomplete");
+    else
+      snprintf(kk_last_fault, sizeof(kk_last_fault), "stopped by its time limit of %.3f s; the "
+               "outputs are incomplete", (double)limit_ns * 1e-9);
+    return why == 1 ? 3 : 4;
+  }
   if (!L.faulted.load()) return 0;
   memcpy(kk_last_fault, L.message, sizeof(kk_last_fault));
   return 1;
+}
+
+// A time limit for this thread's next launch of this library (0: none).
+extern "C" __attribute__((visibility("default"))) void kk_set_time_limit(long long ns) {
+  kk_next_limit_ns = ns;
+}
+
+// Stops and joins the helpers and frees every worker's memory, so the library can be dlclosed;
+// called once, when nothing can launch this library any more.
+extern "C" __attribute__((visibility("default"))) void kk_unload() {
+  if (kk_pool* p = kk_pool_ptr) {
+    {
+      std::lock_guard<std::mutex> lk(p->mu);
+      p->stop = true;
+    }
+    p->work_cv.notify_all();
+    for (kk_helper& h : p->helpers)
+      if (h.thread.joinable()) h.thread.join();
+    delete p;
+    kk_pool_ptr = nullptr;
+  }
+  std::lock_guard<std::mutex> lk(kk_workers_mu);
+  if (kk_workers) {
+    for (kk_worker* w : *kk_workers) delete w;
+    delete kk_workers;
+    kk_workers = nullptr;
+  }
+  kk_my_worker = nullptr;
 }
