@@ -89,14 +89,18 @@ def includes_anything(text: str) -> bool:
 def version_macros() -> tuple[str, ...]:
     """``-DCUDA_VERSION=...`` and ``-DCUDART_VERSION=...`` as the CUDA headers at hand define them
     (the same tokens, so including cuda.h after them is no redefinition), so that version tests
-    such as ``#if CUDA_VERSION >= 9000`` hold without including cuda.h, as under nvcc."""
-    major, minor = version()
+    such as ``#if CUDA_VERSION >= 9000`` hold without including cuda.h, as under nvcc. NVRTC's
+    own version is the fallback only: rendering a cached kernel must not load NVRTC."""
     out = []
     for macro, header in (("CUDA_VERSION", "cuda.h"), ("CUDART_VERSION", "cuda_runtime_api.h")):
         p = _find_header(header)
         text = p.read_text(errors="replace") if p else ""
         m = re.search(rf"^#define\s+{macro}\s+(\d+)\s*$", text, re.M)
-        out.append(f"-D{macro}={m.group(1) if m else major * 1000 + minor * 10}")
+        if m:
+            out.append(f"-D{macro}={m.group(1)}")
+        else:
+            major, minor = version()
+            out.append(f"-D{macro}={major * 1000 + minor * 10}")
     return tuple(out)
 
 
