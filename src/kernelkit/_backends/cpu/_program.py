@@ -37,8 +37,12 @@ class CPUProgram:
     set_time_limit: ctypes._CFuncPtr  # type: ignore[name-defined]
 
 
-def _unload(library: ctypes.CDLL, path: str) -> None:
-    """Join the library's threads, free its memory and dlclose it (no code of it runs after)."""
+def _unload(library: ctypes.CDLL, path: str, pid: int) -> None:
+    """Join the library's threads, free its memory and dlclose it (no code of it runs after).
+    In a forked child the library's threads do not exist (joining them would hang): the
+    inherited mapping is left as it is."""
+    if os.getpid() != pid:
+        return
     try:
         library.kk_unload()
         _dlclose(library._handle)
@@ -83,7 +87,7 @@ def load_program(binary: bytes, symbol: str) -> CPUProgram:
     lib.kk_unload.restype = None
     program = CPUProgram(kernel, path, lib, entry, fault_text, set_limit)
     # the mapping stays valid once the file is gone; at exit the process unmaps everything
-    weakref.finalize(program, _unload, lib, path).atexit = False
+    weakref.finalize(program, _unload, lib, path, os.getpid()).atexit = False
     return program
 
 
