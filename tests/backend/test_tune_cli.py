@@ -23,11 +23,12 @@ uint i = blockIdx.x * blockDim.x + threadIdx.x;
 if (MODE == 1) { y[i + 100000] = 0; }
 if (MODE == 2) { while (true) { } }
 if (MODE == 4) { *(volatile int*)(uintptr_t)8 = 1; }
+if (MODE == 5) { __builtin_trap(); }
 for (; i < x_shape[0]; i += STEP) y[i] = (MODE == 3 ? 3.0f : 2.0f) * x[i];
 """
 k = kernelkit.kernel("cli_twice", ["x"], ["y"], BODY)
 configs = [{"MODE": m, "STEP": s, "threadgroup": (s,)} for m, s in
-           [(0, 64), (1, 64), (2, 64), (3, 64), (4, 64), (0, 128)]]
+           [(0, 64), (1, 64), (2, 64), (3, 64), (4, 64), (5, 64), (0, 128)]]
 twice = kernelkit.autotune(k, configs=configs, key=["x.shape[0]:pow2"],
                            grid=lambda p, c: (c.threadgroup[0],))
 '''
@@ -76,7 +77,9 @@ def test_tune_isolates_faults_crashes_and_hangs(tmp_path):
     assert "KernelFault" in lines["1"] and "out-of-bounds write" in lines["1"]
     assert "timed out after 8 s" in lines["2"]
     assert "rejected" in lines["3"] and "differs from the reference" in lines["3"]
-    assert "worker died" in lines["4"]
+    # a segfault in a worker ends its launch with a fault (the worker lives); SIGILL kills it
+    assert "KernelFault" in lines["4"] and "segmentation fault" in lines["4"]
+    assert "worker died" in lines["5"]
     rows = [line for line in out.splitlines() if "MODE=0" in line]
     assert all(" ok " in row for row in rows)
     assert sum(row.lstrip().startswith("*") for row in rows) == 1  # the winner is a good one
