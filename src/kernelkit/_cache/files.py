@@ -53,21 +53,30 @@ def make_dirs(path: Path) -> None:
                 raise
 
 
-def _open_checked(path: Path, limit: int, trust: bool) -> tuple[int, int]:
+def _open_checked(
+    path: Path, limit: int, trust: bool, follow: bool = True
+) -> tuple[int, int]:
     """(an open descriptor, its size) once ``path`` is known to be a regular file of at most
-    ``limit`` bytes that ``distrust`` accepts (with ``trust``); ``Unreadable`` naming why not."""
+    ``limit`` bytes that ``distrust`` accepts (with ``trust``); ``Unreadable`` naming why not.
+    ``follow=False`` refuses a symbolic link as the last component."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+    if not follow:
+        flags |= getattr(os, "O_NOFOLLOW", 0)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        fd = os.open(path, flags)
     except FileNotFoundError:
         raise Unreadable("missing", missing=True) from None
-    except OSError as e:  # unreadable as a missing file is (a read-only or locked-down cache)
+    except OSError as e:
+        if not follow and e.errno == getattr(os, "ELOOP", -1):
+            raise Unreadable("a symbolic link, not a regular file") from None
+        # unreadable as a missing file is (a read-only or locked-down cache)
         raise Unreadable(f"cannot open: {e.strerror or e}", missing=True) from None
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise Unreadable(f"not a regular file ({_kind(st.st_mode)})")
         if st.st_size > limit:
-            raise Unreadable(f"{st.st_size} bytes, larger than the {limit}-byte limit")
+            raise Unreadable(f"larger than {limit} bytes ({st.st_size})")
         why = distrust(path, st) if trust else None
         if why is not None:
             raise Unreadable(why)
@@ -86,10 +95,11 @@ def open_regular(path: Path, limit: int, trust: bool = True) -> Iterator[BinaryI
         yield f
 
 
-def read_regular(path: Path, limit: int, trust: bool = True) -> bytes:
+def read_regular(path: Path, limit: int, trust: bool = True, follow: bool = True) -> bytes:
     """The bytes of the regular file ``path`` (at most ``limit``); ``Unreadable`` naming why
-    otherwise. With ``trust``, a file that ``distrust`` refuses is not read either."""
-    fd, size = _open_checked(path, limit, trust)
+    otherwise. With ``trust``, a file that ``distrust`` refuses is not read either;
+    ``follow=False`` refuses a symbolic link as the last component."""
+    fd, size = _open_checked(path, limit, trust, follow)
     try:
         chunks, left = [], size + 1  # not limit + 1: a read of n bytes allocates n up front
         while left > 0:

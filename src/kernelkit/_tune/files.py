@@ -8,6 +8,7 @@ A temp file is named ``.<final name>.<pid>.<token>.tmp`` beside its final name. 
 
 from __future__ import annotations
 
+import errno
 import os
 import secrets
 import stat
@@ -15,6 +16,7 @@ import time
 from pathlib import Path
 
 from .._cache import disk
+from .._cache import files as cache_files
 
 __all__ = ["STALE_TMP_S", "NotRegular", "names", "publish", "read_regular", "stale_temps"]
 
@@ -26,37 +28,19 @@ class NotRegular(OSError):
 
 
 def read_regular(path: Path, limit: int, follow: bool = True) -> bytes:
-    """The bytes of the regular file ``path``, at most ``limit`` of them (``ValueError`` when
-    larger, ``NotRegular`` for anything but a regular file; never blocks on a FIFO).
-    ``follow=False`` refuses a symbolic link as the last component."""
-    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
-    if not follow:
-        flags |= getattr(os, "O_NOFOLLOW", 0)
+    """The bytes of the regular file ``path``, at most ``limit`` of them, through the cache's
+    reader (never blocks on a FIFO; ``follow=False`` refuses a symbolic link). In the errors the
+    tuning database handles: ``FileNotFoundError`` when there is none, ``ValueError`` when it is
+    larger, ``NotRegular`` for anything else the cache's reader refuses."""
     try:
-        fd = os.open(path, flags)
-    except OSError as e:
-        if not follow and e.errno == getattr(os, "ELOOP", -1):
-            raise NotRegular(e.errno, "a symbolic link, not a regular file") from None
-        raise
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise NotRegular(0, f"not a regular file (mode {stat.filemode(st.st_mode)})")
-        if st.st_size > limit:
-            raise ValueError(f"larger than {limit} bytes ({st.st_size})")
-        chunks, left = [], limit + 1
-        while left > 0:
-            chunk = os.read(fd, min(left, 1 << 20))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            left -= len(chunk)
-    finally:
-        os.close(fd)
-    data = b"".join(chunks)
-    if len(data) > limit:
-        raise ValueError(f"larger than {limit} bytes")
-    return data
+        return cache_files.read_regular(path, limit, trust=False, follow=follow)
+    except cache_files.Unreadable as e:
+        why = str(e)
+        if why == "missing":
+            raise FileNotFoundError(errno.ENOENT, "no such file", str(path)) from None
+        if why.startswith("larger than"):
+            raise ValueError(why) from None
+        raise NotRegular(0, why) from None
 
 
 def publish(folder: Path, name: str, data: bytes) -> None:
