@@ -8,8 +8,9 @@ Implementations (see ``_matmul_kernels``): ``gemv`` for decode shapes (M <= 16, 
 ``gemv_cluster`` (``_matmul_cluster``): M <= 16 on sm_90, K split over a thread-block cluster and
 reduced through distributed shared memory, ``tiled`` for everything (any backend, the CPU too),
 ``mma`` (``_matmul_mma``): tensor cores on sm_80+ for float16/bfloat16, ``wgmma``
-(``_matmul_wgmma``): Hopper warpgroup MMA tiles (sm_90a), and ``framework``: the arrays' own
-framework (torch: cuBLAS).
+(``_matmul_wgmma``): Hopper warpgroup MMA tiles (sm_90a), and the library routes
+(``_matmul_library``): ``framework`` (torch's cuBLAS for torch tensors) and ``vendor`` (cuBLASLt
+through nvmath-python for CuPy and other CUDA arrays, ``jnp.matmul`` for JAX arrays).
 
 Selection (``_select.select``): the ``framework`` microkernel matches torch CUDA tensors and wins
 there (microkernels come before heuristics); otherwise the generic implementations' heuristics
@@ -18,7 +19,8 @@ are asked by priority: ``gemv_slab_tc`` (M <= 16 on sm_90), ``gemv_slab`` (M <= 
 and ``gemv`` (M <= 16), ``wgmma`` (M > 16 on sm_90), ``mma`` (5: M > 16 on sm_80+), then
 ``tiled``'s default. A table, the tuning database or ``kernelkit.force`` can name any of them for
 torch tensors too (the H100 and H200 tables pick ``gemv_slab``, ``gemv_slab_tc`` or
-``gemv_cluster`` for the decode rows where they beat cuBLAS).
+``gemv_cluster`` for the decode rows where they beat cuBLAS). ``vendor`` runs only where a
+table, the tuning database or ``kernelkit.force`` names it.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from .._select.select import Selection
 from .._tensor_map import tensor_map
 from . import _matmul_cluster as CLU
 from . import _matmul_kernels as K
+from . import _matmul_library as LIB
 from . import _matmul_mma as MMA
 from . import _matmul_slab as SLAB
 from . import _matmul_slab_tc as STC
@@ -319,72 +322,28 @@ _tiled_run, _tiled_prepare = _kernel_impl(
 _mma_run, _mma_prepare = _kernel_impl(_MMA, lambda p, c: [("W_KN", not p.attr("transpose_b"))])
 
 
-# --- the arrays' framework --------------------------------------------------------------------
-
-
-def _framework_match(p: Problem, t: Target) -> str | None:
-    # Measured on an H100 (benchmarks/ops.py --only matmul --sweep): cuBLAS reads the weight at
-    # 87-91% of the copy rate for M <= 16 on the larger weights, the best gemv config at 74-80%;
-    # so torch CUDA tensors take the framework's kernel for every M, and gemv serves the other
-    # frameworks (CuPy, JAX) and the CPU backend.
-    if p.attr("framework") != "torch" or p.device_type != 2:
-        return "only for torch CUDA tensors"
-    return None
-
-
-def _framework_run(choice: KernelChoice, call: Any) -> Any:
-    import torch
-    import torch.nn.functional as F
-
-    problem, (x, w, bias), _, out = call
-    act = problem.attr("activation")
-    direct = out is not None and act is None and out.is_contiguous()
-    if direct and (bias is None or bias.dtype == x.dtype):  # into out: no temporary, no copy
-        wt = w.t() if problem.attr("transpose_b") else w
-        if bias is None:
-            torch.mm(x, wt, out=out)
-        else:
-            torch.addmm(bias, x, wt, out=out)
-        return out
-    y = F.linear(x, w, bias) if problem.attr("transpose_b") else torch.matmul(x, w)
-    if problem.attr("transpose_b") is False and bias is not None:
-        y = y + bias
-    if act is not None:
-        y = {"relu": F.relu, "silu": F.silu, "gelu": F.gelu}[act](y)
-    if out is not None:
-        out.copy_(y)
-        return out
-    return y
-
-
-def _framework_prepare(choice: KernelChoice, problem: Problem, output_dtype: Any) -> Any:
-    """Decided once per signature: a plain ``F.linear`` where that is the whole call (no
-    activation, a weight [N, K], no out=), else ``_framework_run``'s general path."""
-    import torch.nn.functional as F
-
-    if problem.attr("activation") is None and problem.attr("transpose_b"):
-        linear = F.linear
-
-        def launch(arrays: Any, out: Any) -> Any:
-            if out is None:
-                return linear(arrays[0], arrays[1], arrays[2])
-            return _framework_run(choice, (problem, arrays, output_dtype, out))
-
-        return launch
-    return lambda arrays, out: _framework_run(choice, (problem, arrays, output_dtype, out))
-
-
 OP = Op("matmul", key=["x.dtype", "N", "K", "M:ranges(1,2,3,5,9,17,65,129,257,1025)", "transpose_b",
                        "bias", "activation", "framework", "aligned16"])  # fmt: skip
 OP.register(
     Implementation(
         "framework",
-        run=_framework_run,
-        prepare=_framework_prepare,
+        run=LIB.framework_run,
+        prepare=LIB.framework_prepare,
         kind="microkernel",
         priority=10,
-        match=_framework_match,
+        match=LIB.framework_match,
         pads="the framework's own kernel (cuBLAS for torch)",
+    )
+)
+OP.register(
+    Implementation(
+        "vendor",
+        run=LIB.vendor_run,
+        prepare=LIB.vendor_prepare,
+        kind="microkernel",
+        match=LIB.vendor_match,
+        pads=LIB.VENDOR_PADS,
+        listed_only=True,  # where a table row measured it ahead of kernelkit's kernels
     )
 )
 OP.register(
