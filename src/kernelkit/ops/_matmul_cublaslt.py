@@ -246,7 +246,7 @@ def launcher(lt: Any, problem: Any) -> Any:
         if out is None:
             return y
         if not ldy:
-            view[...] = y
+            view[...] = y  # type: ignore[index]
         return out
 
     return launch

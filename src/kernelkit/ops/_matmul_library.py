@@ -47,7 +47,7 @@ __all__ = [
 
 JAX = ("jax", "jaxlib")  # the module a JAX array's class comes from (jax.Array, ArrayImpl)
 # (route, arrays' framework or None for any other CUDA array) -> what runs the call
-ROUTES = {
+ROUTES: dict[tuple[str, str | None], str] = {
     ("framework", "torch"): "torch's matmul (cuBLAS)",
     **{("vendor", f): "jnp.matmul (XLA's cuBLASLt call, on XLA's stream)" for f in JAX},
     ("vendor", None): "cuBLASLt through nvmath-python, on the framework's current stream",
@@ -93,7 +93,8 @@ def framework_run(choice: KernelChoice, call: Any) -> Any:
     if problem.attr("transpose_b") is False and bias is not None:
         y = y + bias
     if act is not None:
-        y = {"relu": F.relu, "silu": F.silu, "gelu": F.gelu}[act](y)
+        activate: Any = {"relu": F.relu, "silu": F.silu, "gelu": F.gelu}[act]
+        y = activate(y)
     if out is not None:
         out.copy_(y)
         return out
