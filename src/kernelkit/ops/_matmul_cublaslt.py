@@ -15,13 +15,15 @@ leading dimension an array's row stride (``gemm``).
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import weakref
+from collections.abc import Iterator
 from typing import Any, NamedTuple
 
-from .._errors import ArgumentError
+from .._errors import ArgumentError, LaunchError
 
-__all__ = ["Gemm", "alignment", "binding", "gemm", "launcher"]
+__all__ = ["Gemm", "Plan", "alignment", "binding", "gemm", "launcher", "make_plan"]
 
 WORKSPACE_BYTES = 32 << 20  # what cuBLAS asks for on Hopper
 # cudaDataType_t of each dtype (CUDA_R_16F, CUDA_R_16BF, CUDA_R_32F)
@@ -158,22 +160,45 @@ _handles: dict[tuple[int, int], int] = {}  # (thread, device) -> cuBLASLt handle
 _workspaces: dict[tuple[int, int], tuple[Any, int]] = {}
 
 
+@contextlib.contextmanager
+def _current(device: int) -> Iterator[None]:
+    """``device`` current within the block (cuBLASLt's handle and heuristic read it)."""
+    from cuda.bindings import runtime
+
+    _, before = runtime.cudaGetDevice()
+    if before != device:
+        runtime.cudaSetDevice(device)
+    try:
+        yield
+    finally:
+        if before != device:
+            runtime.cudaSetDevice(before)
+
+
 def handle(lt: Any, device: int) -> int:
     """This thread's cuBLASLt handle for ``device`` (created with the device current)."""
     key = (threading.get_ident(), device)
     h = _handles.get(key)
     if h is None:
-        from cuda.bindings import runtime
-
-        _, before = runtime.cudaGetDevice()
-        runtime.cudaSetDevice(device)
-        try:
+        with _current(device):
             h = lt.create()
-        finally:
-            runtime.cudaSetDevice(before)
         with _lock:
             _handles[key] = h
     return h
+
+
+def make_plan(lt: Any, device: int, g: Gemm, dtype: str, bias: bool, align: int) -> Plan:
+    """A new plan, made with ``device`` current; LaunchError naming cuBLASLt's refusal."""
+    try:
+        with _current(device):
+            return Plan(lt, handle(lt, device), g, dtype, bias, align)
+    except ArgumentError:
+        raise
+    except Exception as e:  # noqa: BLE001 - the library's own errors (cuBLASLtError, ...)
+        raise LaunchError(
+            f"[matmul] cuBLASLt cannot plan {g} for {dtype} ({type(e).__name__}: {e}); "
+            "kernelkit.force('matmul', ...) another implementation"
+        ) from e
 
 
 def workspace(device: int, stream: int, nbytes: int, allocate: Any, pointer: Any) -> int:
@@ -239,7 +264,7 @@ def launcher(lt: Any, problem: Any) -> Any:
         align = alignment(px | pw | py | pb)
         plan = plans.get(align)
         if plan is None:
-            plan = plans[align] = Plan(lt, handle(lt, device), g, dtype, has_bias, align)
+            plan = plans[align] = make_plan(lt, device, g, dtype, has_bias, align)
         stream = stream_of()
         ws = workspace(device, stream, plan.workspace_bytes, allocate_bytes, a.pointer)
         plan.run(handle(lt, device), pw, px, py, pb, ws, stream)

@@ -142,14 +142,27 @@ def vendor_match(p: Problem, t: Target) -> str | None:
     return None
 
 
+# problem -> its launcher: arrays without a prepared signature (CuPy, JAX) reach ``prepare`` on
+# every call, and a launcher holds what must not be made again (cuBLASLt plans, XLA programs)
+_launchers: dict[Problem, Any] = {}
+
+
 def vendor_prepare(choice: KernelChoice, problem: Problem, output_dtype: Any) -> Any:
-    """``launch(arrays, out)`` for one signature, through the binding ``ROUTES`` names."""
-    if problem.attr("framework") in JAX:
-        return _jax_launcher(problem)
-    found = LT.binding()
-    if isinstance(found, str):  # checked by the match rule: only a lost library gets here
-        raise ArgumentError(f"[matmul] the vendor route cannot run: {found}")
-    return LT.launcher(found, problem)
+    """``launch(arrays, out)`` for one signature, through the binding ``ROUTES`` names (one
+    launcher a problem, kept)."""
+    launch = _launchers.get(problem)
+    if launch is None:
+        if problem.attr("framework") in JAX:
+            launch = _jax_launcher(problem)
+        else:
+            found = LT.binding()
+            if isinstance(found, str):  # the match rule said so first: a lost library
+                raise ArgumentError(f"[matmul] the vendor route cannot run: {found}")
+            launch = LT.launcher(found, problem)
+        if len(_launchers) >= 256:
+            _launchers.clear()
+        _launchers[problem] = launch
+    return launch
 
 
 def vendor_run(choice: KernelChoice, call: Any) -> Any:
