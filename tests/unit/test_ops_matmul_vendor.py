@@ -7,6 +7,9 @@ model of cuBLASLt's layouts); and the JAX launcher (``jnp.matmul``) against floa
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import enum
 import sys
 import types
 
@@ -248,3 +251,167 @@ def test_the_jax_launcher_against_float64(transpose_b, with_bias):
     np.testing.assert_allclose(np.asarray(y), want, rtol=1e-5, atol=1e-5)
     with pytest.raises(ArgumentError, match="immutable"):
         launch(args, jnp.zeros((m, n), jnp.float32))
+
+
+# --- the launcher, on a NumPy model of the cuBLASLt calls it makes --------------------------------
+
+
+class HostLt:
+    """The cuBLASLt calls the route makes, carried out with NumPy on host memory the way the
+    library reads device memory: column-major matrices at pointers, ``D = op(A) @ B (+ bias)``."""
+
+    DTYPES = {2: np.float16, 0: np.float32}
+    MatmulDescAttribute = enum.IntEnum("MatmulDescAttribute", "TRANSA TRANSB EPILOGUE BIAS_POINTER")
+    MatmulPreferenceAttribute = enum.IntEnum(
+        "MatmulPreferenceAttribute",
+        "MAX_WORKSPACE_BYTES MIN_ALIGNMENT_A_BYTES MIN_ALIGNMENT_B_BYTES MIN_ALIGNMENT_C_BYTES "
+        "MIN_ALIGNMENT_D_BYTES",
+    )
+
+    def __init__(self, workspace_bytes=4096):
+        self.objects, self.results, self.calls, self.plans = {}, {}, [], 0
+        self.workspace_bytes = workspace_bytes
+
+    def _new(self, value):
+        self.objects[len(self.objects) + 1] = value
+        return len(self.objects)
+
+    @staticmethod
+    def _read(ptr, dtype, count):
+        return np.frombuffer((ctypes.c_char * (count * np.dtype(dtype).itemsize)).from_address(ptr),
+                             dtype=dtype)  # fmt: skip
+
+    def get_matmul_desc_attribute_dtype(self, attr):
+        return np.int64
+
+    get_matmul_preference_attribute_dtype = get_matmul_desc_attribute_dtype
+
+    def matmul_desc_create(self, compute, scale):
+        assert (compute, scale) == (LT.COMPUTE_32F, 0)
+        self.plans += 1
+        return self._new({})
+
+    def matmul_desc_set_attribute(self, desc, attr, ptr, size):
+        assert size == 8
+        self.objects[desc][attr.name] = int(self._read(ptr, np.int64, 1)[0])
+
+    def matrix_layout_create(self, dtype, rows, cols, ld):
+        assert ld >= rows, (rows, cols, ld)
+        return self._new((self.DTYPES[dtype], rows, cols, ld))
+
+    def matmul_preference_create(self):
+        return self._new({})
+
+    matmul_preference_set_attribute = matmul_desc_set_attribute
+
+    def matmul_preference_destroy(self, pref):
+        pass
+
+    matrix_layout_destroy = matmul_desc_destroy = matmul_preference_destroy
+
+    def MatmulHeuristicResult(self, size):  # noqa: N802 - the binding's class
+        assert size == 1
+        result = types.SimpleNamespace(ptr=10**6 + len(self.results), workspace_size=-1)
+        self.results[result.ptr] = result
+        return result
+
+    def matmul_algo_get_heuristic(self, handle, desc, a, b, c, d, pref, n, results, count):
+        assert (c, n) == (d, 1) and self.objects[pref]["MAX_WORKSPACE_BYTES"] == 32 << 20
+        self.objects[pref]["result"] = results
+        self._read(count, np.int32, 1)[:] = 1  # one algorithm found
+        self.results[results].workspace_size = self.workspace_bytes
+
+    def create(self):
+        return 7
+
+    def _matrix(self, ptr, layout):
+        dtype, rows, cols, ld = self.objects[layout]
+        flat = self._read(ptr, dtype, ld * (cols - 1) + rows)
+        i, j = np.meshgrid(np.arange(rows), np.arange(cols), indexing="ij")
+        return flat, i + j * ld
+
+    def matmul(self, handle, desc, alpha, a, ad, b, bd, beta, c, cd, d, dd, algo, ws, ws_bytes,
+               stream):  # fmt: skip
+        assert handle == 7 and (c, cd) == (d, dd) and stream == 0
+        assert ws_bytes == self.workspace_bytes and (ws != 0 or not ws_bytes)
+        scale = self._read(alpha, np.float32, 1)[0], self._read(beta, np.float32, 1)[0]
+        assert beta == alpha + 4 and scale == (1.0, 0.0)
+        attrs = self.objects[desc]
+        flat_a, ia = self._matrix(a, ad)
+        op_a = flat_a[ia].T if attrs["TRANSA"] == LT.OP_T else flat_a[ia]
+        assert attrs["TRANSB"] == LT.OP_N
+        flat_b, ib = self._matrix(b, bd)
+        y = op_a.astype(np.float64) @ flat_b[ib].astype(np.float64)
+        if attrs.get("EPILOGUE") == LT.EPILOGUE_BIAS:
+            y += self._read(attrs["BIAS_POINTER"], flat_a.dtype, y.shape[0])[:, None]
+        flat_d, i_d = self._matrix(d, dd)
+        assert y.shape == i_d.shape
+        flat_d[i_d] = y
+        self.calls.append(algo)
+
+
+@pytest.fixture
+def host_lt(monkeypatch):
+    lt = HostLt()
+    monkeypatch.setattr(LT, "_current", lambda device: contextlib.nullcontext())
+    monkeypatch.setattr(LT, "_handles", {})
+    monkeypatch.setattr(LT, "_workspaces", {})
+    return lt
+
+
+def host_problem(x, w, bias, out, transpose_b):
+    """The problem ``ops.matmul`` binds for these NumPy arrays (on the CPU: the launcher does not
+    ask where memory is, the model reads it from the host)."""
+    from kernelkit.ops._matmul_args import prepare
+
+    flat, _, _, options = prepare(x, w, bias, None, transpose_b)
+    problem, _, _ = MM._RUNNER.problem([flat, w, bias], flat.dtype, out, options)
+    return problem
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32])
+@pytest.mark.parametrize("transpose_b", [True, False])
+@pytest.mark.parametrize("layout", ["contiguous", "padded_rows", "transposed_views"])
+@pytest.mark.parametrize("out_kind", [None, "contiguous", "padded_rows", "column_major"])
+def test_the_launcher_on_a_host_model_of_cublaslt(host_lt, dtype, transpose_b, layout, out_kind):
+    rng = np.random.default_rng(2)
+    m, n, k = 13, 7, 9
+    x = rng.standard_normal((m, k)).astype(dtype)
+    w = rng.standard_normal((n, k) if transpose_b else (k, n)).astype(dtype)
+    if layout == "padded_rows":  # rows further apart than their length: read in place
+        x = np.pad(x, ((0, 0), (0, 5)))[:, :k]
+        w = np.pad(w, ((0, 0), (0, 3)))[:, : w.shape[1]]
+    elif layout == "transposed_views":  # columns not adjacent: copied first
+        x, w = np.asfortranarray(x), np.asfortranarray(w)
+    bias = rng.standard_normal(n).astype(dtype)
+    out = {None: None, "contiguous": np.full((m, n), np.nan, dtype),
+           "padded_rows": np.full((m, n + 4), np.nan, dtype)[:, :n],
+           "column_major": np.full((n, m), np.nan, dtype).T}[out_kind]  # fmt: skip
+    launch = LT.launcher(host_lt, host_problem(x, w, bias, out, transpose_b))
+    y = launch([x, w, bias], out)
+    assert y is out if out is not None else y.shape == (m, n)
+    want = x.astype(np.float64) @ (w.T if transpose_b else w).astype(np.float64) + bias
+    np.testing.assert_allclose(y.astype(np.float64), want, rtol=2e-3, atol=2e-3)
+    if out_kind == "padded_rows":
+        assert np.isnan(out.base[:, n:]).all(), "written outside out="
+    launch([x, w, bias], out)  # a second call: the same plan, the same workspace
+    assert host_lt.plans == 1 and len(host_lt.calls) == 2 and len(LT._workspaces) == 1
+
+
+def test_a_plan_per_pointer_alignment(host_lt):
+    flat = np.zeros(4 * 16 + 8, np.float32)
+    w = np.ones((3, 16), np.float32)
+    aligned, shifted = flat[: 4 * 16].reshape(4, 16), flat[1 : 1 + 4 * 16].reshape(4, 16)
+    launch = LT.launcher(host_lt, host_problem(aligned, w, None, None, True))
+    launch([aligned, w, None], None)
+    launch([shifted, w, None], None)  # 4 bytes further: another plan, told 4-byte alignment
+    prefs = [o for o in host_lt.objects.values() if isinstance(o, dict) and "result" in o]
+    assert host_lt.plans == 2
+    assert [p["MIN_ALIGNMENT_A_BYTES"] for p in prefs][1] == 4
+
+
+def test_no_workspace_when_the_algorithm_needs_none(host_lt):
+    host_lt.workspace_bytes = 0
+    x, w = np.ones((2, 8), np.float32), np.ones((3, 8), np.float32)
+    y = LT.launcher(host_lt, host_problem(x, w, None, None, True))([x, w, None], None)
+    assert (y == 8).all() and LT._workspaces == {}

@@ -21,7 +21,7 @@ import weakref
 from collections.abc import Iterator
 from typing import Any, NamedTuple
 
-from .._errors import ArgumentError, LaunchError
+from .._errors import ArgumentError, KernelkitError, LaunchError
 
 __all__ = ["Gemm", "Plan", "alignment", "binding", "gemm", "launcher", "make_plan"]
 
@@ -165,7 +165,9 @@ def _current(device: int) -> Iterator[None]:
     """``device`` current within the block (cuBLASLt's handle and heuristic read it)."""
     from cuda.bindings import runtime
 
-    _, before = runtime.cudaGetDevice()
+    err, before = runtime.cudaGetDevice()
+    if err != runtime.cudaError_t.cudaSuccess:
+        raise LaunchError(f"[matmul] cannot read the current CUDA device ({err!r})")
     if before != device:
         runtime.cudaSetDevice(device)
     try:
@@ -192,7 +194,7 @@ def make_plan(lt: Any, device: int, g: Gemm, dtype: str, bias: bool, align: int)
     try:
         with _current(device):
             return Plan(lt, handle(lt, device), g, dtype, bias, align)
-    except ArgumentError:
+    except KernelkitError:
         raise
     except Exception as e:  # noqa: BLE001 - the library's own errors (cuBLASLtError, ...)
         raise LaunchError(
