@@ -76,9 +76,12 @@ def gemm(m: int, n: int, k: int, transpose_b: bool, ldx: int, ldw: int, ldy: int
 
 
 def alignment(pointer: int) -> int:
-    """The largest power of two up to 256 that ``pointer`` is a multiple of (what cuBLASLt's
-    heuristic is told, so that it picks no algorithm the pointers cannot take)."""
-    return min(256, pointer & -pointer) if pointer else 256
+    """What cuBLASLt's heuristic is told the pointers are aligned to (so that it picks no
+    algorithm they cannot take): 256 bytes (its default), else 16 (vector and TMA copies),
+    else the largest power of two they are a multiple of. Three classes at most: a signature
+    whose buffers come from an allocator of small alignment gets one or two plans, not five."""
+    low = pointer & -pointer if pointer else 256
+    return 256 if low >= 256 else 16 if low >= 16 else low
 
 
 def _set(setter: Any, obj: int, attr: Any, value: int, dtype: Any) -> None:
