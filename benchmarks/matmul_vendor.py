@@ -48,6 +48,7 @@ from kernelkit._select.override import force  # noqa: E402
 from kernelkit._select.records import Config  # noqa: E402
 from kernelkit._select.select import select  # noqa: E402
 from kernelkit.ops import _matmul as MM  # noqa: E402
+from kernelkit.ops import _matmul_cublaslt as LT  # noqa: E402
 from kernelkit.ops import _matmul_mma as MMA  # noqa: E402
 from kernelkit.ops._matmul_args import prepare  # noqa: E402
 
@@ -248,6 +249,16 @@ def main() -> int:
     name = torch.cuda.get_device_name()
     short = next((s for s in ("H100", "H200") if s in name), name)
     print(f"{name}; columns: device us, x cuBLAS, per-call us", flush=True)
+    t0 = time.perf_counter()
+    lt = LT.binding()  # the route's first use: nvmath-python imported, cuBLASLt loaded
+    took = (time.perf_counter() - t0) * 1e3
+    if isinstance(lt, str):
+        print(f"vendor route for CuPy unavailable: {lt}", flush=True)
+    else:
+        from importlib.metadata import version
+
+        print(f"nvmath-python {version('nvmath-python')}, cuBLASLt {lt.get_version()}: "
+              f"import and load {took:.0f} ms", flush=True)  # fmt: skip
     found: list = []
     for weight in args.weights.split(","):
         n, k = (int(v) for v in weight.split("x"))
