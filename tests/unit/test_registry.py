@@ -4,7 +4,6 @@ naming them (others keep working), strict mode raising."""
 from __future__ import annotations
 
 import os
-
 import sys
 import types
 import warnings
