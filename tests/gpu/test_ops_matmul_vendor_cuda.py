@@ -133,9 +133,9 @@ def test_cupy_runs_on_the_current_stream():
 def test_an_array_that_only_speaks_cuda_array_interface():
     nvmath_or_skip()
 
-    class Interface:  # what numba's device arrays and others offer
+    class Interface:  # what numba's device arrays offer: shape, dtype, strides and the interface
         def __init__(self, a):
-            self._a = a
+            self._a, self.shape, self.dtype, self.strides = a, a.shape, a.dtype, a.strides
             self.__cuda_array_interface__ = a.__cuda_array_interface__
 
     x, w = on_cupy(host(129, 64), "float32"), on_cupy(host(33, 64, 1), "float32")

@@ -434,3 +434,28 @@ def test_the_constants_are_the_bindings():
     assert (LT.OP_N, LT.OP_T) == (int(cublas.Operation.N), int(cublas.Operation.T))
     assert LT.EPILOGUE_BIAS == int(lt.Epilogue.BIAS)
     assert lt.matmul_heuristic_result_dtype.names[0] == "algo"  # the struct's pointer is algo's
+
+
+def test_the_launcher_views_arrays_that_only_speak_an_interface(host_lt):
+    """Arrays kernelkit views through an installed framework (on a GPU: numba's and others'
+    ``__cuda_array_interface__``; here the host's ``__array_interface__``) are launched as the
+    view, and the result is the view's framework's array."""
+
+    class Interface:
+        def __init__(self, a):
+            self.shape, self.dtype, self.strides = a.shape, a.dtype, a.strides
+            self.__array_interface__ = a.__array_interface__
+
+    x = np.arange(24, dtype=np.float32).reshape(4, 6) / 10
+    w = np.linspace(-1, 1, 18, dtype=np.float32).reshape(3, 6)
+    out = np.full((4, 3), np.nan, np.float32)
+    problem = host_problem(Interface(x), Interface(w), None, Interface(out), True)
+    assert problem.attr("framework") == Interface.__module__.split(".")[0]
+    got = LT.launcher(host_lt, problem)([Interface(x), Interface(w), None], Interface(out))
+    assert isinstance(got, Interface)
+    np.testing.assert_allclose(out, x @ w.T, rtol=1e-6)
+    y = LT.launcher(host_lt, host_problem(Interface(x), Interface(w), None, None, True))(
+        [Interface(x), Interface(w), None], None
+    )
+    assert isinstance(y, np.ndarray)
+    np.testing.assert_allclose(y, x @ w.T, rtol=1e-6)
