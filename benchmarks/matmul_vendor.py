@@ -12,9 +12,11 @@ M (1, 16, 128, 512, 3500, 8192), in one process:
   signature), and ``jax.jit(lambda x, w: x @ w.T)`` as a JAX user writes it.
 
 "device" is the device time of one call: 20 calls captured in a CUDA graph (torch's, on a stream
-of our own that CuPy launches on), replayed and timed with CUDA events; JAX launches on XLA's
-stream, which neither graphs nor events of ours see: there it is the wall clock of 50
-back-to-back calls ended by ``block_until_ready`` (an upper bound). "per call" is the wall clock
+of our own that CuPy launches on), replayed and timed with CUDA events; for nvmath's own APIs
+(they allocate their result every call) or where a capture fails, CUDA events around 50 calls
+(the note says which); JAX launches on XLA's stream, which neither graphs nor events of ours
+see: there it is the wall clock of 50 back-to-back calls ended by ``block_until_ready`` (an
+upper bound). "per call" is the wall clock
 of 50 back-to-back eager calls ended by a sync (the host's cost where it exceeds the device's).
 "x cuBLAS" is cuBLAS's device time over the row's (>= 0.95 is the target).
 
@@ -30,6 +32,7 @@ every M measured in the bucket, and drops earlier vendor rows of the buckets mea
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import time
@@ -38,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # JAX beside torch and CuPy
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
@@ -55,23 +59,29 @@ from kernelkit.ops._matmul_args import prepare  # noqa: E402
 AHEAD = 0.98  # a row is written where the vendor's device time is at most this x kernelkit's
 
 
-def graph_device_us(fn: Callable[[], Any], batch: int = 20) -> float | None:
-    """Device µs per call: ``batch`` calls captured in a CUDA graph on a stream of our own
-    (warmed up on it first: plans and workspaces exist before the capture), replayed."""
-    stream = torch.cuda.Stream()
-    with torch.cuda.stream(stream):
-        for _ in range(3):
-            fn()
-    stream.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    try:
-        with torch.cuda.graph(graph, stream=stream):
-            for _ in range(batch):
+def device_us(fn: Callable[[], Any], graph: bool = True, batch: int = 20) -> tuple[Any, str]:
+    """(device µs per call, how it was timed): ``batch`` calls captured in a CUDA graph on a
+    stream of our own (warmed up on it first: plans and workspaces exist before the capture)
+    and replayed; without ``graph``, or where the capture fails, CUDA events around 50 calls."""
+    if graph:
+        stream = torch.cuda.Stream()
+        with torch.cuda.stream(stream):
+            for _ in range(3):
                 fn()
-    except Exception as e:  # noqa: BLE001 - reported, the benchmark goes on
-        print(f"    (graph capture failed: {type(e).__name__}: {str(e)[:120]})", flush=True)
-        return None
-    return time_us(graph.replay, batch=1, reps=15) / batch
+        stream.synchronize()
+        cuda_graph = torch.cuda.CUDAGraph()
+        try:
+            with torch.cuda.graph(cuda_graph, stream=stream):
+                for _ in range(batch):
+                    fn()
+        except Exception as e:  # noqa: BLE001 - reported, timed with events instead
+            torch.cuda.synchronize()
+            why = f"graph capture failed ({type(e).__name__}: {str(e)[:80]}); "
+        else:
+            return time_us(cuda_graph.replay, batch=1, reps=15) / batch, "graph"
+    else:
+        why = ""
+    return time_us(fn, batch=50, reps=5), why + "events over 50 calls"
 
 
 def wall_us(fn: Callable[[], Any], sync: Callable[[Any], Any], calls: int = 50) -> float:
@@ -142,28 +152,31 @@ def bench_cupy(xt: Any, wt: Any, b: Bench, found: list) -> None:
             return forced(impl, config, lambda: ops.matmul(x, w, transpose_b=True, out=y))
         return forced(impl, config, lambda: ops.matmul(x, w, transpose_b=True))
 
-    variants: list[tuple[str, Callable[[], Any], Callable[[], Any], str]] = [
-        (f"kernelkit {own}", mm(own, choice.config, True), mm(own, choice.config, False),
+    # (name, into out= for the device time, eager for the per-call time, in a graph?, note)
+    variants: list[tuple[str, Callable[[], Any], Callable[[], Any], bool, str]] = [
+        (f"kernelkit {own}", mm(own, choice.config, True), mm(own, choice.config, False), True,
          "own kernel"),
-        ("vendor route", mm("vendor", None, True), mm("vendor", None, False),
+        ("vendor route", mm("vendor", None, True), mm("vendor", None, False), True,
          "cuBLASLt, nvmath bindings"),
-        ("cupy.matmul", lambda: cupy.matmul(x, w.T, out=y), lambda: cupy.matmul(x, w.T), ""),
+        ("cupy.matmul", lambda: cupy.matmul(x, w.T, out=y), lambda: cupy.matmul(x, w.T), True,
+         ""),
     ]  # fmt: skip
     try:
         from nvmath.linalg.advanced import Matmul, matmul
 
         planned = Matmul(x, w.T)
         planned.plan()
-        variants.append(("nvmath Matmul.execute", planned.execute, planned.execute, "planned"))
+        variants.append(("nvmath Matmul.execute", planned.execute, planned.execute, False,
+                         "planned once"))  # fmt: skip
         variants.append(("nvmath matmul()", lambda: matmul(x, w.T), lambda: matmul(x, w.T),
-                         "plans every call"))  # fmt: skip
+                         False, "plans every call"))  # fmt: skip
     except Exception as e:  # noqa: BLE001 - reported
         print(f"    (nvmath's own APIs: {type(e).__name__}: {str(e)[:120]})")
     times = {}
-    for name, into_out, eager, note in variants:
+    for name, into_out, eager, graph, note in variants:
         try:
-            device = graph_device_us(on_torch_stream(cupy, into_out))
-            b.row(name, device, wall_us(eager, sync), note)
+            device, how = device_us(on_torch_stream(cupy, into_out), graph)
+            b.row(name, device, wall_us(eager, sync), f"{note}; device: {how}")
             times[name] = device
         except Exception as e:  # noqa: BLE001 - reported, the others go on
             b.row(name, None, None, f"failed: {type(e).__name__}: {str(e)[:100]}")
@@ -201,10 +214,10 @@ def bench_jax(xt: Any, wt: Any, b: Bench, found: list) -> None:
 def cublas_row(xt: Any, wt: Any) -> Bench:
     """cuBLAS's row (torch.mm), the reference of the others' ratios."""
     yt = torch.empty(xt.shape[0], wt.shape[0], device="cuda", dtype=wt.dtype)
-    cublas = graph_device_us(lambda: torch.mm(xt, wt.t(), out=yt))
-    b = Bench(cublas or float("nan"))
+    cublas, how = device_us(lambda: torch.mm(xt, wt.t(), out=yt))
+    b = Bench(cublas)
     per_call = wall_us(lambda: torch.mm(xt, wt.t()), lambda _: torch.cuda.synchronize())
-    b.row("cuBLAS (torch.mm)", cublas, per_call)
+    b.row("cuBLAS (torch.mm)", cublas, per_call, f"device: {how}")
     return b
 
 
