@@ -5,8 +5,10 @@ route          arrays                                      what it calls
 =============  ==========================================  ====================================
 framework      torch CUDA tensors                          torch's own matmul (cuBLAS)
 vendor         JAX arrays (eager)                          ``jnp.matmul``, jitted once per
-                                                           signature (XLA's cuBLASLt call, on
-                                                           XLA's stream)
+                                                           signature (XLA's GEMM: cuBLAS(Lt)
+                                                           or its Triton GEMM, whichever its
+                                                           autotuner timed faster; on XLA's
+                                                           stream)
 vendor         CuPy arrays, and any other CUDA array       cuBLASLt through nvmath-python's
                (``__cuda_array_interface__``, DLPack)      bindings (``_matmul_cublaslt``), on
                                                            the framework's current stream
@@ -49,7 +51,7 @@ JAX = ("jax", "jaxlib")  # the module a JAX array's class comes from (jax.Array,
 # (route, arrays' framework or None for any other CUDA array) -> what runs the call
 ROUTES: dict[tuple[str, str | None], str] = {
     ("framework", "torch"): "torch's matmul (cuBLAS)",
-    **{("vendor", f): "jnp.matmul (XLA's cuBLASLt call, on XLA's stream)" for f in JAX},
+    **{("vendor", f): "jnp.matmul (XLA's GEMM, on XLA's stream)" for f in JAX},
     ("vendor", None): "cuBLASLt through nvmath-python, on the framework's current stream",
 }
 VENDOR_PADS = "a library's matmul: " + "; ".join(
