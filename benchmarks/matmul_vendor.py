@@ -107,13 +107,19 @@ def on_torch_stream(cupy: Any, fn: Callable[[], Any]) -> Callable[[], Any]:
     return call
 
 
-def own_choice(x: Any, w: Any) -> Any:
-    """What the rules pick for ``x @ w.T`` without tables, records or overrides (the kernel a
-    vendor row would replace) and the problem it was picked for."""
+def bound(x: Any, w: Any, out: Any = None, target: bool = False) -> Any:
+    """The problem ``ops.matmul`` binds for ``x @ w.T`` (and the target, with ``target``)."""
     flat, _, _, options = prepare(x, w, None, None, True)
     if options["aligned16"] is not None:
         options["aligned16"] = MMA.aligned16(flat, w)
-    problem, target, _ = MM._RUNNER.problem([flat, w, None], flat.dtype, None, options)
+    problem, on, _ = MM._RUNNER.problem([flat, w, None], flat.dtype, out, options)
+    return (problem, on) if target else problem
+
+
+def own_choice(x: Any, w: Any) -> Any:
+    """What the rules pick for ``x @ w.T`` without tables, records or overrides (the kernel a
+    vendor row would replace) and the problem it was picked for."""
+    problem, target = bound(x, w, target=True)
     return select(MM.OP, problem, target).choice, problem, target
 
 
@@ -161,6 +167,12 @@ def bench_cupy(xt: Any, wt: Any, b: Bench, found: list) -> None:
         ("cupy.matmul", lambda: cupy.matmul(x, w.T, out=y), lambda: cupy.matmul(x, w.T), True,
          ""),
     ]  # fmt: skip
+    lt = LT.binding()
+    if not isinstance(lt, str):  # the route's launcher without ops.matmul's per-call path
+        into, eager = (LT.launcher(lt, bound(x, w, o)) for o in (y, None))
+        variants.append(("vendor launcher alone", lambda: into([x, w, None], y),
+                         lambda: eager([x, w, None], None), True,
+                         "what the route costs without ops.matmul's checks"))  # fmt: skip
     try:
         from nvmath.linalg.advanced import Matmul, matmul
 
