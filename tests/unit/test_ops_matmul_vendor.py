@@ -335,16 +335,18 @@ class HostLt:
     def matmul(self, handle, desc, alpha, a, ad, b, bd, beta, c, cd, d, dd, algo, ws, ws_bytes,
                stream):  # fmt: skip
         assert handle == 7 and (c, cd) == (d, dd) and stream == 0
-        assert ws_bytes == self.workspace_bytes and (ws != 0 or not ws_bytes)
+        attrs = self.objects[desc]
+        bias = attrs.get("EPILOGUE") == LT.EPILOGUE_BIAS
+        assert ws_bytes == self.workspace_bytes + (16 if bias and self.workspace_bytes else 0)
+        assert ws != 0 or not ws_bytes
         scale = self._read(alpha, np.float32, 1)[0], self._read(beta, np.float32, 1)[0]
         assert beta == alpha + 4 and scale == (1.0, 0.0)
-        attrs = self.objects[desc]
         flat_a, ia = self._matrix(a, ad)
         op_a = flat_a[ia].T if attrs["TRANSA"] == LT.OP_T else flat_a[ia]
         assert attrs["TRANSB"] == LT.OP_N
         flat_b, ib = self._matrix(b, bd)
         y = op_a.astype(np.float64) @ flat_b[ib].astype(np.float64)
-        if attrs.get("EPILOGUE") == LT.EPILOGUE_BIAS:
+        if bias:
             y += self._read(attrs["BIAS_POINTER"], flat_a.dtype, y.shape[0])[:, None]
         flat_d, i_d = self._matrix(d, dd)
         assert y.shape == i_d.shape

@@ -21,7 +21,7 @@ import weakref
 from collections.abc import Iterator
 from typing import Any, NamedTuple
 
-from .._errors import ArgumentError, KernelkitError, LaunchError
+from .._errors import KernelkitError, LaunchError
 
 __all__ = ["Gemm", "Plan", "alignment", "binding", "gemm", "launcher", "make_plan"]
 
@@ -108,7 +108,7 @@ class Plan:
         if bias:
             _set(lt.matmul_desc_set_attribute, desc, attr.EPILOGUE, EPILOGUE_BIAS,
                  dtype_of(attr.EPILOGUE))  # fmt: skip
-        self.algo = lt.MatmulHeuristicResult(1)
+        self.algo, self.bias = lt.MatmulHeuristicResult(1), bias
         self.workspace_bytes = self._heuristic(lt, handle, desc, layouts, align)
         self.lt, self.desc, self.layouts = lt, desc, layouts
         self.scalars = np.array([1.0, 0.0], dtype=np.float32)  # alpha, beta (host pointers)
@@ -134,8 +134,10 @@ class Plan:
         finally:
             lt.matmul_preference_destroy(pref)
         if count[0] < 1:
-            raise ArgumentError("[matmul] cuBLASLt has no algorithm for this problem")
-        return int(self.algo.workspace_size)
+            raise LaunchError("[matmul] cuBLASLt has no algorithm for this problem")
+        nbytes = int(self.algo.workspace_size)
+        # 16 bytes more with an epilogue, as nvmath-python's own Matmul asks (a library issue)
+        return nbytes + 16 if nbytes and self.bias else nbytes
 
     def run(self, handle: int, w: int, x: int, y: int, bias: int, ws: int, stream: int) -> None:
         """``y = x @ op(w) (+ bias)`` on ``stream`` (pointers; the workspace ``ws`` has the
