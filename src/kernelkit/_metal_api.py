@@ -25,6 +25,7 @@ __all__ = ["MetalKernel", "metal_kernel"]
 
 
 _PLAIN = (list, tuple)
+_PLAIN_OR_NONE = (list, tuple, type(None))  # not "is not dict": any Mapping takes the slow path
 _MLX_TYPES: dict[type, bool] = {}
 
 
@@ -133,9 +134,9 @@ class MetalKernel:
         if (  # the common call (lists, no MLX objects, seen geometry): a few lookups
             type(inputs) in _PLAIN
             and self.input_names is not None
-            and type(output_shapes) is not dict
-            and type(output_dtypes) is not dict
-            and type(template) is not dict
+            and type(output_shapes) in _PLAIN_OR_NONE
+            and type(output_dtypes) in _PLAIN_OR_NONE
+            and type(template) in _PLAIN_OR_NONE
             and ensure_row_contiguous is None
             and not verbose
         ):
@@ -154,8 +155,9 @@ class MetalKernel:
                 kernel = self._kernels.get(key)
                 if kernel is not None:
                     g, tg = geo
-                    if template is not None and any(_is_mlx_type(type(v)) for _, v in template):
-                        template = [(n, _dtype(v)) for n, v in template]
+                    # template is a list, a tuple or None here: a type() test mypy cannot narrow
+                    if template is not None and any(_is_mlx_type(type(v)) for _, v in template):  # type: ignore[str-unpack]
+                        template = [(n, _dtype(v)) for n, v in template]  # type: ignore[str-unpack]
                     return self._launch(
                         kernel, [*inputs, *g], output_shapes, output_dtypes, g, tg, template,
                         init_value, False, stream, out, backend, check,
@@ -274,7 +276,7 @@ class MetalKernel:
                     f"{list(outs)}, got {list(output_shapes)} and {list(output_dtypes)}"
                 )
             shapes = [tuple(output_shapes[n]) for n in outs]
-            dtypes = [_dtype(output_dtypes[n]) for n in outs]
+            dtypes: list[Any] | None = [_dtype(output_dtypes[n]) for n in outs]
         else:
             if self.output_names is None:
                 raise ArgumentTypeError(

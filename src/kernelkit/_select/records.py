@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal
 
 from .._errors import ArgumentError, ArgumentTypeError
@@ -59,7 +60,7 @@ def _dims3(value: Any, what: str) -> tuple[int, int, int]:
     return tuple(list(value) + [1] * (3 - len(value)))  # type: ignore[return-value]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class Config:
     """One point of a tuning space: template values, block shape, dynamic shared memory.
 
@@ -78,9 +79,17 @@ class Config:
     threadgroup: tuple[int, int, int] = (256, 1, 1)
     shared_memory: int = 0
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "template", _template(self.template, "Config"))
-        object.__setattr__(self, "threadgroup", _dims3(self.threadgroup, "Config.threadgroup"))
+    def __init__(
+        self,
+        template: Mapping[str, TemplateValue] | Iterable[tuple[str, TemplateValue]] = (),
+        threadgroup: Sequence[int] = (256, 1, 1),
+        shared_memory: int = 0,
+    ) -> None:
+        # Written out (not the dataclass one) so the types say what it accepts: a dict or pairs,
+        # 1 to 3 block dims; the fields hold the canonical, sorted and padded, form.
+        object.__setattr__(self, "template", _template(template, "Config"))
+        object.__setattr__(self, "threadgroup", _dims3(threadgroup, "Config.threadgroup"))
+        object.__setattr__(self, "shared_memory", shared_memory)
         if not isinstance(self.shared_memory, int) or isinstance(self.shared_memory, bool):
             raise ArgumentTypeError(
                 f"Config.shared_memory must be an int, got {self.shared_memory!r}"
@@ -105,8 +114,8 @@ class Config:
         if not isinstance(d, dict) or set(d) - {"template", "threadgroup", "shared_memory"}:
             raise ArgumentError(f"not a config record: {d!r}")
         return cls(
-            template=tuple(tuple(t) for t in d.get("template", ())),  # type: ignore[misc]
-            threadgroup=tuple(d.get("threadgroup", (256, 1, 1))),  # type: ignore[arg-type]
+            template=[(t[0], t[1]) for t in d.get("template", ())],
+            threadgroup=d.get("threadgroup", (256, 1, 1)),
             shared_memory=d.get("shared_memory", 0),
         )
 

@@ -359,7 +359,7 @@ class Elementwise:
 
     def _call(self, args: tuple, out: Any, kwargs: dict[str, Any]) -> Any:
         """A call of a new (or an unprepared) signature: validate, describe, run, prepare."""
-        values = args if args else tuple(kwargs.get(n) for n in self.inputs)
+        values: tuple[Any, ...] = args if args else tuple(kwargs.get(n) for n in self.inputs)
         result = routed(
             "elementwise", [v for v in values if hasattr(v, "shape")] or [None],
             (self, args, kwargs), out,

@@ -350,7 +350,8 @@ def _framework_run(choice: KernelChoice, call: Any) -> Any:
     if problem.attr("transpose_b") is False and bias is not None:
         y = y + bias
     if act is not None:
-        y = {"relu": F.relu, "silu": F.silu, "gelu": F.gelu}[act](y)
+        activations: dict[str, Callable[[Any], Any]] = {"relu": F.relu, "silu": F.silu, "gelu": F.gelu}
+        y = activations[act](y)
     if out is not None:
         out.copy_(y)
         return out
