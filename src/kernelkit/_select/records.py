@@ -10,8 +10,8 @@ shipped in a table and compared.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from .._errors import ArgumentError, ArgumentTypeError

@@ -350,7 +350,9 @@ def _framework_run(choice: KernelChoice, call: Any) -> Any:
     if problem.attr("transpose_b") is False and bias is not None:
         y = y + bias
     if act is not None:
-        activations: dict[str, Callable[[Any], Any]] = {"relu": F.relu, "silu": F.silu, "gelu": F.gelu}
+        activations: dict[str, Callable[[Any], Any]] = {
+            "relu": F.relu, "silu": F.silu, "gelu": F.gelu
+        }  # fmt: skip
         y = activations[act](y)
     if out is not None:
         out.copy_(y)
