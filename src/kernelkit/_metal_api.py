@@ -206,8 +206,8 @@ class MetalKernel:
         kernel = self._kernel(in_names, outs_names, zero_d, bool(contiguous))
         g, tg = self._geometry_of(grid, threadgroup)
         if verbose:
-            print(f"Metal source of `{self.name}`:\n```\n{self.header}\n{self.source}\n```")
-            print(f"The CUDA it became (`{self.name}`):")
+            print(f"Metal source of `{self.name}`:\n```\n{self.header}\n{self.source}\n```")  # noqa: T201 - verbose=True asks for it
+            print(f"The CUDA it became (`{self.name}`):")  # noqa: T201 - verbose=True asks for it
         results = self._launch(
             kernel, [*ins, *g], shapes, dtypes, g, tg, template, init_value, verbose, stream,
             out, backend, check,
@@ -241,7 +241,7 @@ class MetalKernel:
                 check,
             )  # fmt: skip
         except CompileError as e:
-            raise self._metal_error(e, kernel) from None
+            raise self._metal_error(e) from None
 
     def _normalize(
         self, inputs: Any, output_shapes: Any, output_dtypes: Any
@@ -321,7 +321,7 @@ class MetalKernel:
         )
         return Kernel(spec)
 
-    def _metal_error(self, e: CompileError, kernel: Kernel) -> CompileError:
+    def _metal_error(self, e: CompileError) -> CompileError:
         """The compile error, with the Metal lines its log points at quoted under it."""
         quoted = []
         for where, text in (("source", self.source), ("header", self.header)):

@@ -588,7 +588,7 @@ def test_unbalanced_brackets_name_the_users_lines(arrays, src, message):
 def test_unbalanced_brackets_in_the_header_say_header(arrays):
     k = kernelkit.metal_kernel("unbalanced_h", ["x"], ["y"], "y[0] = x[0];",
                                header="float f(float a) {\n  return a;\n\n")  # fmt: skip
-    with pytest.raises(kernelkit.ArgumentError, match="'{' at line 1 is never closed"):
+    with pytest.raises(kernelkit.ArgumentError, match=r"'{' at line 1 is never closed"):
         _run1(k, arrays, np.ones(1, np.float32))
 
 

@@ -17,7 +17,7 @@ from typing import Any
 from .._dtypes import DType
 from .._errors import ArgumentTypeError
 
-__all__ = ["NULL", "Adapter", "ArrayInfo", "DLPACK_CPU", "DLPACK_CUDA", "adapter_for"]
+__all__ = ["DLPACK_CPU", "DLPACK_CUDA", "NULL", "Adapter", "ArrayInfo", "adapter_for"]
 
 DLPACK_CPU = 1
 DLPACK_CUDA = 2
@@ -62,7 +62,7 @@ class Adapter:
         fields = cls.__dict__.get("key_fields")
         if fields is not None:  # a plain function: no bound method on the hot path
             text = f"lambda x: ({''.join(_key_expr(f) + ', ' for f in fields)})"
-            cls.key = staticmethod(eval(text, {}))  # type: ignore[method-assign]  # noqa: S307
+            cls.key = staticmethod(eval(text, {}))  # type: ignore[method-assign]  # noqa: S307 - the class's own field names
 
     def key(self, x: Any) -> Any:
         raise NotImplementedError

@@ -350,7 +350,7 @@ def _collect(workers: list[_Worker], answers: dict, timeout_s: float, bar: Any) 
             bar.update(1)
 
 
-def _judge(obj: Any, s: int, configs: Any, answers: dict, spent: float) -> ShapeResult:
+def _judge(obj: Any, s: int, configs: Any, answers: dict, spent: float) -> ShapeResult:  # noqa: ARG001  same first argument as its siblings
     from .._tune.tuner import compare_outputs
 
     result = ShapeResult(s, tuning_s=spent)
@@ -395,7 +395,7 @@ def record_of(obj: Any, result: ShapeResult) -> Any:
     )
 
 
-def report(obj: Any, spec: TuneSpec, results: list[ShapeResult]) -> str:
+def report(obj: Any, spec: TuneSpec, results: list[ShapeResult]) -> str:  # noqa: ARG001  public: kept for callers
     from .._tune.tuner import candidate_line
 
     lines = []
@@ -409,7 +409,7 @@ def report(obj: Any, spec: TuneSpec, results: list[ShapeResult]) -> str:
     return "\n".join(lines)
 
 
-def plot(obj: Any, spec: TuneSpec, results: list[ShapeResult], path: str) -> None:
+def plot(obj: Any, spec: TuneSpec, results: list[ShapeResult], path: str) -> None:  # noqa: ARG001  public: kept for callers
     """Time per config (x) for each shape (one line each), the winner marked with a star."""
     try:
         import matplotlib

@@ -351,7 +351,7 @@ class Elementwise:
                 try:
                     run = self._table[sign((*args, out)), self.op.generation, FORCED.get(),
                                       _config.config.select_force]  # fmt: skip
-                except Exception:  # noqa: BLE001 - a new signature: validated below
+                except Exception:  # noqa: BLE001, S110 - a new signature: validated below
                     pass
                 else:
                     return run(list(args), out)

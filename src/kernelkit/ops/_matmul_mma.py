@@ -22,9 +22,9 @@ from ._matmul_kernels import EPILOGUE, MMA_PTX, cuda_cc
 __all__ = [
     "MMA",
     "MMA_BODY",
-    "MMA_KERNEL",
     "MMA_CONFIGS",
     "MMA_DTYPES",
+    "MMA_KERNEL",
     "aligned16",
     "mma_fits",
     "mma_grid",

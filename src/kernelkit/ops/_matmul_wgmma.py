@@ -37,9 +37,9 @@ from ._matmul_wgmma_source import (
 __all__ = [
     "SPLITS",
     "WGMMA",
-    "WGMMA_COPIES",
     "WGMMA_BODY",
     "WGMMA_CONFIGS",
+    "WGMMA_COPIES",
     "WGMMA_TMA_BODY",
     "wgmma_config",
     "wgmma_fits",
