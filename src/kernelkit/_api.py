@@ -151,7 +151,7 @@ class Kernel:
             )
         LAUNCH.seconds = float(timeout)
         try:
-            return plan.run(*args)  # type: ignore[no-any-return]
+            return plan.run(*args)
         finally:
             LAUNCH.seconds = 0.0
 

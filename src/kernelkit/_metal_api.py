@@ -48,7 +48,7 @@ def _from_mlx(x: Any) -> Any:
     if str(getattr(x, "dtype", "")) != "mlx.core.bfloat16":
         return np.asarray(x)
     import ml_dtypes
-    import mlx.core as mx  # type: ignore[import-not-found]
+    import mlx.core as mx
 
     # NumPy's buffer protocol has no bfloat16 format: MLX's same-size view shares the buffer
     return np.asarray(x.view(mx.uint16)).view(ml_dtypes.bfloat16)

@@ -148,7 +148,7 @@ class Adapter:
         ``plan.run`` (the default), or one that launches through the framework's runtime
         instead (JAX: XLA's FFI, on XLA's stream) and falls back to ``plan.run``. ``bound`` is
         bind's result and ``guard`` the plan's (None: unguarded). Called once per plan."""
-        return plan.run  # type: ignore[no-any-return]
+        return plan.run
 
 
 def _key_expr(field: str | tuple[str, ...]) -> str:

@@ -57,7 +57,7 @@ def _dims3(value: Any, what: str) -> tuple[int, int, int]:
         raise ArgumentError(f"{what} must be 1 to 3 positive ints, got {value!r}")
     if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value):
         raise ArgumentError(f"{what} must hold positive ints, got {value!r}")
-    return tuple(list(value) + [1] * (3 - len(value)))  # type: ignore[return-value]
+    return tuple(list(value) + [1] * (3 - len(value)))
 
 
 @dataclass(frozen=True, init=False)
@@ -186,9 +186,9 @@ class KernelChoice:
             op=d["op"],
             impl=d["impl"],
             config=Config.from_dict(d["config"]),
-            grid=tuple(d["grid"]),  # type: ignore[arg-type]
+            grid=tuple(d["grid"]),
             source=d["source"],
-            key=tuple(tuple(k) for k in d.get("key", ())),  # type: ignore[misc]
+            key=tuple(tuple(k) for k in d.get("key", ())),
             reason=d.get("reason", ""),
         )
 

@@ -469,10 +469,10 @@ def autotune(
 
         def decorate(obj: Any) -> AutotunedKernel:
             k = obj if isinstance(obj, Kernel) else obj()
-            return AutotunedKernel(k, **options)  # type: ignore[arg-type]
+            return AutotunedKernel(k, **options)
 
         return decorate
-    return AutotunedKernel(kernel, **options)  # type: ignore[arg-type]
+    return AutotunedKernel(kernel, **options)
 
 
 def known(ops: Mapping[str, AutotunedKernel]) -> Callable[[str, str], bool]:

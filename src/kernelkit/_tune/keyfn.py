@@ -95,7 +95,7 @@ def _compile_key(pattern: tuple, features: Sequence[str], tag: int) -> Callable[
     exec(compile(source, "<kernelkit autotune key>", "exec"), namespace)  # noqa: S102 - generated from counts and indices
     fn = namespace["key"]
     fn.run_source = source
-    return fn  # type: ignore[no-any-return]
+    return fn
 
 
 def _contiguous(x: Any) -> Any:

@@ -174,7 +174,7 @@ def _gemv_match(p: Problem, t: Target) -> str | None:
 
 
 def _gemv_grid(p: Problem, c: Config) -> tuple[int, int, int]:
-    blocks = -(-p.attr("N") // c.values["ROWS"])  # type: ignore[operator]
+    blocks = -(-p.attr("N") // c.values["ROWS"])
     return (blocks * c.threadgroup[0], 1, 1)
 
 
@@ -219,7 +219,7 @@ def _gemv_tc_match(p: Problem, t: Target) -> str | None:
 
 
 def _gemv_tc_grid(p: Problem, c: Config) -> tuple[int, int, int]:
-    blocks = -(-p.attr("N") // (8 * c.values["NT"]))  # type: ignore[operator]
+    blocks = -(-p.attr("N") // (8 * c.values["NT"]))
     return (blocks * c.threadgroup[0], 1, 1)
 
 
@@ -270,7 +270,7 @@ def _wgmma_prepare(choice: KernelChoice, problem: Problem, output_dtype: Any) ->
     v = choice.config.values
     if int(v["WS"]) != 2:
         return launch
-    bm, m = 64 * int(v["WG"]), int(problem.attr("M"))  # type: ignore[call-overload]
+    bm, m = 64 * int(v["WG"]), int(problem.attr("M"))
     x_box, w_box = (bm if m >= bm else -(-m // 8) * 8, 64), (int(v["BN"]), 64)  # as the kernel
     maps: dict[tuple[int, int], tuple[Any, Any]] = {}
 
@@ -304,7 +304,7 @@ TILED_CONFIGS = tuple(
 def _tiled_grid(p: Problem, c: Config) -> tuple[int, int, int]:
     """Every BM x BN tile on grid.x (the kernel splits the index; grid.y stops at 65535)."""
     v = c.values
-    tiles = -(-p.attr("N") // v["BN"]) * -(-p.attr("M") // v["BM"])  # type: ignore[operator]
+    tiles = -(-p.attr("N") // v["BN"]) * -(-p.attr("M") // v["BM"])
     return (tiles * c.threadgroup[0], 1, 1)
 
 

@@ -9,7 +9,7 @@ import shutil
 import tempfile
 import threading
 import weakref
-from _ctypes import dlclose as _dlclose  # type: ignore[attr-defined]
+from _ctypes import dlclose as _dlclose
 from dataclasses import dataclass
 
 from ... import _config
