@@ -114,7 +114,7 @@ class Config:
         if not isinstance(d, dict) or set(d) - {"template", "threadgroup", "shared_memory"}:
             raise ArgumentError(f"not a config record: {d!r}")
         return cls(
-            template=[(t[0], t[1]) for t in d.get("template", ())],
+            template=[tuple(t) for t in d.get("template", ())],
             threadgroup=d.get("threadgroup", (256, 1, 1)),
             shared_memory=d.get("shared_memory", 0),
         )
