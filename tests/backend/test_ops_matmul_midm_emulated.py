@@ -6,7 +6,7 @@ helpers (``midm_cluster.cuh``) by a cooperative launch: every block of the grid 
 cluster is SPLIT consecutive blocks, ``mapa`` maps into the other block's shared memory, and the
 cluster barrier is a grid barrier (stronger than the GPU's, so it can hide no missing one; a
 read of a tile before its owner wrote it gives a wrong sum). Tile shapes, warp layouts, stage
-counts, SPLIT 1, 2 and 4, both dtypes and layouts of ``b``, M = 17, 33, 100, 256 with N and K
+counts, SPLIT 1, 2, 4 and 8, both dtypes and layouts of ``b``, M = 17, 33, 100, 256 with N and K
 not multiples of the tile, empty K slices, bias and activations, out= poisoned with NaN,
 against a float64 reference. What it cannot show: the hardware's timing and DSMEM itself (the
 GPU test and compute-sanitizer cover them)."""
@@ -122,6 +122,7 @@ CASES = [
     (C(128, 128, 2, 4, 4, 1), 256, 136, 392),
     (C(32, 128, 1, 4, 6, 4), 256, 120, 200),
     (C(64, 32, 2, 2, 4, 2), 256, 40, 136),
+    (C(64, 256, 2, 4, 3, 8), 33, 264, 520),
 ]
 
 

@@ -59,7 +59,7 @@ kk_midm<T, TB, TY, BM, BN, WM, WN, STAGES, SPLIT, ACT, HAS_BIAS, W_KN>(x, w, bia
 
 BK = 64
 MAX_M = 512  # past it the large tiles (mma, wgmma) reuse the weight better
-SPLITS = (1, 2, 4)  # cluster sizes the configs use (1: no cluster, any arch)
+SPLITS = (1, 2, 4, 8)  # cluster sizes the configs use (1: no cluster, any arch)
 SHARED_LIMIT = 227 * 1024  # sm_90's most dynamic shared memory a block
 SMS = 132  # an H100's SMs: the heuristic's wave
 
@@ -77,20 +77,34 @@ def midm_config(bm: int, bn: int, wm: int, wn: int, stages: int, split: int) -> 
 
 
 def _warp_shapes(bm: int, bn: int) -> list[tuple[int, int]]:
-    """4 or 8 warps whose tiles are 16-32-64 rows by a power of two >= 16 columns, at most
-    64 x 64 (128 accumulators a thread)."""
-    out = []
-    for wm, wn in ((1, 4), (2, 2), (2, 4), (4, 2)):
+    """One shape of 4 warps (1 x 4 or 2 x 2) and one of 8 (2 x 4 or 4 x 2): of those whose tiles
+    are a multiple of 16 rows by a power of two >= 16 columns, at most 64 x 64 (128 accumulators
+    a thread), the one whose ldmatrix reads (WTM / 16 + WTN / 16 per warp and k step) are
+    fewest."""
+
+    def ok(wm: int, wn: int) -> bool:
         wtm, wtn = bm // wm, bn // wn
-        if wtm % 16 == 0 and wtn >= 16 and wtn & (wtn - 1) == 0 and wtm * wtn <= 64 * 64:
-            out.append((wm, wn))
+        return wtm % 16 == 0 and wtn >= 16 and wtn & (wtn - 1) == 0 and wtm * wtn <= 64 * 64
+
+    def reads(s: tuple[int, int]) -> int:
+        return bm // s[0] + bn // s[1]
+
+    out = []
+    for shapes in (((1, 4), (2, 2)), ((2, 4), (4, 2))):
+        valid = [s for s in shapes if ok(*s)]
+        if valid:
+            out.append(min(valid, key=reads))
     return out
 
 
+# BN = 32 only for BM <= 64 (a 4 KiB stage of w under an 8-16 KiB one of x streams poorly);
+# BN = 256 halves x's re-reads from L2 again where M is large; SPLIT brings the tiles of a
+# narrow weight to a wave (4096 / 256 = 16 tiles x 8)
 MIDM_CONFIGS = tuple(
     midm_config(bm, bn, wm, wn, stages, split)
     for bm in (32, 64, 128)
-    for bn in (32, 64, 128)
+    for bn in (32, 64, 128, 256)
+    if bn > 32 or bm < 128
     for wm, wn in _warp_shapes(bm, bn)
     for stages in (3, 4, 6)
     if midm_shared_bytes(bm, bn, stages) <= 200 * 1024
@@ -171,11 +185,12 @@ def midm_grid(p: Problem, c: Config) -> tuple[int, int, int]:
 
 def midm_heuristic(p: Problem, t: Target) -> Config | None:
     """A first guess for ``kernelkit.force`` without a config (the tuner sweeps the rest): the
-    smallest BM of 32, 64, 128 holding M, BN 128 for wide weights (x's re-reads from L2 halve)
-    else 64, and the SPLIT (clusters only) that brings the tiles closest to one wave."""
+    smallest BM of 32, 64, 128 holding M, BN wider as M or N grow (x's re-reads from L2 fall
+    as BN grows), 4 stages, and the SPLIT (clusters only) that brings the blocks closest to one
+    wave of 132 SMs."""
     m, n = int(p.attr("M")), int(p.attr("N"))  # type: ignore[call-overload]
     bm = next((b for b in (32, 64, 128) if m <= b), 128)
-    bn = 128 if n >= 8192 else 64
+    bn = 256 if m > 64 and n >= 8192 else 128 if m > 32 or n >= 8192 else 64
     tiles = -(-m // bm) * -(-n // bn)
     splits = SPLITS if "clusters" in t.features else (1,)
     split = min(splits, key=lambda s: (abs(tiles * s - SMS) if tiles * s >= SMS // 2 else SMS, s))
