@@ -72,8 +72,8 @@ def midm_shared_bytes(bm: int, bn: int, stages: int) -> int:
 def midm_config(bm: int, bn: int, wm: int, wn: int, stages: int, split: int) -> Config:
     """A midm config: BM x BN tiles, WM x WN warps, STAGES k tiles of 64 in the ring, K split
     over SPLIT blocks of a cluster."""
-    values = {"BM": bm, "BN": bn, "WM": wm, "WN": wn, "STAGES": stages, "SPLIT": split}
-    return Config(values, (32 * wm * wn,), midm_shared_bytes(bm, bn, stages))
+    values = (("BM", bm), ("BN", bn), ("WM", wm), ("WN", wn), ("STAGES", stages), ("SPLIT", split))
+    return Config(values, (32 * wm * wn, 1, 1), midm_shared_bytes(bm, bn, stages))
 
 
 def _warp_shapes(bm: int, bn: int) -> list[tuple[int, int]]:
