@@ -2,13 +2,14 @@
 K split over a cluster) read the weight faster than cuBLAS, and by how much?
 
 For each M and weight [N, K] (a linear layer's, ``transpose_b=True``): cuBLAS (``F.linear``),
-midm with its heuristic's config, and the best of a small sweep of midm's configs (the BM that
-holds M, BN 64-256, 4 or 8 warps, 4 stages (6 for small tiles, 3 where 4 do not fit), the
-SPLITs that make 96-300 blocks). Device time: one CUDA graph of 20 calls, replayed 5 times, the
-best replay / 20; the weights rotate through copies past twice the L2 size, so every call reads
-its weight from DRAM. % = weight bytes / time over the device-to-device copy rate measured in
-the same run; ratio = cuBLAS time / midm's best (> 1: midm ahead); err: relative error of
-midm's best against float64.
+kernelkit's ``mma`` and ``wgmma`` tiles with their heuristics' configs (for reference: what
+these M ran on before for CuPy and JAX), midm with its heuristic's config, and the best of a
+small sweep of midm's configs (the BM that holds M, BN 64-256, 4 or 8 warps, 4 stages (6 for
+small tiles, 3 where 4 do not fit), the SPLITs that make 96-300 blocks). Device time: one CUDA
+graph of 20 calls, replayed 5 times, the best replay / 20; the weights rotate through copies
+past twice the L2 size, so every call reads its weight from DRAM. % = weight bytes / time over
+the device-to-device copy rate measured in the same run; ratio = cuBLAS time / midm's best
+(> 1: midm ahead); err: relative error of midm's best against float64.
 
     PYTHONPATH=src python3 benchmarks/matmul_midm.py [17,32,64,128,256] [bfloat16|float16]
 
@@ -90,17 +91,21 @@ def linear(x, w):
     return ops.matmul(x, w, transpose_b=True)
 
 
-def timed(x, ws, config) -> float | None:
-    """midm's device time with ``config`` (None: its heuristic's), or None (reported) if it
-    cannot be launched here (e.g. a cluster the GPU cannot place)."""
+def timed(x, ws, config, impl: str = "midm") -> float | None:
+    """``impl``'s device time with ``config`` (None: its heuristic's), or None (reported) if it
+    cannot run here (e.g. a cluster the GPU cannot place, wgmma before sm_90a)."""
     try:
-        with force("matmul", "midm", config):
+        with force("matmul", impl, config):
             return graph_best_us(rotating(linear, x, ws))
     except Exception as e:  # noqa: BLE001 - report, do not stop the benchmark
         what = "heuristic" if config is None else config.describe()
-        print(f"  ({what}: {type(e).__name__}: {str(e)[:200]})", flush=True)
+        print(f"  ({impl} {what}: {type(e).__name__}: {str(e)[:200]})", flush=True)
         torch.cuda.synchronize()
         return None
+
+
+def us(t: float | None) -> str:
+    return "n/a" if t is None else f"{t:.1f}"
 
 
 def main() -> int:
@@ -110,8 +115,9 @@ def main() -> int:
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, {dtype}, "
           f"copy rate {rate:.0f} GB/s", flush=True)  # fmt: skip
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
-    print(f"{'weight':>12} {'M':>4} {'cuBLAS us':>10} {'%':>4} {'midm heur':>10} "
-          f"{'midm best':>10} {'%':>4} {'ratio':>6} {'err':>8}  best config")  # fmt: skip
+    print(f"{'weight':>12} {'M':>4} {'cuBLAS us':>10} {'%':>4} {'mma':>7} {'wgmma':>7} "
+          f"{'midm heur':>10} {'midm best':>10} {'%':>4} {'ratio':>6} {'err':>8}  "
+          "best config")  # fmt: skip
     t_start = time.time()
     for n, k in WEIGHTS:
         wbytes = n * k * 2
@@ -126,6 +132,7 @@ def main() -> int:
             ref = x.double() @ ws[0].double().T
             d_ref = graph_best_us(rotating(torch.nn.functional.linear, x, ws))
             d_heur = timed(x, ws, None)
+            d_mma, d_wg = timed(x, ws, None, "mma"), timed(x, ws, None, "wgmma")
             times = [(t, c) for c in sweep(m, n) if (t := timed(x, ws, c)) is not None]
             if not times:
                 print(f"{n:>6}x{k:<5} {m:>4} {d_ref:>10.1f}: midm ran no config", flush=True)
@@ -137,8 +144,8 @@ def main() -> int:
             v = best.values
             what = (f"BM={v['BM']} BN={v['BN']} {v['WM']}x{v['WN']} warps "
                     f"STAGES={v['STAGES']} SPLIT={v['SPLIT']} (of {len(times)})")  # fmt: skip
-            heur = "n/a" if d_heur is None else f"{d_heur:.1f}"
-            print(f"{n:>6}x{k:<5} {m:>4} {d_ref:>10.1f} {pct(d_ref):>4.0f} {heur:>10} "
+            print(f"{n:>6}x{k:<5} {m:>4} {d_ref:>10.1f} {pct(d_ref):>4.0f} {us(d_mma):>7} "
+                  f"{us(d_wg):>7} {us(d_heur):>10} "
                   f"{d:>10.1f} {pct(d):>4.0f} {d_ref / d:>5.2f}x {err:>8.1e}  {what}",
                   flush=True)  # fmt: skip
         ws.clear()
