@@ -164,3 +164,13 @@ def test_the_sources_are_package_data():
     assert "kk_midm(" in MID.MIDM_KERNEL and "kk_midm_map" in MID.MIDM_CLUSTER
     for hook in ("kk_midm_cluster_init", "kk_midm_rank", "kk_midm_map", "kk_midm_cluster_sync"):
         assert hook in MID.MIDM_KERNEL and f"{hook}(" in MID.MIDM_CLUSTER
+
+
+def test_a_split_before_sm90_is_a_named_compile_error(cuda):
+    """SPLIT > 1 is a cluster (a kernel attribute): the heuristic never gives it without the
+    clusters feature, and a table, record or force that names one on sm_80 fails loudly."""
+    c = MID.midm_config(64, 64, 2, 2, 4, 2)
+    p = problem(64)
+    template = [*c.template, *MM._common_template(p), ("W_KN", False)]
+    with pytest.raises(kernelkit.CompileError, match="__cluster_dims__"):
+        ptxas_report(cuda, MM._MIDM[2], p, template, "sm_80")
