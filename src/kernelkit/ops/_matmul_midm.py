@@ -142,7 +142,8 @@ def _copies_split(rows: int, chunks: int, threads: int) -> bool:
 def midm_fits(p: Problem, c: Config) -> str | None:
     """Why ``c`` is not a config midm compiles and runs correctly for ``p``, or None: the
     kernel's static_asserts, threads and shared memory. (SPLIT > 1 also needs clusters, a
-    target feature: the launch refuses it where they are missing.)"""
+    target feature this rule cannot see: before sm_90 it is a CompileError naming
+    ``__cluster_dims__``; the heuristic never gives it there.)"""
     v = c.values
     try:
         bm, bn, wm, wn, st, split = (

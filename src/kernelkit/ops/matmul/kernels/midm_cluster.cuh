@@ -17,7 +17,7 @@ __device__ __forceinline__ unsigned kk_midm_rank() {
   asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
   return r;
 #else
-  __trap();  // no clusters before sm_90: the config rules keep SPLIT = 1 there
+  __trap();  // no clusters before sm_90 (where __cluster_dims__ does not compile either)
   return 0u;
 #endif
 }
