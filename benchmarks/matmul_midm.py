@@ -12,6 +12,11 @@ the device-to-device copy rate measured in the same run; ratio = cuBLAS time / m
 (> 1: midm ahead); err: relative error of midm's best against float64.
 
     PYTHONPATH=src python3 benchmarks/matmul_midm.py [17,32,64,128,256] [bfloat16|float16]
+    PYTHONPATH=src python3 benchmarks/matmul_midm.py one M N K [CONFIG]
+
+The second form runs cuBLAS and midm (CONFIG as printed in the best config column, e.g.
+BM=64,BN=128,WM=1,WN=4,STAGES=4,SPLIT=4; else its heuristic's) 5 times each on one shape, bf16,
+and nothing else: a run for Nsight Compute (``ncu``) to profile.
 
 About 2-3 minutes on an H100 (most of it compiling the ~80 swept configs once).
 """
@@ -108,7 +113,28 @@ def us(t: float | None) -> str:
     return "n/a" if t is None else f"{t:.1f}"
 
 
+def one(m: int, n: int, k: int, spec: str | None) -> int:
+    """cuBLAS and midm 5 times each on one shape (for ncu); prints midm's choice."""
+    config = None
+    if spec:
+        v = dict(item.split("=") for item in spec.split(","))
+        keys = ("BM", "BN", "WM", "WN", "STAGES", "SPLIT")
+        config = MID.midm_config(*(int(v[key]) for key in keys))
+    x = torch.randn(m, k, device="cuda").to(torch.bfloat16)
+    w = (torch.randn(n, k, device="cuda") / 8).to(torch.bfloat16)
+    with force("matmul", "midm", config):
+        print(ops.matmul.explain(x, w, transpose_b=True).explain())
+        for _ in range(5):
+            torch.nn.functional.linear(x, w)
+            linear(x, w)
+    torch.cuda.synchronize()
+    return 0
+
+
 def main() -> int:
+    if len(sys.argv) > 4 and sys.argv[1] == "one":
+        m, n, k = (int(v) for v in sys.argv[2:5])
+        return one(m, n, k, sys.argv[5] if len(sys.argv) > 5 else None)
     ms = [int(v) for v in sys.argv[1].split(",")] if len(sys.argv) > 1 else [17, 32, 64, 128, 256]
     dtype = getattr(torch, sys.argv[2]) if len(sys.argv) > 2 else torch.bfloat16
     rate = copy_rate_gbs()
@@ -142,12 +168,14 @@ def main() -> int:
                 y = linear(x, ws[0])
             err = ((y.double() - ref).norm() / ref.norm()).item()
             v = best.values
-            what = (f"BM={v['BM']} BN={v['BN']} {v['WM']}x{v['WN']} warps "
-                    f"STAGES={v['STAGES']} SPLIT={v['SPLIT']} (of {len(times)})")  # fmt: skip
+            what = (f"BM={v['BM']},BN={v['BN']},WM={v['WM']},WN={v['WN']},"
+                    f"STAGES={v['STAGES']},SPLIT={v['SPLIT']} (of {len(times)})")  # fmt: skip
             print(f"{n:>6}x{k:<5} {m:>4} {d_ref:>10.1f} {pct(d_ref):>4.0f} {us(d_mma):>7} "
                   f"{us(d_wg):>7} {us(d_heur):>10} "
                   f"{d:>10.1f} {pct(d):>4.0f} {d_ref / d:>5.2f}x {err:>8.1e}  {what}",
                   flush=True)  # fmt: skip
+            runners_up = sorted(times, key=lambda tc: tc[0])[1:3]
+            print("      next: " + "; ".join(f"{t:.1f} [{c.describe()}]" for t, c in runners_up))
         ws.clear()
         torch.cuda.empty_cache()
     print(f"({time.time() - t_start:.0f} s)")
