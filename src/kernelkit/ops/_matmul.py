@@ -330,7 +330,7 @@ _mma_run, _mma_prepare = _kernel_impl(_MMA, lambda p, c: [("W_KN", not p.attr("t
 _midm_run, _midm_prepare = _kernel_impl(
     None,
     lambda p, c: [("W_KN", not p.attr("transpose_b"))],
-    lambda p, c: _MIDM[int(c.values["SPLIT"])],  # type: ignore[call-overload]
+    lambda p, c: _MIDM[int(c.values["SPLIT"])],
 )
 
 

@@ -147,7 +147,7 @@ def midm_fits(p: Problem, c: Config) -> str | None:
     v = c.values
     try:
         bm, bn, wm, wn, st, split = (
-            int(v[k])  # type: ignore[call-overload]
+            int(v[k])
             for k in ("BM", "BN", "WM", "WN", "STAGES", "SPLIT")
         )
     except KeyError as e:
@@ -180,8 +180,8 @@ def midm_fits(p: Problem, c: Config) -> str | None:
 def midm_grid(p: Problem, c: Config) -> tuple[int, int, int]:
     """SPLIT blocks (one cluster) per BM x BN tile of y, the M tiles of a column tile adjacent."""
     v = c.values
-    tiles = -(-p.attr("M") // v["BM"]) * -(-p.attr("N") // v["BN"])  # type: ignore[operator]
-    return (tiles * int(v["SPLIT"]) * c.threadgroup[0], 1, 1)  # type: ignore[call-overload]
+    tiles = -(-p.attr("M") // v["BM"]) * -(-p.attr("N") // v["BN"])
+    return (tiles * int(v["SPLIT"]) * c.threadgroup[0], 1, 1)
 
 
 def midm_heuristic(p: Problem, t: Target) -> Config | None:
@@ -189,7 +189,7 @@ def midm_heuristic(p: Problem, t: Target) -> Config | None:
     smallest BM of 32, 64, 128 holding M, BN wider as M or N grow (x's re-reads from L2 fall
     as BN grows), 4 stages, and the SPLIT (clusters only) that brings the blocks closest to one
     wave of 132 SMs."""
-    m, n = int(p.attr("M")), int(p.attr("N"))  # type: ignore[call-overload]
+    m, n = int(p.attr("M")), int(p.attr("N"))
     bm = next((b for b in (32, 64, 128) if m <= b), 128)
     bn = 256 if m > 64 and n >= 8192 else 128 if m > 32 or n >= 8192 else 64
     tiles = -(-m // bm) * -(-n // bn)
@@ -197,7 +197,10 @@ def midm_heuristic(p: Problem, t: Target) -> Config | None:
     split = min(splits, key=lambda s: (abs(tiles * s - SMS) if tiles * s >= SMS // 2 else SMS, s))
     for c in MIDM_CONFIGS:
         v = c.values
-        if (v["BM"], v["BN"], v["STAGES"], v["SPLIT"]) == (bm, bn, 4, split):
-            if midm_fits(p, c) is None and c.shared_memory <= t.max_shared_memory_optin_bytes:
-                return c
+        if (
+            (v["BM"], v["BN"], v["STAGES"], v["SPLIT"]) == (bm, bn, 4, split)
+            and midm_fits(p, c) is None
+            and c.shared_memory <= t.max_shared_memory_optin_bytes
+        ):
+            return c
     return None
