@@ -43,18 +43,18 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # JAX beside torch and CuPy
 
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-from _common import time_us  # noqa: E402
+import numpy as np
+import torch
+from _common import time_us
 
-from kernelkit import ops  # noqa: E402
-from kernelkit._select.override import force  # noqa: E402
-from kernelkit._select.records import Config  # noqa: E402
-from kernelkit._select.select import select  # noqa: E402
-from kernelkit.ops import _matmul as MM  # noqa: E402
-from kernelkit.ops import _matmul_cublaslt as LT  # noqa: E402
-from kernelkit.ops import _matmul_mma as MMA  # noqa: E402
-from kernelkit.ops._matmul_args import prepare  # noqa: E402
+from kernelkit import ops
+from kernelkit._select.override import force
+from kernelkit._select.records import Config
+from kernelkit._select.select import select
+from kernelkit.ops import _matmul as MM
+from kernelkit.ops import _matmul_cublaslt as LT
+from kernelkit.ops import _matmul_mma as MMA
+from kernelkit.ops._matmul_args import prepare
 
 AHEAD = 0.98  # a row is written where the vendor's device time is at most this x kernelkit's
 
@@ -149,7 +149,7 @@ def bench_cupy(xt: Any, wt: Any, b: Bench, found: list) -> None:
 
     x, w = cupy.from_dlpack(xt), cupy.from_dlpack(wt)
     y = cupy.empty((x.shape[0], w.shape[0]), dtype=x.dtype)
-    sync = lambda _: cupy.cuda.Device().synchronize()  # noqa: E731
+    sync = lambda _: cupy.cuda.Device().synchronize()
     choice, problem, target = own_choice(x, w)
     own = choice.impl.split("/")[1]
 

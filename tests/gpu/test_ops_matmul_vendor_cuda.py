@@ -149,7 +149,7 @@ def test_an_array_that_only_speaks_cuda_array_interface():
 @pytest.mark.parametrize(("m", "n", "k"), SIZES)
 def test_jax_arrays_through_jnp_matmul(m, n, k, transpose_b, dtype):
     jax = pytest.importorskip("jax")
-    if not jax.devices()[0].platform == "gpu":
+    if jax.devices()[0].platform != "gpu":
         pytest.skip("JAX has no GPU here")
     jnp = jax.numpy
     x = jnp.asarray(host(m, k), dtype=dtype)

@@ -12,6 +12,7 @@ import ctypes
 import enum
 import sys
 import types
+from typing import ClassVar
 
 import numpy as np
 import pytest
@@ -262,7 +263,7 @@ class HostLt:
     """The cuBLASLt calls the route makes, carried out with NumPy on host memory the way the
     library reads device memory: column-major matrices at pointers, ``D = op(A) @ B (+ bias)``."""
 
-    DTYPES = {2: np.float16, 0: np.float32}
+    DTYPES: ClassVar[dict[int, type]] = {2: np.float16, 0: np.float32}
     MatmulDescAttribute = enum.IntEnum("MatmulDescAttribute", "TRANSA TRANSB EPILOGUE BIAS_POINTER")
     MatmulPreferenceAttribute = enum.IntEnum(
         "MatmulPreferenceAttribute",
@@ -400,7 +401,7 @@ def test_the_launcher_on_a_host_model_of_cublaslt(host_lt, dtype, transpose_b, l
         assert np.isnan(out.base[:, n:]).all(), "written outside out="
     launch([x, w, bias], out)  # a second call: the same plan, the same workspace
     # (a new y each call without out=: NumPy's small allocations are 16- or 256-byte aligned)
-    assert host_lt.plans == 1 or out is None and host_lt.plans == 2
+    assert host_lt.plans == 1 or (out is None and host_lt.plans == 2)
     assert len(host_lt.calls) == 2 and len(LT._workspaces) == 1
 
 
@@ -429,12 +430,12 @@ def test_the_constants_are_the_bindings():
     from nvmath import CudaDataType
     from nvmath.bindings import cublas
 
-    assert LT.DATA_TYPES == {"float16": int(CudaDataType.CUDA_R_16F),
+    assert {"float16": int(CudaDataType.CUDA_R_16F),
                              "bfloat16": int(CudaDataType.CUDA_R_16BF),
-                             "float32": int(CudaDataType.CUDA_R_32F)}  # fmt: skip
-    assert LT.COMPUTE_32F == int(cublas.ComputeType.COMPUTE_32F)
-    assert (LT.OP_N, LT.OP_T) == (int(cublas.Operation.N), int(cublas.Operation.T))
-    assert LT.EPILOGUE_BIAS == int(lt.Epilogue.BIAS)
+                             "float32": int(CudaDataType.CUDA_R_32F)} == LT.DATA_TYPES  # fmt: skip
+    assert int(cublas.ComputeType.COMPUTE_32F) == LT.COMPUTE_32F
+    assert (int(cublas.Operation.N), int(cublas.Operation.T)) == (LT.OP_N, LT.OP_T)
+    assert int(lt.Epilogue.BIAS) == LT.EPILOGUE_BIAS
     assert lt.matmul_heuristic_result_dtype.names[0] == "algo"  # the struct's pointer is algo's
 
 

@@ -201,7 +201,7 @@ def make_plan(lt: Any, device: int, g: Gemm, dtype: str, bias: bool, align: int)
             return Plan(lt, handle(lt, device), g, dtype, bias, align)
     except KernelkitError:
         raise
-    except Exception as e:  # noqa: BLE001 - the library's own errors (cuBLASLtError, ...)
+    except Exception as e:
         raise LaunchError(
             f"[matmul] cuBLASLt cannot plan {g} for {dtype} ({type(e).__name__}: {e}); "
             "kernelkit.force('matmul', ...) another implementation"
@@ -219,7 +219,7 @@ def workspace(device: int, stream: int, nbytes: int, allocate: Any, pointer: Any
             if len(_workspaces) >= 16:  # streams come and go: a few are in use at once
                 _workspaces.clear()
             found = _workspaces[(device, stream)] = (allocate((size,)), size)
-    return pointer(found[0])  # type: ignore[no-any-return]
+    return pointer(found[0])
 
 
 def _ld(facts: Any, cols: int) -> int | None:
