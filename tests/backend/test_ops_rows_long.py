@@ -105,6 +105,8 @@ CASES = [(3, 1, 32), (5, 7, 64), (3, 1000, 256), (3, 32001, 512), (2, 65536, 102
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
 @pytest.mark.parametrize(("rows", "n", "block"), CASES, ids=str)
 def test_long_rows_match_float64_into_poisoned_outputs(dev, dtype, rows, n, block):
+    if dev == "cpu":
+        block = 256  # one build per op, dtype and cluster size (a g++ run each)
     cl = _cl_for(n, dtype, dev)
     if cl is None:
         pytest.skip(f"a row of {n} {dtype} needs a cluster, which {dev} does not run")
@@ -115,18 +117,27 @@ def test_long_rows_match_float64_into_poisoned_outputs(dev, dtype, rows, n, bloc
     check(got, _refs(f64(x), f64(wx), f64(bx)), dtype, (rows, n, cl))
 
 
-def test_every_cluster_size_on_a_short_row(dev):
+@pytest.mark.parametrize("cl", _rows_long.CLUSTER_SIZES)
+def test_every_cluster_size_on_short_rows(dev, cl):
     """Each cluster size splits a row into slices that leave the last blocks part or wholly
-    empty (n = 7 over 8 blocks: ranks 2-7 hold nothing)."""
+    empty (n = 7 over 8 blocks: ranks 2-7 hold nothing); one op a size on the CPU backend."""
     if not _clusters(dev):
         pytest.skip("no clusters here")
+    names = ["softmax", "rms_norm", "layer_norm"]
+    if dev == "cpu":
+        names = [names[_rows_long.CLUSTER_SIZES.index(cl) % 3]]
+    forced = {"BLOCK": 64, "CL": cl, "threadgroup": (64,)}
     for n in (7, 1000, 4099):
-        a = RNG.standard_normal((3, n))
+        a = RNG.standard_normal((3, n)) * 2 + 1
         w, b = RNG.standard_normal(n), RNG.standard_normal(n)
         x, wx, bx = (put(v, "float32", dev) for v in (a, w, b))
         refs = _refs(f64(x), f64(wx), f64(bx))
-        for cl in _rows_long.CLUSTER_SIZES:
-            check(run_all(x, wx, bx, cl, 64, x.dtype, dev), refs, "float32", (n, cl))
+        args = {"softmax": (x,), "rms_norm": (x, wx, 1e-5), "layer_norm": (x, wx, bx, 1e-5)}
+        for name in names:
+            out = torch.full(x.shape, float("nan"), device=dev)
+            with force(name, "rows_cluster", forced):
+                getattr(ops, name)(*args[name], out=out)
+            check({name: f64(out)}, {name: refs[name]}, "float32", (n, cl))
 
 
 def test_non_contiguous_and_3d_inputs_and_weights_of_another_dtype(dev):
