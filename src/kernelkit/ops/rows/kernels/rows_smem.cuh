@@ -229,13 +229,25 @@ __device__ __forceinline__ void kk_long_row(const T* x, T* y, const W* w, const 
   } else if (OP == 1) {
     mine1 = kk_block_reduce<BLOCK, false>(a, red);
   } else {
-    // the slice's mean, then its squared deviations around it from shared memory (the block's
-    // own writes: the reduction's barrier made them visible)
+    // the slice's mean, then its squared deviations around it from shared memory: each thread
+    // reads back what it wrote (no barrier needed, whatever BLOCK is)
     const float mean = m ? kk_block_reduce<BLOCK, false>(a, red) / (float)m : 0.0f;
     float q = 0.0f;
-    for (long long e = threadIdx.x; e < m; e += BLOCK) {
-      const float d = (float)s[e] - sh - mean;
-      q = fmaf(d, d, q);
+    if (VECTOR) {
+      constexpr int VEC = kk_pack<T>::N;
+      const kk_words* sv = reinterpret_cast<const kk_words*>(s);
+      for (int i = threadIdx.x; i < (int)(m / VEC); i += BLOCK) {
+        const kk_words v = sv[i];
+        for (int j = 0; j < VEC; ++j) {
+          const float d = kk_get<T>(v, j) - sh - mean;
+          q = fmaf(d, d, q);
+        }
+      }
+    } else {
+      for (long long e = threadIdx.x; e < m; e += BLOCK) {
+        const float d = (float)s[e] - sh - mean;
+        q = fmaf(d, d, q);
+      }
     }
     mine0 = mean;
     mine1 = kk_block_reduce<BLOCK, false>(q, red + 32);
