@@ -33,7 +33,7 @@ _FIBER_RE = re.compile(
     r"__sync|__shfl|__ballot|__any_sync|__all_sync|__activemask|__reduce_\w+_sync|__match_\w+_sync|"
     r"\bcoalesced_threads\b|\b(?:labeled|binary)_partition\b|\bthread_group\b|"
     r"\bsync\s*\(|\bshfl\w*\s*\(|\breduce\s*\(|_scan\s*\(|\bballot\s*\(|\bany\s*\(|\ball\s*\(|"
-    r"\bmatch_any\s*\(|"
+    r"\bmatch_any\s*\(|\bmap_shared_rank\b|"  # another block's memory: after a cluster barrier
     r"#\s*include\s*[<\"]cub/|\bcub::"  # CUB's collectives wait at barriers and shuffles
 )
 # Helpers that read the thread index through the prelude's thread-locals (not the kernel's
