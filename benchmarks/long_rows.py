@@ -48,7 +48,9 @@ def cases(x: torch.Tensor) -> list[tuple]:
     ]  # fmt: skip
 
 
-def forced_us(name: str, impl: str, values: dict, kk) -> float | None:
+def forced_us(name: str, impl: str, values: dict | None, kk) -> float | None:
+    """Device time of ``kk`` forced onto ``impl`` (its heuristic's config when ``values`` is
+    None)."""
     try:
         with force(name, impl, values):
             return graph_us(kk)
@@ -89,7 +91,7 @@ def bench(shape, dtype, args) -> None:
             compiled = torch.compile(eager, dynamic=False)
             compiled()
             g_comp = graph_us(compiled)
-        g_old = forced_us(name, "rows", {}, kk)  # the register kernel's heuristic config
+        g_old = forced_us(name, "rows", None, kk)  # the register kernel's heuristic config
         if g_kk is None or g_eager is None:
             print(f"  {name}: graph capture failed")
             continue

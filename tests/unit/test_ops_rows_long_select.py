@@ -60,6 +60,14 @@ def test_before_sm_90_one_block_a_row_or_the_register_kernel():
     assert any("needs clusters" in c.verdict for c in sel.considered)
 
 
+def test_the_cpu_backend_runs_clusters_only_when_forced():
+    cpu = dataclasses.replace(
+        H100, backend="cpu", arch="x86_64", features=frozenset({"cpu", "clusters"})
+    )
+    assert select(_softmax.OP, problem(4, 32000, "float32"), cpu).choice.impl == "softmax/rows_smem"
+    assert select(_softmax.OP, problem(4, 65536, "float32"), cpu).choice.impl == "softmax/rows"
+
+
 def test_configs_whose_slice_does_not_fit_are_refused():
     fits = _rows_long.fits
     assert fits(problem(8, 65536, "float32"), config(512, 1)) is not None  # 256 KiB

@@ -120,7 +120,10 @@ def want_cluster(p: Problem, t: Target) -> int | None:
     n, _, dtype = _dims(p)
     if -(-n // vec_width(dtype)) <= REGISTER_VECTORS:
         return None
-    sizes = (1, *CLUSTER_SIZES) if "clusters" in t.features else (1,)
+    # an emulated cluster's blocks take turns on one core (the CPU backend): slower there than
+    # the register kernel's two reads, so clusters only where forced
+    emulated = "cpu" in t.features
+    sizes = (1, *CLUSTER_SIZES) if "clusters" in t.features and not emulated else (1,)
     ok = [cl for cl in sizes if slice_bytes(n, cl, dtype) <= _room(t)]
     if not ok:
         return None
