@@ -63,9 +63,10 @@ def test_the_chosen_kernel_reads_long_rows_right(shape, dtype):
         _call(name, x, w, b, out)
         _check(name, x, w, b, out)
     choice = ops.softmax.explain(x).choice
-    assert choice.impl in ("softmax/rows_smem", "softmax/rows_cluster"), choice
-    if torch.cuda.get_device_capability() >= (9, 0) and shape[1] >= 65536:
-        assert choice.impl == "softmax/rows_cluster", choice
+    if torch.cuda.get_device_capability() >= (9, 0):  # before: rows that fit one block only
+        assert choice.impl in ("softmax/rows_smem", "softmax/rows_cluster"), choice
+        if shape[1] >= 65536:
+            assert choice.impl == "softmax/rows_cluster", choice
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
