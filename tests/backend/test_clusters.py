@@ -71,6 +71,6 @@ def test_reading_a_block_before_the_cluster_barrier_is_a_fault_on_the_cpu(arrays
     k = kernelkit.kernel("t_cluster_early", ["x"], ["y"], early, cluster_dims=2)
     x = np.arange(2, dtype=np.float32)
     out = arrays.put(np.full(4, np.nan, np.float32))
-    with pytest.raises(kernelkit.KernelFault, match="before its first cluster.sync"):
+    with pytest.raises(kernelkit.KernelFault, match=r"before its first cluster\.sync"):
         k([arrays.put(x)], out=[out], grid=(64, 1, 1), threadgroup=(32, 1, 1),
           template=[("SHIFT", 1)], shared_memory=64)  # fmt: skip

@@ -72,11 +72,11 @@ def slice_bytes(n: int, cl: int, dtype: str) -> int:
 
 
 def _dims(p: Problem) -> tuple[int, int, str]:
-    return int(p.attr("N")), int(p.attr("rows")), p.arg("x").dtype  # type: ignore[call-overload]
+    return int(p.attr("N")), int(p.attr("rows")), p.arg("x").dtype
 
 
 def _cl(c: Config) -> int:
-    return int(c.values.get("CL", 1))  # type: ignore[call-overload]
+    return int(c.values.get("CL", 1))
 
 
 def _room(t: Target) -> int:
@@ -101,7 +101,7 @@ def _match(clusters: bool) -> Callable[[Problem, Target], str | None]:
 def fits(p: Problem, c: Config) -> str | None:
     """The slice must fit a block's shared memory (227 KiB at most; match checks the target)."""
     n, _, dtype = _dims(p)
-    block, cl = int(c.values["BLOCK"]), _cl(c)  # type: ignore[call-overload]
+    block, cl = int(c.values["BLOCK"]), _cl(c)
     if block % 32 or not 32 <= block <= 1024 or tuple(c.threadgroup) != (block, 1, 1):
         return f"BLOCK = {block} with threadgroup {c.threadgroup}: a multiple of 32 up to 1024"
     if cl != 1 and cl not in CLUSTER_SIZES:
@@ -144,7 +144,7 @@ def _heuristic(clusters: bool) -> Callable[[Problem, Target], Config | None]:
 
 def grid(p: Problem, c: Config) -> tuple[int, int, int]:
     """CL blocks of BLOCK threads a row."""
-    return (max(1, int(p.attr("rows"))) * _cl(c) * int(c.values["BLOCK"]), 1, 1)  # type: ignore[call-overload]
+    return (max(1, int(p.attr("rows"))) * _cl(c) * int(c.values["BLOCK"]), 1, 1)
 
 
 def _kernels(name: str, inputs: Sequence[str], aligned: tuple[str, ...]) -> dict[int, Any]:
@@ -191,7 +191,7 @@ def register(
                 ("T", dtype),
                 ("WT", values.get("WT", dtype)),
             ),
-            "shared_memory": slice_bytes(int(problem.attr("N")), cl, dtype),  # type: ignore[call-overload]
+            "shared_memory": slice_bytes(int(problem.attr("N")), cl, dtype),
         }
         return one_output_launch(kernels[cl], kw, shape, output_dtype)
 
