@@ -39,6 +39,9 @@ def problem(rows: int, n: int, dtype: str = "bfloat16") -> Problem:
         ((4096, 128256), "float32", "rows_cluster", 8),
         ((64, 262144), "float32", "rows_cluster", 8),  # 128 KiB slices: the largest cluster
         ((4, 1 << 21), "float32", "rows", None),  # 8 MiB rows: more than a cluster holds
+        ((1, 128256), "bfloat16", "rows_cluster", 8),  # few rows: each over 8 SMs
+        ((32, 32000), "float32", "rows_cluster", 8),
+        ((33, 32000), "float32", "rows_cluster", 2),
     ],
     ids=str,
 )

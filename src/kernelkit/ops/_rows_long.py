@@ -34,6 +34,7 @@ CLUSTER_SIZES = (2, 3, 4, 6, 8)  # a kernel each (the cluster shape is a kernel 
 BLOCKS = (256, 512, 1024)
 STATIC_SHARED = 1024  # bytes: the kernel's own arrays (268) and the runtime's reserve per block
 SHARED_LIMIT = 227 * 1024  # the most any target offers a block (sm_90); match checks the target's
+FEW_ROWS = 32  # a power of two: the op's key buckets rows to the next one
 WANT_SLICE = 64 * 1024  # bytes a block: three blocks an SM on an H100 overlap loads and stores
 KERNELS: dict[str, dict[int, Any]] = {}  # op name -> cluster size -> kernel (1: rows_smem)
 _ITEMSIZE = {"float16": 2, "bfloat16": 2, "float32": 4}
@@ -116,8 +117,8 @@ def want_cluster(p: Problem, t: Target) -> int | None:
     """The blocks a row the heuristics give ``p`` (1: one block), or None where the register
     kernel keeps the row (it reads it once) or nothing fits. The smallest cluster whose slices
     are at most WANT_SLICE (several blocks an SM, so that one block's loads overlap another's
-    stores), else the largest that fits."""
-    n, _, dtype = _dims(p)
+    stores), else the largest that fits; the largest for at most FEW_ROWS rows."""
+    n, rows, dtype = _dims(p)
     if -(-n // vec_width(dtype)) <= REGISTER_VECTORS:
         return None
     # an emulated cluster's blocks take turns on one core (the CPU backend): slower there than
@@ -127,6 +128,8 @@ def want_cluster(p: Problem, t: Target) -> int | None:
     ok = [cl for cl in sizes if slice_bytes(n, cl, dtype) <= _room(t)]
     if not ok:
         return None
+    if rows <= FEW_ROWS:  # fewer blocks than SMs: each row over as many SMs as a cluster has
+        return ok[-1]
     return next((cl for cl in ok if slice_bytes(n, cl, dtype) <= WANT_SLICE), ok[-1])
 
 
