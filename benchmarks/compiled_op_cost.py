@@ -90,9 +90,7 @@ def main() -> None:
             us = best_us(lambda c=compiled: c(), args.calls)
             sync()
             print(f"{name:12s} {label:26s} compiled {us:8.1f}", flush=True)
-        eager = next(iter(variants.values())) if name == "elementwise" else variants[
-            f"ops.{name}"
-        ]
+        eager = next(iter(variants.values())) if name == "elementwise" else variants[f"ops.{name}"]
         print(f"{name:12s} {'eager public op':26s}          {best_us(eager, args.calls):8.1f}")
 
 
