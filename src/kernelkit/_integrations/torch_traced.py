@@ -14,9 +14,10 @@ variable, the integration hooks) and the graph guards on none of kernelkit's mut
   compiled after them; Inductor's caches may keep an earlier choice for the same graph).
 - elementwise: the expression traced into torch operations (``torch_elementwise``).
 
-Installed when ``torch_route`` first imports this module; ``INSTALLED`` is False where this torch
-has no ``substitute_in_graph`` (torch < 2.6): Dynamo then traces the ops' bodies, whose
-integration hook routes them to the torch ops, and torch tensors get no prepared eager calls.
+Installed when ``torch_route`` first imports this module; ``INSTALLED`` is False where this
+torch's ``substitute_in_graph`` is missing or refuses Python functions (older releases, where it
+served C functions only): Dynamo then traces the ops' bodies, whose integration hook routes them
+to the torch ops, and torch tensors get no prepared eager calls.
 """
 
 from __future__ import annotations
