@@ -114,7 +114,7 @@ def test_a_second_weight_size_recompiles_as_torch_does_and_eager_calls_none(mode
     bf = torch.bfloat16
 
     def params(h):
-        r = lambda *s: (torch.randn(*s, device="cuda", generator=g) / s[-1] ** 0.5).to(bf)  # noqa: E731
+        r = lambda *s: (torch.randn(*s, device="cuda", generator=g) / s[-1] ** 0.5).to(bf)
         return {"norm": (torch.rand(2048, device="cuda", generator=g) + 0.5).to(bf),
                 "up": r(h, 2048), "down": r(2048, h)}  # fmt: skip
 

@@ -93,7 +93,7 @@ def _layer_grad(x: Any, weight: Any, bias: Any, eps: float, grad_y: Any) -> dict
     return _norm_grad(x, weight, grad_y, eps, bias)
 
 
-def _matmul_fake(a: Any, b: Any, bias: Any, activation: Any, transpose_b: bool) -> Any:
+def _matmul_fake(a: Any, b: Any, bias: Any, activation: Any, transpose_b: bool) -> Any:  # noqa: ARG001  the op's signature
     n = b.shape[0] if transpose_b else b.shape[1]
     return torch.empty((*a.shape[:-1], n), dtype=a.dtype, device=a.device)
 
@@ -151,8 +151,12 @@ _SCHEMAS: dict[str, tuple[tuple[tuple[str, str], ...], Callable[..., Any], Calla
         _matmul_fake,
     ),
 }
-_GRADS = {"softmax": _softmax_grad, "rms_norm": _rms_grad, "layer_norm": _layer_grad,
-          "matmul": _matmul_grad}  # fmt: skip
+_GRADS: dict[str, Callable[..., dict]] = {
+    "softmax": _softmax_grad,
+    "rms_norm": _rms_grad,
+    "layer_norm": _layer_grad,
+    "matmul": _matmul_grad,
+}
 
 
 def _define_all() -> tuple[dict[str, TorchOp], dict[str, TorchOp]]:

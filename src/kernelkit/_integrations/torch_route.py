@@ -39,7 +39,7 @@ class _AfterDynamo(importlib.abc.MetaPathFinder):
     """Runs ``install_torch`` once ``torch._dynamo`` has been imported (then leaves
     ``sys.meta_path``); the import itself is found and run by the other finders."""
 
-    def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
+    def find_spec(self, name: str, path: Any, target: Any = None) -> Any:  # noqa: ARG002  the finder protocol
         if name != "torch._dynamo":
             return None
         if self in sys.meta_path:
@@ -108,16 +108,9 @@ def _signature(arrays: tuple) -> tuple:
         sig.append(
             None
             if a is None
-            else (
-                a.__class__,
-                a.dtype,
-                a.shape,
-                a.stride(),
-                a.layout,
-                a.device,
-                grad and a.requires_grad,
-            )  # fmt: skip
-        )
+            else (a.__class__, a.dtype, a.shape, a.stride(), a.layout, a.device,
+                  grad and a.requires_grad)
+        )  # fmt: skip
     return tuple(sig)
 
 

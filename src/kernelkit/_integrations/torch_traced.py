@@ -22,6 +22,7 @@ to the torch ops, and torch tensors get no prepared eager calls.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -114,8 +115,11 @@ def _matmul_decomposed(a: Any, b: Any, bias: Any, activation: Any, transpose_b: 
     if bias is not None and not transpose_b:
         y = y + bias
     if activation is not None:
-        y = {"relu": F.relu, "silu": F.silu, "gelu": F.gelu}[activation](y)
+        y = _ACTIVATIONS[activation](y)
     return y
+
+
+_ACTIVATIONS: dict[str, Callable[..., Any]] = {"relu": F.relu, "silu": F.silu, "gelu": F.gelu}
 
 
 def _framework_chosen(a: Any, b: Any, bias: Any, activation: Any, transpose_b: bool) -> bool:
