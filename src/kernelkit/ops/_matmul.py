@@ -8,15 +8,17 @@ Implementations (see ``_matmul_kernels``): ``gemv`` for decode shapes (M <= 16, 
 ``gemv_cluster`` (``_matmul_cluster``): M <= 16 on sm_90, K split over a thread-block cluster and
 reduced through distributed shared memory, ``tiled`` for everything (any backend, the CPU too),
 ``mma`` (``_matmul_mma``): tensor cores on sm_80+ for float16/bfloat16, ``wgmma``
-(``_matmul_wgmma``): Hopper warpgroup MMA tiles (sm_90a), and ``framework``: the arrays' own
-framework (torch: cuBLAS).
+(``_matmul_wgmma``): Hopper warpgroup MMA tiles (sm_90a), ``midm`` (``_matmul_midm``): M of
+tens to hundreds on the tensor cores (sm_80+), the weight streamed once, K split over a cluster
+(sm_90), and ``framework``: the arrays' own framework (torch: cuBLAS).
 
 Selection (``_select.select``): the ``framework`` microkernel matches torch CUDA tensors and wins
 there (microkernels come before heuristics); otherwise the generic implementations' heuristics
 are asked by priority: ``gemv_slab_tc`` (M <= 16 on sm_90), ``gemv_slab`` (M <= 4),
 ``gemv_cluster`` (M <= 16 on sm_90), ``gemv_tc``
-and ``gemv`` (M <= 16), ``wgmma`` (M > 16 on sm_90), ``mma`` (5: M > 16 on sm_80+), then
-``tiled``'s default. A table, the tuning database or ``kernelkit.force`` can name any of them for
+and ``gemv`` (M <= 16), ``wgmma`` (M > 16 on sm_90), ``mma`` (5: M > 16 on sm_80+), ``midm``
+(3: never reached while mma matches; tables, tuning and force name it), then ``tiled``'s
+default. A table, the tuning database or ``kernelkit.force`` can name any of them for
 torch tensors too (the H100 and H200 tables pick ``gemv_slab``, ``gemv_slab_tc`` or
 ``gemv_cluster`` for the decode rows where they beat cuBLAS).
 """
@@ -36,6 +38,7 @@ from .._select.select import Selection
 from .._tensor_map import tensor_map
 from . import _matmul_cluster as CLU
 from . import _matmul_kernels as K
+from . import _matmul_midm as MID
 from . import _matmul_mma as MMA
 from . import _matmul_slab as SLAB
 from . import _matmul_slab_tc as STC
@@ -106,6 +109,9 @@ _WGMMA[2] = {  # WS = 2: x and w also as tensor maps (TMA)
     )
     for n in WG.SPLITS
 }  # fmt: skip
+
+# midm: one kernel per cluster size (SPLIT), at most 256 threads a block
+_MIDM = _per_cluster_size("ops_matmul_midm", MID.MIDM_BODY, MID.MIDM, MID.SPLITS, 256)
 
 _TILED = kernel(
     "ops_matmul_tiled", _INPUTS, ["y"], K.TILED_BODY, header=K.TILED,
@@ -319,6 +325,15 @@ _tiled_run, _tiled_prepare = _kernel_impl(
 _mma_run, _mma_prepare = _kernel_impl(_MMA, lambda p, c: [("W_KN", not p.attr("transpose_b"))])
 
 
+# --- midm (tensor cores, M of tens to hundreds, K split over a cluster; rules in _matmul_midm)
+
+_midm_run, _midm_prepare = _kernel_impl(
+    None,
+    lambda p, c: [("W_KN", not p.attr("transpose_b"))],
+    lambda p, c: _MIDM[int(c.values["SPLIT"])],
+)
+
+
 # --- the arrays' framework --------------------------------------------------------------------
 
 
@@ -490,6 +505,21 @@ OP.register(
         match=MMA.mma_match,
         fits=MMA.mma_fits,
         priority=5,  # after gemv (M <= 16), before tiled
+    )
+)
+OP.register(
+    Implementation(
+        "midm",
+        run=_midm_run,
+        prepare=_midm_prepare,
+        grid=MID.midm_grid,
+        configs=MID.MIDM_CONFIGS,
+        default=MID.midm_config(64, 64, 2, 2, 4, 1),
+        heuristic=MID.midm_heuristic,
+        requires={"mma_sync", "cp_async"},  # sm_80+; SPLIT > 1 also needs clusters (sm_90)
+        match=MID.midm_match,
+        fits=MID.midm_fits,
+        priority=3,  # after mma, whose heuristic answers first: only tables, tuning, force
     )
 )
 OP.register(
