@@ -9,7 +9,8 @@ so ``torch.compile`` traces forward and backward without a graph break.
 Each op has an inference twin, ``kernelkit::<name>_inference``: the same implementation with no
 autograd registration, which refuses inputs that need a gradient. A compiled graph that needs no
 gradient calls it (``torch_traced``): torch's Python autograd layer around a ``register_autograd``
-op runs on every call even where no gradient is needed (3-23 µs a call on a loaded 2-core VM,
+op runs on every call even where no gradient is needed: 12-16 µs a call of the op, 11-25 µs a
+call of a compiled one-op graph, on CPU tensors (a loaded 2-core VM;
 ``benchmarks/compiled_op_cost.py``).
 """
 
