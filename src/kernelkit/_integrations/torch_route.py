@@ -2,10 +2,11 @@
 hook (``_arrays.OP_HOOKS``, installed by ``kernelkit/__init__``) that the ops ask on the
 first call of each signature; the ops never import this module.
 
-The eager path is the fastest, but torch cannot see inside it: under ``torch.compile`` it would
-be a graph break, under autograd it has no gradient, and a fake tensor has no data. Those calls
-go through the op's ``torch.library`` registration (``torch_ops``). It imports no framework:
-a NumPy call pays one ``sys.modules`` lookup.
+The eager path is the fastest, but torch cannot see inside it: under autograd it has no
+gradient, and a fake tensor has no data. Those calls go through the op's ``torch.library``
+registration (``torch_ops``). Under ``torch.compile`` Dynamo traces ``torch_traced``'s
+substitutes instead of the ops' bodies, set up (``install_torch``) as soon as Dynamo is imported.
+It imports no framework: a NumPy call pays one ``sys.modules`` lookup.
 """
 
 from __future__ import annotations

@@ -9,9 +9,9 @@ variable, the integration hooks) and the graph guards on none of kernelkit's mut
   (``_matmul_decomposed``) into ``F.linear``/``torch.matmul`` where every size is static and the
   tables choose the framework's kernel for every alignment (torch CUDA tensors: cuBLAS), so
   Inductor calls ``aten::mm`` directly; otherwise into ``kernelkit::matmul_runtime``, which
-  decides at run time. The
-  choice is made when a graph is compiled (``kernelkit.force`` and tuning apply to graphs
-  compiled after them; Inductor's caches may keep an earlier choice for the same graph).
+  decides at run time. The choice is made when a graph is compiled (``kernelkit.force`` and
+  tuning apply to graphs compiled after them; Inductor's caches may keep an earlier choice for
+  the same graph).
 - elementwise: the expression traced into torch operations (``torch_elementwise``).
 
 Installed when ``torch_route`` first imports this module; ``INSTALLED`` is False where this
