@@ -88,6 +88,7 @@ def bench(shape, dtype, args) -> None:
         g_kk, g_eager = graph_us(kk), graph_us(eager)
         g_comp = None
         if not args.no_compile:
+            torch._dynamo.reset()  # each case compiles fresh: no recompile limit (8) reached
             compiled = torch.compile(eager, dynamic=False)
             compiled()
             g_comp = graph_us(compiled)

@@ -627,4 +627,20 @@ def _explain(
     return _RUNNER.explain([x, b, bias], x.dtype, None, options)
 
 
+def routes(
+    a: Any, b: Any, bias: Any = None, activation: str | None = None, transpose_b: bool = False
+) -> frozenset[str]:
+    """The implementations (``"framework"``, ``"gemv"``, ...) that ``matmul`` chooses for
+    arguments like these over every 16-byte alignment of their pointers, which it reads per
+    call (here none is read: for tracers, whose arrays have no data)."""
+    x, _, _, options = _prepare(a, b, bias, activation, transpose_b)
+    aligns = (None,) if options["aligned16"] is None else (False, True)
+    return frozenset(
+        _RUNNER.explain(
+            [x, b, bias], x.dtype, None, {**options, "aligned16": al}
+        ).choice.impl.split("/")[-1]
+        for al in aligns
+    )
+
+
 matmul.explain = _explain  # type: ignore[attr-defined]
