@@ -37,7 +37,7 @@ SM90 = SM80 | {"tma", "clusters", "arch_specific"}
 
 def _target(arch: str, features: frozenset[str]) -> Target:
     return Target("cuda", 0, arch, "test", 1024, (1024, 1024, 64), (2**31 - 1, 65535, 65535),
-                  48 * 1024, 227 * 1024, 32, frozenset(features))  # fmt: skip
+                  48 * 1024, 227 * 1024, 32, frozenset(features), 132)  # fmt: skip
 
 
 TARGETS = {"sm_90": _target("sm_90", SM90), "sm_80": _target("sm_80", SM80)}
@@ -220,6 +220,36 @@ def test_every_kernel_source_is_what_it_was(monkeypatch):
     for impl in ("gemv", "gemv_tc", "gemv_slab", "gemv_slab_tc", "gemv_cluster", "wgmma",
                  "mma", "tiled"):  # fmt: skip
         assert f"matmul/{impl}" in impls
+
+
+def test_every_kernel_file_ships_and_is_read():
+    """Each ``ops/<family>/kernels/*.cuh`` is package data (a pyproject glob names it), and the
+    loader reads it byte for byte."""
+    import fnmatch
+
+    tomllib = pytest.importorskip("tomllib")
+
+    from kernelkit.ops._kernel_files import source
+
+    root = Path(__file__).parents[2]
+    pyproject = tomllib.loads((root / "pyproject.toml").read_text())
+    globs = pyproject["tool"]["setuptools"]["package-data"]["kernelkit"]
+    package = root / "src" / "kernelkit"
+    found = sorted((package / "ops").glob("*/kernels/*.cuh"))
+    assert len(found) >= 30
+    for path in found:
+        rel = path.relative_to(package).as_posix()
+        assert any(fnmatch.fnmatch(rel, g) for g in globs), f"{rel} is not package data"
+        family, name = path.parent.parent.name, path.stem
+        assert source(family, name).encode() == path.read_bytes()
+
+
+@pytest.mark.parametrize("parts", [("matmul", "../_common"), ("Matmul", "gemv"), ("rows", "")])
+def test_the_loader_takes_names_not_paths(parts):
+    from kernelkit.ops._kernel_files import source
+
+    with pytest.raises(ValueError, match="lower-case name"):
+        source(*parts)
 
 
 if __name__ == "__main__":

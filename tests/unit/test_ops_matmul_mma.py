@@ -25,7 +25,7 @@ SM80_FEATURES = frozenset({"fp16", "bf16", "cp_async", "mma_sync"})
 
 def target(arch: str = "sm_90", features=SM80_FEATURES | {"tma", "clusters"}) -> Target:
     return Target("cuda", 0, arch, "H100", 1024, (1024, 1024, 64), (2**31 - 1, 65535, 65535),
-                  48 * 1024, 227 * 1024, 32, frozenset(features))  # fmt: skip
+                  48 * 1024, 227 * 1024, 32, frozenset(features), 132)  # fmt: skip
 
 
 CPU = Target("cpu", 0, "x86_64", "host", 1024, (1024, 1024, 64), (2**31 - 1, 65535, 65535),

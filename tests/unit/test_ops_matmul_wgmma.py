@@ -187,3 +187,17 @@ def test_a_narrow_weight_gets_no_wider_tile_than_it_fills():
             assert W.wgmma_heuristic(problem(m, n, 4096), sm90()).values["BN"] == 64, (m, n)
     for m in (128, 8192):
         assert W.wgmma_heuristic(problem(m, 100, 4096), sm90()).values["BN"] <= 128
+
+
+def test_the_wave_is_the_targets_sm_count():
+    """The heuristic fills one wave of the target's SMs: a cluster of two at M = 32 on 4096 x
+    4096 where 132 SMs hold twice the tiles, none on a part with half the SMs."""
+    p = problem(32, 4096, 4096)
+    full = W.wgmma_heuristic(p, sm90())
+    half = W.wgmma_heuristic(p, dataclasses.replace(sm90(), multiprocessor_count=66))
+    assert (full.values["SPLIT"], half.values["SPLIT"]) == (2, 1)
+
+
+def test_targets_say_their_sm_count(cuda):
+    assert cuda.target_for_arch("sm_90").multiprocessor_count == 132
+    assert cuda.target_for_arch("sm_80").multiprocessor_count == 108

@@ -26,7 +26,6 @@ from .._records import Problem
 from .._select.records import Config, KernelChoice
 from .._select.registry import Implementation, Op
 from .._select.select import Selection
-from . import _rows
 from ._common import (
     OpRunner,
     kernel_caller,
@@ -36,15 +35,14 @@ from ._common import (
     signature_of,
     vec_width,
 )
-from ._elementwise_parse import _OWN, _parse
+from ._elementwise_parse import _parse
+from ._kernel_files import source
 from ._prepared import FORCED, SIGNERS, routed, signature, store
 
 __all__ = ["Elementwise", "elementwise"]
 
-HEADER = _rows.HEADER + "".join(
-    f"__device__ __forceinline__ float kk_ew_{n}(float x) {{ return {body}; }}\n"
-    for n, body in _OWN.items()
-)
+# the row ops' vector helpers, then the expression's own functions (_elementwise_parse._OWN)
+HEADER = source("rows", "rows") + source("elementwise", "functions")
 _VEC_DTYPES = ("float16", "bfloat16", "float32")
 
 

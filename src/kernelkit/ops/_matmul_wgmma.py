@@ -1,7 +1,7 @@
 """``matmul``'s Hopper tile kernel (``wgmma``): sm_90a warpgroup MMA for float16/bfloat16, weight
 [N, K], any M > 16 (made for the skinny M of batched decode and short prefill, where reading
 the weight is still most of the cost). Its configs and the rules the selection stage asks
-(match, fits, grid, heuristic); the kernel source is in ``_matmul_wgmma_source``.
+(match, fits, grid, heuristic); the kernel's C++ is in ``matmul/kernels/wgmma*.cuh``.
 
 A block of WG warpgroups computes a BM x BN tile of y (BM = 64 WG: warpgroup g takes rows
 [64 g, 64 g + 64) with ``wgmma.mma_async.m64nBNk16``, both operands read by the tensor cores
@@ -25,14 +25,8 @@ from __future__ import annotations
 
 from .._records import Problem, Target
 from .._select.records import Config
+from ._kernel_files import source
 from ._matmul_kernels import cuda_cc
-from ._matmul_wgmma_source import (
-    BNS,
-    WGMMA,
-    WGMMA_BODY,
-    WGMMA_COPIES,
-    WGMMA_TMA_BODY,
-)
 
 __all__ = [
     "SPLITS",
@@ -48,6 +42,17 @@ __all__ = [
     "wgmma_match",
 ]
 
+# The header: the shared epilogue, cp.async helpers, cluster helpers, wgmma and TMA PTX, the
+# stage copies (CPU-testable), the kernel; the bodies: cp.async (WS = 0, 1) and TMA (WS = 2: x
+# and w also come as tensor maps, made by the op per call).
+WGMMA_COPIES = source("matmul", "wgmma_copies")
+WGMMA = source(
+    "matmul", "epilogue", "mma_ptx", "bulk_ptx", "cluster_ptx", "wgmma_ptx", "wgmma_copies", "wgmma"
+)
+WGMMA_BODY = source("matmul", "wgmma_body")
+WGMMA_TMA_BODY = source("matmul", "wgmma_tma_body")
+
+BNS = (64, 128, 256)  # the n sides wgmma_ptx.cuh has a kk_wgmma instruction for
 KBS = (1, 2, 4)  # 64-wide k tiles a stage
 SPLITS = (1, 2, 4, 8)  # cluster sizes: a kernel each (the cluster shape is its attribute)
 SHARED_LIMIT = 227 * 1024  # sm_90's most shared memory per block
@@ -157,9 +162,6 @@ def _maps_allowed(p: Problem) -> bool:
     return p.attr("framework") not in ("jax", "jaxlib")
 
 
-_WAVE = 132  # blocks: one per SM of an H100 or H200 (the heuristic does not go over)
-
-
 def wgmma_heuristic(p: Problem, t: Target) -> Config | None:
     """None for M <= 16 (the gemv kernels). For M = 17-64 (from sweeps of every config on an
     H100 at M = 32 and of the WS = 1 configs on an H200 at M = 32): one warpgroup, 128-wide
@@ -175,6 +177,7 @@ def wgmma_heuristic(p: Problem, t: Target) -> Config | None:
     m, n, k = (int(p.attr(a)) for a in ("M", "N", "K"))  # type: ignore[call-overload]
     if m <= 16:
         return None
+    wave = t.multiprocessor_count  # blocks: one per SM (the heuristic does not go over)
     ws, wg = (1, 1) if m <= 64 else (2 if _maps_allowed(p) else 1, 2)
     tiles_m = -(-m // (64 * wg))
     if ws == 2 and m <= 256:
@@ -184,7 +187,7 @@ def wgmma_heuristic(p: Problem, t: Target) -> Config | None:
             for bn in BNS
             if (g, bn) != (1, 256) and (bn == 64 or -(-n // bn) < -(-n // (bn // 2)))
         ]  # a wider tile only where it makes fewer column tiles (N <= 64: 64 wide)
-        fitting = [s for s in shapes if s[0] <= _WAVE]
+        fitting = [s for s in shapes if s[0] <= wave]
         tiles, bn, wg = max(fitting) if fitting else min(shapes)
         kb = 2 if (wg, bn) == (1, 64) else 1
     else:
@@ -193,7 +196,7 @@ def wgmma_heuristic(p: Problem, t: Target) -> Config | None:
         else:
             bn, kb = (128, 1) if tiles_m * -(-n // 128) >= 100 and n > 64 else (64, 2)
         tiles = tiles_m * -(-n // bn)
-    split = 2 if tiles * 2 <= _WAVE and -(-k // (64 * kb)) >= 4 else 1
+    split = 2 if tiles * 2 <= wave and -(-k // (64 * kb)) >= 4 else 1
     for stages in (8, 6, 4, 3):
         c = wgmma_config(wg, bn, kb, stages, split, ws)
         total = c.shared_memory + static_bytes(stages)
