@@ -46,7 +46,6 @@ MATMUL = [
     ("wgmma", 100, 72, 40, BF16, True),  # M = 65-256: TMA (WS = 2); else a copying warpgroup
     ("wgmma", 129, 200, 96, BF16, True),
     ("wgmma", 300, 130, 1160, BF16, True),
-    ("wgmma_ws0", 129, 200, 1160, BF16, True),  # WS = 0: every thread copies
     # a cluster of 8 over a long K: 17 k tiles a rank through 4 stages (the last rank: 10)
     ("wgmma_ws1_split8", 70, 130, 8200, BF16, True),
     ("wgmma_ws2_split8", 70, 130, 8200, BF16, True),
@@ -85,9 +84,7 @@ def matmul_cases() -> list[tuple[str, float, float]]:
         bias = torch.randn(n, device="cuda", generator=g).to(dtype)
         y = torch.full((m, n), float("nan"), device="cuda", dtype=dtype)
         config, label = None, impl
-        if impl == "wgmma_ws0":
-            impl, config = "wgmma", wgmma_config(2, 64, 2, 4, 2, 0)
-        elif impl.startswith("wgmma_ws"):  # WS = 1 or 2, split 8, 4 stages of one k tile
+        if impl.startswith("wgmma_ws"):  # WS = 1 or 2, split 8, 4 stages of one k tile
             impl, config = "wgmma", wgmma_config(2, 64, 1, 4, 8, int(impl[8]))
         with force("matmul", impl, config):
             choice = ops.matmul.explain(a, b, bias=bias, activation="silu", transpose_b=tb)

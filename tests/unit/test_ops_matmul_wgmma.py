@@ -92,15 +92,16 @@ def test_wgmma_rules(p, reason):
 
 def test_configs_that_do_not_fit_are_refused():
     p = problem(128)
-    good = W.wgmma_config(2, 128, 1, 6, 2)
+    good = W.wgmma_config(2, 128, 1, 6, 2, 1)
     assert W.wgmma_fits(p, good) is None
-    assert "SPLIT = 3" in W.wgmma_fits(p, W.wgmma_config(2, 128, 1, 4, 3))
-    assert "outside" in W.wgmma_fits(p, W.wgmma_config(2, 96, 1, 4, 1))
-    assert "outside" in W.wgmma_fits(p, W.wgmma_config(2, 128, 1, 2, 1))
-    assert "spill" in W.wgmma_fits(p, W.wgmma_config(1, 256, 1, 3, 1))
-    assert "> 232448" in W.wgmma_fits(p, W.wgmma_config(2, 128, 1, 8, 1))
+    assert "SPLIT = 3" in W.wgmma_fits(p, W.wgmma_config(2, 128, 1, 4, 3, 1))
+    assert "outside" in W.wgmma_fits(p, W.wgmma_config(2, 96, 1, 4, 1, 1))
+    assert "outside" in W.wgmma_fits(p, W.wgmma_config(2, 128, 1, 2, 1, 1))
+    assert "spill" in W.wgmma_fits(p, W.wgmma_config(1, 256, 1, 3, 1, 1))
+    assert "> 232448" in W.wgmma_fits(p, W.wgmma_config(2, 128, 1, 8, 1, 1))
     assert "shared memory" in W.wgmma_fits(p, dataclasses.replace(good, shared_memory=1024))
     assert "WS = 3" in W.wgmma_fits(p, W.wgmma_config(2, 128, 1, 6, 2, 3))
+    assert "WS = 0" in W.wgmma_fits(p, W.wgmma_config(2, 128, 1, 6, 2, 0))  # retired
     tma = W.wgmma_config(1, 64, 2, 6, 1, 2)  # TMA: one copying warp, 160 threads
     assert W.wgmma_fits(p, tma) is None and tma.threadgroup == (160, 1, 1)
     assert "64 16-byte chunks" in W.wgmma_fits(p, W.wgmma_config(2, 256, 4, 3, 1, 1))  # 96

@@ -91,11 +91,10 @@ _GEMV_CLUSTER = _per_cluster_size(
     "ops_matmul_gemv_cluster", CLU.CLUSTER_BODY, CLU.CLUSTER, CLU.CLUSTER_SIZES, 512
 )
 _WGMMA = {
-    ws: _per_cluster_size(
-        f"ops_matmul_wgmma{'_ws' * ws}", WG.WGMMA_BODY, WG.WGMMA, WG.SPLITS, 256 + 128 * ws,
+    1: _per_cluster_size(
+        "ops_matmul_wgmma_ws", WG.WGMMA_BODY, WG.WGMMA, WG.SPLITS, WG.threads(2, 1),
         arch_specific=True,
     )
-    for ws in (0, 1)
 }  # fmt: skip
 _WGMMA[2] = {  # WS = 2: x and w also as tensor maps (TMA)
     n: kernel(
@@ -262,7 +261,7 @@ _wgmma_copy_prepare = _kernel_impl(
 
 
 def _wgmma_prepare(choice: KernelChoice, problem: Problem, output_dtype: Any) -> Any:
-    """WS = 0, 1 launch on (x, w, bias); WS = 2 also on tensor maps of x and w (their boxes: a
+    """WS = 1 launches on (x, w, bias); WS = 2 also on tensor maps of x and w (their boxes: a
     k tile of 64 elements by the tile's rows of each, x's cut to M rounded up to 8 below them).
     This launch serves one signature (the arrays' shapes, strides, dtypes and device fixed), so
     the two addresses name the maps."""

@@ -3,22 +3,21 @@
 the weight is still most of the cost). Its configs and the rules the selection stage asks
 (match, fits, grid, heuristic); the kernel's C++ is in ``matmul/kernels/wgmma*.cuh``.
 
-A block of WG warpgroups computes a BM x BN tile of y (BM = 64 WG: warpgroup g takes rows
-[64 g, 64 g + 64) with ``wgmma.mma_async.m64nBNk16``, both operands read by the tensor cores
-straight from shared memory). Its k tiles of 64 elements (128 bytes a row; KB of them a stage)
-come through a ring of S stages in the 128-byte swizzled layout that the wgmma shared-memory
-descriptors name (chunk c of row r at c ^ (r % 8)), filled one of three ways (WS):
-0, every thread issues 16-byte ``cp.async`` copies and the block meets at a barrier a stage;
-1, one more warpgroup only copies, and mbarriers pass the stages between it and the wgmma
-warpgroups (``full`` when a stage's copies land, ``empty`` when its wgmmas are done); 2, one
-thread of one more warp issues TMA tensor copies through maps of x and w that the op makes
-per call (``kernelkit.tensor_map``), with the same two mbarriers. Rows past M or N and k past
-K arrive as zeros (WS = 2 leaves A's rows past M rounded up to 8 unwritten where M is below
+A block of WG warpgroups computes a BM x BN tile of y (BM = 64 WG: warpgroup g takes rows [64 g,
+64 g + 64) with ``wgmma.mma_async.m64nBNk16``, both operands read by the tensor cores straight
+from shared memory). Its k tiles of 64 elements (128 bytes a row; KB of them a stage) come
+through a ring of S stages in the 128-byte swizzled layout that the wgmma shared-memory
+descriptors name (chunk c of row r at c ^ (r % 8)), filled one of two ways (WS): 1, one more
+warpgroup only copies with 16-byte ``cp.async``, and mbarriers pass the stages between it and
+the wgmma warpgroups (``full`` when a stage's copies land, ``empty`` when its wgmmas are done);
+2, one thread of one more warp issues TMA tensor copies through maps of x and w that the op
+makes per call (``kernelkit.tensor_map``), with the same two mbarriers. Rows past M or N and k
+past K arrive as zeros (WS = 2 leaves A's rows past M rounded up to 8 unwritten where M is below
 the tile: their rows of y are never stored). With SPLIT > 1 a thread-block cluster of SPLIT
 blocks shares a tile, block r taking the r-th share of its stages; their fp32 tiles meet in
 distributed shared memory and are added in rank order (deterministic, no atomics, no second
-kernel): skinny problems have too few tiles to fill the GPU otherwise (4096 x 4096 at
-M = 128: 32 tiles of 128 x 128).
+kernel): skinny problems have too few tiles to fill the GPU otherwise (4096 x 4096 at M = 128:
+32 tiles of 128 x 128).
 """
 
 from __future__ import annotations
@@ -43,7 +42,7 @@ __all__ = [
 ]
 
 # The header: the shared epilogue, cp.async helpers, cluster helpers, wgmma and TMA PTX, the
-# stage copies (CPU-testable), the kernel; the bodies: cp.async (WS = 0, 1) and TMA (WS = 2: x
+# stage copies (CPU-testable), the kernel; the bodies: cp.async (WS = 1) and TMA (WS = 2: x
 # and w also come as tensor maps, made by the op per call).
 WGMMA_COPIES = source("matmul", "wgmma_copies")
 WGMMA = source(
@@ -67,7 +66,7 @@ def shared_bytes(wg: int, bn: int, kb: int, stages: int) -> int:
 
 def static_bytes(stages: int) -> int:
     """The kernel's statically declared shared memory: the two mbarrier arrays (``full``,
-    ``empty``) of the warp-specialized variant, declared (unused) by WS = 0 too."""
+    ``empty``)."""
     return 2 * 8 * stages
 
 
@@ -77,19 +76,20 @@ def threads(wg: int, ws: int) -> int:
     return 128 * wg + (32 if ws == 2 else 128 * ws)
 
 
-def wgmma_config(wg: int, bn: int, kb: int, stages: int, split: int, ws: int = 0) -> Config:
+def wgmma_config(wg: int, bn: int, kb: int, stages: int, split: int, ws: int) -> Config:
     """A wgmma config: ``wg`` warpgroups of wgmmas (a 64 wg x ``bn`` tile), ``stages`` stages
     of ``kb`` 64-wide k tiles (128 kb contiguous bytes of each row) in flight or in use, the
-    stages split over a cluster of ``split`` blocks; ``ws`` = 0 has every thread copy with
-    cp.async, 1 adds a warpgroup that only copies (warp-specialized), 2 a warp that issues TMA
-    tensor copies (one thread, through tensor maps)."""
+    stages split over a cluster of ``split`` blocks; ``ws`` = 1 adds a warpgroup that only copies
+    with cp.async (warp-specialized), 2 a warp that issues TMA tensor copies (one thread, through
+    tensor maps). (WS = 0, every thread copying and a block barrier a stage, was retired: no
+    heuristic or table chose it.)"""
     values = {"WG": wg, "BN": bn, "KB": kb, "S": stages, "SPLIT": split, "WS": ws}
     return Config(values, (threads(wg, ws),), shared_bytes(wg, bn, kb, stages))
 
 
 WGMMA_CONFIGS = tuple(
     wgmma_config(wg, bn, kb, stages, split, ws)
-    for ws in (0, 1, 2)
+    for ws in (1, 2)
     for wg in (1, 2)
     for bn in BNS
     for kb in KBS
@@ -129,8 +129,8 @@ def wgmma_fits(p: Problem, c: Config) -> str | None:
         return "WG = 1 with BN = 256: 128 accumulators and the copies' addresses spill"
     if split not in SPLITS:
         return f"SPLIT = {split} is not a cluster size in {SPLITS}"
-    if ws not in (0, 1, 2):
-        return f"WS = {ws} is not 0 (every thread copies), 1 (a copying warpgroup) or 2 (TMA)"
+    if ws not in (1, 2):
+        return f"WS = {ws} is not 1 (a copying warpgroup) or 2 (TMA)"
     if ws == 1 and (64 * wg + bn) * kb > 64 * 16:
         chunks = (64 * wg + bn) * kb // 16
         return f"WS = 1 copies at most 64 16-byte chunks a thread a stage, not {chunks}"

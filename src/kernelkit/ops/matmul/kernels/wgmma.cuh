@@ -127,8 +127,6 @@ __device__ __forceinline__ void kk_wg_tma_produce(unsigned base, unsigned long l
   }
 }
 
-// WS = 0: every thread copies; S - 2 stages are in flight while the tensor cores take one and
-// the one before it may still be read by an unfinished wgmma; one block barrier a stage.
 // WS = 1: warp-specialized. Warpgroup WG (the last) only copies: stage i waits on `empty` until
 // the consumers are done with stage i - S, and each producer thread's copies of the stage are
 // counted into `full` when they land (cp.async.mbarrier.arrive: no thread waits for them). The
@@ -143,9 +141,9 @@ __device__ __forceinline__ void kk_wgmma_gemm(const T* x, const T* w, const kk_t
   constexpr int BM = 64 * WG, ACC = BN / 2, CONSUMERS = 128 * WG;
   constexpr int THREADS = CONSUMERS + (WS == 2 ? 32 : 128 * WS);
   constexpr unsigned STAGE = KB * (BM + BN) * 128u;
-  static_assert(S >= 3 && WS >= 0 && WS <= 2, "the config rules");
+  static_assert(S >= 3 && WS >= 1 && WS <= 2, "the config rules");
   extern __shared__ __align__(1024) unsigned char kk_wg_smem[];
-  __shared__ unsigned long long full[S], empty[S];  // WS = 1, 2 only
+  __shared__ unsigned long long full[S], empty[S];
   const unsigned raw = kk_mma_smem_u32(kk_wg_smem), base = (raw + 1023u) & ~1023u;
   float* red = reinterpret_cast<float*>(kk_wg_smem + (base - raw));  // the ring, reused
   const int t = threadIdx.x, wg = t >> 7;
@@ -153,30 +151,7 @@ __device__ __forceinline__ void kk_wgmma_gemm(const T* x, const T* w, const kk_t
   float acc[ACC];
 #pragma unroll
   for (int j = 0; j < ACC; ++j) acc[j] = 0.0f;
-  if constexpr (WS == 0) {
-    auto load = [&](int i) {  // k tile kt0 + i into stage i % S; always a commit group
-      if (i < tl.kts)
-        kk_wg_copy_stage<T, BM, BN, KB, THREADS>(base + (i % S) * STAGE, t, x, w, tl,
-                                                 tl.kt0 + i, M, N, K);
-      kk_mma_commit();
-    };
-    for (int i = 0; i < S - 2; ++i) load(i);
-    for (int i = 0; i < tl.kts; ++i) {
-      kk_mma_wait<S - 3>();  // this thread's copies of stage i are in
-      asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // seen by the tensor cores
-      __syncthreads();  // every copy of stage i is in; every wgmma of stage i - 2 is done
-      load(i + S - 2);  // into stage (i - 2) % S
-      kk_wg_pin(acc);
-      kk_wgmma_fence();
-      kk_wg_mma_stage<T, BM, BN, KB>(acc, base + (i % S) * STAGE, wg);
-      kk_wgmma_commit();
-      kk_wg_pin(acc);
-      kk_wgmma_wait<1>();  // stage i - 1's wgmma is done
-    }
-    kk_wgmma_wait<0>();
-    kk_wg_pin(acc);
-    kk_mma_wait<0>();  // no copy into the ring is left (the last groups are empty)
-  } else if constexpr (WS == 1) {
+  if constexpr (WS == 1) {
     if (t == 0) {
       for (int s = 0; s < S; ++s) {
         asm volatile("mbarrier.init.shared::cta.b64 [%0], 128;\n"  // the producer threads

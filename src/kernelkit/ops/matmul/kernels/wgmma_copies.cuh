@@ -16,27 +16,6 @@ __device__ __forceinline__ long long kk_wg_opaque(long long v) {
   return v;
 }
 
-// Thread p of P: its 16-byte cp.async copies of k tile kt into `stage` (rows past M or N and k
-// past K zero-filled); neighbouring threads copy neighbouring 16 bytes of a row.
-template <class T, int BM, int BN, int KB, int P>
-__device__ __forceinline__ void kk_wg_copy_stage(unsigned stage, int p, const T* x, const T* w,
-                                                 const kk_wg_tile& tl, int kt, long long M,
-                                                 long long N, long long K) {
-  constexpr unsigned SUB = (BM + BN) * 128u;
-  constexpr int COPIES = (BM + BN) * 8 * KB / P;
-  static_assert((BM + BN) * 8 * KB % P == 0, "the config rules");
-  const long long k = (long long)kt * 64 * KB;
-#pragma unroll
-  for (int j = 0; j < COPIES; ++j) {
-    const int c = p + j * P, r = c / (8 * KB), kc = c % (8 * KB), ch = kc & 7;
-    const bool is_x = r < BM;
-    const long long row = is_x ? tl.m0 + r : tl.n0 + (r - BM), kk = k + 8 * kc;
-    const bool full = row < (is_x ? M : N) && kk < K;
-    const T* src = full ? (is_x ? x : w) + row * K + kk : x;
-    kk_mma_cp16(stage + (kc >> 3) * SUB + r * 128u + ((ch ^ (r & 7)) << 4), src, full);
-  }
-}
-
 // The copying warpgroup's thread p (of 128) for one stage (WS = 1): it always takes the same
 // 16-byte column kc of rows r0, r0 + RSTEP, ..., so whether a copy is x's or w's is known when
 // compiling, a row's bounds check holds for every stage (rows_ok, bit j), and the addresses
