@@ -22,7 +22,7 @@ import sys
 import time
 
 import torch
-from _common import copy_rate_gbs, graph_us, rotating
+from _common import copy_rate_gbs, cuda_or_skip, graph_us, rotating
 
 import kernelkit
 from kernelkit import ops
@@ -36,6 +36,8 @@ WEIGHTS = [(4096, 4096), (8192, 8192), (14336, 4096)]
 
 
 def main() -> int:
+    if not cuda_or_skip("decode_sweep.py"):
+        return 0
     ms = [int(v) for v in sys.argv[1].split(",")] if len(sys.argv) > 1 else [1, 4, 8, 16]
     swept = sys.argv[2].split(",") if len(sys.argv) > 2 else ["gemv_slab_tc", "gemv_cluster"]
     parts = sys.argv[3].split(",") if len(sys.argv) > 3 else []

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import sys
 
+from _common import cuda_or_skip
+
 SHAPES = [(4096, 14336), (4096, 28672)]  # (N, K)
 MS = (1, 2, 3, 4)
 MARGIN = 0.97  # gemv_cluster must take at most 97% of the pick's time to be kept
@@ -42,19 +44,6 @@ def graph_best_us(fn, calls: int = 20, replays: int = 5) -> float:
         end.synchronize()
         best = min(best, start.elapsed_time(end) * 1e3 / calls)
     return best
-
-
-def _skip_reason() -> str | None:
-    try:
-        import torch
-    except ImportError:
-        return "torch is not installed"
-    if not torch.cuda.is_available():
-        return "no CUDA GPU"
-    major, minor = torch.cuda.get_device_capability()
-    if (major, minor) != (9, 0):
-        return f"gemv_cluster needs sm_90, this GPU is sm_{major}{minor}"
-    return None
 
 
 def _measure(x, w) -> bool:
@@ -92,11 +81,16 @@ def _measure(x, w) -> bool:
 
 
 def main() -> int:
-    reason = _skip_reason()
-    if reason is not None:
-        print(f"skip: {reason} (gemv_cluster_keep measures an sm_90 GPU)")
+    if not cuda_or_skip("gemv_cluster_keep.py"):
         return 0
     import torch
+
+    major, minor = torch.cuda.get_device_capability()
+    if (major, minor) != (9, 0):
+        print(
+            f"skip: gemv_cluster_keep.py needs an sm_90 GPU (gemv_cluster's), not sm_{major}{minor}"
+        )
+        return 0
 
     print(torch.cuda.get_device_name(), "bf16, µs per call (graph of 20, best of 5)", flush=True)
     ahead = []

@@ -29,7 +29,7 @@ import argparse
 import sys
 
 import torch
-from _common import copy_rate_gbs, graph_us, rotating, time_us
+from _common import copy_rate_gbs, cuda_or_skip, graph_us, rotating, time_us
 
 import kernelkit
 from kernelkit import ops
@@ -113,9 +113,8 @@ def main() -> int:
         "--nk", action="append", help="matmul: only this weight shape, e.g. 4096x4096 (repeatable)"
     )
     args = parser.parse_args()
-    if not torch.cuda.is_available():
-        print("needs a CUDA GPU")
-        return 1
+    if not cuda_or_skip("ops.py"):
+        return 0
     rate = copy_rate_gbs()
     print(
         f"device: {torch.cuda.get_device_name()}; torch {torch.__version__}; kernelkit "

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from _common import copy_rate_gbs, graph_us
+from _common import copy_rate_gbs, cuda_or_skip, graph_us
 
 import kernelkit
 from kernelkit import ops
@@ -105,9 +105,8 @@ def rotating(fn, weights):
 
 
 def main() -> int:
-    if not torch.cuda.is_available():
-        print("needs a CUDA GPU")
-        return 1
+    if not cuda_or_skip("weight_stream.py"):
+        return 0
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     copy = copy_rate_gbs()
     print(f"{torch.cuda.get_device_name()}, {sms} SMs, copy rate {copy:.0f} GB/s")
