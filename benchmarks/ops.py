@@ -278,14 +278,14 @@ def tile_row(impl: str, x, weights, kk_fn, d_ref: float, pct) -> None:
 def gemv_sweep(impl: str, x, weights, kk_fn, t_ref: float) -> None:
     """Every config of ``impl`` (forced) for this M, N, K: the best three by device time (graph
     replays), next to cuBLAS's."""
-    from kernelkit.ops import _matmul
+    from kernelkit.ops import _matmul_cluster, _matmul_mma, _matmul_rules, _matmul_wgmma
 
     configs = {
-        "gemv": _matmul.GEMV_CONFIGS,
-        "gemv_tc": _matmul.GEMV_TC_CONFIGS,
-        "gemv_cluster": _matmul.CLU.CLUSTER_CONFIGS,
-        "mma": _matmul.MMA.MMA_CONFIGS,
-        "wgmma": _matmul.WG.WGMMA_CONFIGS,
+        "gemv": _matmul_rules.GEMV_CONFIGS,
+        "gemv_tc": _matmul_rules.GEMV_TC_CONFIGS,
+        "gemv_cluster": _matmul_cluster.CLUSTER_CONFIGS,
+        "mma": _matmul_mma.MMA_CONFIGS,
+        "wgmma": _matmul_wgmma.WGMMA_CONFIGS,
     }[impl]
     times = []
     for config in configs:

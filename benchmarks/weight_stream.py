@@ -18,11 +18,11 @@ from _common import copy_rate_gbs, cuda_or_skip, graph_us
 
 import kernelkit
 from kernelkit import ops
-from kernelkit.ops._matmul_slab import SLAB
+from kernelkit.ops._matmul_impls import SLAB_HEADER
 
 # gemv_slab's header: its bulk-copy/mbarrier helpers, kk_mma_smem_u32 and kk_slab_dot.
 HDR = (
-    SLAB
+    SLAB_HEADER
     + r"""
 // Block b: rows [b N / grid, (b + 1) N / grid) of w (K bf16 each) dotted with x; 256 threads;
 // a stage is RS whole rows (16 KiB), copied in PIECES bulk copies, or loaded directly (!BULK).

@@ -11,6 +11,7 @@ import pytest
 import kernelkit
 from kernelkit import ops
 from kernelkit._select.override import force
+from kernelkit.ops import _matmul_rules as R
 
 RNG = np.random.default_rng(21)
 ACT = {
@@ -54,7 +55,7 @@ def test_linear_layer_shapes(arrays, m, n, k, activation):
 def test_every_implementation_forced(arrays, impl, activation):
     a = RNG.standard_normal((5, 48)).astype(np.float32)
     w = RNG.standard_normal((30, 48)).astype(np.float32)
-    for config in ops._matmul.GEMV_CONFIGS if impl == "gemv" else ops._matmul.TILED_CONFIGS:
+    for config in R.GEMV_CONFIGS if impl == "gemv" else R.TILED_CONFIGS:
         forced = {**config.values, "threadgroup": config.threadgroup}
         with force("matmul", impl, forced):
             y = ops.matmul(arrays.put(a), arrays.put(w), activation=activation, transpose_b=True)
@@ -140,7 +141,7 @@ def _decode_configs(impl, torch):
     """(configs, why not) of a decode kernel on this GPU: gemv_tc needs sm_80, gemv_slab and
     gemv_cluster sm_90."""
     if impl == "gemv_tc":
-        return ops._matmul.GEMV_TC_CONFIGS, None
+        return R.GEMV_TC_CONFIGS, None
     if torch.cuda.get_device_capability() < (9, 0):
         return (), "cp.async.bulk needs sm_90"
     if impl == "gemv_cluster":
@@ -256,7 +257,7 @@ def test_gemv_tc_misaligned_and_strided_inputs_on_the_gpu(arrays):
     w = wide[:, ::2]  # not row-contiguous: copied by the op
     ref = a.double() @ w.double().T
     for stages in (0, 4):  # a misaligned view takes the register path in both
-        with force("matmul", "gemv_tc", ops._matmul._gemv_tc_config(2, 4, 2, stages)):
+        with force("matmul", "gemv_tc", R.gemv_tc_config(2, 4, 2, stages)):
             y = ops.matmul(a, w, transpose_b=True)
         err = ((y.double() - ref).norm() / ref.norm()).item()
         assert err <= 1e-2, (stages, err)
@@ -287,7 +288,7 @@ def test_framework_microkernel_writes_out_directly_or_through_a_copy():
                    "aligned16": None}  # fmt: skip
         out = torch.full((5, 7), float("nan"))
         problem, _, _ = _matmul._RUNNER.problem([x, wt, b], x.dtype, out, options)
-        got = _matmul._framework_run(None, (problem, (x, wt, b), x.dtype, out))
+        got = _matmul.OP.get("framework").run(None, (problem, (x, wt, b), x.dtype, out))
         assert got is out
         want = x.double() @ w.double().t() + (0 if b is None else b.double())
         want = {None: want, "relu": torch.relu(want), "silu": torch.nn.functional.silu(want)}[act]

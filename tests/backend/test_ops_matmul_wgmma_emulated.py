@@ -1,5 +1,5 @@
-"""``matmul/wgmma``'s stage copies (``_matmul_wgmma.WGMMA_COPIES``) run on the CPU backend, with
-``cp.async`` replaced by a recorder: for every tile shape the kernel has, the copying
+"""``matmul/wgmma``'s stage copies (``matmul/kernels/wgmma_copies.cuh``) run on the CPU backend,
+with ``cp.async`` replaced by a recorder: for every tile shape the kernel has, the copying
 warpgroup's copies of a stage (``kk_wg_produce``, WS = 1: a fixed 16-byte column of every
 RSTEP-th row, addresses stepped a row at a time, row bounds checked once) must be exactly the
 stage's layout (``expected``: x's BM rows then w's BN, 128-byte swizzle, rows past M or N and k
@@ -14,6 +14,7 @@ import pytest
 
 import kernelkit
 from kernelkit.ops import _matmul_wgmma as W
+from kernelkit.ops._kernel_files import source
 
 torch = pytest.importorskip("torch")
 
@@ -61,7 +62,7 @@ _COPIES = kernelkit.kernel(
     ["x", "w", "m0", "n0", "kt"],
     ["rec"],
     BODY,
-    header=RECORDER + W.WGMMA_COPIES,
+    header=RECORDER + source("matmul", "wgmma_copies"),
     backend="cpu",
 )
 

@@ -16,6 +16,7 @@ import kernelkit
 from kernelkit._select.select import Override, select
 from kernelkit.ops import _matmul as MM
 from kernelkit.ops import _matmul_cluster as C
+from kernelkit.ops import _matmul_impls as I
 from kernelkit.ops import _matmul_slab_tc as STC
 
 
@@ -122,8 +123,8 @@ def _variants() -> list:
 @pytest.mark.parametrize(("config", "k"), _variants())
 def test_every_config_compiles_without_spills(cuda, config, k):
     p = problem(16, 4096, k, bias="float32", activation="silu")
-    template = [*config.template, *MM._common_template(p), *C.cluster_template(p, config)]
-    kern = MM._GEMV_CLUSTER[C.cluster_size(p, config)]
+    template = [*config.template, *I.common_template(p), *C.cluster_template(p, config)]
+    kern = I.CLUSTER_KERNELS[C.cluster_size(p, config)]
     art, report = ptxas_report(cuda, kern, p, template)
     assert report["bytes stack frame"] == report["bytes spill stores"] == 0, art.log
     assert report["registers"] * config.threadgroup[0] <= 65536, art.log
@@ -135,11 +136,11 @@ def test_the_cluster_shape_is_in_the_compiled_source(cuda):
 
     p = problem(16, 4096, 8192)
     c = C.cluster_config(16, 128, 4096, 3)
-    template = [*c.template, *MM._common_template(p), *C.cluster_template(p, c)]
+    template = [*c.template, *I.common_template(p), *C.cluster_template(p, c)]
     target = cuda.target_for_arch("sm_90")
 
     def source(cl: int) -> str:
-        spec = MM._GEMV_CLUSTER[cl].spec
+        spec = I.CLUSTER_KERNELS[cl].spec
         return render_request(spec, cuda, target, *arg_types(p), template, False)[1].source
 
     assert "__cluster_dims__(2, 1, 1) ops_matmul_gemv_cluster2(" in source(2)

@@ -15,6 +15,7 @@ from test_ops_matmul_mma import SM80_FEATURES, problem, target
 import kernelkit
 from kernelkit._select.select import Override, select
 from kernelkit.ops import _matmul as MM
+from kernelkit.ops import _matmul_impls as I
 from kernelkit.ops import _matmul_wgmma as W
 
 SM90 = SM80_FEATURES | {"tma", "clusters", "arch_specific"}
@@ -129,7 +130,7 @@ def test_every_config_compiles_without_spills(cuda, config):
 
     p = problem(128, 4096, 4096, bias="float32", activation="silu")
     ws = config.values["WS"]
-    template = [*config.template, *MM._common_template(p)]
+    template = [*config.template, *I.common_template(p)]
     inputs, outputs = arg_types(p)
     if ws == 2:  # x, w, then their tensor maps
         inputs = [
@@ -139,7 +140,13 @@ def test_every_config_compiles_without_spills(cuda, config):
             inputs[2],
         ]
     _, req = render_request(
-        MM._WGMMA[ws][2].spec, cuda, cuda.target_for_arch("sm_90"), inputs, outputs, template, False
+        I.WGMMA_KERNELS[ws][2].spec,
+        cuda,
+        cuda.target_for_arch("sm_90"),
+        inputs,
+        outputs,
+        template,
+        False,
     )
     assert req.arch == "sm_90a"  # wgmma needs the arch-specific target
     name = ("ops_matmul_wgmma", "ops_matmul_wgmma_ws", "ops_matmul_wgmma_tma")[ws]

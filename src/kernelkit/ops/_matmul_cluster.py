@@ -1,6 +1,6 @@
 """``matmul``'s tensor-core decode kernel for sm_90 (``gemv_cluster``): M <= 16, float16/bfloat16,
-weight [N, K]. The kernel source, its configs and the rules the selection stage asks (match,
-fits, grid, heuristic).
+weight [N, K]. Its configs and the rules the selection stage asks (match, fits, grid,
+heuristic); the kernel is ``matmul/kernels/cluster.cuh``.
 
 At M = 8-16 each weight element feeds up to 16 multiply-adds: too many for the FMA pipes at the
 memory's rate, so the tensor cores (mma.sync m16n8k16) do them, with 8 weight rows as the n side
@@ -21,14 +21,10 @@ from __future__ import annotations
 
 from .._records import Problem, Target
 from .._select.records import Config
-from ._kernel_files import source
 from ._matmul_slab import decode_match
 
 __all__ = [
-    "CLUSTER",
-    "CLUSTER_BODY",
     "CLUSTER_CONFIGS",
-    "CLUSTER_PTX",
     "CLUSTER_SIZES",
     "cluster_config",
     "cluster_fits",
@@ -38,19 +34,6 @@ __all__ = [
     "cluster_size",
     "cluster_template",
 ]
-
-CLUSTER_PTX = source("matmul", "cluster_ptx")
-
-CLUSTER_KERNEL = source("matmul", "cluster")
-
-# The header: the shared epilogue, the mma PTX and step, the bulk copies and the ring set-up,
-# the cluster helpers, the kernel.
-CLUSTER = source(
-    "matmul", "epilogue", "mma_ptx", "tc_step", "bulk_ptx", "slab_ring", "cluster_ptx", "cluster"
-)
-
-CLUSTER_BODY = source("matmul", "cluster_body")
-
 
 MAX_M = 16
 CLUSTER_SIZES = (1, 2, 3, 4, 5, 6, 7, 8)  # a kernel each (the cluster shape is its attribute)

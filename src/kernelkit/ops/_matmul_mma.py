@@ -1,5 +1,5 @@
-"""``matmul``'s tensor-core implementation for sm_80+ (``mma``): the kernel source, its tile
-configs and the rules the selection stage asks (match, fits, grid, heuristic).
+"""``matmul``'s tensor-core implementation for sm_80+ (``mma``): its tile configs and the
+rules the selection stage asks (match, fits, grid, heuristic); the kernel is ``mma.cuh``.
 
 A CUTLASS-style multistage GEMM written with inline PTX: each block computes a BM x BN tile of
 ``y``, its WM x WN warps each a (BM/WM) x (BN/WN) sub-tile with ``mma.sync`` m16n8k16 (fp16 or
@@ -7,7 +7,7 @@ bf16 in, fp32 accumulators); K advances BK at a time through STAGES shared-memor
 filled by 16-byte ``cp.async`` copies (zero-filled past M, N and K), read into fragments with
 ``ldmatrix``. Both layouts of ``b`` are served: [N, K] (a linear layer's weight) is already the
 "col" operand mma wants; [K, N] is transposed on the way to registers (``ldmatrix.trans``).
-The epilogue (bias, activation) is ``_matmul_kernels.EPILOGUE``, shared with the other kernels.
+The epilogue (bias, activation) is ``matmul/kernels/epilogue.cuh``, shared with the other kernels.
 """
 
 from __future__ import annotations
@@ -17,13 +17,9 @@ from typing import Any
 from .._arrays import adapter_for
 from .._records import Problem, Target
 from .._select.records import Config
-from ._kernel_files import source
-from ._matmul_kernels import cuda_cc
+from ._matmul_rules import cuda_cc
 
 __all__ = [
-    "MMA",
-    "MMA_BODY",
-    "MMA_KERNEL",
     "MMA_CONFIGS",
     "MMA_DTYPES",
     "aligned16",
@@ -33,16 +29,6 @@ __all__ = [
     "mma_match",
     "shared_bytes",
 ]
-
-# The thread/fragment mapping, pipeline and swizzle of the kernel below (read this first).
-MMA_NOTES = source("matmul", "mma_notes")
-
-MMA_KERNEL = source("matmul", "mma")
-
-# The header: the shared epilogue, the PTX helpers, the kernel.
-MMA = source("matmul", "epilogue", "mma_notes", "mma_ptx", "mma")
-
-MMA_BODY = source("matmul", "mma_body")
 
 
 def shared_bytes(bm: int, bn: int, bk: int, stages: int) -> int:

@@ -1,6 +1,6 @@
 """``matmul``'s decode kernel for sm_90 (``gemv_slab``): M <= 4, float16/bfloat16, weight [N, K]
-with K of 2048, 4096 or 8192. The kernel source, its configs and the rules the selection stage
-asks (match, fits, grid, heuristic).
+with K of 2048, 4096 or 8192. Its configs and the rules the selection stage asks (match, fits,
+grid, heuristic); the kernel is ``matmul/kernels/slab.cuh``.
 
 Reading the weight once at the memory's rate is the whole cost of these shapes. ``gemv_tc``
 loads it with 16-byte loads from every lane and stays at 74-83% of the copy rate on an H100
@@ -20,17 +20,12 @@ from __future__ import annotations
 
 from .._records import Problem, Target
 from .._select.records import Config
-from ._kernel_files import source
-from ._matmul_kernels import cuda_cc
+from ._matmul_rules import cuda_cc
 
 __all__ = [
-    "BULK_PTX",
-    "SLAB",
-    "SLAB_BODY",
     "SLAB_CONFIGS",
     "SLAB_K",
     "SLAB_MAX_M",
-    "SLAB_RING",
     "decode_match",
     "slab_config",
     "slab_fits",
@@ -39,21 +34,6 @@ __all__ = [
     "slab_jpr",
     "slab_match",
 ]
-
-# cp.async.bulk global -> shared, completing on an mbarrier that counts the bytes (sm_90).
-BULK_PTX = source("matmul", "bulk_ptx")
-
-# What the whole-row kernels (gemv_slab, gemv_slab_tc) share, built on the helpers above (so an
-# emulation of those runs it too): the ring's barriers, one stage's copy, one stage's outputs.
-SLAB_RING = source("matmul", "slab_ring")
-
-SLAB_KERNEL = source("matmul", "slab")
-
-# The header: the shared epilogue, the PTX helpers, the ring, the kernel.
-SLAB = source("matmul", "epilogue", "mma_ptx", "bulk_ptx", "slab_ring", "slab")
-
-SLAB_BODY = source("matmul", "slab_body")
-
 
 SLAB_MAX_M = 4
 SLAB_K = (2048, 4096, 8192)  # whole rows fill 16 or 32 KiB stages; x's vectors fit registers

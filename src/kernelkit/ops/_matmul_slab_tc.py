@@ -1,6 +1,6 @@
 """``matmul``'s whole-row decode kernel on the tensor cores, sm_90 (``gemv_slab_tc``): M <= 16,
-float16/bfloat16, weight [N, K] with K a divisor of 32768. The kernel source, its configs and
-the rules the selection stage asks (match, fits, grid, heuristic).
+float16/bfloat16, weight [N, K] with K a divisor of 32768. Its configs and the rules the
+selection stage asks (match, fits, grid, heuristic); the kernel is ``matmul/kernels/slab_tc.cuh``.
 
 ``gemv_slab`` streams whole weight rows (one bulk copy a stage, several blocks an SM) and reads
 the larger weights at 96-98% of the copy rate at M = 1, but does its multiply-adds on the CUDA
@@ -23,12 +23,9 @@ from __future__ import annotations
 
 from .._records import Problem, Target
 from .._select.records import Config
-from ._kernel_files import source
 from ._matmul_slab import decode_match
 
 __all__ = [
-    "SLAB_TC",
-    "SLAB_TC_BODY",
     "SLAB_TC_CONFIGS",
     "slab_tc_config",
     "slab_tc_fits",
@@ -39,12 +36,6 @@ __all__ = [
     "slab_tc_static_bytes",
 ]
 
-SLAB_TC_KERNEL = source("matmul", "slab_tc")
-
-# The header: the shared epilogue, the mma PTX and step, the bulk copies and the ring, the kernel.
-SLAB_TC = source("matmul", "epilogue", "mma_ptx", "tc_step", "bulk_ptx", "slab_ring", "slab_tc")
-
-SLAB_TC_BODY = source("matmul", "slab_tc_body")
 
 MAX_M = 16
 MAX_K = 32768  # whole rows in a stage of at most 64 KiB

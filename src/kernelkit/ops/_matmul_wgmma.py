@@ -24,16 +24,11 @@ from __future__ import annotations
 
 from .._records import Problem, Target
 from .._select.records import Config
-from ._kernel_files import source
-from ._matmul_kernels import cuda_cc
+from ._matmul_rules import cuda_cc
 
 __all__ = [
     "SPLITS",
-    "WGMMA",
-    "WGMMA_COPIES",
-    "WGMMA_BODY",
     "WGMMA_CONFIGS",
-    "WGMMA_TMA_BODY",
     "wgmma_config",
     "wgmma_fits",
     "wgmma_grid",
@@ -41,15 +36,6 @@ __all__ = [
     "wgmma_match",
 ]
 
-# The header: the shared epilogue, cp.async helpers, cluster helpers, wgmma and TMA PTX, the
-# stage copies (CPU-testable), the kernel; the bodies: cp.async (WS = 1) and TMA (WS = 2: x
-# and w also come as tensor maps, made by the op per call).
-WGMMA_COPIES = source("matmul", "wgmma_copies")
-WGMMA = source(
-    "matmul", "epilogue", "mma_ptx", "bulk_ptx", "cluster_ptx", "wgmma_ptx", "wgmma_copies", "wgmma"
-)
-WGMMA_BODY = source("matmul", "wgmma_body")
-WGMMA_TMA_BODY = source("matmul", "wgmma_tma_body")
 
 BNS = (64, 128, 256)  # the n sides wgmma_ptx.cuh has a kk_wgmma instruction for
 KBS = (1, 2, 4)  # 64-wide k tiles a stage
