@@ -62,7 +62,7 @@ def runs(tmp_path_factory) -> dict[str, subprocess.CompletedProcess]:
             text=True,
             cwd=tmp,
             env=env,
-        )  # fmt: skip
+        )
         for script, (args, env) in todo.items()
     }
     done = {}

@@ -258,4 +258,4 @@ if __name__ == "__main__":
         table = current_table(mp)
     finally:
         mp.undo()
-    print(json.dumps(table, indent=1, sort_keys=True))
+    sys.stdout.write(json.dumps(table, indent=1, sort_keys=True) + "\n")

@@ -251,7 +251,7 @@ class Elementwise:
                 try:
                     run = self._table[sign((*args, out)), self.op.generation, FORCED.get(),
                                       _config.config.select_force]  # fmt: skip
-                except Exception:  # noqa: BLE001 - a new signature: validated below
+                except Exception:  # noqa: BLE001, S110 - a new signature: validated below
                     pass
                 else:
                     return run(list(args), out)
@@ -259,7 +259,7 @@ class Elementwise:
 
     def _call(self, args: tuple, out: Any, kwargs: dict[str, Any]) -> Any:
         """A call of a new (or an unprepared) signature: validate, describe, run, prepare."""
-        values = args if args else tuple(kwargs.get(n) for n in self.inputs)
+        values: tuple[Any, ...] = args if args else tuple(kwargs.get(n) for n in self.inputs)
         result = routed(
             "elementwise", [v for v in values if hasattr(v, "shape")] or [None],
             (self, args, kwargs), out,

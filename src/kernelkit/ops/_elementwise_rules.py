@@ -28,9 +28,9 @@ def grid(problem: Problem, config: Config) -> tuple[int, int, int]:
         dtypes = {a.dtype for a in problem.args if a.kind == "array"}
         if len(dtypes) == 1 and next(iter(dtypes)) in VEC_DTYPES:
             per_thread = vec_width(next(iter(dtypes)))
-    work = -(-problem.attr("elements") // per_thread)  # type: ignore[operator]
-    blocks = min(max(1, -(-work // block)), 1 << 16)  # type: ignore[operator]
-    return (blocks * block, 1, 1)  # type: ignore[operator]
+    work = -(-problem.attr("elements") // per_thread)
+    blocks = min(max(1, -(-work // block)), 1 << 16)
+    return (blocks * block, 1, 1)
 
 
 def index_type(elements: int, grid_threads: int) -> str:

@@ -22,7 +22,7 @@ def _read(family: str, name: str) -> str:
     for part in (family, name):
         if not _NAME.fullmatch(part):
             raise ValueError(f"[ops] kernel file part must be a lower-case name, got {part!r}")
-    path = files("kernelkit.ops").joinpath(family, "kernels", f"{name}.cuh")
+    path = files("kernelkit.ops") / family / "kernels" / f"{name}.cuh"
     return path.read_bytes().decode("utf-8")
 
 

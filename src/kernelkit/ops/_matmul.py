@@ -80,7 +80,7 @@ def matmul(
                 sign((a, b, bias, out)), activation, transpose_b, transpose_b.__class__,
                 OP.generation, FORCED.get(), _config.config.select_force,
             ]  # fmt: skip
-        except Exception:  # noqa: BLE001 - a new signature: validated below
+        except Exception:  # noqa: BLE001, S110 - a new signature: validated below
             pass
         else:
             return run(a, b, bias, out)
@@ -105,7 +105,7 @@ def eager_matmul(
                 sign((a, b, bias, out)), activation, transpose_b, transpose_b.__class__,
                 OP.generation, FORCED.get(), _config.config.select_force,
             ]  # fmt: skip
-        except Exception:  # noqa: BLE001 - a new signature: validated below
+        except Exception:  # noqa: BLE001, S110 - a new signature: validated below
             pass
         else:
             return run(a, b, bias, out)

@@ -227,7 +227,7 @@ def _wgmma_prepare(choice: KernelChoice, problem: Problem, output_dtype: Any) ->
     v = choice.config.values
     if int(v["WS"]) != 2:
         return launch
-    bm, m = 64 * int(v["WG"]), int(problem.attr("M"))  # type: ignore[call-overload]
+    bm, m = 64 * int(v["WG"]), int(problem.attr("M"))
     x_box, w_box = (bm if m >= bm else -(-m // 8) * 8, 64), (int(v["BN"]), 64)  # as the kernel
     maps: dict[tuple[int, int], tuple[Any, Any]] = {}
 
@@ -280,7 +280,10 @@ def _framework_run(choice: KernelChoice, call: Any) -> Any:
     if problem.attr("transpose_b") is False and bias is not None:
         y = y + bias
     if act is not None:
-        y = {"relu": F.relu, "silu": F.silu, "gelu": F.gelu}[act](y)
+        activations: dict[str, Callable[[Any], Any]] = {
+            "relu": F.relu, "silu": F.silu, "gelu": F.gelu
+        }  # fmt: skip
+        y = activations[act](y)
     if out is not None:
         out.copy_(y)
         return out

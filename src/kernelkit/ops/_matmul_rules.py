@@ -59,7 +59,7 @@ def gemv_match(p: Problem, t: Target) -> str | None:
 
 
 def gemv_grid(p: Problem, c: Config) -> tuple[int, int, int]:
-    blocks = -(-p.attr("N") // c.values["ROWS"])  # type: ignore[operator]
+    blocks = -(-p.attr("N") // c.values["ROWS"])
     return (blocks * c.threadgroup[0], 1, 1)
 
 
@@ -101,7 +101,7 @@ def gemv_tc_match(p: Problem, t: Target) -> str | None:
 
 
 def gemv_tc_grid(p: Problem, c: Config) -> tuple[int, int, int]:
-    blocks = -(-p.attr("N") // (8 * c.values["NT"]))  # type: ignore[operator]
+    blocks = -(-p.attr("N") // (8 * c.values["NT"]))
     return (blocks * c.threadgroup[0], 1, 1)
 
 
@@ -125,7 +125,7 @@ TILED_CONFIGS = tuple(
 def tiled_grid(p: Problem, c: Config) -> tuple[int, int, int]:
     """Every BM x BN tile on grid.x (the kernel splits the index; grid.y stops at 65535)."""
     v = c.values
-    tiles = -(-p.attr("N") // v["BN"]) * -(-p.attr("M") // v["BM"])  # type: ignore[operator]
+    tiles = -(-p.attr("N") // v["BN"]) * -(-p.attr("M") // v["BM"])
     return (tiles * c.threadgroup[0], 1, 1)
 
 
