@@ -36,6 +36,8 @@ GPU_ONLY = {
     "compile_time.py": [],
     "decode_sweep.py": [],
     "gemv_cluster_keep.py": [],
+    "matmul_midm.py": [],
+    "op_call_frameworks.py": [],
     "ops.py": ["--quick"],
     "tensor_map_cost.py": [],
     "weight_stream.py": [],

@@ -120,6 +120,12 @@ class Adapter:
         """A callable ``shape -> new uninitialized array`` (prepared once per specialization)."""
         raise NotImplementedError
 
+    def like(self, dtype: DType) -> tuple[Any, Callable[[Any], Any]] | None:
+        """(this framework's dtype object for ``dtype``, ``empty_like``) where a new array shaped,
+        typed and placed as a row-contiguous input is cheaper to make from that input than from a
+        shape (torch: 3.9 µs against 6.5 on an H100 host); None: always the allocator."""
+        return None
+
     def fill(self, x: Any, value: Any) -> None:
         raise NotImplementedError
 

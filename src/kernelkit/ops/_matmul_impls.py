@@ -16,6 +16,7 @@ from .._select.records import Config, KernelChoice
 from .._select.registry import Implementation, Op
 from .._tensor_map import tensor_map
 from . import _matmul_cluster as CLU
+from . import _matmul_midm as MID
 from . import _matmul_mma as MMA
 from . import _matmul_rules as R
 from . import _matmul_slab as SLAB
@@ -26,8 +27,8 @@ from ._kernel_files import source
 from ._matmul_args import ACTIVATIONS
 
 __all__ = [
-    "CLUSTER_KERNELS", "GEMV_KERNEL", "GEMV_TC_KERNEL", "MMA_KERNEL", "OP", "SLAB_KERNEL",
-    "SLAB_TC_KERNEL", "TILED_KERNEL", "WGMMA_KERNELS", "common_template",
+    "CLUSTER_KERNELS", "GEMV_KERNEL", "GEMV_TC_KERNEL", "MIDM_KERNELS", "MMA_KERNEL", "OP",
+    "SLAB_KERNEL", "SLAB_TC_KERNEL", "TILED_KERNEL", "WGMMA_KERNELS", "common_template",
 ]  # fmt: skip
 
 # --- the C++ (matmul/kernels/*.cuh) ------------------------------------------------------------
@@ -81,6 +82,9 @@ WGMMA_HEADER = source(
     "matmul", "epilogue", "mma_ptx", "bulk_ptx", "cluster_ptx", "wgmma_ptx", "wgmma_copies", "wgmma"
 )
 WGMMA_BODY = source("matmul", "wgmma_body")
+# midm: mma.cuh's copies and swizzle, then midm_cluster.cuh (what the CPU emulation replaces)
+MIDM_HEADER = source("matmul", "epilogue", "mma_ptx", "mma", "midm_cluster", "midm")
+MIDM_BODY = source("matmul", "midm_body")
 WGMMA_TMA_BODY = source("matmul", "wgmma_tma_body")
 
 
@@ -141,6 +145,9 @@ WGMMA_KERNELS[2] = {  # WS = 2: x and w also as tensor maps (TMA)
     )
     for n in WG.SPLITS
 }  # fmt: skip
+
+# midm: one kernel per cluster size (SPLIT), at most 256 threads a block
+MIDM_KERNELS = _per_cluster_size("ops_matmul_midm", MIDM_BODY, MIDM_HEADER, MID.SPLITS, 256)
 
 TILED_KERNEL = kernel(
     "ops_matmul_tiled", _INPUTS, ["y"], TILED_BODY, header=TILED,
@@ -259,6 +266,15 @@ _tiled_run, _tiled_prepare = _kernel_impl(
 
 _mma_run, _mma_prepare = _kernel_impl(
     MMA_KERNEL, lambda p, c: [("W_KN", not p.attr("transpose_b"))]
+)
+
+
+# --- midm (tensor cores, M of tens to hundreds, K split over a cluster; rules in _matmul_midm)
+
+_midm_run, _midm_prepare = _kernel_impl(
+    None,
+    lambda p, c: [("W_KN", not p.attr("transpose_b"))],
+    lambda p, c: MIDM_KERNELS[int(c.values["SPLIT"])],
 )
 
 
@@ -420,6 +436,21 @@ OP.register(
         match=MMA.mma_match,
         fits=MMA.mma_fits,
         priority=5,  # after gemv (M <= 16), before tiled
+    )
+)
+OP.register(
+    Implementation(
+        "midm",
+        run=_midm_run,
+        prepare=_midm_prepare,
+        grid=MID.midm_grid,
+        configs=MID.MIDM_CONFIGS,
+        default=MID.midm_config(64, 64, 2, 2, 4, 1),
+        heuristic=MID.midm_heuristic,
+        requires={"mma_sync", "cp_async"},  # sm_80+; SPLIT > 1 also needs clusters (sm_90)
+        match=MID.midm_match,
+        fits=MID.midm_fits,
+        priority=3,  # after mma, whose heuristic answers first: only tables, tuning, force
     )
 )
 OP.register(
