@@ -36,6 +36,7 @@ GPU_ONLY = {
     "compile_time.py": [],
     "decode_sweep.py": [],
     "gemv_cluster_keep.py": [],
+    "long_rows.py": [],
     "matmul_midm.py": [],
     "op_call_frameworks.py": [],
     "ops.py": ["--quick"],
