@@ -245,7 +245,7 @@ def bench_matmul(rate: float, args: argparse.Namespace) -> int:
                 for impl in ("mma", "wgmma"):
                     tile_row(impl, x, weights, kk_fn, d_ref, pct)
             if args.sweep and m <= 16:
-                for impl in ("gemv", "gemv_tc", "gemv_cluster"):
+                for impl in ("gemv", "gemv_tc"):
                     gemv_sweep(impl, x, weights, kk_fn, d_ref)
             if args.sweep and m > 16:
                 for impl in ("mma", "wgmma"):
@@ -278,12 +278,11 @@ def tile_row(impl: str, x, weights, kk_fn, d_ref: float, pct) -> None:
 def gemv_sweep(impl: str, x, weights, kk_fn, t_ref: float) -> None:
     """Every config of ``impl`` (forced) for this M, N, K: the best three by device time (graph
     replays), next to cuBLAS's."""
-    from kernelkit.ops import _matmul_cluster, _matmul_mma, _matmul_rules, _matmul_wgmma
+    from kernelkit.ops import _matmul_mma, _matmul_rules, _matmul_wgmma
 
     configs = {
         "gemv": _matmul_rules.GEMV_CONFIGS,
         "gemv_tc": _matmul_rules.GEMV_TC_CONFIGS,
-        "gemv_cluster": _matmul_cluster.CLUSTER_CONFIGS,
         "mma": _matmul_mma.MMA_CONFIGS,
         "wgmma": _matmul_wgmma.WGMMA_CONFIGS,
     }[impl]

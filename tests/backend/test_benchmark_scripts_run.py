@@ -35,7 +35,6 @@ CPU_RUNS = {
 GPU_ONLY = {
     "compile_time.py": [],
     "decode_sweep.py": [],
-    "gemv_cluster_keep.py": [],
     "long_rows.py": [],
     "matmul_midm.py": [],
     "op_call_frameworks.py": [],

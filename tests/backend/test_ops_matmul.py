@@ -139,13 +139,11 @@ def test_empty_shapes_and_zero_k(arrays):
 
 def _decode_configs(impl, torch):
     """(configs, why not) of a decode kernel on this GPU: gemv_tc needs sm_80, gemv_slab and
-    gemv_cluster sm_90."""
+    gemv_slab_tc sm_90."""
     if impl == "gemv_tc":
         return R.GEMV_TC_CONFIGS, None
     if torch.cuda.get_device_capability() < (9, 0):
         return (), "cp.async.bulk needs sm_90"
-    if impl == "gemv_cluster":
-        return ops._matmul_cluster.CLUSTER_CONFIGS, None
     if impl == "gemv_slab_tc":
         return ops._matmul_slab_tc.SLAB_TC_CONFIGS, None
     if impl.startswith("wgmma"):  # wgmma:WS, one copy scheme a case
@@ -158,7 +156,6 @@ def _decode_configs(impl, torch):
 
 _FITS = {
     "gemv_slab": lambda p, c: ops._matmul_slab.slab_fits(p, c),
-    "gemv_cluster": lambda p, c: ops._matmul_cluster.cluster_fits(p, c),
     "gemv_slab_tc": lambda p, c: ops._matmul_slab_tc.slab_tc_fits(p, c),
     "wgmma": lambda p, c: ops._matmul_wgmma.wgmma_fits(p, c),
 }
@@ -166,7 +163,7 @@ _FITS = {
 
 @pytest.mark.parametrize(
     "impl",
-    ["gemv_tc", "gemv_slab", "gemv_slab_tc", "gemv_cluster", "wgmma:1", "wgmma:2"],
+    ["gemv_tc", "gemv_slab", "gemv_slab_tc", "wgmma:1", "wgmma:2"],
 )
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 def test_decode_kernels_every_config_on_the_gpu(arrays, impl, dtype):
@@ -188,9 +185,6 @@ def test_decode_kernels_every_config_on_the_gpu(arrays, impl, dtype):
     if impl == "gemv_slab_tc":  # K a divisor of 32768; every M range of the segment shapes
         shapes = [(1, 4096, 4096), (2, 1000, 2048), (4, 33, 8192), (7, 1, 1024), (16, 4100, 4096)]
         shapes += [(11, 300, 512), (3, 8200, 16384)]
-    if impl == "gemv_cluster":  # K split over 1-8 blocks; N not a multiple of 8 or of ROWS
-        shapes = [(16, 4096, 4096), (9, 1000, 3072), (5, 33, 8192), (12, 8200, 2048)]
-        shapes += [(1, 1, 1024), (16, 300, 14336), (8, 4100, 7168)]
     if impl.startswith("wgmma"):  # M past one and several tiles, a K tail inside a k tile, K <
         # SPLIT tiles; x column-major at M = 129 (TMA's maps are made of a contiguous copy)
         impl = "wgmma"
@@ -225,7 +219,7 @@ def _problem_of(a, w, bias):
     )[0]
 
 
-@pytest.mark.parametrize("impl", ["gemv_slab", "gemv_cluster"])
+@pytest.mark.parametrize("impl", ["gemv_slab"])
 def test_bulk_copy_kernels_take_strided_inputs_and_step_aside_for_misaligned_ones(arrays, impl):
     if not arrays.on_gpu:
         pytest.skip("cp.async.bulk runs on CUDA GPUs only")

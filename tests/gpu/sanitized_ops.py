@@ -39,9 +39,6 @@ MATMUL = [
     ("gemv_slab_tc", 7, 300, 2048, BF16, True),
     ("gemv_slab_tc", 13, 9, 1024, BF16, True),
     ("gemv_slab_tc", 16, 37, 4096, BF16, True),
-    ("gemv_cluster", 5, 33, 8192, BF16, True),
-    ("gemv_cluster", 12, 300, 2048, BF16, True),
-    ("gemv_cluster", 16, 40, 3072, BF16, True),
     ("mma", 17, 33, 72, BF16, True),
     ("mma", 70, 136, 264, BF16, False),
     ("wgmma", 100, 72, 40, BF16, True),  # M = 65-256: TMA (WS = 2); else a copying warpgroup
@@ -79,7 +76,7 @@ def matmul_cases() -> list[tuple[str, float, float]]:
     for impl, m, n, k, dtype, tb in MATMUL:
         if impl.startswith("wgmma") and torch.cuda.get_device_capability() != (9, 0):
             continue  # sm_90a only
-        sm90 = impl in ("gemv_slab", "gemv_slab_tc", "gemv_cluster") or impl.startswith("midm")
+        sm90 = impl in ("gemv_slab", "gemv_slab_tc") or impl.startswith("midm")
         if sm90 and torch.cuda.get_device_capability() < (9, 0):
             continue
         g = torch.Generator(device="cuda").manual_seed(m * 131 + n * 7 + k)

@@ -72,7 +72,7 @@ def test_mma_is_chosen_on_sm90_above_m16(m, nk, dtype, transpose_b):
 
 
 def test_decode_shapes_stay_with_the_gemv_kernels():
-    decode = ("gemv_slab", "gemv_slab_tc", "gemv_cluster", "gemv_tc", "gemv")
+    decode = ("gemv_slab", "gemv_slab_tc", "gemv_tc", "gemv")
     decode = tuple(f"matmul/{d}" for d in decode)
     assert select(MM.OP, problem(16), target()).choice.impl in decode
 

@@ -6,8 +6,7 @@ and the modules named below): ``gemv`` for decode shapes (M <= 16, weight [N, K]
 ``gemv_tc`` for the same on the tensor cores (sm_80+, float16/bfloat16), ``gemv_slab``
 (``_matmul_slab``): M <= 4 on sm_90, whole weight rows moved by the TMA unit's bulk copies,
 ``gemv_slab_tc`` (``_matmul_slab_tc``): M <= 16 on sm_90, the same rows on the tensor cores,
-``gemv_cluster`` (``_matmul_cluster``): M <= 16 on sm_90, K split over a thread-block cluster and
-reduced through distributed shared memory, ``tiled`` for everything (any backend, the CPU too),
+``tiled`` for everything (any backend, the CPU too),
 ``mma`` (``_matmul_mma``): tensor cores on sm_80+ for float16/bfloat16, ``wgmma``
 (``_matmul_wgmma``): Hopper warpgroup MMA tiles (sm_90a), ``midm`` (``_matmul_midm``): M of
 tens to hundreds on the tensor cores (sm_80+), the weight streamed once, K split over a cluster
@@ -16,12 +15,13 @@ tens to hundreds on the tensor cores (sm_80+), the weight streamed once, K split
 Selection (``_select.select``): the ``framework`` microkernel matches torch CUDA tensors and wins
 there (microkernels come before heuristics); otherwise the generic implementations' heuristics
 are asked by priority: ``gemv_slab_tc`` (M <= 16 on sm_90), ``gemv_slab`` (M <= 4),
-``gemv_cluster`` (M <= 16 on sm_90), ``gemv_tc``
-and ``gemv`` (M <= 16), ``wgmma`` (M > 16 on sm_90), ``mma`` (5: M > 16 on sm_80+), ``midm``
-(3: never reached while mma matches; tables, tuning and force name it), then ``tiled``'s
-default. A table, the tuning database or ``kernelkit.force`` can name any of them for
-torch tensors too (the H100 and H200 tables pick ``gemv_slab``, ``gemv_slab_tc`` or
-``gemv_cluster`` for the decode rows where they beat cuBLAS).
+``gemv_tc`` and ``gemv`` (M <= 16), ``wgmma`` (M > 16 on sm_90), ``mma`` (5: M > 16 on
+sm_80+), ``midm`` (3: never reached while mma matches; tables, tuning and force name it), then
+``tiled``'s default. A table, the tuning database or ``kernelkit.force`` can name any of them for
+torch tensors too (the H100 and H200 tables pick ``gemv_slab`` or ``gemv_slab_tc`` for the
+decode rows where they beat cuBLAS). (``gemv_cluster``, K split over a cluster, was retired:
+no table picked it, and measured against the pick at K = 14336 and 28672 it was not ahead; the
+script, ``benchmarks/gemv_cluster_keep.py``, is in the history.)
 """
 
 from __future__ import annotations

@@ -15,7 +15,6 @@ from .._records import Problem
 from .._select.records import Config, KernelChoice
 from .._select.registry import Implementation, Op
 from .._tensor_map import tensor_map
-from . import _matmul_cluster as CLU
 from . import _matmul_midm as MID
 from . import _matmul_mma as MMA
 from . import _matmul_rules as R
@@ -27,7 +26,7 @@ from ._kernel_files import source
 from ._matmul_args import ACTIVATIONS
 
 __all__ = [
-    "CLUSTER_KERNELS", "GEMV_KERNEL", "GEMV_TC_KERNEL", "MIDM_KERNELS", "MMA_KERNEL", "OP",
+    "GEMV_KERNEL", "GEMV_TC_KERNEL", "MIDM_KERNELS", "MMA_KERNEL", "OP",
     "SLAB_KERNEL", "SLAB_TC_KERNEL", "TILED_KERNEL", "WGMMA_KERNELS", "common_template",
 ]  # fmt: skip
 
@@ -35,7 +34,7 @@ __all__ = [
 # Each header is its files in order: the epilogue (bias and activation, in float) first; then
 # the PTX helpers a kernel uses (mma_ptx: mma.sync, cp.async and ldmatrix, sm_80+, what the CPU
 # emulation tests replace; tc_step: one 32-wide step of K on the tensor cores, gemv_tc's and
-# gemv_cluster's inner step; bulk_ptx: cp.async.bulk completing on an mbarrier, sm_90;
+# the whole-row kernels' inner step; bulk_ptx: cp.async.bulk completing on an mbarrier, sm_90;
 # slab_ring: the whole-row kernels' ring; cluster_ptx: distributed shared memory); the kernel.
 
 GEMV = source("matmul", "epilogue", "gemv")
@@ -72,10 +71,6 @@ SLAB_HEADER = source("matmul", "epilogue", "mma_ptx", "bulk_ptx", "slab_ring", "
 SLAB_BODY = source("matmul", "slab_body")
 SLAB_TC = source("matmul", "epilogue", "mma_ptx", "tc_step", "bulk_ptx", "slab_ring", "slab_tc")
 SLAB_TC_BODY = source("matmul", "slab_tc_body")
-CLUSTER = source(
-    "matmul", "epilogue", "mma_ptx", "tc_step", "bulk_ptx", "slab_ring", "cluster_ptx", "cluster"
-)
-CLUSTER_BODY = source("matmul", "cluster_body")
 # wgmma_copies: the stage copies (CPU-testable); the bodies: cp.async (WS = 1) and TMA (WS = 2:
 # x and w also come as tensor maps, made by the op per call)
 WGMMA_HEADER = source(
@@ -126,10 +121,7 @@ def _per_cluster_size(
     }  # fmt: skip
 
 
-# 512 threads may use 128 registers each; wgmma: at most two warpgroups (and one copying), sm_90a
-CLUSTER_KERNELS = _per_cluster_size(
-    "ops_matmul_gemv_cluster", CLUSTER_BODY, CLUSTER, CLU.CLUSTER_SIZES, 512
-)
+# wgmma: at most two warpgroups (and one copying), sm_90a
 WGMMA_KERNELS = {
     1: _per_cluster_size(
         "ops_matmul_wgmma_ws", WGMMA_BODY, WGMMA_HEADER, WG.SPLITS, WG.threads(2, 1),
@@ -208,13 +200,6 @@ _gemv_slab_run, _gemv_slab_prepare = _kernel_impl(
 )
 _gemv_slab_tc_run, _gemv_slab_tc_prepare = _kernel_impl(
     SLAB_TC_KERNEL, lambda p, c: [("JW", STC.slab_tc_jw(p, c))]
-)
-
-
-# --- gemv on the tensor cores, K split over a cluster (sm_90; source and rules in _matmul_cluster)
-
-_gemv_cluster_run, _gemv_cluster_prepare = _kernel_impl(
-    None, CLU.cluster_template, lambda p, c: CLUSTER_KERNELS[CLU.cluster_size(p, c)]
 )
 
 
@@ -391,21 +376,6 @@ OP.register(
         match=STC.slab_tc_match,
         fits=STC.slab_tc_fits,
         priority=35,  # M <= 16 on sm_90, whole rows: first (tables pick gemv_slab at M = 1)
-    )
-)
-OP.register(
-    Implementation(
-        "gemv_cluster",
-        run=_gemv_cluster_run,
-        prepare=_gemv_cluster_prepare,
-        grid=CLU.cluster_grid,
-        configs=CLU.CLUSTER_CONFIGS,
-        default=CLU.cluster_config(16, 64, 2048, 3),
-        heuristic=CLU.cluster_heuristic,
-        requires={"tma", "clusters", "mma_sync"},
-        match=CLU.cluster_match,
-        fits=CLU.cluster_fits,
-        priority=25,  # M <= 16 on sm_90: after gemv_slab (M <= 4), before gemv_tc
     )
 )
 OP.register(

@@ -1,6 +1,6 @@
 """The rules of ``matmul``'s gemv, gemv_tc, tiled and framework implementations (match, grid,
 heuristic, configs), and ``cuda_cc`` that every tensor-core rule asks first. The other kernels'
-rules are in ``_matmul_slab``, ``_matmul_slab_tc``, ``_matmul_cluster``, ``_matmul_wgmma`` and
+rules are in ``_matmul_slab``, ``_matmul_slab_tc``, ``_matmul_wgmma`` and
 ``_matmul_mma``; the kernels and their registration in ``_matmul_impls``.
 
 ``gemv``: the decode-shape kernel (M <= 16, weight as [N, K]). Reading the weight once is
