@@ -8,6 +8,20 @@ import time
 from collections.abc import Callable
 
 
+def cuda_or_skip(script: str) -> bool:
+    """True where torch sees a CUDA GPU; else prints why the GPU benchmark ``script`` is skipped
+    (its caller then exits 0: on a machine without a GPU, skipping is the expected result)."""
+    try:
+        import torch
+    except ImportError:
+        print(f"skip: {script} needs torch and a CUDA GPU (torch is not installed)")
+        return False
+    if not torch.cuda.is_available():
+        print(f"skip: {script} needs a CUDA GPU (torch sees none)")
+        return False
+    return True
+
+
 def interleaved_us(
     variants: dict[str, Callable[[], object]],
     sync: Callable[[], object],

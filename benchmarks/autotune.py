@@ -24,6 +24,7 @@ import tempfile
 import time
 
 import numpy as np
+from _common import cuda_or_skip
 
 import kernelkit
 from kernelkit import _config
@@ -168,12 +169,8 @@ def main() -> int:
     args = p.parse_args()
     text = args.shapes or (CPU_SHAPES if args.backend == "cpu" else GPU_SHAPES)
     shapes = [tuple(int(v) for v in s.split("x")) for s in text.split(",")]
-    if args.backend == "cuda":
-        import torch
-
-        if not torch.cuda.is_available():
-            print("needs a CUDA GPU (or --backend cpu)")
-            return 1
+    if args.backend == "cuda" and not cuda_or_skip("autotune.py (or --backend cpu)"):
+        return 0
     folder = args.db or tempfile.mkdtemp(prefix="kernelkit-autotune-db-")
     tuning._current = (_config.config, tuning.TuningDB(folder))  # this run's own database
     if args.replay:

@@ -16,6 +16,7 @@ import time
 os.environ.setdefault("KERNELKIT_CACHE", "0")
 
 import torch
+from _common import cuda_or_skip
 
 import kernelkit
 
@@ -38,9 +39,8 @@ def median_ms(first_call) -> float:
 
 
 def main() -> int:
-    if not torch.cuda.is_available():
-        print("needs a CUDA GPU")
-        return 1
+    if not cuda_or_skip("compile_time.py"):
+        return 0
     x = torch.randn(N, device="cuda")
     xb = x.to(torch.bfloat16)
     rows = []

@@ -1,15 +1,17 @@
 """CPU backend: what a cooperative launch (grid-wide sync) costs, and what the source-site
 rendezvous of SIMD-group collectives costs against a run of the same kernel.
 
-Run: ``PYTHONPATH=src python benchmarks/cpu_cooperative.py``. Prints the best of 5 runs after a
-warm-up: a grid reduction (one ``cg::this_grid().sync()``) over 1M floats at 8, 64 and 132
-blocks of 128 threads (132: one block per H100 SM, as ggml launches its cooperative softmax),
-and a top-4 expert router (``simd_max``/``simd_min`` after data-dependent branches, E = 96) over
-2048 tokens.
+Run: ``PYTHONPATH=src python benchmarks/cpu_cooperative.py [--tiny]`` (``--tiny``: 10k floats, 8
+blocks, 64 tokens, one run; the test that keeps this script working). Prints the best of 5 runs
+after a warm-up: a grid reduction (one ``cg::this_grid().sync()``) over 1M floats at 8, 64 and
+132 blocks of 128 threads (132: one block per H100 SM, as ggml launches its cooperative
+softmax), and a top-4 expert router (``simd_max``/``simd_min`` after data-dependent branches,
+E = 96) over 2048 tokens.
 """
 
 from __future__ import annotations
 
+import argparse
 import sys
 import time
 from pathlib import Path
@@ -34,28 +36,34 @@ def best_ms(fn, runs=5):
 
 
 def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--tiny", action="store_true", help="small sizes, one run (a smoke run)")
+    tiny = ap.parse_args().tiny
+    size, all_blocks, tokens, runs = (
+        (10_003, (8,), 64, 1) if tiny else (1_000_003, (8, 64, 132), 2048, 5)
+    )
     grid_sum = kernelkit.kernel(
         "bench_grid_sum", ["x"], ["partial", "total"], GRID_SUM,
         header="#include <cooperative_groups.h>", cooperative=True, backend="cpu",
     )  # fmt: skip
-    x = np.random.default_rng(0).standard_normal(1_000_003).astype(np.float32)
-    for blocks in (8, 64, 132):
+    x = np.random.default_rng(0).standard_normal(size).astype(np.float32)
+    for blocks in all_blocks:
         ms = best_ms(
             lambda b=blocks: grid_sum(
                 [x], output_shapes=[(b * 4,), (1,)], output_dtypes=[np.float32] * 2,
                 grid=(b * 128, 1, 1), threadgroup=(128, 1, 1),
-            )
+            ), runs,
         )  # fmt: skip
         print(f"grid reduction, cooperative, {blocks:4d} blocks x 128 threads: {ms:8.2f} ms")
     router = kernelkit.metal_kernel("bench_routing", ["scores"], ["inds", "weights"], ROUTING)
-    s = np.random.default_rng(1).standard_normal((2048, 96)).astype(np.float32)
+    s = np.random.default_rng(1).standard_normal((tokens, 96)).astype(np.float32)
     ms = best_ms(
         lambda: router(
-            [s], output_shapes=[(2048, 4)] * 2, output_dtypes=[np.int32, np.float32],
-            grid=(32 * 2048, 1, 1), threadgroup=(32, 1, 1), template=[("E", 96), ("K", 4)],
-        )
+            [s], output_shapes=[(tokens, 4)] * 2, output_dtypes=[np.int32, np.float32],
+            grid=(32 * tokens, 1, 1), threadgroup=(32, 1, 1), template=[("E", 96), ("K", 4)],
+        ), runs,
     )  # fmt: skip
-    print(f"top-4 router, E = 96, 2048 tokens (simd_max/simd_min):          {ms:8.2f} ms")
+    print(f"top-4 router, E = 96, {tokens:4d} tokens (simd_max/simd_min):          {ms:8.2f} ms")
 
 
 if __name__ == "__main__":

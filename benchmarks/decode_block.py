@@ -40,8 +40,8 @@ from kernelkit import ops
 
 SILU_MUL = ops.elementwise("y = a * b / (1 + exp(-b))")  # a * silu(b)
 ADD = ops.elementwise("y = a + b")
-MATMUL_ROUTES = ("framework", "gemv", "gemv_tc", "gemv_slab", "gemv_slab_tc", "gemv_cluster",
-                 "mma", "wgmma", "tiled")  # fmt: skip
+MATMUL_ROUTES = ("framework", "gemv", "gemv_tc", "gemv_slab", "gemv_slab_tc", "mma",
+                 "wgmma", "tiled")  # fmt: skip
 
 
 class Results:

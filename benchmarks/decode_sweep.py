@@ -3,13 +3,13 @@ against cuBLAS on the decode shapes, with its untuned config and with the best o
 configs?
 
 For each weight [N, K] of the anchor table and each M: cuBLAS (``F.linear``), then
-``gemv_slab``, ``gemv_slab_tc``, ``gemv_tc``, ``gemv_cluster`` and ``wgmma`` forced with their
+``gemv_slab``, ``gemv_slab_tc``, ``gemv_tc`` and ``wgmma`` forced with their
 heuristics' configs (the ones that cannot run the shape are left out), then every config of
 the swept implementations that fits (forced), best four printed. bf16, weights rotated past
 twice L2, device time from CUDA-graph replays, % of the copy rate (weight + x + y once)
 measured in the same run, and the relative error against float64.
 
-    PYTHONPATH=src python3 benchmarks/decode_sweep.py [1,4,8,16] [gemv_slab_tc,gemv_cluster] [WS=1]
+    PYTHONPATH=src python3 benchmarks/decode_sweep.py [1,4,8,16] [gemv_slab_tc,wgmma] [WS=1]
 
 The third argument keeps only the swept configs that have each of its comma-separated
 settings (``128 wgmma WS=1,SPLIT=2``). ``wgmma`` has no heuristic config at M <= 16: forced
@@ -22,13 +22,12 @@ import sys
 import time
 
 import torch
-from _common import copy_rate_gbs, graph_us, rotating
+from _common import copy_rate_gbs, cuda_or_skip, graph_us, rotating
 
 import kernelkit
 from kernelkit import ops
 from kernelkit._select.override import force
 from kernelkit.ops import _matmul as MM
-from kernelkit.ops import _matmul_cluster as C
 from kernelkit.ops import _matmul_slab_tc as STC
 from kernelkit.ops import _matmul_wgmma as W
 
@@ -36,12 +35,13 @@ WEIGHTS = [(4096, 4096), (8192, 8192), (14336, 4096)]
 
 
 def main() -> int:
+    if not cuda_or_skip("decode_sweep.py"):
+        return 0
     ms = [int(v) for v in sys.argv[1].split(",")] if len(sys.argv) > 1 else [1, 4, 8, 16]
-    swept = sys.argv[2].split(",") if len(sys.argv) > 2 else ["gemv_slab_tc", "gemv_cluster"]
+    swept = sys.argv[2].split(",") if len(sys.argv) > 2 else ["gemv_slab_tc"]
     parts = sys.argv[3].split(",") if len(sys.argv) > 3 else []
     sweeps = {
         "gemv_slab_tc": (STC.SLAB_TC_CONFIGS, STC.slab_tc_fits),
-        "gemv_cluster": (C.CLUSTER_CONFIGS, C.cluster_fits),
         "wgmma": (W.WGMMA_CONFIGS, W.wgmma_fits),
     }
     rate = copy_rate_gbs()
@@ -64,7 +64,7 @@ def main() -> int:
 
             d_ref = graph_us(rotating(torch.nn.functional.linear, x, ws))
             row = [f"{n}x{k} M={m}: cuBLAS {d_ref:.1f} ({pct(d_ref):.0f}%)"]
-            for impl in ("gemv_slab", "gemv_slab_tc", "gemv_tc", "gemv_cluster", "wgmma"):
+            for impl in ("gemv_slab", "gemv_slab_tc", "gemv_tc", "wgmma"):
                 try:
                     with force("matmul", impl):
                         y = kk(x, ws[0])

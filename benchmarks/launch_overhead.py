@@ -19,7 +19,7 @@ import sys
 from collections.abc import Callable
 
 import numpy as np
-from _common import interleaved_us, table
+from _common import cuda_or_skip, interleaved_us, table
 
 import kernelkit
 
@@ -163,12 +163,11 @@ def cpu_main() -> int:
 def main() -> int:
     if "--backend" in sys.argv and sys.argv[sys.argv.index("--backend") + 1] == "cpu":
         return cpu_main()
+    if not cuda_or_skip("launch_overhead.py (or --backend cpu)"):
+        return 0
     import torch
     from cuda.bindings import driver
 
-    if not torch.cuda.is_available():
-        print("needs a CUDA GPU")
-        return 1
     x = torch.randn(N, device="cuda")
     y = torch.empty_like(x)
     variants: dict[str, Callable[[], object]] = {}

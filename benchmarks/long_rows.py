@@ -20,7 +20,7 @@ import argparse
 import sys
 
 import torch
-from _common import graph_us
+from _common import cuda_or_skip, graph_us
 
 import kernelkit
 from kernelkit import ops
@@ -116,9 +116,8 @@ def main() -> int:
     parser.add_argument("--sweep", action="store_true", help="time every long-row config too")
     parser.add_argument("--shape", action="append", help="only ROWSxN (repeatable)")
     args = parser.parse_args()
-    if not torch.cuda.is_available():
-        print("needs a CUDA GPU")
-        return 1
+    if not cuda_or_skip("long_rows.py"):
+        return 0
     shapes = [tuple(int(v) for v in s.split("x")) for s in args.shape] if args.shape else SHAPES
     dtypes = [torch.float32, torch.bfloat16] + ([torch.float16] if args.fp16 else [])
     print(

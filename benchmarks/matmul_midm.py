@@ -27,6 +27,7 @@ import sys
 import time
 
 import torch
+from _common import cuda_or_skip
 
 from kernelkit import ops
 from kernelkit._select.override import force
@@ -132,6 +133,8 @@ def one(m: int, n: int, k: int, spec: str | None) -> int:
 
 
 def main() -> int:
+    if not cuda_or_skip("matmul_midm.py"):
+        return 0
     if len(sys.argv) > 4 and sys.argv[1] == "one":
         m, n, k = (int(v) for v in sys.argv[2:5])
         return one(m, n, k, sys.argv[5] if len(sys.argv) > 5 else None)

@@ -137,7 +137,7 @@ def main() -> int:
     except Exception:  # noqa: BLE001 - no CUDA at all
         gpu = False
     if not gpu:
-        print("op_call_frameworks: no CUDA GPU here, nothing measured (skipped)")
+        print("skip: op_call_frameworks.py needs a CUDA GPU (none is visible), nothing measured")
         return 0
     from kernelkit import ops
 

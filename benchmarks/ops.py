@@ -29,7 +29,7 @@ import argparse
 import sys
 
 import torch
-from _common import copy_rate_gbs, graph_us, rotating, time_us
+from _common import copy_rate_gbs, cuda_or_skip, graph_us, rotating, time_us
 
 import kernelkit
 from kernelkit import ops
@@ -113,9 +113,8 @@ def main() -> int:
         "--nk", action="append", help="matmul: only this weight shape, e.g. 4096x4096 (repeatable)"
     )
     args = parser.parse_args()
-    if not torch.cuda.is_available():
-        print("needs a CUDA GPU")
-        return 1
+    if not cuda_or_skip("ops.py"):
+        return 0
     rate = copy_rate_gbs()
     print(
         f"device: {torch.cuda.get_device_name()}; torch {torch.__version__}; kernelkit "
@@ -246,7 +245,7 @@ def bench_matmul(rate: float, args: argparse.Namespace) -> int:
                 for impl in ("mma", "wgmma"):
                     tile_row(impl, x, weights, kk_fn, d_ref, pct)
             if args.sweep and m <= 16:
-                for impl in ("gemv", "gemv_tc", "gemv_cluster"):
+                for impl in ("gemv", "gemv_tc"):
                     gemv_sweep(impl, x, weights, kk_fn, d_ref)
             if args.sweep and m > 16:
                 for impl in ("mma", "wgmma"):
@@ -279,14 +278,13 @@ def tile_row(impl: str, x, weights, kk_fn, d_ref: float, pct) -> None:
 def gemv_sweep(impl: str, x, weights, kk_fn, t_ref: float) -> None:
     """Every config of ``impl`` (forced) for this M, N, K: the best three by device time (graph
     replays), next to cuBLAS's."""
-    from kernelkit.ops import _matmul
+    from kernelkit.ops import _matmul_mma, _matmul_rules, _matmul_wgmma
 
     configs = {
-        "gemv": _matmul.GEMV_CONFIGS,
-        "gemv_tc": _matmul.GEMV_TC_CONFIGS,
-        "gemv_cluster": _matmul.CLU.CLUSTER_CONFIGS,
-        "mma": _matmul.MMA.MMA_CONFIGS,
-        "wgmma": _matmul.WG.WGMMA_CONFIGS,
+        "gemv": _matmul_rules.GEMV_CONFIGS,
+        "gemv_tc": _matmul_rules.GEMV_TC_CONFIGS,
+        "mma": _matmul_mma.MMA_CONFIGS,
+        "wgmma": _matmul_wgmma.WGMMA_CONFIGS,
     }[impl]
     times = []
     for config in configs:

@@ -6,7 +6,7 @@ runs), timing the Python path alone: binding, the per-signature caches, the sele
 the argument packing. ``--backend cuda``: real launches on tiny CUDA tensors; a call then costs
 its host path plus the launch itself (nothing synchronizes in the loop).
 
-    PYTHONPATH=src python3 benchmarks/ops_host_cost.py [--backend cpu|cuda]
+    PYTHONPATH=src python3 benchmarks/ops_host_cost.py [--backend cpu|cuda] [--tiny]
 
 Prints µs per call (median of 7 rounds of 5,000 calls) for the bare kernel call and each op,
 next to torch's own call where there is one.
@@ -20,6 +20,7 @@ import sys
 import time
 
 import torch
+from _common import cuda_or_skip
 
 
 def stub_cpu_launch() -> None:
@@ -55,14 +56,15 @@ def per_call_us(fn, calls: int = 5000, rounds: int = 7, sync=None) -> float:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--backend", choices=("cpu", "cuda"), default="cpu")
+    parser.add_argument("--tiny", action="store_true", help="one round of 50 calls (a smoke run)")
     args = parser.parse_args()
+    calls, rounds = (50, 1) if args.tiny else (5000, 7)
     if args.backend == "cpu":
         stub_cpu_launch()
         device, sync = "cpu", None
     else:
-        if not torch.cuda.is_available():
-            print("needs a CUDA GPU")
-            return 1
+        if not cuda_or_skip("ops_host_cost.py --backend cuda"):
+            return 0
         device, sync = "cuda", torch.cuda.synchronize
 
     import kernelkit
@@ -96,8 +98,8 @@ def main() -> int:
     print(f"backend {args.backend} ({what}); torch {torch.__version__}; µs per call")
     print(f"{'call':<26}{'kernelkit':>10}{'torch':>8}")
     for name, kk, ref in cases:
-        t_kk = per_call_us(kk, sync=sync)
-        t_ref = f"{per_call_us(ref, sync=sync):8.1f}" if ref else f"{'-':>8}"
+        t_kk = per_call_us(kk, calls, rounds, sync)
+        t_ref = f"{per_call_us(ref, calls, rounds, sync):8.1f}" if ref else f"{'-':>8}"
         print(f"{name:<26}{t_kk:10.1f}{t_ref}")
     return 0
 

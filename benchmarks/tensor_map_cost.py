@@ -15,7 +15,7 @@ from __future__ import annotations
 import sys
 
 import torch
-from _common import graph_us, interleaved_us
+from _common import cuda_or_skip, graph_us, interleaved_us
 
 import kernelkit
 from kernelkit import ops
@@ -25,6 +25,8 @@ from kernelkit.ops import _matmul_wgmma as W
 
 
 def main() -> int:
+    if not cuda_or_skip("tensor_map_cost.py"):
+        return 0
     m, n, k = (int(v) for v in (sys.argv[1:4] if len(sys.argv) > 3 else (128, 4096, 4096)))
     print(torch.cuda.get_device_name(), f"M={m} N={n} K={k} bfloat16", flush=True)
     x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)

@@ -14,15 +14,15 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from _common import copy_rate_gbs, graph_us
+from _common import copy_rate_gbs, cuda_or_skip, graph_us
 
 import kernelkit
 from kernelkit import ops
-from kernelkit.ops._matmul_slab import SLAB
+from kernelkit.ops._matmul_impls import SLAB_HEADER
 
 # gemv_slab's header: its bulk-copy/mbarrier helpers, kk_mma_smem_u32 and kk_slab_dot.
 HDR = (
-    SLAB
+    SLAB_HEADER
     + r"""
 // Block b: rows [b N / grid, (b + 1) N / grid) of w (K bf16 each) dotted with x; 256 threads;
 // a stage is RS whole rows (16 KiB), copied in PIECES bulk copies, or loaded directly (!BULK).
@@ -105,9 +105,8 @@ def rotating(fn, weights):
 
 
 def main() -> int:
-    if not torch.cuda.is_available():
-        print("needs a CUDA GPU")
-        return 1
+    if not cuda_or_skip("weight_stream.py"):
+        return 0
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     copy = copy_rate_gbs()
     print(f"{torch.cuda.get_device_name()}, {sms} SMs, copy rate {copy:.0f} GB/s")

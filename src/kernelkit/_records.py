@@ -137,6 +137,10 @@ class Target:
     max_shared_memory_optin_bytes: int  # the most a kernel may ask for after raising its limit
     warp_size: int = 32
     features: frozenset[str] = frozenset()
+    # streaming multiprocessors (CUDA's cuDeviceGetAttribute MULTIPROCESSOR_COUNT): how many blocks
+    # one wave of a grid holds, which the heuristics size split work by; 1 where a backend does
+    # not say (no wave to fill)
+    multiprocessor_count: int = 1
 
     def to_json(self) -> str:
         d = asdict(self)

@@ -3,6 +3,7 @@ barriers only for threads still running, and checked mode flags shuffles from ab
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 
@@ -283,3 +284,14 @@ def test_guarded_ptx_and_empty_asm_compile(check):
     )
     x = RNG.standard_normal(64).astype(np.float32)
     np.testing.assert_array_equal(_call(k, x, check=check), x)
+
+
+def test_the_cpu_target_counts_its_worker_threads_as_sms(monkeypatch):
+    from kernelkit._backends.cpu._backend import CPUBackend
+    from kernelkit._backends.cpu._program import worker_count
+
+    assert CPUBackend().targets()[0].multiprocessor_count == worker_count() >= 1
+    from kernelkit import _config
+
+    monkeypatch.setattr(_config, "config", dataclasses.replace(_config.config, cpu_threads=3))
+    assert CPUBackend().targets()[0].multiprocessor_count == 3

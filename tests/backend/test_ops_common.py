@@ -404,7 +404,7 @@ def test_outputs_must_not_overlap_each_other(arrays):
 
 
 def test_elementwise_index_type_leaves_room_for_the_last_stride():
-    from kernelkit.ops._elementwise import index_type
+    from kernelkit.ops._elementwise_rules import index_type
 
     threads = 65536 * 256  # the largest flat grid
     assert index_type(2**31 - 2**25, threads) == "int32"

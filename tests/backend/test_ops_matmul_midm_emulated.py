@@ -19,8 +19,7 @@ from test_ops_matmul_mma_emulated import ACT, EMULATION, MMA_SYNC_EMULATION, ref
 import kernelkit
 from kernelkit._records import ArgFacts, Problem
 from kernelkit.ops import _matmul_midm as MID
-from kernelkit.ops._matmul_kernels import EPILOGUE
-from kernelkit.ops._matmul_mma import MMA_KERNEL
+from kernelkit.ops._kernel_files import source
 
 torch = pytest.importorskip("torch")
 
@@ -53,9 +52,9 @@ _EMULATED = kernelkit.kernel(
     "ops_matmul_midm_emulated",
     ["x", "w", "bias"],
     ["y"],
-    MID.MIDM_BODY,
-    header=EPILOGUE + EMULATION + MMA_SYNC_EMULATION + MMA_KERNEL + CLUSTER_EMULATION
-    + MID.MIDM_KERNEL,
+    source("matmul", "midm_body"),
+    header=source("matmul", "epilogue") + EMULATION + MMA_SYNC_EMULATION
+    + source("matmul", "mma") + CLUSTER_EMULATION + source("matmul", "midm"),
     optional_inputs={"bias": "float32"},
     cooperative=True,
     backend="cpu",

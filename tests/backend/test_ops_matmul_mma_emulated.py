@@ -17,7 +17,7 @@ import pytest
 import kernelkit
 from kernelkit._records import ArgFacts, Problem
 from kernelkit.ops import _matmul_mma as MMA
-from kernelkit.ops._matmul_kernels import EPILOGUE
+from kernelkit.ops._kernel_files import source
 
 torch = pytest.importorskip("torch")
 
@@ -140,8 +140,8 @@ _EMULATED = kernelkit.kernel(
     "ops_matmul_mma_emulated",
     ["x", "w", "bias"],
     ["y"],
-    MMA.MMA_BODY,
-    header=EPILOGUE + EMULATION + MMA_SYNC_EMULATION + MMA.MMA_KERNEL,
+    source("matmul", "mma_body"),
+    header=source("matmul", "epilogue") + EMULATION + MMA_SYNC_EMULATION + source("matmul", "mma"),
     optional_inputs={"bias": "float32"},
     backend="cpu",
 )

@@ -21,8 +21,7 @@ from test_ops_matmul_mma_emulated import ACT, MMA_SYNC_EMULATION, reference
 import kernelkit
 from kernelkit._records import ArgFacts, Problem
 from kernelkit.ops import _matmul_slab_tc as STC
-from kernelkit.ops._matmul_kernels import EPILOGUE, TC_STEP
-from kernelkit.ops._matmul_slab import SLAB_RING
+from kernelkit.ops._kernel_files import source
 
 torch = pytest.importorskip("torch")
 
@@ -108,8 +107,12 @@ _EMULATED = kernelkit.kernel(
     ["x", "w", "bias"],
     ["y"],
     "kk_emu_w[0] = (const unsigned char*)w;  // the bounds a bulk copy must read inside\n"
-    "kk_emu_w[1] = (const unsigned char*)(w + w_shape[0] * w_shape[1]);\n" + STC.SLAB_TC_BODY,
-    header=EPILOGUE + EMULATION + MMA_SYNC_EMULATION + TC_STEP + SLAB_RING + STC.SLAB_TC_KERNEL,
+    "kk_emu_w[1] = (const unsigned char*)(w + w_shape[0] * w_shape[1]);\n"
+    + source("matmul", "slab_tc_body"),
+    header=source("matmul", "epilogue")
+    + EMULATION
+    + MMA_SYNC_EMULATION
+    + source("matmul", "tc_step", "slab_ring", "slab_tc"),
     optional_inputs={"bias": "float32"},
     backend="cpu",
 )

@@ -1,10 +1,10 @@
-"""``matmul/wgmma``'s stage copies (``_matmul_wgmma.WGMMA_COPIES``) run on the CPU backend, with
-``cp.async`` replaced by a recorder: for every tile shape the kernel has, the copying
+"""``matmul/wgmma``'s stage copies (``matmul/kernels/wgmma_copies.cuh``) run on the CPU backend,
+with ``cp.async`` replaced by a recorder: for every tile shape the kernel has, the copying
 warpgroup's copies of a stage (``kk_wg_produce``, WS = 1: a fixed 16-byte column of every
 RSTEP-th row, addresses stepped a row at a time, row bounds checked once) must be exactly the
-copies every thread makes with WS = 0 (``kk_wg_copy_stage``, which the GPU tests check against
-float64): each 16-byte chunk of the stage written once, from the same source or zero-filled
-alike, on tiles inside the operands and on tiles past M, N and K. What it cannot show: the
+stage's layout (``expected``: x's BM rows then w's BN, 128-byte swizzle, rows past M or N and k
+past K zero-filled): each 16-byte chunk of the stage written once, from its source or
+zero-filled, on tiles inside the operands and on tiles past M, N and K. What it cannot show: the
 copies' timing, the mbarriers between the warpgroups (the GPU tests and compute-sanitizer's
 racecheck and synccheck cover them)."""
 
@@ -14,6 +14,7 @@ import pytest
 
 import kernelkit
 from kernelkit.ops import _matmul_wgmma as W
+from kernelkit.ops._kernel_files import source
 
 torch = pytest.importorskip("torch")
 
@@ -54,8 +55,6 @@ tl.rank = 0;
 const int p = (int)threadIdx.x;
 kk_rec_row = 0;
 kk_wg_produce<T, BM, BN, KB>(0u, p, x, w, tl, kt, kk_wg_rows_ok<BM, BN, KB>(p, tl, M, N), K);
-kk_rec_row = 1;
-kk_wg_copy_stage<T, BM, BN, KB, 128>(0u, p, x, w, tl, kt, M, N, K);
 """
 
 _COPIES = kernelkit.kernel(
@@ -63,7 +62,7 @@ _COPIES = kernelkit.kernel(
     ["x", "w", "m0", "n0", "kt"],
     ["rec"],
     BODY,
-    header=RECORDER + W.WGMMA_COPIES,
+    header=RECORDER + source("matmul", "wgmma_copies"),
     backend="cpu",
 )
 
@@ -76,7 +75,7 @@ def record(wg, bn, kb, m, n, k, m0, n0, kt):
     x = torch.randn(m, k).to(torch.bfloat16)
     w = torch.randn(n, k).to(torch.bfloat16)
     chunks = (64 * wg + bn) * 8 * kb
-    rec = torch.full((2, chunks), -2, dtype=torch.int64)
+    rec = torch.full((1, chunks), -2, dtype=torch.int64)
     _COPIES(
         [x, w, m0, n0, kt],
         grid=(128, 1, 1),
@@ -84,14 +83,31 @@ def record(wg, bn, kb, m, n, k, m0, n0, kt):
         template=[("T", "bfloat16"), ("BM", 64 * wg), ("BN", bn), ("KB", kb)],
         out=[rec],
     )
-    return rec
+    return rec[0]
+
+
+def expected(wg, bn, kb, m, n, k, m0, n0, kt):
+    """What the recorder holds for a stage: chunk ch of k (of 8 KB) of stage row r (x's rows,
+    then w's) at sub-tile kc // 8, row r, chunk ch ^ (r % 8); its source's element offset (w's
+    from 2^40), or -1 past M, N or K."""
+    bm = 64 * wg
+    out = torch.empty((bm + bn) * 8 * kb, dtype=torch.int64)
+    for r in range(bm + bn):
+        is_x = r < bm
+        row = m0 + r if is_x else n0 + r - bm
+        for kc in range(8 * kb):
+            kk = kt * 64 * kb + 8 * kc
+            full = row < (m if is_x else n) and kk < k
+            value = (row * k + kk + (0 if is_x else 1 << 40)) if full else -1
+            out[(kc >> 3) * (bm + bn) * 8 + r * 8 + ((kc & 7) ^ (r & 7))] = value
+    return out
 
 
 IDS = [f"WG{g}-BN{b}-KB{k}" for g, b, k in SHAPES]
 
 
 @pytest.mark.parametrize(("wg", "bn", "kb"), SHAPES, ids=IDS)
-def test_the_copying_warpgroup_copies_what_every_thread_would(wg, bn, kb):
+def test_the_copying_warpgroup_fills_the_stage(wg, bn, kb):
     bm = 64 * wg
     cases = [
         (bm, bn, 64 * kb * 3, 0, 0, 1),  # a tile inside both operands
@@ -102,8 +118,8 @@ def test_the_copying_warpgroup_copies_what_every_thread_would(wg, bn, kb):
         rec = record(wg, bn, kb, m, n, k, m0, n0, kt)
         assert (rec != -2).all(), "a chunk of the stage was never written"
         assert (rec != -3).all(), "a chunk of the stage was written twice"
-        assert torch.equal(rec[0], rec[1])
-        copied = (rec[1] >= 0).sum().item()
+        assert torch.equal(rec, expected(wg, bn, kb, m, n, k, m0, n0, kt))
+        copied = (rec >= 0).sum().item()
         rows_in = min(bm, max(0, m - m0)) + min(bn, max(0, n - n0))
         cols_in = max(0, min(8 * kb, -(-(k - 64 * kb * kt) // 8)))
         assert copied == rows_in * cols_in, (copied, rows_in, cols_in)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import cProfile
+import gc
 import pstats
 
 import numpy as np
@@ -18,9 +19,13 @@ def _python_calls(fn, *args, **kwargs) -> tuple[int, list[str]]:
     for _ in range(2):  # the first call prepares the signature
         fn(*args, **kwargs)
     profile = cProfile.Profile()
-    profile.enable()
-    fn(*args, **kwargs)
-    profile.disable()
+    gc.disable()  # a collection would run callbacks of other libraries (JAX's) inside the count
+    try:
+        profile.enable()
+        fn(*args, **kwargs)
+        profile.disable()
+    finally:
+        gc.enable()
     calls, names = 0, []
     for (file, _line, name), (_cc, n, *_rest) in pstats.Stats(profile).stats.items():
         if file != "~":  # "~": built-ins (C functions and methods)

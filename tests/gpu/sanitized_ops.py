@@ -39,15 +39,11 @@ MATMUL = [
     ("gemv_slab_tc", 7, 300, 2048, BF16, True),
     ("gemv_slab_tc", 13, 9, 1024, BF16, True),
     ("gemv_slab_tc", 16, 37, 4096, BF16, True),
-    ("gemv_cluster", 5, 33, 8192, BF16, True),
-    ("gemv_cluster", 12, 300, 2048, BF16, True),
-    ("gemv_cluster", 16, 40, 3072, BF16, True),
     ("mma", 17, 33, 72, BF16, True),
     ("mma", 70, 136, 264, BF16, False),
     ("wgmma", 100, 72, 40, BF16, True),  # M = 65-256: TMA (WS = 2); else a copying warpgroup
     ("wgmma", 129, 200, 96, BF16, True),
     ("wgmma", 300, 130, 1160, BF16, True),
-    ("wgmma_ws0", 129, 200, 1160, BF16, True),  # WS = 0: every thread copies
     # a cluster of 8 over a long K: 17 k tiles a rank through 4 stages (the last rank: 10)
     ("wgmma_ws1_split8", 70, 130, 8200, BF16, True),
     ("wgmma_ws2_split8", 70, 130, 8200, BF16, True),
@@ -80,7 +76,7 @@ def matmul_cases() -> list[tuple[str, float, float]]:
     for impl, m, n, k, dtype, tb in MATMUL:
         if impl.startswith("wgmma") and torch.cuda.get_device_capability() != (9, 0):
             continue  # sm_90a only
-        sm90 = impl in ("gemv_slab", "gemv_slab_tc", "gemv_cluster") or impl.startswith("midm")
+        sm90 = impl in ("gemv_slab", "gemv_slab_tc") or impl.startswith("midm")
         if sm90 and torch.cuda.get_device_capability() < (9, 0):
             continue
         g = torch.Generator(device="cuda").manual_seed(m * 131 + n * 7 + k)
@@ -89,9 +85,7 @@ def matmul_cases() -> list[tuple[str, float, float]]:
         bias = torch.randn(n, device="cuda", generator=g).to(dtype)
         y = torch.full((m, n), float("nan"), device="cuda", dtype=dtype)
         config, label = None, impl
-        if impl == "wgmma_ws0":
-            impl, config = "wgmma", wgmma_config(2, 64, 2, 4, 2, 0)
-        elif impl.startswith("midm_split"):  # clusters of SPLIT blocks
+        if impl.startswith("midm_split"):  # clusters of SPLIT blocks
             impl, config = "midm", midm_config(64, 64, 2, 2, 4, int(impl[10:]))
         elif impl.startswith("wgmma_ws"):  # WS = 1 or 2, split 8, 4 stages of one k tile
             impl, config = "wgmma", wgmma_config(2, 64, 1, 4, 8, int(impl[8]))

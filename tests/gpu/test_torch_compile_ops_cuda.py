@@ -44,7 +44,7 @@ def _close(a, b) -> bool:
 # (the gemv family at M = 16, the tile kernels at M = 128), in default mode (bounded run time)
 CASES = [
     *[(mode, None, m) for mode in ("default", "reduce-overhead") for m in (1, 16, 128)],
-    *[("default", r, 16) for r in ("framework", "gemv", "gemv_tc", "gemv_slab_tc", "gemv_cluster")],
+    *[("default", r, 16) for r in ("framework", "gemv", "gemv_tc", "gemv_slab_tc")],
     ("default", "gemv_slab", 4),
     *[("default", r, 128) for r in ("framework", "mma", "wgmma", "tiled")],
 ]

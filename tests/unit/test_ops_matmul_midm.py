@@ -17,7 +17,9 @@ from test_ops_matmul_mma import CPU, SM80_FEATURES, problem, ptxas_report, targe
 import kernelkit
 from kernelkit._select.select import Override, select
 from kernelkit.ops import _matmul as MM
+from kernelkit.ops import _matmul_impls as I
 from kernelkit.ops import _matmul_midm as MID
+from kernelkit.ops._kernel_files import source
 
 # --- selection ------------------------------------------------------------------------------
 
@@ -150,8 +152,8 @@ def _variants() -> list:
 def test_tile_shapes_compile_without_spills(cuda, arch, config, dtype, transpose_b, bias, act):
     p = problem(64, dtype=dtype, transpose_b=transpose_b, bias=bias, activation=act)
     assert MID.midm_fits(p, config) is None
-    template = [*config.template, *MM._common_template(p), ("W_KN", not transpose_b)]
-    k = MM._MIDM[config.values["SPLIT"]]
+    template = [*config.template, *I.common_template(p), ("W_KN", not transpose_b)]
+    k = I.MIDM_KERNELS[config.values["SPLIT"]]
     art, report = ptxas_report(cuda, k, p, template, arch)
     assert report.get("bytes spill stores") == report.get("bytes spill loads") == 0, art.log
     assert report["registers"] * config.threadgroup[0] <= 65536, art.log
@@ -161,9 +163,10 @@ def test_tile_shapes_compile_without_spills(cuda, arch, config, dtype, transpose
 def test_the_sources_are_package_data():
     """The kernel text is read from ops/matmul/kernels/*.cuh (installed by the package-data
     glob), and the CPU emulation's hooks are all in the cluster file."""
-    assert "kk_midm(" in MID.MIDM_KERNEL and "kk_midm_map" in MID.MIDM_CLUSTER
+    kernel, cluster = source("matmul", "midm"), source("matmul", "midm_cluster")
+    assert "kk_midm(" in kernel and "kk_midm_map" in cluster
     for hook in ("kk_midm_cluster_init", "kk_midm_rank", "kk_midm_map", "kk_midm_cluster_sync"):
-        assert hook in MID.MIDM_KERNEL and f"{hook}(" in MID.MIDM_CLUSTER
+        assert hook in kernel and f"{hook}(" in cluster
 
 
 def test_a_split_before_sm90_is_a_named_compile_error(cuda):
@@ -171,6 +174,6 @@ def test_a_split_before_sm90_is_a_named_compile_error(cuda):
     clusters feature, and a table, record or force that names one on sm_80 fails loudly."""
     c = MID.midm_config(64, 64, 2, 2, 4, 2)
     p = problem(64)
-    template = [*c.template, *MM._common_template(p), ("W_KN", False)]
+    template = [*c.template, *I.common_template(p), ("W_KN", False)]
     with pytest.raises(kernelkit.CompileError, match="__cluster_dims__"):
-        ptxas_report(cuda, MM._MIDM[2], p, template, "sm_80")
+        ptxas_report(cuda, I.MIDM_KERNELS[2], p, template, "sm_80")

@@ -18,6 +18,7 @@ from kernelkit._records import ArgFacts, Problem, Target
 from kernelkit._select.records import KernelChoice
 from kernelkit._select.select import Override, select
 from kernelkit.ops import _matmul as MM
+from kernelkit.ops import _matmul_impls as I
 from kernelkit.ops import _matmul_mma as MMA
 
 SM80_FEATURES = frozenset({"fp16", "bf16", "cp_async", "mma_sync"})
@@ -25,7 +26,7 @@ SM80_FEATURES = frozenset({"fp16", "bf16", "cp_async", "mma_sync"})
 
 def target(arch: str = "sm_90", features=SM80_FEATURES | {"tma", "clusters"}) -> Target:
     return Target("cuda", 0, arch, "H100", 1024, (1024, 1024, 64), (2**31 - 1, 65535, 65535),
-                  48 * 1024, 227 * 1024, 32, frozenset(features))  # fmt: skip
+                  48 * 1024, 227 * 1024, 32, frozenset(features), 132)  # fmt: skip
 
 
 CPU = Target("cpu", 0, "x86_64", "host", 1024, (1024, 1024, 64), (2**31 - 1, 65535, 65535),
@@ -71,7 +72,7 @@ def test_mma_is_chosen_on_sm90_above_m16(m, nk, dtype, transpose_b):
 
 
 def test_decode_shapes_stay_with_the_gemv_kernels():
-    decode = ("gemv_slab", "gemv_slab_tc", "gemv_cluster", "gemv_tc", "gemv")
+    decode = ("gemv_slab", "gemv_slab_tc", "gemv_tc", "gemv")
     decode = tuple(f"matmul/{d}" for d in decode)
     assert select(MM.OP, problem(16), target()).choice.impl in decode
 
@@ -225,8 +226,8 @@ def _variants() -> list:
 def test_every_config_compiles_without_spills(cuda, arch, config, dtype, transpose_b, bias, act):
     p = problem(4096, dtype=dtype, transpose_b=transpose_b, bias=bias, activation=act)
     assert MMA.mma_fits(p, config) is None
-    template = [*config.template, *MM._common_template(p), ("W_KN", not transpose_b)]
-    art, report = ptxas_report(cuda, MM._MMA, p, template, arch)
+    template = [*config.template, *I.common_template(p), ("W_KN", not transpose_b)]
+    art, report = ptxas_report(cuda, I.MMA_KERNEL, p, template, arch)
     assert report.get("bytes spill stores") == report.get("bytes spill loads") == 0, art.log
     assert report["registers"] * config.threadgroup[0] <= 65536, art.log  # the block launches
     assert "bytes smem" not in art.log  # no static shared memory: all of it is the dynamic ring

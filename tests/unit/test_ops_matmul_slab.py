@@ -14,6 +14,7 @@ from test_ops_matmul_mma import SM80_FEATURES, considered, problem, ptxas_report
 import kernelkit
 from kernelkit._select.select import Override, select
 from kernelkit.ops import _matmul as MM
+from kernelkit.ops import _matmul_impls as I
 from kernelkit.ops import _matmul_slab as B
 from kernelkit.ops import _matmul_slab_tc as STC
 
@@ -96,8 +97,8 @@ def _slab_variants() -> list:
 @pytest.mark.parametrize(("config", "k"), _slab_variants())
 def test_every_slab_config_compiles_without_spills(cuda, config, k):
     p = problem(config.values["MX"], k=k, bias="float32", activation="gelu")
-    template = [*config.template, *MM._common_template(p), ("JPR", B.slab_jpr(p, config))]
-    _compiles_clean(cuda, MM._GEMV_SLAB, p, config, template)
+    template = [*config.template, *I.common_template(p), ("JPR", B.slab_jpr(p, config))]
+    _compiles_clean(cuda, I.SLAB_KERNEL, p, config, template)
 
 
 def _compiles_clean(cuda, k, p, config, template) -> None:

@@ -18,6 +18,7 @@ import kernelkit
 from kernelkit._select.records import Config
 from kernelkit._select.select import Override, select
 from kernelkit.ops import _matmul as MM
+from kernelkit.ops import _matmul_impls as I
 from kernelkit.ops import _matmul_slab_tc as STC
 
 WEIGHTS = [(4096, 4096), (8192, 8192), (14336, 4096)]
@@ -29,7 +30,7 @@ def test_chosen_for_m_up_to_16_on_the_table_weights(m, nk):
     p = problem(m, *nk)
     choice = select(MM.OP, p, target()).choice
     if m > 8 and nk[1] == 8192:  # 8 rows of 16 KiB an mma: no stage holds them
-        assert choice.impl == "matmul/gemv_cluster"
+        assert choice.impl == "matmul/gemv_tc"
         assert all(STC.slab_tc_fits(p, c) for c in STC.SLAB_TC_CONFIGS)
         return
     assert (choice.impl, choice.source) == ("matmul/gemv_slab_tc", "heuristic")
@@ -165,8 +166,8 @@ def _variants() -> list:
 @pytest.mark.parametrize(("config", "m", "k"), _variants())
 def test_every_config_shape_compiles_without_spills(cuda, config, m, k):
     p = problem(m, 4096, k, bias="float32", activation="gelu")
-    template = [*config.template, *MM._common_template(p), ("JW", STC.slab_tc_jw(p, config))]
-    art, report = ptxas_report(cuda, MM._GEMV_SLAB_TC, p, template)
+    template = [*config.template, *I.common_template(p), ("JW", STC.slab_tc_jw(p, config))]
+    art, report = ptxas_report(cuda, I.SLAB_TC_KERNEL, p, template)
     assert report["bytes stack frame"] == report["bytes spill stores"] == 0, art.log
     assert report["registers"] * config.threadgroup[0] <= 65536, art.log
     assert "warning" not in art.log

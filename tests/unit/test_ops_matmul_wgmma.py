@@ -15,6 +15,7 @@ from test_ops_matmul_mma import SM80_FEATURES, problem, target
 import kernelkit
 from kernelkit._select.select import Override, select
 from kernelkit.ops import _matmul as MM
+from kernelkit.ops import _matmul_impls as I
 from kernelkit.ops import _matmul_wgmma as W
 
 SM90 = SM80_FEATURES | {"tma", "clusters", "arch_specific"}
@@ -92,15 +93,16 @@ def test_wgmma_rules(p, reason):
 
 def test_configs_that_do_not_fit_are_refused():
     p = problem(128)
-    good = W.wgmma_config(2, 128, 1, 6, 2)
+    good = W.wgmma_config(2, 128, 1, 6, 2, 1)
     assert W.wgmma_fits(p, good) is None
-    assert "SPLIT = 3" in W.wgmma_fits(p, W.wgmma_config(2, 128, 1, 4, 3))
-    assert "outside" in W.wgmma_fits(p, W.wgmma_config(2, 96, 1, 4, 1))
-    assert "outside" in W.wgmma_fits(p, W.wgmma_config(2, 128, 1, 2, 1))
-    assert "spill" in W.wgmma_fits(p, W.wgmma_config(1, 256, 1, 3, 1))
-    assert "> 232448" in W.wgmma_fits(p, W.wgmma_config(2, 128, 1, 8, 1))
+    assert "SPLIT = 3" in W.wgmma_fits(p, W.wgmma_config(2, 128, 1, 4, 3, 1))
+    assert "outside" in W.wgmma_fits(p, W.wgmma_config(2, 96, 1, 4, 1, 1))
+    assert "outside" in W.wgmma_fits(p, W.wgmma_config(2, 128, 1, 2, 1, 1))
+    assert "spill" in W.wgmma_fits(p, W.wgmma_config(1, 256, 1, 3, 1, 1))
+    assert "> 232448" in W.wgmma_fits(p, W.wgmma_config(2, 128, 1, 8, 1, 1))
     assert "shared memory" in W.wgmma_fits(p, dataclasses.replace(good, shared_memory=1024))
     assert "WS = 3" in W.wgmma_fits(p, W.wgmma_config(2, 128, 1, 6, 2, 3))
+    assert "WS = 0" in W.wgmma_fits(p, W.wgmma_config(2, 128, 1, 6, 2, 0))  # retired
     tma = W.wgmma_config(1, 64, 2, 6, 1, 2)  # TMA: one copying warp, 160 threads
     assert W.wgmma_fits(p, tma) is None and tma.threadgroup == (160, 1, 1)
     assert "64 16-byte chunks" in W.wgmma_fits(p, W.wgmma_config(2, 256, 4, 3, 1, 1))  # 96
@@ -128,7 +130,7 @@ def test_every_config_compiles_without_spills(cuda, config):
 
     p = problem(128, 4096, 4096, bias="float32", activation="silu")
     ws = config.values["WS"]
-    template = [*config.template, *MM._common_template(p)]
+    template = [*config.template, *I.common_template(p)]
     inputs, outputs = arg_types(p)
     if ws == 2:  # x, w, then their tensor maps
         inputs = [
@@ -138,7 +140,13 @@ def test_every_config_compiles_without_spills(cuda, config):
             inputs[2],
         ]
     _, req = render_request(
-        MM._WGMMA[ws][2].spec, cuda, cuda.target_for_arch("sm_90"), inputs, outputs, template, False
+        I.WGMMA_KERNELS[ws][2].spec,
+        cuda,
+        cuda.target_for_arch("sm_90"),
+        inputs,
+        outputs,
+        template,
+        False,
     )
     assert req.arch == "sm_90a"  # wgmma needs the arch-specific target
     name = ("ops_matmul_wgmma", "ops_matmul_wgmma_ws", "ops_matmul_wgmma_tma")[ws]
@@ -187,3 +195,17 @@ def test_a_narrow_weight_gets_no_wider_tile_than_it_fills():
             assert W.wgmma_heuristic(problem(m, n, 4096), sm90()).values["BN"] == 64, (m, n)
     for m in (128, 8192):
         assert W.wgmma_heuristic(problem(m, 100, 4096), sm90()).values["BN"] <= 128
+
+
+def test_the_wave_is_the_targets_sm_count():
+    """The heuristic fills one wave of the target's SMs: a cluster of two at M = 32 on 4096 x
+    4096 where 132 SMs hold twice the tiles, none on a part with half the SMs."""
+    p = problem(32, 4096, 4096)
+    full = W.wgmma_heuristic(p, sm90())
+    half = W.wgmma_heuristic(p, dataclasses.replace(sm90(), multiprocessor_count=66))
+    assert (full.values["SPLIT"], half.values["SPLIT"]) == (2, 1)
+
+
+def test_targets_say_their_sm_count(cuda):
+    assert cuda.target_for_arch("sm_90").multiprocessor_count == 132
+    assert cuda.target_for_arch("sm_80").multiprocessor_count == 108

@@ -15,7 +15,7 @@ allows), ``strided`` otherwise (broadcasting of size-1 dims through stride-0 vie
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 from .. import _config
@@ -23,10 +23,10 @@ from .._api import kernel
 from .._dtypes import normalize_dtype
 from .._errors import ArgumentError, ArgumentTypeError
 from .._records import Problem
-from .._select.records import Config, KernelChoice
+from .._select.records import KernelChoice
 from .._select.registry import Implementation, Op
 from .._select.select import Selection
-from . import _rows
+from . import _elementwise_rules as rules
 from ._common import (
     OpRunner,
     kernel_caller,
@@ -36,84 +36,11 @@ from ._common import (
     signature_of,
     vec_width,
 )
-from ._elementwise_parse import _OWN, _parse, tree
+from ._elementwise_kernels import HEADER, body
+from ._elementwise_parse import _parse, tree
 from ._prepared import FORCED, SIGNERS, routed, signature, store
 
 __all__ = ["Elementwise", "elementwise"]
-
-HEADER = _rows.HEADER + "".join(
-    f"__device__ __forceinline__ float kk_ew_{n}(float x) {{ return {body}; }}\n"
-    for n, body in _OWN.items()
-)
-_VEC_DTYPES = ("float16", "bfloat16", "float32")
-
-
-def _body(n_in: int, exprs: list[str], scalars: Sequence[bool], flat: bool) -> str:
-    """The kernel body: locals v_i read as float, outputs y_j written in their dtype."""
-
-    def load(i: int, at: str) -> str:
-        return f"(float)x{i}" if scalars[i] else f"(float)x{i}[{at}]"
-
-    if flat:  # 16-byte vectors over the aligned bulk (VEC > 1), then one element at a time
-        arrays = [i for i in range(n_in) if not scalars[i]]
-        aligned = " && ".join(
-            [f"kk_aligned16(x{i})" for i in arrays]
-            + [f"kk_aligned16(y{j})" for j in range(len(exprs))]
-        )
-        vloads = "\n".join(
-            f"    const kk_vec<TX{i}> a{i} = "
-            f"*reinterpret_cast<const kk_vec<TX{i}>*>(x{i} + q * VEC);"
-            for i in arrays
-        )
-        vreads = "\n".join(
-            f"      const float v{i} = {'(float)x%d' % i if scalars[i] else '(float)a%d.v[j]' % i};"
-            for i in range(n_in)
-        )
-        vdecl = "\n".join(f"    kk_vec<TY{j}> o{j};" for j in range(len(exprs)))
-        vcompute = "\n".join(f"      o{j}.v[j] = (TY{j})({x});" for j, x in enumerate(exprs))
-        vstores = "\n".join(
-            f"    *reinterpret_cast<kk_vec<TY{j}>*>(y{j} + q * VEC) = o{j};"
-            for j in range(len(exprs))
-        )
-        reads = "\n".join(f"  const float v{i} = {load(i, 'e')};" for i in range(n_in))
-        writes = "\n".join(f"  y{j}[e] = (TY{j})({x});" for j, x in enumerate(exprs))
-        return f"""
-const IDX n = (IDX)y0_shape[0];
-const IDX stride = (IDX)gridDim.x * blockDim.x;
-const IDX first = (IDX)blockIdx.x * blockDim.x + threadIdx.x;
-const IDX nv = (VEC > 1 && {aligned}) ? n / VEC : 0;
-for (IDX q = first; q < nv; q += stride) {{
-{vloads}
-{vdecl}
-    for (int j = 0; j < VEC; ++j) {{
-{vreads}
-{vcompute}
-    }}
-{vstores}
-}}
-for (IDX e = nv * VEC + first; e < n; e += stride) {{
-{reads}
-{writes}
-}}
-"""
-    reads = "\n".join(
-        f"    const float v{i} = {load(i, f'elem_to_loc(e, x{i}_shape, x{i}_strides, x{i}_ndim)')};"
-        for i in range(n_in)
-    )
-    writes = "\n".join(f"    y{j}[e] = (TY{j})({x});" for j, x in enumerate(exprs))
-    return f"""
-long long n = 1;  // y0's elements; ND (its rank) is a template value, so a new size compiles
-for (int d = 0; d < ND; ++d) n *= y0_shape[d];  // nothing and the shape is read by constant index
-const long long stride = (long long)gridDim.x * blockDim.x;
-for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += stride) {{
-{reads}
-{writes}
-}}
-"""
-
-
-def _pow2_at_least(n: int) -> int:
-    return 1 << max(0, (n - 1).bit_length())
 
 
 class Elementwise:
@@ -134,33 +61,18 @@ class Elementwise:
         self._table: dict[Any, Any] = {}  # (signature, generation, forced) -> run(arrays, out)
         self._lock = threading.Lock()
         self.op = Op(f"elementwise({expression})", key=["ndim", "dtypes", "layout"])
-        blocks = (128, 256, 512, 1024)
-        configs = tuple(Config({"BLOCK": b}, (b,)) for b in blocks)
-        self.op.register(
-            Implementation(
-                "flat",
-                run=self._run,
-                prepare=self._prepare_launch,
-                grid=self._grid,
-                configs=configs,
-                default=Config({"BLOCK": 256}, (256,)),
-                match=lambda p, t: (
-                    None
-                    if p.attr("layout") == "flat"
-                    else "needs contiguous arrays of the output's shape"
-                ),
+        for impl in ("flat", "strided"):
+            self.op.register(
+                Implementation(
+                    impl,
+                    run=self._run,
+                    prepare=self._prepare_launch,
+                    grid=rules.grid,
+                    configs=rules.CONFIGS,
+                    default=rules.DEFAULT,
+                    match=rules.flat_match if impl == "flat" else None,
+                )
             )
-        )
-        self.op.register(
-            Implementation(
-                "strided",
-                run=self._run,
-                prepare=self._prepare_launch,
-                grid=self._grid,
-                configs=configs,
-                default=Config({"BLOCK": 256}, (256,)),
-            )
-        )
         # binding only needs the argument names: x0..xk in, y0.. out
         spec_kernel = kernel(
             "ops_elementwise_bind",
@@ -172,20 +84,6 @@ class Elementwise:
 
     def __repr__(self) -> str:
         return f"elementwise({self.expression!r})"
-
-    @staticmethod
-    def _grid(problem: Problem, config: Config) -> tuple[int, int, int]:
-        # one 16-byte vector (flat path) or element per thread, capped: the body loops over
-        # the rest (a grid of idle threads costs more than the loop)
-        block = config.values["BLOCK"]
-        per_thread = 1
-        if problem.attr("layout") == "flat":
-            dtypes = {a.dtype for a in problem.args if a.kind == "array"}
-            if len(dtypes) == 1 and next(iter(dtypes)) in _VEC_DTYPES:
-                per_thread = vec_width(next(iter(dtypes)))
-        work = -(-problem.attr("elements") // per_thread)
-        blocks = min(max(1, -(-work // block)), 1 << 16)
-        return (blocks * block, 1, 1)
 
     def _attrs(self, problem: Problem, options: dict[str, Any]) -> dict[str, Any]:
         return dict(options)
@@ -199,7 +97,7 @@ class Elementwise:
                     "ops_elementwise",
                     [f"x{i}" for i in range(len(self.inputs))],
                     [f"y{j}" for j in range(len(self.outputs))],
-                    _body(len(self.inputs), self._exprs, scalars, flat),
+                    body(len(self.inputs), self._exprs, scalars, flat),
                     header=HEADER,
                     ensure_row_contiguous=False,
                 )
@@ -224,11 +122,13 @@ class Elementwise:
             (f"TY{j}", output_dtype) for j in range(len(self.outputs))
         ]
         if flat:
-            template.append(("IDX", index_type(n, choice.grid[0])))
+            template.append(("IDX", rules.index_type(n, choice.grid[0])))
             array_dtypes = [problem.args[i].dtype for i, s in enumerate(scalars) if not s]
             template += [(f"TX{i}", problem.args[i].dtype) for i, s in enumerate(scalars) if not s]
-            widths = {vec_width(d) for d in (*array_dtypes, output_dtype) if d in _VEC_DTYPES}
-            same = len(widths) == 1 and all(d in _VEC_DTYPES for d in (*array_dtypes, output_dtype))
+            widths = {vec_width(d) for d in (*array_dtypes, output_dtype) if d in rules.VEC_DTYPES}
+            same = len(widths) == 1 and all(
+                d in rules.VEC_DTYPES for d in (*array_dtypes, output_dtype)
+            )
             template.append(("VEC", widths.pop() if same else 1))
         else:
             template.append(("ND", len(shape)))
@@ -477,12 +377,6 @@ def _promote(dtypes: list[str], what: str) -> str:
     if "bfloat16" in floats and "float16" in floats:
         return "float32"
     return max(floats, key=order.index)
-
-
-def index_type(elements: int, grid_threads: int) -> str:
-    """The flat path's index type: 32-bit only where the grid-stride loop's last step (an
-    index below ``elements`` plus the grid's threads) cannot pass 2**31 - 1 either."""
-    return "int32" if elements + grid_threads < 2**31 else "int64"
 
 
 def _broadcast_to(x: Any, shape: tuple[int, ...]) -> Any:

@@ -9,17 +9,12 @@ import re
 from typing import Any
 
 from .._errors import ArgumentError, ArgumentTypeError
+from ._kernel_files import source
 
 # Functions an expression may call (all take and return float). The first group are kernelkit's
-# own (defined in _elementwise's HEADER); the second are CUDA's float math, which both backends
-# provide.
-_OWN = {
-    "silu": "x / (1.0f + expf(-x))",
-    "sigmoid": "1.0f / (1.0f + expf(-x))",
-    "relu": "fmaxf(x, 0.0f)",
-    "gelu": "0.5f * x * (1.0f + erff(x * 0.70710678118654752f))",
-    "gelu_tanh": "0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)))",
-}
+# own, ``kk_ew_<name>`` in elementwise/kernels/functions.cuh (the names are read from there); the
+# second are CUDA's float math, which both backends provide.
+_OWN = frozenset(re.findall(r"\bfloat kk_ew_(\w+)\(float x\)", source("elementwise", "functions")))
 _MATH = {
     "exp": "expf", "exp2": "exp2f", "log": "logf", "log2": "log2f", "log1p": "log1pf",
     "sqrt": "sqrtf", "rsqrt": "rsqrtf", "tanh": "tanhf", "erf": "erff", "sin": "sinf",

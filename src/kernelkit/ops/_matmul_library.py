@@ -35,7 +35,7 @@ from .._errors import ArgumentError
 from .._records import Problem, Target
 from .._select.records import KernelChoice
 from . import _matmul_cublaslt as LT
-from ._matmul_kernels import cuda_cc
+from ._matmul_rules import cuda_cc
 
 __all__ = [
     "ROUTES",

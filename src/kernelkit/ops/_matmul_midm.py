@@ -1,7 +1,7 @@
 """``matmul``'s weight-streaming tensor-core kernel for M of tens to hundreds of rows (``midm``):
-float16/bfloat16, sm_80+, either layout of ``b``. The kernel source (``matmul/kernels/midm.cuh``
-and ``midm_cluster.cuh``, package data), its configs and the rules the selection stage asks
-(match, fits, grid, heuristic).
+float16/bfloat16, sm_80+, either layout of ``b``: its configs and the rules the selection stage
+asks (match, fits, grid, heuristic). The kernel is ``matmul/kernels/midm.cuh`` and
+``midm_cluster.cuh`` (what the CPU emulation replaces), joined in ``_matmul_impls``.
 
 Between the decode kernels (M <= 16) and the large tiles (``mma``, ``wgmma``), reading the
 weight once is still most of the cost: at M = 17-128 a 4096 x 4096 weight is 32 MiB, x 0.1-1
@@ -18,19 +18,13 @@ runs only when a table, the tuning database or ``kernelkit.force`` names it.
 
 from __future__ import annotations
 
-from importlib.resources import files
-
 from .._records import Problem, Target
 from .._select.records import Config
-from ._matmul_kernels import EPILOGUE, MMA_PTX, cuda_cc
-from ._matmul_mma import MMA_DTYPES, MMA_KERNEL
+from ._matmul_mma import MMA_DTYPES
+from ._matmul_rules import cuda_cc
 
 __all__ = [
-    "MIDM",
-    "MIDM_BODY",
-    "MIDM_CLUSTER",
     "MIDM_CONFIGS",
-    "MIDM_KERNEL",
     "SPLITS",
     "midm_config",
     "midm_fits",
@@ -41,27 +35,10 @@ __all__ = [
 ]
 
 
-def _source(name: str) -> str:
-    return files("kernelkit.ops").joinpath(f"matmul/kernels/{name}").read_text(encoding="utf-8")
-
-
-MIDM_CLUSTER = _source("midm_cluster.cuh")  # what the CPU emulation replaces (the tests)
-MIDM_KERNEL = _source("midm.cuh")
-# The header: the shared epilogue, the mma PTX, the mma kernel's copies and swizzle, ours.
-MIDM = EPILOGUE + MMA_PTX + MMA_KERNEL + MIDM_CLUSTER + MIDM_KERNEL
-
-MIDM_BODY = r"""
-const long long M = x_shape[0];
-const long long K = x_shape[1];
-const long long N = W_KN ? w_shape[1] : w_shape[0];
-kk_midm<T, TB, TY, BM, BN, WM, WN, STAGES, SPLIT, ACT, HAS_BIAS, W_KN>(x, w, bias, y, M, N, K);
-"""
-
 BK = 64
 MAX_M = 512  # past it the large tiles (mma, wgmma) reuse the weight better
 SPLITS = (1, 2, 4, 8)  # cluster sizes the configs use (1: no cluster, any arch)
 SHARED_LIMIT = 227 * 1024  # sm_90's most dynamic shared memory a block
-SMS = 132  # an H100's SMs: the heuristic's wave
 
 
 def midm_shared_bytes(bm: int, bn: int, stages: int) -> int:
@@ -146,10 +123,7 @@ def midm_fits(p: Problem, c: Config) -> str | None:
     ``__cluster_dims__``; the heuristic never gives it there.)"""
     v = c.values
     try:
-        bm, bn, wm, wn, st, split = (
-            int(v[k])
-            for k in ("BM", "BN", "WM", "WN", "STAGES", "SPLIT")
-        )
+        bm, bn, wm, wn, st, split = (int(v[k]) for k in ("BM", "BN", "WM", "WN", "STAGES", "SPLIT"))
     except KeyError as e:
         return f"config lacks {e.args[0]} (needs BM, BN, WM, WN, STAGES, SPLIT)"
     if split not in (1, 2, 4, 8) or not 2 <= st <= 8 or wm < 1 or wn < 1:
@@ -188,13 +162,14 @@ def midm_heuristic(p: Problem, t: Target) -> Config | None:
     """A first guess for ``kernelkit.force`` without a config (the tuner sweeps the rest): the
     smallest BM of 32, 64, 128 holding M, BN wider as M or N grow (x's re-reads from L2 fall
     as BN grows), 4 stages, and the SPLIT (clusters only) that brings the blocks closest to one
-    wave of 132 SMs."""
+    wave of the target's SMs."""
     m, n = int(p.attr("M")), int(p.attr("N"))
     bm = next((b for b in (32, 64, 128) if m <= b), 128)
     bn = 256 if m > 64 and n >= 8192 else 128 if m > 32 or n >= 8192 else 64
     tiles = -(-m // bm) * -(-n // bn)
     splits = SPLITS if "clusters" in t.features else (1,)
-    split = min(splits, key=lambda s: (abs(tiles * s - SMS) if tiles * s >= SMS // 2 else SMS, s))
+    sms = t.multiprocessor_count  # one wave of blocks
+    split = min(splits, key=lambda s: (abs(tiles * s - sms) if tiles * s >= sms // 2 else sms, s))
     for c in MIDM_CONFIGS:
         v = c.values
         if (

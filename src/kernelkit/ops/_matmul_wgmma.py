@@ -1,46 +1,34 @@
 """``matmul``'s Hopper tile kernel (``wgmma``): sm_90a warpgroup MMA for float16/bfloat16, weight
 [N, K], any M > 16 (made for the skinny M of batched decode and short prefill, where reading
 the weight is still most of the cost). Its configs and the rules the selection stage asks
-(match, fits, grid, heuristic); the kernel source is in ``_matmul_wgmma_source``.
+(match, fits, grid, heuristic); the kernel's C++ is in ``matmul/kernels/wgmma*.cuh``.
 
-A block of WG warpgroups computes a BM x BN tile of y (BM = 64 WG: warpgroup g takes rows
-[64 g, 64 g + 64) with ``wgmma.mma_async.m64nBNk16``, both operands read by the tensor cores
-straight from shared memory). Its k tiles of 64 elements (128 bytes a row; KB of them a stage)
-come through a ring of S stages in the 128-byte swizzled layout that the wgmma shared-memory
-descriptors name (chunk c of row r at c ^ (r % 8)), filled one of three ways (WS):
-0, every thread issues 16-byte ``cp.async`` copies and the block meets at a barrier a stage;
-1, one more warpgroup only copies, and mbarriers pass the stages between it and the wgmma
-warpgroups (``full`` when a stage's copies land, ``empty`` when its wgmmas are done); 2, one
-thread of one more warp issues TMA tensor copies through maps of x and w that the op makes
-per call (``kernelkit.tensor_map``), with the same two mbarriers. Rows past M or N and k past
-K arrive as zeros (WS = 2 leaves A's rows past M rounded up to 8 unwritten where M is below
+A block of WG warpgroups computes a BM x BN tile of y (BM = 64 WG: warpgroup g takes rows [64 g,
+64 g + 64) with ``wgmma.mma_async.m64nBNk16``, both operands read by the tensor cores straight
+from shared memory). Its k tiles of 64 elements (128 bytes a row; KB of them a stage) come
+through a ring of S stages in the 128-byte swizzled layout that the wgmma shared-memory
+descriptors name (chunk c of row r at c ^ (r % 8)), filled one of two ways (WS): 1, one more
+warpgroup only copies with 16-byte ``cp.async``, and mbarriers pass the stages between it and
+the wgmma warpgroups (``full`` when a stage's copies land, ``empty`` when its wgmmas are done);
+2, one thread of one more warp issues TMA tensor copies through maps of x and w that the op
+makes per call (``kernelkit.tensor_map``), with the same two mbarriers. Rows past M or N and k
+past K arrive as zeros (WS = 2 leaves A's rows past M rounded up to 8 unwritten where M is below
 the tile: their rows of y are never stored). With SPLIT > 1 a thread-block cluster of SPLIT
 blocks shares a tile, block r taking the r-th share of its stages; their fp32 tiles meet in
 distributed shared memory and are added in rank order (deterministic, no atomics, no second
-kernel): skinny problems have too few tiles to fill the GPU otherwise (4096 x 4096 at
-M = 128: 32 tiles of 128 x 128).
+kernel): skinny problems have too few tiles to fill the GPU otherwise (4096 x 4096 at M = 128:
+32 tiles of 128 x 128).
 """
 
 from __future__ import annotations
 
 from .._records import Problem, Target
 from .._select.records import Config
-from ._matmul_kernels import cuda_cc
-from ._matmul_wgmma_source import (
-    BNS,
-    WGMMA,
-    WGMMA_BODY,
-    WGMMA_COPIES,
-    WGMMA_TMA_BODY,
-)
+from ._matmul_rules import cuda_cc
 
 __all__ = [
     "SPLITS",
-    "WGMMA",
-    "WGMMA_BODY",
     "WGMMA_CONFIGS",
-    "WGMMA_COPIES",
-    "WGMMA_TMA_BODY",
     "wgmma_config",
     "wgmma_fits",
     "wgmma_grid",
@@ -48,6 +36,8 @@ __all__ = [
     "wgmma_match",
 ]
 
+
+BNS = (64, 128, 256)  # the n sides wgmma_ptx.cuh has a kk_wgmma instruction for
 KBS = (1, 2, 4)  # 64-wide k tiles a stage
 SPLITS = (1, 2, 4, 8)  # cluster sizes: a kernel each (the cluster shape is its attribute)
 SHARED_LIMIT = 227 * 1024  # sm_90's most shared memory per block
@@ -62,7 +52,7 @@ def shared_bytes(wg: int, bn: int, kb: int, stages: int) -> int:
 
 def static_bytes(stages: int) -> int:
     """The kernel's statically declared shared memory: the two mbarrier arrays (``full``,
-    ``empty``) of the warp-specialized variant, declared (unused) by WS = 0 too."""
+    ``empty``)."""
     return 2 * 8 * stages
 
 
@@ -72,19 +62,20 @@ def threads(wg: int, ws: int) -> int:
     return 128 * wg + (32 if ws == 2 else 128 * ws)
 
 
-def wgmma_config(wg: int, bn: int, kb: int, stages: int, split: int, ws: int = 0) -> Config:
+def wgmma_config(wg: int, bn: int, kb: int, stages: int, split: int, ws: int) -> Config:
     """A wgmma config: ``wg`` warpgroups of wgmmas (a 64 wg x ``bn`` tile), ``stages`` stages
     of ``kb`` 64-wide k tiles (128 kb contiguous bytes of each row) in flight or in use, the
-    stages split over a cluster of ``split`` blocks; ``ws`` = 0 has every thread copy with
-    cp.async, 1 adds a warpgroup that only copies (warp-specialized), 2 a warp that issues TMA
-    tensor copies (one thread, through tensor maps)."""
+    stages split over a cluster of ``split`` blocks; ``ws`` = 1 adds a warpgroup that only copies
+    with cp.async (warp-specialized), 2 a warp that issues TMA tensor copies (one thread, through
+    tensor maps). (WS = 0, every thread copying and a block barrier a stage, was retired: no
+    heuristic or table chose it.)"""
     values = {"WG": wg, "BN": bn, "KB": kb, "S": stages, "SPLIT": split, "WS": ws}
     return Config(values, (threads(wg, ws),), shared_bytes(wg, bn, kb, stages))
 
 
 WGMMA_CONFIGS = tuple(
     wgmma_config(wg, bn, kb, stages, split, ws)
-    for ws in (0, 1, 2)
+    for ws in (1, 2)
     for wg in (1, 2)
     for bn in BNS
     for kb in KBS
@@ -124,8 +115,8 @@ def wgmma_fits(p: Problem, c: Config) -> str | None:
         return "WG = 1 with BN = 256: 128 accumulators and the copies' addresses spill"
     if split not in SPLITS:
         return f"SPLIT = {split} is not a cluster size in {SPLITS}"
-    if ws not in (0, 1, 2):
-        return f"WS = {ws} is not 0 (every thread copies), 1 (a copying warpgroup) or 2 (TMA)"
+    if ws not in (1, 2):
+        return f"WS = {ws} is not 1 (a copying warpgroup) or 2 (TMA)"
     if ws == 1 and (64 * wg + bn) * kb > 64 * 16:
         chunks = (64 * wg + bn) * kb // 16
         return f"WS = 1 copies at most 64 16-byte chunks a thread a stage, not {chunks}"
@@ -157,9 +148,6 @@ def _maps_allowed(p: Problem) -> bool:
     return p.attr("framework") not in ("jax", "jaxlib")
 
 
-_WAVE = 132  # blocks: one per SM of an H100 or H200 (the heuristic does not go over)
-
-
 def wgmma_heuristic(p: Problem, t: Target) -> Config | None:
     """None for M <= 16 (the gemv kernels). For M = 17-64 (from sweeps of every config on an
     H100 at M = 32 and of the WS = 1 configs on an H200 at M = 32): one warpgroup, 128-wide
@@ -175,6 +163,7 @@ def wgmma_heuristic(p: Problem, t: Target) -> Config | None:
     m, n, k = (int(p.attr(a)) for a in ("M", "N", "K"))
     if m <= 16:
         return None
+    wave = t.multiprocessor_count  # blocks: one per SM (the heuristic does not go over)
     ws, wg = (1, 1) if m <= 64 else (2 if _maps_allowed(p) else 1, 2)
     tiles_m = -(-m // (64 * wg))
     if ws == 2 and m <= 256:
@@ -184,7 +173,7 @@ def wgmma_heuristic(p: Problem, t: Target) -> Config | None:
             for bn in BNS
             if (g, bn) != (1, 256) and (bn == 64 or -(-n // bn) < -(-n // (bn // 2)))
         ]  # a wider tile only where it makes fewer column tiles (N <= 64: 64 wide)
-        fitting = [s for s in shapes if s[0] <= _WAVE]
+        fitting = [s for s in shapes if s[0] <= wave]
         tiles, bn, wg = max(fitting) if fitting else min(shapes)
         kb = 2 if (wg, bn) == (1, 64) else 1
     else:
@@ -193,7 +182,7 @@ def wgmma_heuristic(p: Problem, t: Target) -> Config | None:
         else:
             bn, kb = (128, 1) if tiles_m * -(-n // 128) >= 100 and n > 64 else (64, 2)
         tiles = tiles_m * -(-n // bn)
-    split = 2 if tiles * 2 <= _WAVE and -(-k // (64 * kb)) >= 4 else 1
+    split = 2 if tiles * 2 <= wave and -(-k // (64 * kb)) >= 4 else 1
     for stages in (8, 6, 4, 3):
         c = wgmma_config(wg, bn, kb, stages, split, ws)
         total = c.shared_memory + static_bytes(stages)

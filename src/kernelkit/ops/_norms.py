@@ -13,7 +13,7 @@ from .._select.select import Selection
 from . import _rows
 from ._common import float_array
 from ._prepared import FORCED, SIGNERS, routed, signature, store
-from ._rowops import make_row_op
+from ._rows import make_row_op
 
 __all__ = ["layer_norm", "rms_norm"]
 

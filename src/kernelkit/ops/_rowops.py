@@ -1,22 +1,16 @@
-"""The row-wise op family (softmax, rms_norm, layer_norm) on the selection stage: one generic
-implementation, ``rows``, whose configs are (BLOCK threads per row, ITEMS vector loads per
+"""The rules of the row-wise op family (softmax, rms_norm, layer_norm): match, fits, grid,
+heuristic and the configs of its one generic implementation, ``rows`` (registered by
+``_rows.make_row_op``), whose configs are (BLOCK threads per row, ITEMS vector loads per
 thread kept in registers, ITEMS=0 looping over long rows; ROWS rows per block, so that short
 rows still fill blocks of 128 threads or more)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
-
-from .._api import kernel
-from .._errors import ArgumentError, ArgumentTypeError
 from .._records import Problem, Target
-from .._select.records import Config, KernelChoice
-from .._select.registry import Implementation, Op
-from . import _rows, _rows_long
-from ._common import FLOAT_DTYPES, OpRunner, empty, one_output_launch, run_prepared, vec_width
+from .._select.records import Config
+from ._common import vec_width
 
-__all__ = ["CONFIGS", "make_row_op"]
+__all__ = ["CONFIGS", "config", "fits", "grid", "heuristic", "match"]
 
 BLOCKS = (32, 64, 128, 256, 512, 1024)
 ITEMS = (0, 1, 2, 4, 8)
@@ -84,72 +78,3 @@ def match(problem: Problem, target: Target) -> str | None:
     if dtype not in DTYPES:
         return f"dtype {dtype} is not one of {', '.join(DTYPES)}"
     return None
-
-
-def make_row_op(
-    name: str,
-    inputs: Sequence[str],
-    row_call: str,
-    source: str,
-    template: Any,
-    aligned: tuple[str, ...] = (),
-    names: tuple[str, ...] = (),
-) -> tuple[Op, OpRunner]:
-    """An op over rows of ``x``'s last dimension. ``row_call`` calls the row function (with
-    ``VECTOR``), ``source`` defines it, ``template(problem)`` gives the dtype template values;
-    ``names``: the inputs as the op's caller names them, for messages."""
-    k = kernel(
-        f"ops_{name}",
-        list(inputs),
-        ["y"],
-        _rows.body(row_call, aligned),
-        header=_rows.HEADER + source,
-    )
-
-    def prepare(choice: KernelChoice, problem: Problem, output_dtype: Any) -> Any:
-        """``launch(arrays, out)`` with the template, geometry and output fixed once."""
-        shape = problem.arg("x").shape
-        if problem.attr("rows") == 0 or problem.attr("N") == 0:  # nothing to launch
-            return lambda arrays, out: out if out is not None else empty(arrays[0], shape)
-        kw: dict[str, Any] = {
-            "grid": choice.grid,
-            "threadgroup": choice.config.threadgroup,
-            "template": (
-                *choice.config.template,
-                *((("ROWS", 1),) if "ROWS" not in choice.config.values else ()),
-                ("ND", len(shape)),
-                *template(problem),
-            ),
-        }
-        return one_output_launch(k, kw, shape, output_dtype)
-
-    run = run_prepared(prepare)
-
-    op = Op(name, key=["x.dtype", "N", "rows:pow2"])
-    op.register(
-        Implementation(
-            "rows",
-            run=run,
-            prepare=prepare,
-            grid=grid,
-            configs=CONFIGS,
-            default=config(256, 0),
-            heuristic=heuristic,
-            match=match,
-            fits=fits,
-        )
-    )
-    _rows_long.register(op, name, inputs, template, aligned)
-
-    def attrs(problem: Problem, options: dict[str, Any]) -> dict[str, Any]:
-        shape, dtype = problem.arg("x").shape, problem.arg("x").dtype
-        if dtype not in FLOAT_DTYPES:
-            raise ArgumentTypeError(f"[{name}] x must be float16, bfloat16 or float32, got {dtype}")
-        if len(shape) == 0:
-            raise ArgumentError(f"[{name}] x must have at least one dimension, got a 0-d array")
-        rows = 1
-        for d in shape[:-1]:
-            rows *= d
-        return {"rows": rows, "N": shape[-1], **options}
-
-    return op, OpRunner(op, k.spec, attrs, out_shape=lambda p: p.arg("x").shape, names=tuple(names))

@@ -11,7 +11,6 @@ The register kernel (``rows``) reads a row once only while it fits its registers
 
 from __future__ import annotations
 
-import importlib.resources
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -19,15 +18,12 @@ from .._api import kernel
 from .._records import Problem, Target
 from .._select.records import Config, KernelChoice
 from .._select.registry import Implementation, Op
-from . import _rows
 from ._common import empty, one_output_launch, run_prepared, vec_width
+from ._kernel_files import source
 
 __all__ = ["CLUSTER_SIZES", "KERNELS", "REGISTER_VECTORS", "register", "slice_bytes"]
 
-SOURCE = (
-    importlib.resources.files("kernelkit.ops").joinpath("rows/kernels/rows_smem.cuh").read_text()
-)
-HEADER = _rows.HEADER + _rows.SOFTMAX + SOURCE
+HEADER = source("rows", "rows", "softmax", "rows_smem")  # the row helpers, softmax's, ours
 
 REGISTER_VECTORS = 2048  # the longest row (in 16-byte vectors) ``rows`` keeps in registers
 CLUSTER_SIZES = (2, 3, 4, 6, 8)  # a kernel each (the cluster shape is a kernel attribute)
@@ -45,15 +41,7 @@ _ARGS = {
     "layer_norm": "(x, y, w, b, eps, r, n)",
 }
 
-_BODY = r"""
-const long long n = x_shape[ND - 1];  // x is row-contiguous; grid: CL blocks a row, no padding
-const long long r = blockIdx.x / CL;
-if (n % kk_pack<T>::N == 0 && kk_aligned16(x) && kk_aligned16(y) EXTRA_ALIGN) {
-  kk_long_row<T, WT, KIND, BLOCK, CL, true>ARGS;
-} else {
-  kk_long_row<T, WT, KIND, BLOCK, CL, false>ARGS;
-}
-"""
+_BODY = source("rows", "long_row_body")  # ARGS, KIND, EXTRA_ALIGN filled per op
 
 
 def config(block: int, cl: int) -> Config:

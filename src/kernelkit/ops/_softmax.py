@@ -11,7 +11,7 @@ from .._select.select import Selection
 from . import _rows
 from ._common import move_last
 from ._prepared import FORCED, SIGNERS, routed, signature, store
-from ._rowops import make_row_op
+from ._rows import make_row_op
 
 __all__ = ["softmax"]
 

@@ -80,6 +80,7 @@ class CPUBackend(Backend):
             max_shared_memory_optin_bytes=227 * 1024,
             warp_size=32,
             features=frozenset({"cpu", "clusters", TIME_LIMIT_FEATURE}),
+            multiprocessor_count=worker_count(),  # the threads that run blocks at once
         )
 
     def compiler_identity(self) -> str:

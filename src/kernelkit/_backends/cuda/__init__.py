@@ -48,6 +48,11 @@ def _kernel_function(source: KernelSource) -> list[str]:
     ]
 
 
+# SMs of each arch's data-centre part (A100 108, H100/H200 132, B200 148), for a target made
+# without a device (``target_for_arch``): heuristics size one wave of blocks by it.
+_TYPICAL_SMS = {80: 108, 90: 132, 100: 148}
+
+
 class CUDABackend(Backend):
     """NVIDIA GPUs through NVRTC (compile) and the CUDA driver API (load, launch)."""
 
@@ -87,6 +92,7 @@ class CUDABackend(Backend):
             max_shared_memory_optin_bytes=a("MAX_SHARED_MEMORY_PER_BLOCK_OPTIN"),
             warp_size=a("WARP_SIZE"),
             features=self._features(major * 10 + minor),
+            multiprocessor_count=a("MULTIPROCESSOR_COUNT"),
         )
 
     @staticmethod
@@ -113,6 +119,8 @@ class CUDABackend(Backend):
         return [f"sm_{a}" for a in nvrtc.supported_archs()]
 
     def target_for_arch(self, arch: str) -> Target:
+        """A device-less target for compiling ahead of time: an H100's limits, and the SM
+        count of the arch's data-centre part (``_TYPICAL_SMS``)."""
         cc = int(arch.removeprefix("sm_").removeprefix("compute_").rstrip("af"))
         return Target(
             self.name,
@@ -126,6 +134,7 @@ class CUDABackend(Backend):
             227 * 1024,
             32,
             self._features(cc),
+            _TYPICAL_SMS.get(cc // 10 * 10, 1),
         )
 
     def compiler_identity(self) -> str:

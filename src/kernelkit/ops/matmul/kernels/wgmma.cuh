@@ -1,167 +1,4 @@
-"""The kernel source of ``matmul``'s Hopper tile kernel (``wgmma``): the wgmma and TMA PTX
-helpers, the stage copies (CPU-testable), the kernel and the two bodies (cp.async: WS = 0, 1;
-TMA: WS = 2). The design, the configs and the rules are in ``_matmul_wgmma``."""
 
-from __future__ import annotations
-
-from ._matmul_cluster import CLUSTER_PTX
-from ._matmul_kernels import EPILOGUE, MMA_PTX
-from ._matmul_slab import BULK_PTX
-
-__all__ = [
-    "BNS",
-    "WGMMA",
-    "WGMMA_BODY",
-    "WGMMA_COPIES",
-    "WGMMA_KERNEL",
-    "WGMMA_PTX",
-    "WGMMA_TMA_BODY",
-]
-
-BNS = (64, 128, 256)  # the n sides of the wgmma instructions generated below
-_PTX_TYPES = {"__half": "f16", "__nv_bfloat16": "bf16"}
-
-
-def _wgmma_instruction(ctype: str, n: int) -> str:
-    """``kk_wgmma<ctype, n>``: one m64nNk16 step, fp32 accumulators d += A B^T, A and B K-major in
-    shared memory (descriptors a, b), for the operand type ``ctype``."""
-    regs = n // 2
-    outs = ", ".join(f"%{i}" for i in range(regs))
-    binds = ", ".join(f'"+f"(d[{i}])' for i in range(regs))
-    t = _PTX_TYPES[ctype]
-    return (
-        f"template <> __device__ __forceinline__ void kk_wgmma<{ctype}, {n}>(\n"
-        f"    float (&d)[{regs}], unsigned long long a, unsigned long long b) {{\n"
-        f'  asm volatile("{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{regs + 2}, 0;\\n"\n'
-        f'      "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{t}.{t} "\n'
-        f'      "{{{outs}}}, %{regs}, %{regs + 1}, p, 1, 1, 0, 0;\\n}}\\n"\n'
-        f"      : {binds}\n"
-        f'      : "l"(a), "l"(b), "n"(1));\n'
-        f"}}\n"
-    )
-
-
-WGMMA_PTX = r"""
-// sm_90a warpgroup MMA. A shared-memory operand descriptor for a K-major tile of 128-byte rows
-// in the 128-byte swizzle: start address >> 4 (bits 0-13), leading offset 16 bytes (unused when
-// swizzled), stride 1024 bytes between 8-row groups (bits 32-45), layout 1 = 128B swizzle.
-__device__ __forceinline__ unsigned long long kk_wg_desc(unsigned addr) {
-  return (unsigned long long)((addr & 0x3FFFFu) >> 4) | (1ull << 16) | (64ull << 32) |
-         (1ull << 62);
-}
-__device__ __forceinline__ void kk_wgmma_fence() {
-  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-}
-__device__ __forceinline__ void kk_wgmma_commit() {
-  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-}
-template <int N>
-__device__ __forceinline__ void kk_wgmma_wait() {
-  asm volatile("wgmma.wait_group.sync.aligned %0;\n" :: "n"(N) : "memory");
-}
-// A tensor copy of the box at (c0, c1) (elements; c0 the contiguous dimension) of a 2-D map into
-// shared memory at dst, counted into mbarrier bar by its bytes (zeros past the edges count too).
-__device__ __forceinline__ void kk_tma_2d(unsigned dst, const kk_tensor_map* map, int c0, int c1,
-                                          unsigned bar) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
-      " [%0], [%1, {%2, %3}], [%4];\n"
-      :: "r"(dst), "l"(map), "r"(c0), "r"(c1), "r"(bar) : "memory");
-}
-// Keeps the compiler from moving accumulators between registers while a wgmma owns them.
-template <int R>
-__device__ __forceinline__ void kk_wg_pin(float (&d)[R]) {
-#pragma unroll
-  for (int i = 0; i < R; ++i) asm volatile("" : "+f"(d[i]) :: "memory");
-}
-template <class T, int N>
-__device__ __forceinline__ void kk_wgmma(float (&d)[N / 2], unsigned long long a,
-                                         unsigned long long b);
-""" + "".join(_wgmma_instruction(c, n) for c in _PTX_TYPES for n in BNS)
-
-WGMMA_COPIES = r"""
-// --- wgmma: y = act(x @ w^T + bias), sm_90a -------------------------------------------------
-// Block b: cluster tile b / SPLIT (m tiles fastest: neighbours share a weight tile in L2), rank
-// b % SPLIT, its k tiles [kt0, kt1). Stages of [BM + BN rows x 128 bytes] x KB (x's rows then
-// w's, 128-byte swizzle: chunk c of row r at c ^ (r % 8)) come through a ring of S stages.
-struct kk_wg_tile {
-  long long m0, n0;
-  int kt0, kts;
-  unsigned rank;
-};
-// K as the compiler cannot see through (a value it will not hoist out of a loop), on the GPU.
-__device__ __forceinline__ long long kk_wg_opaque(long long v) {
-#ifdef __CUDA_ARCH__
-  asm volatile("mov.b64 %0, %1;\n" : "=l"(v) : "l"(v));
-#endif
-  return v;
-}
-
-// Thread p of P: its 16-byte cp.async copies of k tile kt into `stage` (rows past M or N and k
-// past K zero-filled); neighbouring threads copy neighbouring 16 bytes of a row.
-template <class T, int BM, int BN, int KB, int P>
-__device__ __forceinline__ void kk_wg_copy_stage(unsigned stage, int p, const T* x, const T* w,
-                                                 const kk_wg_tile& tl, int kt, long long M,
-                                                 long long N, long long K) {
-  constexpr unsigned SUB = (BM + BN) * 128u;
-  constexpr int COPIES = (BM + BN) * 8 * KB / P;
-  static_assert((BM + BN) * 8 * KB % P == 0, "the config rules");
-  const long long k = (long long)kt * 64 * KB;
-#pragma unroll
-  for (int j = 0; j < COPIES; ++j) {
-    const int c = p + j * P, r = c / (8 * KB), kc = c % (8 * KB), ch = kc & 7;
-    const bool is_x = r < BM;
-    const long long row = is_x ? tl.m0 + r : tl.n0 + (r - BM), kk = k + 8 * kc;
-    const bool full = row < (is_x ? M : N) && kk < K;
-    const T* src = full ? (is_x ? x : w) + row * K + kk : x;
-    kk_mma_cp16(stage + (kc >> 3) * SUB + r * 128u + ((ch ^ (r & 7)) << 4), src, full);
-  }
-}
-
-// The copying warpgroup's thread p (of 128) for one stage (WS = 1): it always takes the same
-// 16-byte column kc of rows r0, r0 + RSTEP, ..., so whether a copy is x's or w's is known when
-// compiling, a row's bounds check holds for every stage (rows_ok, bit j), and the addresses
-// are a multiply-add each. K passes through an empty asm every stage so that the compiler does
-// not keep every copy's address in registers between stages.
-template <class T, int BM, int BN, int KB>
-__device__ __forceinline__ void kk_wg_produce(unsigned stage, int p, const T* x, const T* w,
-                                              const kk_wg_tile& tl, int kt,
-                                              unsigned long long rows_ok, long long K) {
-  constexpr int CPR = 8 * KB, RSTEP = 128 / CPR, J = (BM + BN) / RSTEP;
-  constexpr unsigned SUB = (BM + BN) * 128u;
-  static_assert(128 % CPR == 0 && BM % RSTEP == 0 && J <= 64, "the config rules");
-  const long long k_rows = kk_wg_opaque(K);
-  constexpr int XJ = BM / RSTEP;  // copies j < XJ are x's rows, the others w's
-  const int kc = p % CPR, r0 = p / CPR, ch = kc & 7;
-  const long long kk = (long long)kt * 64 * KB + 8 * kc, step = RSTEP * k_rows;
-  const bool k_in = kk < K;
-  const T* src = x + (tl.m0 + r0) * k_rows + kk;  // row j's, advanced a row step at a time
-  const unsigned dst = stage + (kc >> 3) * SUB;
-#pragma unroll
-  for (int j = 0; j < J; ++j) {
-    if (j == XJ) src = w + (tl.n0 + r0) * k_rows + kk;
-    const int r = r0 + j * RSTEP;
-    const bool full = k_in && ((rows_ok >> j) & 1ull);
-    kk_mma_cp16(dst + r * 128u + ((ch ^ (r & 7)) << 4), full ? src : x, full);
-    src += step;
-  }
-}
-// Bit j: whether the copying thread p's row j (of kk_wg_produce) is inside x or w.
-template <int BM, int BN, int KB>
-__device__ __forceinline__ unsigned long long kk_wg_rows_ok(int p, const kk_wg_tile& tl,
-                                                            long long M, long long N) {
-  constexpr int RSTEP = 16 / KB, J = (BM + BN) / RSTEP, XJ = BM / RSTEP;
-  unsigned long long ok = 0;
-  for (int j = 0; j < J; ++j) {
-    const long long row = j < XJ ? tl.m0 + p / (8 * KB) + j * RSTEP
-                                 : tl.n0 + p / (8 * KB) + (j - XJ) * RSTEP;
-    ok |= (unsigned long long)(row < (j < XJ ? M : N)) << j;
-  }
-  return ok;
-}
-"""
-
-WGMMA_KERNEL = r"""
 template <int BM, int BN, int KB, int SPLIT>
 __device__ __forceinline__ kk_wg_tile kk_wg_tile_of(long long M, long long N, long long K) {
   kk_wg_tile w;
@@ -290,8 +127,6 @@ __device__ __forceinline__ void kk_wg_tma_produce(unsigned base, unsigned long l
   }
 }
 
-// WS = 0: every thread copies; S - 2 stages are in flight while the tensor cores take one and
-// the one before it may still be read by an unfinished wgmma; one block barrier a stage.
 // WS = 1: warp-specialized. Warpgroup WG (the last) only copies: stage i waits on `empty` until
 // the consumers are done with stage i - S, and each producer thread's copies of the stage are
 // counted into `full` when they land (cp.async.mbarrier.arrive: no thread waits for them). The
@@ -306,9 +141,9 @@ __device__ __forceinline__ void kk_wgmma_gemm(const T* x, const T* w, const kk_t
   constexpr int BM = 64 * WG, ACC = BN / 2, CONSUMERS = 128 * WG;
   constexpr int THREADS = CONSUMERS + (WS == 2 ? 32 : 128 * WS);
   constexpr unsigned STAGE = KB * (BM + BN) * 128u;
-  static_assert(S >= 3 && WS >= 0 && WS <= 2, "the config rules");
+  static_assert(S >= 3 && WS >= 1 && WS <= 2, "the config rules");
   extern __shared__ __align__(1024) unsigned char kk_wg_smem[];
-  __shared__ unsigned long long full[S], empty[S];  // WS = 1, 2 only
+  __shared__ unsigned long long full[S], empty[S];
   const unsigned raw = kk_mma_smem_u32(kk_wg_smem), base = (raw + 1023u) & ~1023u;
   float* red = reinterpret_cast<float*>(kk_wg_smem + (base - raw));  // the ring, reused
   const int t = threadIdx.x, wg = t >> 7;
@@ -316,30 +151,7 @@ __device__ __forceinline__ void kk_wgmma_gemm(const T* x, const T* w, const kk_t
   float acc[ACC];
 #pragma unroll
   for (int j = 0; j < ACC; ++j) acc[j] = 0.0f;
-  if constexpr (WS == 0) {
-    auto load = [&](int i) {  // k tile kt0 + i into stage i % S; always a commit group
-      if (i < tl.kts)
-        kk_wg_copy_stage<T, BM, BN, KB, THREADS>(base + (i % S) * STAGE, t, x, w, tl,
-                                                 tl.kt0 + i, M, N, K);
-      kk_mma_commit();
-    };
-    for (int i = 0; i < S - 2; ++i) load(i);
-    for (int i = 0; i < tl.kts; ++i) {
-      kk_mma_wait<S - 3>();  // this thread's copies of stage i are in
-      asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // seen by the tensor cores
-      __syncthreads();  // every copy of stage i is in; every wgmma of stage i - 2 is done
-      load(i + S - 2);  // into stage (i - 2) % S
-      kk_wg_pin(acc);
-      kk_wgmma_fence();
-      kk_wg_mma_stage<T, BM, BN, KB>(acc, base + (i % S) * STAGE, wg);
-      kk_wgmma_commit();
-      kk_wg_pin(acc);
-      kk_wgmma_wait<1>();  // stage i - 1's wgmma is done
-    }
-    kk_wgmma_wait<0>();
-    kk_wg_pin(acc);
-    kk_mma_wait<0>();  // no copy into the ring is left (the last groups are empty)
-  } else if constexpr (WS == 1) {
+  if constexpr (WS == 1) {
     if (t == 0) {
       for (int s = 0; s < S; ++s) {
         asm volatile("mbarrier.init.shared::cta.b64 [%0], 128;\n"  // the producer threads
@@ -386,24 +198,3 @@ __device__ __forceinline__ void kk_wgmma_gemm(const T* x, const T* w, const kk_t
   __trap();  // sm_90a only (the match rule): wgmma is an arch-specific instruction
 #endif
 }
-"""
-
-# The header: the shared epilogue, cp.async helpers, cluster helpers, wgmma, the kernel.
-WGMMA = EPILOGUE + MMA_PTX + BULK_PTX + CLUSTER_PTX + WGMMA_PTX + WGMMA_COPIES + WGMMA_KERNEL
-
-WGMMA_BODY = r"""
-const long long M = x_shape[0];  // x is 2-D (a batch is flattened first)
-const long long K = x_shape[1];
-const long long N = w_shape[0];
-kk_wgmma_gemm<T, TB, TY, WG, BN, KB, S, SPLIT, WS, ACT, HAS_BIAS>(x, w, nullptr, nullptr, bias, y,
-                                                                  M, N, K);
-"""
-
-# WS = 2: x and w also come as tensor maps (kernelkit.tensor_map, made by the op per call).
-WGMMA_TMA_BODY = r"""
-const long long M = x_shape[0];
-const long long K = x_shape[1];
-const long long N = w_shape[0];
-kk_wgmma_gemm<T, TB, TY, WG, BN, KB, S, SPLIT, WS, ACT, HAS_BIAS>(x, w, &x_map, &w_map, bias, y, M,
-                                                                  N, K);
-"""

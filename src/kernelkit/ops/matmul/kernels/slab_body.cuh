@@ -1,0 +1,5 @@
+
+const long long K = x_shape[1];  // x is 2-D (a batch is flattened first)
+const long long M = x_shape[0];
+const long long N = w_shape[0];
+kk_gemv_slab<T, TB, TY, THREADS, ROWS, SKB, JPR, S, MX, ACT, HAS_BIAS>(x, w, bias, y, M, N, K);

@@ -1,0 +1,117 @@
+
+template <class T> struct kk_pack { static constexpr int N = 16 / sizeof(T); };
+template <class T> struct alignas(16) kk_vec { T v[kk_pack<T>::N]; };
+
+__device__ __forceinline__ float kk_warp_sum(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+__device__ __forceinline__ float kk_warp_max(float v) {
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+// Every thread of a row's BLOCK threads gets the row's total. `red` holds 32 floats of shared
+// memory (one per warp of the block: a block holds ROWS rows of BLOCK threads, at most 1024
+// threads). Each reduction of a row function gets its own `red`, so no barrier is needed after
+// reading it back.
+template <int BLOCK, bool MAX>
+__device__ __forceinline__ float kk_block_reduce(float v, float* red) {
+  v = MAX ? kk_warp_max(v) : kk_warp_sum(v);
+  if (BLOCK > 32) {
+    constexpr int W = BLOCK / 32;  // warps per row
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    if (lane == 0) red[warp] = v;
+    __syncthreads();
+    v = lane < W ? red[(warp & ~(W - 1)) + lane] : (MAX ? -INFINITY : 0.0f);
+    v = MAX ? kk_warp_max(v) : kk_warp_sum(v);
+  }
+  return v;
+}
+
+// A row kept in registers in its own type: ITEMS 16-byte vectors per thread, each as four
+// 32-bit words (a struct of bf16 would take a register per element, twice the words). Thread
+// t's item `it` is the vector at element kk_at(it, t) of the row.
+struct alignas(16) kk_words { unsigned w[4]; };
+
+template <class T, int BLOCK>
+__device__ __forceinline__ int kk_at(int it, int t) {
+  return (it * BLOCK + t) * kk_pack<T>::N;
+}
+
+// Element j of a vector, as float, and the bits of a float rounded to T (memcpy: the bit cast
+// that works for every T without naming it).
+template <class T>
+__device__ __forceinline__ float kk_get(const kk_words& p, int j) {
+  constexpr int PER = 4 / sizeof(T);
+  const unsigned w = p.w[j / PER];
+  if (PER == 1) return __uint_as_float(w);
+  const unsigned short b = (unsigned short)(j % PER ? w >> 16 : w & 0xffffu);
+  T h;
+  memcpy(&h, &b, sizeof(T));
+  return (float)h;
+}
+
+template <class T>
+__device__ __forceinline__ void kk_set(kk_words& p, int j, float f) {
+  constexpr int PER = 4 / sizeof(T);
+  if (PER == 1) {
+    p.w[j] = __float_as_uint(f);
+    return;
+  }
+  const T h = T(f);
+  unsigned short b;
+  memcpy(&b, &h, sizeof(T));
+  unsigned& w = p.w[j / PER];
+  w = j % PER ? (w & 0xffffu) | ((unsigned)b << 16) : (w & 0xffff0000u) | b;
+}
+
+template <class T>
+__device__ __forceinline__ void kk_fill(kk_words& p, float f) {
+  for (int j = 0; j < kk_pack<T>::N; ++j) kk_set<T>(p, j, f);
+}
+
+// An empty asm that "changes" every word: the compiler converts the elements again after it
+// instead of keeping the floats of an earlier pass live (twice a bf16 row's registers).
+template <int ITEMS>
+__device__ __forceinline__ void kk_reconvert(kk_words (&v)[ITEMS]) {
+  for (int it = 0; it < ITEMS; ++it)
+    for (int k = 0; k < 4; ++k) asm volatile("" : "+r"(v[it].w[k]));
+}
+
+// An aligned row's vectors (n % VEC == 0): those past n are `fill` on load and not stored.
+template <class T, int BLOCK, int ITEMS>
+__device__ __forceinline__ void kk_load_row(const T* row, int n, int t, kk_words (&v)[ITEMS],
+                                            float fill) {
+  for (int it = 0; it < ITEMS; ++it) {
+    const int base = kk_at<T, BLOCK>(it, t);
+    if (base < n) {
+      v[it] = *reinterpret_cast<const kk_words*>(row + base);
+    } else {
+      kk_fill<T>(v[it], fill);
+    }
+  }
+}
+
+template <class T, int BLOCK, int ITEMS>
+__device__ __forceinline__ void kk_store_row(T* row, int n, int t, const kk_words (&v)[ITEMS]) {
+  for (int it = 0; it < ITEMS; ++it) {
+    const int base = kk_at<T, BLOCK>(it, t);
+    if (base < n) *reinterpret_cast<kk_words*>(row + base) = v[it];
+  }
+}
+
+// 2^x on the special-function unit (ex2.approx.ftz: about 2 ulp; results under 2^-126 flush
+// to zero, which a softmax, whose sum is at least 1, cannot see); exp2f on the CPU backend.
+__device__ __forceinline__ float kk_exp2(float x) {
+#ifdef __CUDA_ARCH__
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+#else
+  return exp2f(x);
+#endif
+}
+
+__device__ __forceinline__ bool kk_aligned16(const void* p) {
+  return (((unsigned long long)p) & 15ull) == 0;
+}
