@@ -44,6 +44,7 @@ def test_kernelkit_all_snapshot():
         "struct",
         "tensor_map",
         "tune_op",
+        "tune_spec",
     ]
     for name in kernelkit.__all__:
         assert hasattr(kernelkit, name)
