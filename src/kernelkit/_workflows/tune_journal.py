@@ -93,7 +93,7 @@ class Journal:
             return None
         base = self.folder / _name(m)
         try:
-            d = json.loads(read_regular(base.with_suffix(".json"), _MAX_JSON_BYTES))
+            d = json.loads(read_regular(_file(base, ".json"), _MAX_JSON_BYTES))
         except FileNotFoundError:
             return None
         except (OSError, ValueError, RecursionError) as e:
@@ -102,7 +102,7 @@ class Journal:
         try:
             outputs = None
             if d.get("status") == "ok" and not d.get("judged"):
-                outputs = _read_outputs(base.with_suffix(".npz"))
+                outputs = _read_outputs(_file(base, ".npz"))
             return Measured.from_dict(d, outputs)
         except Exception as e:  # noqa: BLE001 - anything wrong in a stored file: measure again
             self._drop(base, f"{type(e).__name__}: {e}")
@@ -124,7 +124,7 @@ class Journal:
             text = json.dumps(result.to_dict(), sort_keys=True, allow_nan=False)
             publish(self.folder, base.name + ".json", text.encode())
             if result.judged:
-                disk._unlink(base.with_suffix(".npz"))
+                disk._unlink(_file(base, ".npz"))
         except (OSError, ValueError) as e:
             if not self._warned:
                 self._warned = True
@@ -142,8 +142,12 @@ class Journal:
             RuntimeWarning,
             stacklevel=3,
         )
-        disk._unlink(base.with_suffix(".json"))
-        disk._unlink(base.with_suffix(".npz"))
+        disk._unlink(_file(base, ".json"))
+        disk._unlink(_file(base, ".npz"))
+
+
+def _file(base: Path, suffix: str) -> Path:
+    return base.with_name(base.name + suffix)  # the name holds dots: never with_suffix
 
 
 def _read_outputs(path: Path) -> tuple[Any, ...]:
