@@ -101,7 +101,7 @@ def _statuses(tuning):
 
 
 class _Cut(BaseException):
-    """Stands for Ctrl-C: a BaseException, as KeyboardInterrupt (``except Exception`` lets it by)."""
+    """Stands for Ctrl-C: a BaseException as KeyboardInterrupt (``except Exception`` lets it by)."""
 
 
 class _Counting:
