@@ -3,6 +3,7 @@ naming them (others keep working), strict mode raising."""
 
 from __future__ import annotations
 
+import os
 import sys
 import types
 import warnings
@@ -245,6 +246,10 @@ def test_a_host_array_does_not_import_the_cuda_backend():
         "k([x], output_shapes=[(4,)], output_dtypes=[x.dtype], grid=(4,1,1), threadgroup=(4,1,1))\n"
         "print('kernelkit._backends.cuda' in sys.modules)\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    src = os.path.dirname(os.path.dirname(_registry.__file__))  # this checkout's kernelkit
+    env = {**os.environ, "PYTHONPATH": src, "KERNELKIT_PRELOAD": "0"}  # preloaded: no cuInit
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"
