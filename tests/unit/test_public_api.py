@@ -98,6 +98,7 @@ HEAVY = [
     "cuda.bindings.nvrtc",
     "cuda.bindings",
     "ml_dtypes",
+    "ray",  # kernelkit tune --ray imports it when asked for
 ]
 
 

@@ -261,6 +261,11 @@ def main_tune(args: Any) -> int:
     if all(n in OPS for n in names):
         from .tune_op import main_tune_op
 
+        given = [f for f, on in (("--ray", args.ray is not None), ("--fresh", args.fresh),
+                                 ("--export", args.export)) if on]  # fmt: skip
+        if given:
+            print(f"kernelkit tune: {', '.join(given)} are for tune specs", file=sys.stderr)
+            return 2
         return main_tune_op(args)
     if (why := not_a_spec("tune", args.spec)) is not None:
         print(why, file=sys.stderr)

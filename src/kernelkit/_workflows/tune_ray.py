@@ -61,14 +61,15 @@ def _measure(spec: TuneSpec, source: bytes | None, run: str, m: Measurement) -> 
 
 def capacity(ray: Any, kind: str | None, resource: str) -> int:
     """Slots for measurements of ``kind`` in the cluster: ``resource`` (GPU or CPU) of the alive
-    nodes that have the kind (every node for None)."""
+    nodes that have the kind (every node for None); a GPU task holds a CPU too (Ray's default),
+    so a node runs at most as many as it has of both."""
     label = f"accelerator_type:{kind}"
-    total = 0.0
+    total = 0
     for node in ray.nodes():
         held = node.get("Resources", {})
         if node.get("Alive") and (kind is None or held.get(label, 0) > 0):
-            total += held.get(resource, 0.0)
-    return int(total)
+            total += int(min(held.get(resource, 0.0), held.get("CPU", 0.0)))
+    return total
 
 
 def _kinds_here(ray: Any) -> list[str]:

@@ -313,7 +313,7 @@ def tune_spec(
     timeout_s: float | None = None,
     quiet: bool = False,
 ) -> SpecTuning:
-    """Tune the autotuned kernel a spec file names over its shapes, as ``kernelkit tune SPEC``
+    r"""Tune the autotuned kernel a spec file names over its shapes, as ``kernelkit tune SPEC``
     does: each candidate in a worker process with a timeout, locally (``devices``: GPU indices,
     one worker each) or as Ray tasks (``ray=True`` or a cluster address; needs ``pip install
     kernelkit[ray]``), on nodes of each of the spec's ``device_kinds``. Results are stored as
@@ -322,12 +322,22 @@ def tune_spec(
     table file per device kind (a folder: ``<op>.<kind>.yaml``); ``export`` one database
     export of the run's records, to ship. ``ValueError`` names what is wrong with the spec.
 
-    Example::
+    Example (the CPU backend, a spec written on the spot)::
 
-        >>> import kernelkit
-        >>> t = kernelkit.tune_spec("docs/tune_example.yaml", quiet=True)  # doctest: +SKIP
-        >>> t.records[0].op  # doctest: +SKIP
-        'doc_axpb'
+        >>> import json, pathlib, tempfile, kernelkit
+        >>> d = pathlib.Path(tempfile.mkdtemp())
+        >>> _ = (d / "k.py").write_text(
+        ...     "import kernelkit\n"
+        ...     "body = 'uint i = blockIdx.x * blockDim.x + threadIdx.x; y[i] = x[i];'\n"
+        ...     "k = kernelkit.kernel('doc_tune_spec', ['x'], ['y'], body)\n"
+        ...     "copy = kernelkit.autotune(k, configs=[{'threadgroup': (t,)} for t in (32, 64)],\n"
+        ...     "                          key=['x.shape[0]:pow2'], grid='x')\n")
+        >>> spec = {"module": "k.py", "object": "copy", "backend": "cpu", "shapes": [
+        ...     {"inputs": {"x": {"shape": [256]}}, "outputs": {"y": {"shape": [256]}}}]}
+        >>> _ = (d / "spec.json").write_text(json.dumps(spec))
+        >>> t = kernelkit.tune_spec(d / "spec.json", store=False, fresh=True, quiet=True)
+        >>> t.records[0].op, t.measured
+        ('doc_tune_spec', 2)
     """
     from .tune import load_object, load_spec
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import stat
 import tempfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -131,6 +132,9 @@ def local_spec(spec: TuneSpec, source: bytes | None) -> TuneSpec:
     digest = hashlib.sha256(source).hexdigest()[:24]
     folder = Path(tempfile.gettempdir()) / f"kernelkit-tune-{os.getuid()}-{digest}"
     folder.mkdir(mode=0o700, exist_ok=True)
+    st = os.lstat(folder)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
+        raise OSError(f"{folder} is not a folder of this user's: the module is not written there")
     copy = folder / here.name
     if not (copy.is_file() and copy.read_bytes() == source):
         tmp = folder / f".{here.name}.{os.getpid()}.tmp"
