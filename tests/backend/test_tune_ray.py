@@ -219,3 +219,16 @@ def test_a_kind_no_node_has_is_named(cluster, tmp_path, own_tuning_db):
     spec = _spec(tmp_path, device_kinds=["H100"])
     with pytest.raises(ValueError, match=r"no node of kind 'H100'.*kinds there: KA, KB"):
         kernelkit.tune_spec(spec, ray=True, quiet=True)
+
+
+def test_the_cli_tunes_on_ray_exports_and_resumes(cluster, tmp_path, own_tuning_db, capsys):
+    from kernelkit.cli import main
+
+    spec = _spec(tmp_path, timeout_s=120)
+    args = ["tune", str(spec), "--ray", "--quiet", "--export", str(tmp_path / "r.json")]
+    assert main([*args, "--table", str(tmp_path / "t.yaml")]) == 0
+    out = capsys.readouterr().out
+    assert "2 record(s) exported" in out and "read back" not in out
+    assert len(json.loads((tmp_path / "r.json").read_text())["records"]) == 2
+    assert main(args) == 0  # the same spec again: every result read back, none measured
+    assert "8 candidate result(s) read back from an earlier run" in capsys.readouterr().out

@@ -16,6 +16,7 @@ Ray is optional (``pip install kernelkit[ray]``) and imported only here, only wh
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -156,7 +157,8 @@ def run_ray(
     ray = import_ray()
     joined = not ray.is_initialized()
     if joined:
-        ray.init(address=address, **({"include_dashboard": False} if address is None else {}))
+        local = address is None and not os.environ.get("RAY_ADDRESS")  # a new cluster
+        ray.init(address=address, **({"include_dashboard": False} if local else {}))
     try:
         dispatch = _Dispatch(ray, spec, source, run)
         slots = {}
