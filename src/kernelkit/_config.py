@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, fields
+from typing import Any
 
 
 def _bool(text: str) -> bool:
@@ -128,7 +129,7 @@ class Config:
 
 
 def _read() -> Config:
-    values = {}
+    values: dict[str, Any] = {}
     for var, field in zip(VARS, fields(Config)):
         raw = os.environ.get(var.name)
         if raw is None:

@@ -81,7 +81,7 @@ def _make_call_key() -> Callable[..., tuple]:
     exec(compile(source, "<kernelkit call_key>", "exec"), ns)  # noqa: S102 - our own text
     fn = ns["call_key"]
     fn.source = source
-    return fn  # type: ignore[no-any-return]
+    return fn
 
 
 call_key = _make_call_key()

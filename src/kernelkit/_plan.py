@@ -14,6 +14,7 @@ from ._bind import Bound
 from ._codegen import METADATA, extent_param, metadata_param
 from ._dtypes import DTYPES
 from ._hotpath import ArgRoute, generate_run
+from ._key import Guard
 from ._launch import LoadedProgram, load
 from ._records import CompileRequest, KernelSpec, Param
 from ._registry import backend_call
@@ -57,7 +58,7 @@ def build(
     template: Any,
     check: bool | None,
     verbose: bool,
-    guard: tuple | None = None,
+    guard: Guard | None = None,
 ) -> LaunchPlan:
     """Render, compile through the caches, load (once per binary and device), and prepare the
     hot path for one specialization. The launch geometry is not part of it: it comes per call."""
@@ -68,7 +69,7 @@ def build(
         spec, backend, target, *_render.arg_types(problem), template, checked
     )
     if verbose or _config.config.verbose:
-        print(request.source)
+        print(request.source)  # noqa: T201 - verbose=True / KERNELKIT_VERBOSE asks for it
     loaded = load(
         backend,
         target,

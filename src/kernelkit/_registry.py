@@ -94,7 +94,7 @@ def _load(name: str, spec: str) -> Backend | None:
         return backend
     except BackendError:
         raise
-    except Exception as e:  # a broken plugin must not take the others down
+    except Exception as e:  # noqa: BLE001 - a broken plugin must not take the others down
         _problem(name, f"import failed: {type(e).__name__}: {e}")
         return None
 
@@ -203,7 +203,7 @@ def backend_call(backend: Backend, stage: str) -> Iterator[None]:
         raise
     except NotImplementedError as e:
         raise BackendError(f"[backend {backend.name}] {e}") from e
-    except Exception as e:  # noqa: BLE001 - any plugin failure becomes one clear error
+    except Exception as e:
         raise BackendError(
             f"[backend {backend.name}] {stage} failed: {type(e).__name__}: {e}"
         ) from e

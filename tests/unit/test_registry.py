@@ -173,7 +173,7 @@ def test_backends_lists_the_working_ones_and_warns_once_per_broken_one(plugins):
 def test_strict_mode_raises_on_a_broken_plugin(plugins):
     _configure(plugins, KERNELKIT_BACKENDS_STRICT="1")
     assert isinstance(_registry.get_backend("good"), GoodBackend)
-    with pytest.raises(BackendError, match="backend old.*API version"):
+    with pytest.raises(BackendError, match=r"backend old.*API version"):
         _registry.get_backend("old")
     with pytest.raises(BackendError, match="crashing"):
         _registry.get_backend("crashing")
@@ -183,7 +183,7 @@ def test_strict_mode_raises_on_a_broken_plugin(plugins):
 
 
 def test_unknown_backend_name(plugins):
-    with pytest.raises(BackendError, match="backend 'nonesuch' is not available.*good"):
+    with pytest.raises(BackendError, match=r"backend 'nonesuch' is not available.*good"):
         _registry.get_backend("nonesuch")
 
 
@@ -195,7 +195,7 @@ def test_backend_for_device_type(plugins):
     _configure(plugins, KERNELKIT_BACKENDS="other,good")
     assert _registry.backend_for_device_type(HOST, "x").name == "other"
     assert _registry.backend_for_device_type(99, "x").name == "other"
-    with pytest.raises(BackendError, match="input 'x'.*device type 7"):
+    with pytest.raises(BackendError, match=r"input 'x'.*device type 7"):
         _registry.backend_for_device_type(7, "input 'x'")
 
 
@@ -229,10 +229,10 @@ def test_builtin_device_table_matches_the_backends():
     from kernelkit._backends.cpu import CPUBackend
     from kernelkit._backends.cuda import CUDABackend
 
-    assert _registry._BUILTIN_DEVICES == {
+    assert {
         "cuda": CUDABackend.dlpack_devices,
         "cpu": CPUBackend.dlpack_devices,
-    }
+    } == _registry._BUILTIN_DEVICES
 
 
 def test_a_host_array_does_not_import_the_cuda_backend():

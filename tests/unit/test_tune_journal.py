@@ -84,7 +84,7 @@ def test_spec_ray_fields_are_checked(tmp_path):
     s = load_spec(_write_spec(tmp_path, device_kinds=["H100", "A100-80G"], retries=1))
     assert s.device_kinds == ("H100", "A100-80G") and s.retries == 1
     for bad in ({"device_kinds": "H100"}, {"device_kinds": ["H100", "H100"]}, {"retries": -1}):
-        with pytest.raises(ValueError, match="device_kinds|retries"):
+        with pytest.raises(ValueError, match=r"device_kinds|retries"):
             load_spec(_write_spec(tmp_path, **bad))
     s = load_spec(_write_spec(tmp_path, output={"table": "tables/", "export": "r.json"}))
     assert s.table == f"{tmp_path}/tables/" and s.export == str(tmp_path / "r.json")

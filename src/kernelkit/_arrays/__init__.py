@@ -17,7 +17,7 @@ from typing import Any
 from .._dtypes import DType
 from .._errors import ArgumentTypeError
 
-__all__ = ["NULL", "Adapter", "ArrayInfo", "DLPACK_CPU", "DLPACK_CUDA", "adapter_for"]
+__all__ = ["DLPACK_CPU", "DLPACK_CUDA", "NULL", "Adapter", "ArrayInfo", "adapter_for"]
 
 DLPACK_CPU = 1
 DLPACK_CUDA = 2
@@ -62,7 +62,7 @@ class Adapter:
         fields = cls.__dict__.get("key_fields")
         if fields is not None:  # a plain function: no bound method on the hot path
             text = f"lambda x: ({''.join(_key_expr(f) + ', ' for f in fields)})"
-            cls.key = staticmethod(eval(text, {}))  # type: ignore[method-assign]  # noqa: S307
+            cls.key = staticmethod(eval(text, {}))  # type: ignore[method-assign]  # noqa: S307 - the class's own field names
 
     def key(self, x: Any) -> Any:
         raise NotImplementedError
@@ -148,7 +148,7 @@ class Adapter:
         ``plan.run`` (the default), or one that launches through the framework's runtime
         instead (JAX: XLA's FFI, on XLA's stream) and falls back to ``plan.run``. ``bound`` is
         bind's result and ``guard`` the plan's (None: unguarded). Called once per plan."""
-        return plan.run  # type: ignore[no-any-return]
+        return plan.run
 
 
 def _key_expr(field: str | tuple[str, ...]) -> str:
@@ -191,7 +191,8 @@ class NullAdapter(Adapter):
     shape_attribute = False
     key_fields = ()
     pointer_expr = "0"
-    is_contiguous = staticmethod(operator.not_)  # True for None, with no Python frame
+    # True for None, with no Python frame; a C function in place of the method, same call shape
+    is_contiguous = staticmethod(operator.not_)  # type: ignore[assignment]
 
     def pointer(self, x: Any) -> int:
         return 0

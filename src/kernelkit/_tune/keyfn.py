@@ -92,10 +92,10 @@ def _compile_key(pattern: tuple, features: Sequence[str], tag: int) -> Callable[
     lines.append(f"    return ({', '.join(parts)},)")
     source = "\n".join(lines) + "\n"
     namespace: dict[str, Any] = {"kf": _KEY_FN, "contig": _contiguous}
-    exec(compile(source, "<kernelkit autotune key>", "exec"), namespace)  # noqa: S102
+    exec(compile(source, "<kernelkit autotune key>", "exec"), namespace)  # noqa: S102 - generated from counts and indices
     fn = namespace["key"]
     fn.run_source = source
-    return fn  # type: ignore[no-any-return]
+    return fn
 
 
 def _contiguous(x: Any) -> Any:

@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from .tune_run import ShapeResult
 
-__all__ = ["TuneSpec", "load_spec", "load_object", "make_call"]
+__all__ = ["TuneSpec", "load_object", "load_spec", "make_call"]
 
 
 @dataclass
@@ -215,7 +215,7 @@ def make_call(obj: Any, spec: TuneSpec, index: int) -> dict[str, Any]:
     }
 
 
-def plot(obj: Any, spec: TuneSpec, results: list[ShapeResult], path: str) -> None:
+def plot(obj: Any, results: list[ShapeResult], path: str) -> None:
     """Time per config (x) for each shape (one line each), the winner marked with a star."""
     try:
         import matplotlib
@@ -237,7 +237,7 @@ def plot(obj: Any, spec: TuneSpec, results: list[ShapeResult], path: str) -> Non
                 [r.winner],
                 [float(r.rows[r.winner][2] or 0.0) * 1e6],
                 marker="*",
-                markersize=16,  # type: ignore[operator]
+                markersize=16,
                 color=line.get_color(),
             )
     ax.set_xticks(range(len(configs)))
@@ -303,7 +303,7 @@ def main_tune(args: Any) -> int:
         print(f"{len(tuning.records)} record(s) exported to {tuning.export}")
     if args.plot:
         try:
-            plot(obj, spec, list(tuning.results), args.plot)
+            plot(obj, list(tuning.results), args.plot)
         except ValueError as e:
             print(f"kernelkit tune: {e}", file=sys.stderr)
             return 2

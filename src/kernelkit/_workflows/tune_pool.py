@@ -107,7 +107,8 @@ def _collect(workers: list[_Worker], arrived: Callable, timeout_s: float) -> Non
     for conn in wait(list(busy), timeout=0.2):
         w = busy[conn]
         task = w.task
-        assert task is not None
+        if task is None:  # answered while it was being killed for its timeout
+            continue
         try:
             result = w.conn.recv()
             w.task = None

@@ -203,7 +203,7 @@ def record_of(obj: Any, result: ShapeResult) -> Any:
     )
 
 
-def report(obj: Any, spec: Any, results: list[ShapeResult]) -> str:
+def report(spec: Any, results: list[ShapeResult]) -> str:
     """Per kind and shape: every candidate's line, the winner starred."""
     from .._tune.tuner import candidate_line
 
@@ -380,5 +380,5 @@ def tune_parsed(
         for record in records:
             current.put(record)
     tables, out = write_outputs(obj, results, table or spec.table, export or spec.export)
-    text = report(obj, spec, results)
+    text = report(spec, results)
     return SpecTuning(obj.name, tuple(results), records, tables, out, measured, text)

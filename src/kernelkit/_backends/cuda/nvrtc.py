@@ -19,7 +19,7 @@ _HEADERS = {  # need -> (headers to include, in order)
 
 
 @functools.cache
-def nvrtc():  # noqa: ANN201 - the cuda.bindings.nvrtc module
+def nvrtc():
     return deps.require("cuda.bindings.nvrtc")
 
 
@@ -164,7 +164,7 @@ def includes_for(needs: frozenset[str]) -> str:
     return "\n".join(lines)
 
 
-def _output(prog, what: str) -> bytearray:  # noqa: ANN001
+def _output(prog, what: str) -> bytearray:
     """NVRTC's ``nvrtcGet<what>`` result, written into a buffer kernelkit owns.
 
     Never a ``bytes`` object: NVRTC writes into the buffer, and CPython shares small ``bytes``
@@ -177,7 +177,7 @@ def _output(prog, what: str) -> bytearray:  # noqa: ANN001
     return buf
 
 
-def _log(prog) -> str:  # noqa: ANN001
+def _log(prog) -> str:
     return _output(prog, "ProgramLog").rstrip(b"\x00").decode(errors="replace")
 
 
