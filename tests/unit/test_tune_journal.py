@@ -103,3 +103,11 @@ def test_ray_is_optional_and_named_when_missing(tmp_path, monkeypatch, capsys, o
 
     assert main(["tune", str(spec), "--ray", "--quiet", "--no-database"]) == 2
     assert "pip install kernelkit[ray]" in capsys.readouterr().err
+
+
+def test_a_kinds_table_rows_name_the_kind_only_when_the_device_name_holds_it():
+    from kernelkit._workflows.tune_run import _device_name
+
+    assert _device_name("H100", "NVIDIA H100 80GB HBM3") == "H100"
+    assert _device_name("A100-80G", "NVIDIA A100-SXM4-80GB") == "NVIDIA A100-SXM4-80GB"
+    assert _device_name(None, "NVIDIA H100 80GB HBM3") is None

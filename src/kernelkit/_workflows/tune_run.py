@@ -220,8 +220,10 @@ def report(spec: Any, results: list[ShapeResult]) -> str:
 
 
 def table_entries(obj: Any, results: list[ShapeResult], kind: str | None = None) -> list[Any]:
-    """The table rows of ``results`` measured on ``kind`` (its rows match devices whose name
-    contains the kind; without kinds, any device of the measured arch)."""
+    """The table rows of ``results`` measured on ``kind``. A row matches devices whose name
+    contains the kind when the measured device's name does (H100 in 'NVIDIA H100 80GB HBM3'),
+    else the measured device's whole name (Ray's A100-80G is not in 'NVIDIA A100-SXM4-80GB');
+    without kinds, any device of the measured arch."""
     from .._select.tables import TableEntry
 
     entries = []
@@ -234,12 +236,18 @@ def table_entries(obj: Any, results: list[ShapeResult], kind: str | None = None)
                     impl=record.impl,
                     config=record.config,
                     arch=record.env.arch,
-                    device_name=kind,
+                    device_name=_device_name(kind, record.env.device),
                     exact=tuple(record.key),
                     note=f"kernelkit tune: {record.best_us} us on {record.env.device}",
                 )
             )
     return entries
+
+
+def _device_name(kind: str | None, device: str) -> str | None:
+    if kind is None or kind in device:
+        return kind
+    return device
 
 
 def table_path(path: str | os.PathLike, op: str, kind: str | None) -> Path:
@@ -283,10 +291,11 @@ def write_outputs(
         for kind in dict.fromkeys(r.kind for r in results):
             entries = table_entries(obj, results, kind)
             path = table_path(table, obj.name, kind)
-            archs = {e.arch for e in entries}
-            device = {"name": kind} if kind else None
-            if device is not None and len(archs) == 1:
-                device = {"arch": archs.pop(), **device}
+            devices = {(e.arch, e.device_name) for e in entries}
+            device = None  # the file's default when every row has the same: else each its own
+            if kind is not None and len(devices) == 1:
+                arch, name = devices.pop()
+                device = {k: v for k, v in (("arch", arch), ("name", name)) if v}
             Table.write(path, entries, op=obj.name, device=device)
             written.append(path)
     out = None
