@@ -185,3 +185,63 @@ def _parse(text: str) -> tuple[list[str], dict[str, int], list[str]]:
     if clash:
         raise ArgumentError(f"[{where}] {sorted(clash)[0]!r} is both an input and an output")
     return outputs, inputs, exprs
+
+
+def tree(expr: str) -> Any:
+    """One translated expression (``_translate``'s checked tokens) as a framework-neutral tree
+    for other evaluators (the torch integration's, under ``torch.compile``): ``("v", i)`` an
+    input, ``("c", value)`` a float32 constant, ``("f", c_name, (args...))`` a call (C names:
+    ``expf``, ``kk_ew_silu``), ``("neg", x)``, ``(op, left, right)`` for ``+ - * /``; C's
+    precedence and left-to-right grouping."""
+    tokens = expr.split()
+    pos = 0
+
+    def take() -> str:
+        nonlocal pos
+        pos += 1
+        return tokens[pos - 1]
+
+    def peek() -> str:
+        return tokens[pos] if pos < len(tokens) else ""
+
+    def sum_() -> Any:
+        left = product()
+        while peek() in ("+", "-"):
+            op = take()
+            left = (op, left, product())
+        return left
+
+    def product() -> Any:
+        left = unary()
+        while peek() in ("*", "/"):
+            op = take()
+            left = (op, left, unary())
+        return left
+
+    def unary() -> Any:
+        if peek() in ("+", "-"):
+            op = take()
+            x = unary()
+            return ("neg", x) if op == "-" else x
+        return primary()
+
+    def primary() -> Any:
+        tok = take()
+        if tok == "(":
+            x = sum_()
+            take()  # ")"
+            return x
+        if tok[0] == "v" and tok[1:].isdigit():
+            return ("v", int(tok[1:]))
+        if tok[0].isdigit():
+            return ("c", float(tok.rstrip("f")))
+        take()  # a function's "("
+        args = [sum_()]
+        while take() == ",":
+            args.append(sum_())
+        return ("f", tok, tuple(args))
+
+    result = sum_()
+    if pos != len(tokens):  # cannot happen for _translate's output
+        raise ArgumentError(f"[elementwise] unexpected {tokens[pos]!r} in {expr!r}")
+    return result
