@@ -33,6 +33,7 @@ from ._tensor_map import TensorMap, tensor_map
 from ._tune.autotune import AutotunedKernel, autotune, explain
 from ._version import __version__
 from ._workflows.tune_op import tune_op
+from ._workflows.tune_run import tune_spec
 
 _integrations.install()  # integrations wrap the API, the ops and the adapters from above
 _registry.preload()  # the CUDA backend's modules now, not at the first call (no device access)
@@ -69,6 +70,7 @@ __all__ = [
     "struct",
     "tensor_map",
     "tune_op",
+    "tune_spec",
 ]
 
 _SUBMODULES = ("backend", "ops")  # public modules, imported on first use

@@ -36,6 +36,7 @@ REQUIREMENTS: dict[str, Callable[[], bool]] = {
     "jax": lambda: importlib.util.find_spec("jax") is not None,
     "mlx": lambda: importlib.util.find_spec("mlx") is not None,
     "matplotlib": lambda: importlib.util.find_spec("matplotlib") is not None,
+    "ray": lambda: importlib.util.find_spec("ray") is not None,  # kernelkit[ray]
     "cuda": lambda: bool(_cuda_archs()),  # an NVIDIA GPU with the cuda extra installed
     "sm90": lambda: any(cc >= 90 for cc in _cuda_archs()),  # Hopper or newer (TMA, wgmma)
 }

@@ -1,7 +1,7 @@
 """``kernelkit tune SPEC`` and ``kernelkit explain SPEC``: offline tuning of an autotuned kernel
-over listed shapes, each candidate in a worker process with a timeout. ``kernelkit tune OP
---dims ...`` tunes a built-in op instead (``tune_op.py``), ``kernelkit explain OP --dims ...``
-explains one (``explain_op.py``).
+over listed shapes, each candidate in a worker process with a timeout (``tune_run.py`` runs it,
+``tune_pool.py`` or ``tune_ray.py`` measure). ``kernelkit tune OP --dims ...`` tunes a built-in
+op instead (``tune_op.py``), ``kernelkit explain OP --dims ...`` explains one (``explain_op.py``).
 
 A spec (YAML, or JSON)::
 
@@ -10,33 +10,37 @@ A spec (YAML, or JSON)::
     backend: cpu                # optional: cuda or cpu (default: the kernel's own choice)
     framework: numpy            # optional: numpy or torch (default: numpy on cpu, else torch)
     timeout_s: 60               # per candidate: a worker that takes longer is killed
+    retries: 0                  # Ray only: runs again of a task whose worker died (max_retries)
     budget_s: 600               # optional, per shape: no new candidate starts once spent
     check: false                # run candidates bounds-checked (cpu)
     seed: 0
+    device_kinds: [H100, H200] # optional, Ray only: every shape tuned on nodes of each kind
     shapes:
       - inputs: {x: {shape: [4096], dtype: float32}, a: 2.0}
         outputs: {y: {shape: [4096], dtype: float32}}
-    output: {database: true, table: scale_table.yaml}
+    output: {database: true, table: scale_table.yaml, export: scale_records.json}
 
 A worker that crashes (a segfault), faults or hangs costs only its candidate, recorded as
-failed; a new worker takes the next one. ``--devices 0,1`` runs one worker per GPU (each sees
-only its GPU). Outputs are compared in the parent, in config order, against the first candidate
-that ran, so a wrong config is rejected whatever worker ran it.
+failed; a new worker takes the next one. ``--devices 0,1`` runs one local worker per GPU (each
+sees only its GPU); ``--ray [ADDRESS]`` runs each candidate as a Ray task instead. Outputs are
+compared in the parent, in config order, against the first candidate that ran, so a wrong config
+is rejected whatever worker ran it. Results are stored as they arrive: a rerun of a spec that was
+cut off measures only the candidates left (``--fresh`` forgets them).
 """
 
 from __future__ import annotations
 
 import json
-import multiprocessing as mp
 import os
 import sys
-import time
 from dataclasses import dataclass, field
-from multiprocessing.connection import wait
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["ShapeResult", "TuneSpec", "load_spec", "run_tune"]
+if TYPE_CHECKING:
+    from .tune_run import ShapeResult
+
+__all__ = ["TuneSpec", "load_object", "load_spec", "make_call"]
 
 
 @dataclass
@@ -54,6 +58,9 @@ class TuneSpec:
     seed: int = 0
     database: bool = True
     table: str | None = None
+    export: str | None = None
+    retries: int = 0
+    device_kinds: tuple[str, ...] = field(default=())
 
 
 def load_spec(path: str | Path) -> TuneSpec:
@@ -83,9 +90,10 @@ def load_spec(path: str | Path) -> TuneSpec:
     if module.endswith(".py") and not os.path.isabs(module):
         module = str((path.parent / module).resolve())
     output = doc.get("output") or {}
-    table = output.get("table")
-    if table is not None and not os.path.isabs(table):
-        table = str((path.parent / table).resolve())
+    unknown = set(output) - {"database", "table", "export"}
+    if unknown:
+        raise ValueError(f"{path}: unknown output fields {sorted(unknown)}")
+    table, export = (_beside(path, output.get(n)) for n in ("table", "export"))
     return TuneSpec(
         module=module,
         object=str(doc["object"]),
@@ -98,7 +106,40 @@ def load_spec(path: str | Path) -> TuneSpec:
         seed=int(doc.get("seed", 0)),
         database=bool(output.get("database", True)),
         table=table,
+        export=export,
+        retries=_count(doc.get("retries", 0), f"{path}: 'retries'"),
+        device_kinds=_kinds(doc.get("device_kinds"), path),
     )
+
+
+def _beside(spec: Path, name: Any) -> str | None:
+    """An output path of the spec, relative to the spec's folder."""
+    if name is None:
+        return None
+    text = str(name)
+    keep = "/" if text.endswith("/") else ""  # a folder stays one
+    return text if os.path.isabs(text) else str((spec.parent / text).resolve()) + keep
+
+
+def _count(value: Any, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{what} must be an int >= 0, got {value!r}")
+    return value
+
+
+def _kinds(value: Any, path: Path) -> tuple[str, ...]:
+    """The spec's device kinds: Ray accelerator types (H100, A100-80G, L40S...), each once."""
+    if value is None:
+        return ()
+    ok = isinstance(value, list) and all(
+        isinstance(k, str) and k and k.replace("-", "").replace("_", "").isalnum() for k in value
+    )
+    if not ok or len(set(value)) != len(value):
+        raise ValueError(
+            f"{path}: 'device_kinds' must be a list of distinct accelerator types such as "
+            f"[H100, H200] (letters, digits, - and _), got {value!r}"
+        )
+    return tuple(value)
 
 
 def load_object(spec: TuneSpec) -> Any:
@@ -174,242 +215,7 @@ def make_call(obj: Any, spec: TuneSpec, index: int) -> dict[str, Any]:
     }
 
 
-# worker process -----------------------------------------------------------------------------
-
-
-def _worker(conn: Any, spec: TuneSpec, device: str | None) -> None:
-    """Runs candidates sent as (shape index, config index) until told to stop."""
-    if device is not None:
-        os.environ["CUDA_VISIBLE_DEVICES"] = device
-    from .._tune.autotune import KernelCall
-
-    obj = load_object(spec)
-    sessions: dict[int, Any] = {}
-    while True:
-        task = conn.recv()
-        if task is None:
-            return
-        shape, index = task
-        try:
-            session = sessions.get(shape)
-            if session is None:
-                args = make_call(obj, spec, shape)
-                problem, bound = obj.problem(**args)
-                call = KernelCall(
-                    args["inputs"],
-                    args["output_shapes"],
-                    args["output_dtypes"],
-                    backend=spec.backend,
-                    check=spec.check,
-                )
-                session = sessions[shape] = obj.session(problem, bound, call)
-            conn.send(_candidate(session, obj.impl.configs[index]))
-        except Exception as e:  # noqa: BLE001 - reported, the worker goes on
-            conn.send(("failed", None, f"{type(e).__name__}: {e}", None, None))
-
-
-def _candidate(session: Any, config: Any) -> tuple:
-    from .._tune.tuner import _reason
-
-    facts = (session.key, _environment(session))
-    why = session.legal(config)
-    if why is not None:
-        return ("skipped", None, why, None, facts)
-    try:
-        session.compile(config)
-        outputs = session.outputs(config)
-        seconds, how = session.time(config)
-    except Exception as e:  # noqa: BLE001
-        return ("failed", None, _reason(e), None, facts)
-    return ("ok", seconds, how, outputs, facts)
-
-
-def _environment(session: Any) -> dict[str, Any]:
-    from .._tune.records import Environment
-
-    return Environment.of(session.backend, session.target).to_dict()
-
-
-# parent -------------------------------------------------------------------------------------
-
-
-@dataclass
-class ShapeResult:
-    """One shape's candidates: (config, status, seconds, detail) each, and the winner's index."""
-
-    index: int
-    rows: list[tuple[Any, str, float | None, str]] = field(default_factory=list)
-    winner: int | None = None
-    tuning_s: float = 0.0
-    key: Any = None
-    env: Any = None
-
-
-class _Worker:
-    def __init__(self, ctx: Any, spec: TuneSpec, device: str | None) -> None:
-        self.spec, self.device, self.ctx = spec, device, ctx
-        self.task: tuple[int, int] | None = None
-        self.started = 0.0
-        self._start()
-
-    def _start(self) -> None:
-        parent, child = self.ctx.Pipe()
-        self.conn = parent
-        self.proc = self.ctx.Process(target=_worker, args=(child, self.spec, self.device))
-        self.proc.daemon = True
-        self.proc.start()
-        child.close()
-
-    def send(self, task: tuple[int, int]) -> None:
-        self.task, self.started = task, time.monotonic()
-        self.conn.send(task)
-
-    def restart(self) -> None:
-        if self.proc.is_alive():
-            self.proc.kill()
-        self.proc.join(5)
-        self.conn.close()
-        self._start()
-        self.task = None
-
-    def stop(self) -> None:
-        try:
-            self.conn.send(None)
-        except OSError:
-            pass
-        self.proc.join(5)
-        if self.proc.is_alive():
-            self.proc.kill()
-
-
-def run_tune(
-    spec: TuneSpec, devices: list[str] | None = None, quiet: bool = False
-) -> list[ShapeResult]:
-    """Tune every shape of ``spec``; returns the results (the caller stores and reports)."""
-    from tqdm import tqdm
-
-    obj = load_object(spec)
-    configs = obj.impl.configs
-    if not configs:
-        raise ValueError(f"{spec.object}: its config list is empty: nothing to tune")
-    ctx = mp.get_context("spawn")
-    workers = [_Worker(ctx, spec, d) for d in (devices or [None])]  # type: ignore[list-item]
-    tasks = [(s, c) for s in range(len(spec.shapes)) for c in range(len(configs))]
-    answers: dict[tuple[int, int], tuple] = {}
-    started: dict[int, float | None] = {s: None for s in range(len(spec.shapes))}
-    spent: dict[int, float] = {}
-    off = quiet or not sys.stderr.isatty()
-    bar = tqdm(total=len(tasks), desc=f"tuning {obj.name}", disable=off, unit="config")
-    try:
-        pending = list(tasks)
-        while pending or any(w.task for w in workers):
-            for w in workers:
-                if w.task is None and pending:
-                    task = pending.pop(0)
-                    s = task[0]
-                    t0 = started[s]
-                    if t0 is None:
-                        t0 = started[s] = time.monotonic()
-                    if spec.budget_s is not None and time.monotonic() - t0 > spec.budget_s:
-                        answers[task] = ("not timed", None, "time budget spent", None, None)
-                        bar.update(1)
-                        continue
-                    w.send(task)
-            _collect(workers, answers, spec.timeout_s, bar)
-            for s in started:
-                if started[s] is not None and all((s, c) in answers for c in range(len(configs))):
-                    spent.setdefault(s, time.monotonic() - started[s])  # type: ignore[operator]
-    finally:
-        bar.close()
-        for w in workers:
-            w.stop()
-    return [_judge(obj, s, configs, answers, spent.get(s, 0.0)) for s in range(len(spec.shapes))]
-
-
-def _collect(workers: list[_Worker], answers: dict, timeout_s: float, bar: Any) -> None:
-    busy = {w.conn: w for w in workers if w.task is not None}
-    if not busy:
-        return
-    for conn in wait(list(busy), timeout=0.2):
-        w = busy[conn]
-        try:
-            answers[w.task] = w.conn.recv()
-            w.task = None
-        except (EOFError, OSError):
-            w.proc.join(1)
-            code = w.proc.exitcode
-            why = f"worker died (exit code {code})" if code is not None else "worker died"
-            answers[w.task] = ("failed", None, why, None, None)
-            w.restart()
-        bar.update(1)
-    now = time.monotonic()
-    for w in workers:
-        if w.task is not None and now - w.started > timeout_s:
-            answers[w.task] = ("failed", None, f"timed out after {timeout_s:g} s", None, None)
-            w.restart()
-            bar.update(1)
-
-
-def _judge(obj: Any, s: int, configs: Any, answers: dict, spent: float) -> ShapeResult:  # noqa: ARG001  same first argument as its siblings
-    from .._tune.tuner import compare_outputs
-
-    result = ShapeResult(s, tuning_s=spent)
-    ref = None
-    for c, config in enumerate(configs):
-        status, seconds, detail, outputs, facts = answers[(s, c)]
-        if facts is not None:
-            result.key, result.env = facts
-        if status == "ok":
-            dtypes = [str(o.dtype) for o in outputs]
-            wrong = None if ref is None else compare_outputs(ref, outputs, dtypes)
-            if wrong is not None:
-                status, seconds, detail = "rejected", None, wrong
-            elif ref is None:
-                ref = outputs
-        result.rows.append((config, status, seconds, detail))
-    timed = [(r[2], c) for c, r in enumerate(result.rows) if r[1] == "ok" and r[2] is not None]
-    result.winner = min(timed)[1] if timed else None
-    return result
-
-
-def record_of(obj: Any, result: ShapeResult) -> Any:
-    """The ``TuningRecord`` of one shape's result (None without a winner)."""
-    from .._tune.records import Environment, TuningRecord
-
-    if result.winner is None or result.env is None:
-        return None
-    best = result.rows[result.winner]
-    return TuningRecord(
-        op=obj.name,
-        key=tuple(tuple(k) for k in result.key),
-        impl=obj.op.impl_id(obj.impl),
-        config=best[0],
-        env=Environment.from_dict(result.env),
-        measurements=tuple(
-            (r[0].describe(), None if r[2] is None else round(r[2] * 1e6, 4)) for r in result.rows
-        ),
-        best_us=round(float(best[2] or 0.0) * 1e6, 4),
-        candidates=len(result.rows),
-        tuning_s=round(result.tuning_s, 4),
-        identity=obj.op.identity,
-    )
-
-
-def report(obj: Any, spec: TuneSpec, results: list[ShapeResult]) -> str:  # noqa: ARG001  public: kept for callers
-    from .._tune.tuner import candidate_line
-
-    lines = []
-    for r in results:
-        entry = spec.shapes[r.index]
-        shapes = {k: v["shape"] for k, v in entry.get("inputs", {}).items() if isinstance(v, dict)}
-        lines.append(f"shape {r.index} {shapes} (tuned in {r.tuning_s:.2f} s):")
-        for c, (config, status, seconds, detail) in enumerate(r.rows):
-            mark = "*" if c == r.winner else " "
-            lines.append(f" {mark} {candidate_line(seconds, status, config.describe(), detail)}")
-    return "\n".join(lines)
-
-
-def plot(obj: Any, spec: TuneSpec, results: list[ShapeResult], path: str) -> None:  # noqa: ARG001  public: kept for callers
+def plot(obj: Any, results: list[ShapeResult], path: str) -> None:
     """Time per config (x) for each shape (one line each), the winner marked with a star."""
     try:
         import matplotlib
@@ -445,35 +251,21 @@ def plot(obj: Any, spec: TuneSpec, results: list[ShapeResult], path: str) -> Non
     plt.close(fig)
 
 
-def table_entries(obj: Any, results: list[ShapeResult]) -> list[Any]:
-    from .._select.tables import TableEntry
-
-    entries = []
-    for r in results:
-        record = record_of(obj, r)
-        if record is not None:
-            entries.append(
-                TableEntry(
-                    op=record.op,
-                    impl=record.impl,
-                    config=record.config,
-                    arch=record.env.arch,
-                    exact=tuple(record.key),
-                    note=f"kernelkit tune: {record.best_us} us on {record.env.device}",
-                )
-            )
-    return entries
-
-
 def main_tune(args: Any) -> int:
     """``kernelkit tune SPEC``, or ``kernelkit tune OP[,OP...] --dims ...`` for built-in ops."""
     from .._tune import db
     from .op_cases import OPS, not_a_spec
+    from .tune_run import tune_parsed
 
     names = [n.strip() for n in args.spec.split(",")]
     if all(n in OPS for n in names):
         from .tune_op import main_tune_op
 
+        given = [f for f, on in (("--ray", args.ray is not None), ("--fresh", args.fresh),
+                                 ("--export", args.export)) if on]  # fmt: skip
+        if given:
+            print(f"kernelkit tune: {', '.join(given)} are for tune specs", file=sys.stderr)
+            return 2
         return main_tune_op(args)
     if (why := not_a_spec("tune", args.spec)) is not None:
         print(why, file=sys.stderr)
@@ -484,31 +276,39 @@ def main_tune(args: Any) -> int:
         if args.timeout is not None:
             spec.timeout_s = args.timeout
         obj = load_object(spec)
-        results = run_tune(spec, devices, quiet=args.quiet)
+        ray = None if args.ray is None else (args.ray or True)
+        tuning = tune_parsed(
+            spec,
+            obj,
+            ray=ray,
+            devices=devices,
+            store=not args.no_database,
+            table=args.table,
+            export=args.export,
+            fresh=args.fresh,
+            quiet=args.quiet,
+        )
     except (ValueError, OSError) as e:
         print(f"kernelkit tune: {e}", file=sys.stderr)
         return 2
-    print(report(obj, spec, results))
-    records = [r for r in (record_of(obj, x) for x in results) if r is not None]
+    print(tuning.report())
+    stored = len(tuning.results) * len(obj.impl.configs) - tuning.measured
+    if stored:
+        print(f"{stored} candidate result(s) read back from an earlier run of this spec")
     if spec.database and not args.no_database:
-        store = db.current_db()
-        for record in records:
-            store.put(record)
-        print(f"{len(records)} record(s) stored in the tuning database ({store})")
-    if spec.table or args.table:
-        from .._select.tables import Table
-
-        path = str(args.table or spec.table)
-        Table.write(path, table_entries(obj, results))
+        print(f"{len(tuning.records)} record(s) stored in the tuning database ({db.current_db()})")
+    for path in tuning.tables:
         print(f"table written to {path}")
+    if tuning.export is not None:
+        print(f"{len(tuning.records)} record(s) exported to {tuning.export}")
     if args.plot:
         try:
-            plot(obj, spec, results, args.plot)
+            plot(obj, list(tuning.results), args.plot)
         except ValueError as e:
             print(f"kernelkit tune: {e}", file=sys.stderr)
             return 2
         print(f"plot written to {args.plot}")
-    return 0 if len(records) == len(results) else 1
+    return 0 if len(tuning.records) == len(tuning.results) else 1
 
 
 def main_explain(args: Any) -> int:
@@ -564,6 +364,22 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("spec", help="a YAML or JSON tune spec, or built-in ops: matmul,softmax,...")
     p.add_argument("--devices", help="GPUs to use, one worker each (e.g. 0,1)")
+    p.add_argument(
+        "--ray",
+        nargs="?",
+        const="",
+        metavar="ADDRESS",
+        help="tune specs: each candidate a Ray task holding one GPU, on the cluster at ADDRESS "
+        "(default: RAY_ADDRESS, else a new local one); needs pip install kernelkit[ray]",
+    )
+    p.add_argument(
+        "--fresh",
+        action="store_true",
+        help="tune specs: forget the results an earlier run of this spec stored (it resumes)",
+    )
+    p.add_argument(
+        "--export", help="tune specs: also write the run's records to this file, to ship"
+    )
     p.add_argument("--timeout", type=float, help="seconds per candidate (overrides the spec)")
     p.add_argument(
         "--table",
