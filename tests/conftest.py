@@ -22,7 +22,8 @@ if "KERNELKIT_CACHE_DIR" not in os.environ:
     os.environ["KERNELKIT_CACHE_DIR"] = str(_dir)
     shutil.rmtree(_dir / "tuning", ignore_errors=True)
 
-from kernelkit import _config, _registry  # noqa: E402
+from kernelkit import _config
+from kernelkit._backends import registry as _registry  # noqa: E402
 
 
 def _loads(name: str) -> bool:

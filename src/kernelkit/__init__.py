@@ -10,7 +10,6 @@ Nothing here touches a GPU or loads a compiler at import.
 from . import _integrations
 from ._api import Kernel, cuda_kernel, kernel
 from ._cache import add_bundle, cache_stats
-from ._codegen import cxx, struct
 from ._errors import (
     ArgumentError,
     ArgumentTypeError,
@@ -26,6 +25,7 @@ from ._integrations.jax_ffi import JaxCallable
 from ._integrations.torch_op import TorchOp
 from ._integrations.torch_vjp import custom_vjp
 from ._metal_api import MetalKernel, metal_kernel
+from ._pipeline.codegen import cxx, struct
 from ._select.override import force
 from ._select.records import Config, KernelChoice
 from ._tensor_map import TensorMap, tensor_map

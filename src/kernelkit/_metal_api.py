@@ -14,11 +14,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ._api import Kernel
-from ._bind import _is_scalar
-from ._codegen import check_identifier, scan_body
 from ._dialects import metal as _metal
 from ._errors import ArgumentError, ArgumentTypeError, CompileError
-from ._launch import require_geometry
+from ._pipeline.bind import _is_scalar
+from ._pipeline.codegen import check_identifier, scan_body
+from ._pipeline.load import require_geometry
 from ._records import KernelSpec
 
 __all__ = ["MetalKernel", "metal_kernel"]

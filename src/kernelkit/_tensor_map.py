@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ._arrays import CLASS, Adapter, adapter_for, register
+from ._backends.registry import backend_call, backend_for_device_type
 from ._errors import ArgumentError, ArgumentTypeError
 from ._records import MAP_BYTES, TensorMapRequest
-from ._registry import backend_call, backend_for_device_type
 
 __all__ = ["MAP_BYTES", "SWIZZLES", "TensorMap", "TensorMapAdapter", "tensor_map"]
 

@@ -272,7 +272,7 @@ def test_explain_prints_and_returns(db, capsys):
 
 
 def test_environment_of_cpu_names_the_backend():
-    from kernelkit import _registry
+    from kernelkit._backends import registry as _registry
 
     backend = _registry.get_backend("cpu")
     env = Environment.of(backend, backend.targets()[0])

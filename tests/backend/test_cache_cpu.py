@@ -31,7 +31,7 @@ from kernelkit.cli import main  # noqa: E402
 
 def _cpu_ready() -> str | None:
     try:
-        from kernelkit._registry import get_backend
+        from kernelkit._backends.registry import get_backend
 
         return None if get_backend("cpu").targets() else "the cpu backend sees no device"
     except Exception as e:  # noqa: BLE001 - any failure means: not ready yet
@@ -131,7 +131,7 @@ def test_loaded_artifact_equals_the_compiled_one(cache) -> None:
     x = np.ones(1024, np.float32)
     k([x], [x.shape], [np.float32], grid=(1024, 1, 1), threadgroup=(256, 1, 1))
     (plan,) = k._plans.values()
-    backend = kernelkit._registry.get_backend(plan.request.backend)
+    backend = kernelkit._backends.registry.get_backend(plan.request.backend)
     compiled = compile_cached(backend, plan.request)  # from memory: what compile returned
     clear_memory()
     loaded = compile_cached(backend, plan.request)
@@ -278,7 +278,7 @@ def bundle(warm_template: Path, tmp_path_factory) -> Path:  # noqa: ANN001
     """A bundle of kernel 0 (float32) built by `kernelkit precompile` for the cpu arch."""
     where = tmp_path_factory.mktemp("bundle")
     (where / "decl.py").write_text(KERNELS + "make(0).precompile(['float32'], ['float32'])\n")
-    arch = kernelkit._registry.get_backend("cpu").targets()[0].arch
+    arch = kernelkit._backends.registry.get_backend("cpu").targets()[0].arch
     out = subprocess.run(
         [
             sys.executable,

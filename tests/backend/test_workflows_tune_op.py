@@ -57,7 +57,7 @@ def shipped(monkeypatch):
 def decision(op: str, dims: tuple, dtype="float32", framework=None, transpose_b=True):
     """What ``decide`` chooses (through the stores) for a problem, as the op's calls would."""
     sel = make_case(op, dims, dtype, framework=framework, transpose_b=transpose_b).explain()
-    from kernelkit import _registry
+    from kernelkit._backends import registry as _registry
 
     return decide(op_object(op), sel.problem, sel.target, _registry.get_backend("cpu"))
 

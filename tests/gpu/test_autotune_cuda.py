@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 import kernelkit
-from kernelkit import _config, _registry
+from kernelkit import _config
+from kernelkit._backends import registry as _registry
 from kernelkit._tune import db as tuning
 from kernelkit._tune import timing
 

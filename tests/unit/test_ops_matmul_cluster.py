@@ -131,7 +131,7 @@ def test_every_config_compiles_without_spills(cuda, config, k):
 
 
 def test_the_cluster_shape_is_in_the_compiled_source(cuda):
-    from kernelkit._render import arg_types, render_request
+    from kernelkit._pipeline.render import arg_types, render_request
 
     p = problem(16, 4096, 8192)
     c = C.cluster_config(16, 128, 4096, 3)

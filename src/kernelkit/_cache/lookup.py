@@ -7,8 +7,8 @@ from __future__ import annotations
 import warnings
 import weakref
 
+from .._backends.registry import backend_call
 from .._records import Artifact, CompileRequest
-from .._registry import backend_call
 from ..backend import Backend
 from . import bundles, disk, memory, stats
 from .keys import CacheKey, cache_key

@@ -1,5 +1,5 @@
 """The CPU/CUDA implementations of a kernel's torch op, generated per op as straight-line
-Python, as ``_hotpath`` does for a kernel call: the op's eager call should cost the dispatcher
+Python, as the launch stage does for a kernel call: the op's eager call should cost the dispatcher
 and little more. Constant rules are bound as values, only the rules that depend on the inputs
 are called, the gradient tests are inline attribute reads, and the kernel is called with its
 arguments in ``Kernel.__call__``'s order. The text is built from kernelkit's own fragments only

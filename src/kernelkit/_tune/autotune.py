@@ -171,7 +171,7 @@ class AutotunedKernel:
     ) -> tuple[Problem, Any]:
         """The call's ``Problem`` (named after this op; int/bool scalars are attributes, so a
         key or a grid rule can read them) and the bind result (backend, target, adapters)."""
-        from .._bind import bind
+        from .._pipeline.bind import bind
 
         bound = bind(self.kernel.spec, inputs, output_dtypes, out, backend)
         p = bound.problem

@@ -457,7 +457,7 @@ def _is_record_name(name: str) -> bool:
 
 def current_environments() -> list[Environment]:
     """The environment of every device of every installed backend (probes them: slow path)."""
-    from .. import _registry
+    from .._backends import registry as _registry
 
     out = []
     for backend in _registry.backends().values():

@@ -183,7 +183,7 @@ def _tune_case(
     policy: Any,
     bar: Any,
 ) -> OpTuneResult:
-    from .. import _registry
+    from .._backends import registry as _registry
     from .._tune.tuner import compile_candidates
 
     t0 = time.perf_counter()

@@ -11,7 +11,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from ..._codegen import (
+from ..._dtypes import DTYPES
+from ..._errors import BackendError
+from ..._pipeline.codegen import (
     extent_param,
     launch_bounds,
     prelude_undefs,
@@ -19,8 +21,6 @@ from ..._codegen import (
     template_args,
     template_head,
 )
-from ..._dtypes import DTYPES
-from ..._errors import BackendError
 from ..._records import KernelSource, Param
 
 __all__ = ["RenderedKernel", "launch_symbol", "needs_fibers", "render_source"]

@@ -12,8 +12,8 @@ import ctypes
 from collections.abc import Callable
 from typing import Any
 
-from ._arrays import _BY_TYPE, CLASS, Adapter, register
-from ._errors import ArgumentError, ArgumentTypeError
+from .._arrays import _BY_TYPE, CLASS, Adapter, register
+from .._errors import ArgumentError, ArgumentTypeError
 
 __all__ = ["STRUCT_ADAPTER", "StructAdapter", "key_struct_type", "struct_copier"]
 

@@ -2,7 +2,7 @@
 running it needs: the array adapters, the backend and the target. Errors name the argument.
 
 Runs once per specialization (the slow path). The ``Problem`` is what later stages decide on;
-the adapters (``Adapters``) are only for the hot path that ``_plan`` builds.
+the adapters (``Adapters``) are only for the hot path that ``plan`` builds.
 """
 
 from __future__ import annotations
@@ -10,15 +10,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ._arrays import NULL, Adapter, ArrayInfo, adapter_for
-from ._dtypes import PY_SCALAR_DTYPES, normalize_dtype
-from ._errors import ArgumentError, ArgumentTypeError
-from ._records import ArgFacts, KernelSpec, Problem, Target
-from ._registry import backend_call, backend_for_device_type, get_backend
-from ._structs import key_struct_type
-from ._tensor_map import ADAPTER as TENSOR_MAP_ADAPTER
-from ._tensor_map import TensorMap
-from .backend import Backend
+from .._arrays import NULL, Adapter, ArrayInfo, adapter_for
+from .._backends.registry import backend_call, backend_for_device_type, get_backend
+from .._dtypes import PY_SCALAR_DTYPES, normalize_dtype
+from .._errors import ArgumentError, ArgumentTypeError
+from .._records import ArgFacts, KernelSpec, Problem, Target
+from .._tensor_map import ADAPTER as TENSOR_MAP_ADAPTER
+from .._tensor_map import TensorMap
+from ..backend import Backend
+from .structs import key_struct_type
 
 __all__ = ["Adapters", "Bound", "bind"]
 

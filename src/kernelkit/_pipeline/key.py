@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from ._arrays import _BY_TYPE, _KEY_FN
+from .._arrays import _BY_TYPE, _KEY_FN
 
 __all__ = [
     "CALL_ARGS",

@@ -16,15 +16,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._arrays import NULL, Adapter, adapter_for
-from ._dtypes import DTYPES
-from ._errors import ArgumentError, ArgumentTypeError, KernelkitError, LaunchError
-from ._key import CALL_ARGS, Guard, guard_lines
-from ._launch import LoadedProgram
-from ._overlap import overlap_check
-from ._pack import ArgPack, scalar_bits
-from ._records import MAP_BYTES, MAX_NDIM, Param
-from ._structs import struct_copier
+from .._arrays import NULL, Adapter, adapter_for
+from .._dtypes import DTYPES
+from .._errors import ArgumentError, ArgumentTypeError, KernelkitError, LaunchError
+from .._records import MAP_BYTES, MAX_NDIM, Param
+from .key import CALL_ARGS, Guard, guard_lines
+from .load import LoadedProgram
+from .overlap import overlap_check
+from .pack import ArgPack, scalar_bits
+from .structs import struct_copier
 
 
 @dataclass
@@ -127,7 +127,7 @@ def generate_run(
     guard: Guard | None,
 ) -> tuple[Callable, str]:
     """Write and compile ``run(*CallArgs) -> outputs``, which first checks that the call is
-    this plan's specialization (``_key.guard_lines``: the same test as ``_key.call_key``'s
+    this plan's specialization (``key.guard_lines``: the same test as ``key.call_key``'s
     dictionary lookup) and returns ``MISS`` if not. Without a guard (unhashable arguments) the
     check is left out. ``where`` is the (DLPack device type, index) the plan runs on."""
     local = threading.local()
@@ -273,9 +273,9 @@ def _output_lines(
 def _overlap_lines(
     kernel: str, ins: list[ArgRoute], outs: list[ArgRoute], ns: dict[str, Any]
 ) -> list[str]:
-    """A call with ``out=``: refuse outputs that overlap an input or each other (``_overlap``).
+    """A call with ``out=``: refuse outputs that overlap an input or each other (``overlap``).
     Row-contiguous arrays (the common case) are compared inline by ``nbytes``; others, or an
-    array without ``nbytes``, through ``_overlap``'s check."""
+    array without ``nbytes``, through ``overlap``'s check."""
     arrays = [
         (i, r)
         for i, r in enumerate(ins)

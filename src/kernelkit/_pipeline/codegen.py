@@ -12,10 +12,10 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from . import _records
-from ._dtypes import DTYPES, normalize_dtype
-from ._errors import ArgumentError, ArgumentTypeError
-from ._records import CxxName, KernelSource, KernelSpec, Param, StructType
+from .. import _records
+from .._dtypes import DTYPES, normalize_dtype
+from .._errors import ArgumentError, ArgumentTypeError
+from .._records import CxxName, KernelSource, KernelSpec, Param, StructType
 
 __all__ = [
     "METADATA",

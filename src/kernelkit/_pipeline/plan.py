@@ -1,6 +1,6 @@
 """The slow path, run once per specialization, as a composition of the stages: bind
-(``_bind``), render (``_render``), compile through the caches and load (``_launch``), then a
-``LaunchPlan`` whose ``run`` is the hot path (``_hotpath``): pack pointers, launch."""
+(``bind``), render (``render``), compile through the caches and load (``load``), then a
+``LaunchPlan`` whose ``run`` is the hot path (``launch``): pack pointers, launch."""
 
 from __future__ import annotations
 
@@ -8,15 +8,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from . import _config, _render
-from ._arrays import Adapter
-from ._bind import Bound
-from ._codegen import METADATA, extent_param, metadata_param
-from ._dtypes import DTYPES
-from ._hotpath import ArgRoute, generate_run
-from ._launch import LoadedProgram, load
-from ._records import CompileRequest, KernelSpec, Param
-from ._registry import backend_call
+from .. import _config
+from .._arrays import Adapter
+from .._backends.registry import backend_call
+from .._dtypes import DTYPES
+from .._records import CompileRequest, KernelSpec, Param
+from . import render as _render
+from .bind import Bound
+from .codegen import METADATA, extent_param, metadata_param
+from .launch import ArgRoute, generate_run
+from .load import LoadedProgram, load
 
 __all__ = ["LaunchPlan", "build"]
 
@@ -29,7 +30,7 @@ class LaunchPlan:
     request: CompileRequest
     params: tuple[Param, ...]
     loaded: LoadedProgram  # shared with every plan of the same binary and device
-    run: Callable[..., Any]  # the call's arguments (_key.CallArgs) -> outputs, or _key.MISS
+    run: Callable[..., Any]  # the call's arguments (key.CallArgs) -> outputs, or key.MISS
     guarded: bool  # run checks that a call is this specialization's (else it never returns MISS)
     run_source: str
     # run without that check, for callers that already know a call is this specialization's
