@@ -27,7 +27,7 @@ import numpy as np
 
 import kernelkit
 from kernelkit import _config
-from kernelkit._tune import db as tuning
+from kernelkit._select.tuning import db as tuning
 from kernelkit._tune import timing
 
 BODY = """

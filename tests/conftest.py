@@ -182,7 +182,7 @@ def pytest_configure(config: pytest.Config) -> None:
 @pytest.fixture
 def own_tuning_db(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
     """A tuning database of this test's own (records it stores steer no other test)."""
-    from kernelkit._tune import db
+    from kernelkit._select.tuning import db
 
     fresh = db.TuningDB(tmp_path / "tuning")
     monkeypatch.setattr(db, "_current", (_config.config, fresh))

@@ -15,9 +15,9 @@ from conftest import CPU_AVAILABLE
 
 import kernelkit
 from kernelkit import _config
-from kernelkit._tune import db as tuning
+from kernelkit._select.tuning import db as tuning
+from kernelkit._select.tuning.records import Environment
 from kernelkit._tune import timing
-from kernelkit._tune.records import Environment
 
 pytestmark = pytest.mark.skipif(not CPU_AVAILABLE, reason="the CPU backend does not load here")
 
@@ -160,7 +160,8 @@ def test_serving_process_replays_the_database_without_timing(db, tmp_path):
         import sys, numpy as np
         sys.path.insert(0, {str(tmp_path)!r})
         from kernelkit import _config
-        from kernelkit._tune import db, timing
+        from kernelkit._select.tuning import db
+        from kernelkit._tune import timing
         db._current = (_config.config, db.TuningDB({str(tmp_path / "tuning")!r}))
         import kmod
         x = np.arange(1000, dtype=np.float32)

@@ -50,7 +50,7 @@ def test_tune_isolates_faults_crashes_and_hangs(tmp_path):
         f"""
         import sys
         from kernelkit import _config
-        from kernelkit._tune import db
+        from kernelkit._select.tuning import db
         db._current = (_config.config, db.TuningDB({str(tmp_path / "tuning")!r}))
         from kernelkit.cli import main
         sys.exit(main(sys.argv[1:]))

@@ -22,7 +22,7 @@ from kernelkit import _config, ops
 from kernelkit._select import tables
 from kernelkit._select.decide import decide
 from kernelkit._select.tables import Table
-from kernelkit._tune import db as tuning
+from kernelkit._select.tuning import db as tuning
 from kernelkit._tune import timing
 from kernelkit._workflows.op_cases import make_case, op_object
 from kernelkit.cli import main
@@ -200,7 +200,7 @@ def test_tune_command_end_to_end(tmp_path):
         f"""
         import sys
         from kernelkit import _config
-        from kernelkit._tune import db
+        from kernelkit._select.tuning import db
         db._current = (_config.config, db.TuningDB({str(tmp_path / "tuning")!r}))
         from kernelkit.cli import main
         sys.exit(main(sys.argv[1:]))

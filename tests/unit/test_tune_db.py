@@ -19,8 +19,8 @@ from test_cache_support import SRC, FakeBackend, cache_dir  # noqa: F401
 from kernelkit import _config
 from kernelkit._cache import disk
 from kernelkit._select.records import Config
-from kernelkit._tune import db as tdb
-from kernelkit._tune.db import (
+from kernelkit._select.tuning import db as tdb
+from kernelkit._select.tuning.db import (
     BadRecord,
     Environment,
     TuningDB,
@@ -323,7 +323,7 @@ from pathlib import Path
 sys.path.insert(0, {src!r})
 sys.path.insert(0, {tests!r})
 from kernelkit._cache import disk
-from kernelkit._tune.db import TuningDB
+from kernelkit._select.tuning.db import TuningDB
 from test_tune_db import rec
 
 def half_then_hang(fd, data):
@@ -488,7 +488,7 @@ def test_serve_mode_replays_in_a_fresh_process(cache_dir) -> None:  # noqa: F811
     current_db().put(rec(impl="scale/winner"))
     code = (
         "import sys; sys.path.insert(0, sys.argv[1]); sys.path.insert(0, sys.argv[2])\n"
-        "from kernelkit._tune.db import current_db, tune_mode\n"
+        "from kernelkit._select.tuning.db import current_db, tune_mode\n"
         "from test_tune_db import ENV, rec\n"
         "print(tune_mode(), current_db().get('scale', ENV, rec().key).impl)\n"
     )

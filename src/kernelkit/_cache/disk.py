@@ -86,7 +86,7 @@ def _pid_alive(pid: int) -> bool:
 
 def tuning_records(root: Path) -> list[EntryFile]:
     """The tuning database's record files, ``tuning/<env digest>/<record digest>.json``
-    (``_tune/db.py``): they count in the size cap, least recently used going first."""
+    (``_select/tuning/db.py``): they count in the size cap, least recently used going first."""
     found = []
     for env in _listing(root / "tuning"):
         if _digest_name(env.name, "") and env.is_dir(follow_symlinks=False):

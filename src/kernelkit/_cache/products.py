@@ -52,7 +52,7 @@ _MAX_SUMS_BYTES = 1 << 20  # a list is a few lines
 _MAX_FILE_BYTES = 4 << 30  # a precompiled header is ~40 MB
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,127}")
 _FILE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")  # no separator, never "." or ".."
-_NOT_AREAS = frozenset({"entries", "locks", "tuning"})  # tuning/: _tune/db.py, not products
+_NOT_AREAS = frozenset({"entries", "locks", "tuning"})  # tuning/: the tuning db, not products
 _lock = threading.Lock()
 _process_dir: tuple[int, Path] | None = None
 

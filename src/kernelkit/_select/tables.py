@@ -467,7 +467,7 @@ class Table:
             text = yaml.safe_dump(doc, sort_keys=False, default_flow_style=None)
         else:
             text = json.dumps(doc, indent=1) + "\n"
-        from .._tune.db import _publish  # the same temp-file-and-rename writer
+        from .tuning.db import _publish  # the same temp-file-and-rename writer
 
         _publish(path.parent, path.name, text.encode())
 

@@ -30,7 +30,7 @@ from .._select.override import _config_of, _forced, forced
 from .._select.records import Config, KernelChoice
 from .._select.registry import Implementation, Op
 from .._select.select import Selection, unservable
-from . import db as tuning
+from .._select.tuning import db as tuning
 from .calls import KernelCall, grid_rule, identity, launch_settings, run_choice
 from .keyfn import _compile_key, _is_int_scalar, _no_key, _pattern, _row_strides
 from .tuner import Session, TuneResult, tune_session

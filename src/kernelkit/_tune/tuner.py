@@ -30,8 +30,8 @@ from .._records import Problem, Target
 from .._select.records import Config, KernelChoice
 from .._select.registry import Implementation, Op
 from .._select.select import _limits
+from .._select.tuning.records import Environment, TuningRecord
 from ..backend import Backend
-from .records import Environment, TuningRecord
 from .timing import ArgumentSets, TimingPolicy, copies_for, measure, to_host
 
 __all__ = [

@@ -225,7 +225,7 @@ def _candidate(session: Any, config: Any) -> tuple:
 
 
 def _environment(session: Any) -> dict[str, Any]:
-    from .._tune.records import Environment
+    from .._select.tuning.records import Environment
 
     return Environment.of(session.backend, session.target).to_dict()
 
@@ -374,7 +374,7 @@ def _judge(obj: Any, s: int, configs: Any, answers: dict, spent: float) -> Shape
 
 def record_of(obj: Any, result: ShapeResult) -> Any:
     """The ``TuningRecord`` of one shape's result (None without a winner)."""
-    from .._tune.records import Environment, TuningRecord
+    from .._select.tuning.records import Environment, TuningRecord
 
     if result.winner is None or result.env is None:
         return None
@@ -467,7 +467,7 @@ def table_entries(obj: Any, results: list[ShapeResult]) -> list[Any]:
 
 def main_tune(args: Any) -> int:
     """``kernelkit tune SPEC``, or ``kernelkit tune OP[,OP...] --dims ...`` for built-in ops."""
-    from .._tune import db
+    from .._select.tuning import db
     from .op_cases import OPS, not_a_spec
 
     names = [n.strip() for n in args.spec.split(",")]

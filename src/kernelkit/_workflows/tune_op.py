@@ -37,7 +37,7 @@ from typing import Any
 from .._errors import ArgumentError
 from .._records import Target
 from .._select.records import Config
-from .._tune.records import Key, TuningRecord
+from .._select.tuning.records import Key, TuningRecord
 from .op_results import OpCandidate, OpTuneResult, OpTuning
 
 __all__ = [
@@ -286,7 +286,7 @@ def _check_and_time(
 def _record(
     op: Any, key: Key, backend: Any, target: Target, found: tuple[OpCandidate, ...], spent: float
 ) -> TuningRecord | None:
-    from .._tune.records import Environment
+    from .._select.tuning.records import Environment
     from .._tune.tuner import fastest
 
     best = fastest(found)
@@ -348,7 +348,7 @@ def tune_op(
         >>> t.results[0].record.impl
         'softmax/rows'
     """
-    from .._tune import db
+    from .._select.tuning import db
     from .._tune.tuner import _progress
     from .op_cases import make_case, op_object, parse_dims, parse_dtypes
 
@@ -411,7 +411,7 @@ def add_arguments(p: Any) -> None:
 
 def main_tune_op(args: Any) -> int:
     """``kernelkit tune OP[,OP...] --dims ... [--dtype ...] [--device ...] [--table ...]``."""
-    from .._tune import db
+    from .._select.tuning import db
 
     names = [n.strip() for n in args.spec.split(",") if n.strip()]
     if not args.dims:

@@ -38,21 +38,14 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from .. import _config
-from .._cache import disk
-from .._cache.keys import BadKey, check_digest
+from ... import _config
+from ..._cache import disk
+from ..._cache.keys import BadKey, check_digest
 from .exchange import FORMAT, check_item, read_export
 from .files import names as _names
 from .files import publish as _publish
 from .files import read_regular, stale_temps
-from .records import (
-    TUNING_SCHEMA_VERSION,
-    BadRecord,
-    Environment,
-    Key,
-    TuningRecord,
-    record_digest,
-)
+from .records import TUNING_SCHEMA_VERSION, BadRecord, Environment, Key, TuningRecord, record_digest
 
 __all__ = [
     "TUNING_SCHEMA_VERSION",
@@ -457,7 +450,7 @@ def _is_record_name(name: str) -> bool:
 
 def current_environments() -> list[Environment]:
     """The environment of every device of every installed backend (probes them: slow path)."""
-    from .._backends import registry as _registry
+    from ..._backends import registry as _registry
 
     out = []
     for backend in _registry.backends().values():

@@ -15,8 +15,8 @@ import stat
 import time
 from pathlib import Path
 
-from .._cache import disk
-from .._cache import files as cache_files
+from ..._cache import disk
+from ..._cache import files as cache_files
 
 __all__ = ["STALE_TMP_S", "NotRegular", "names", "publish", "read_regular", "stale_temps"]
 

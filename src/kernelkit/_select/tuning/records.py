@@ -16,15 +16,15 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
-from .._cache.keys import digest_of
-from .._errors import ArgumentError
-from .._select.keys import Feature
-from .._select.records import Config
-from .._version import __version__
+from ..._cache.keys import digest_of
+from ..._errors import ArgumentError
+from ..._version import __version__
+from ..keys import Feature
+from ..records import Config
 
 if TYPE_CHECKING:
-    from .._records import Target
-    from ..backend import Backend
+    from ..._records import Target
+    from ...backend import Backend
 
 __all__ = ["TUNING_SCHEMA_VERSION", "BadRecord", "Environment", "TuningRecord", "record_digest"]
 
