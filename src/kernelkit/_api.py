@@ -13,7 +13,7 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ._arrays import adapter_for
+from ._arrays.lookup import adapter_for
 from ._dtypes import normalize_dtype
 from ._errors import ArgumentError, ArgumentTypeError
 from ._limits import LAUNCH, TIME_LIMIT_FEATURE

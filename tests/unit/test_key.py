@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from kernelkit._api import Kernel
-from kernelkit._arrays import adapter_for
 from kernelkit._arrays._abstract import AbstractArray
+from kernelkit._arrays.lookup import adapter_for
 from kernelkit._pipeline.key import CALL_ARGS, KEY, CallArgs, call_key, guard_function, guard_of
 
 

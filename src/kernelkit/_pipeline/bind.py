@@ -10,7 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .._arrays import NULL, Adapter, ArrayInfo, adapter_for
+from .._arrays import NULL, Adapter, ArrayInfo
+from .._arrays.lookup import adapter_for
 from .._backends.registry import backend_call, backend_for_device_type, get_backend
 from .._dtypes import PY_SCALAR_DTYPES, normalize_dtype
 from .._errors import ArgumentError, ArgumentTypeError

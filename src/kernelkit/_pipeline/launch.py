@@ -16,7 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .._arrays import NULL, Adapter, adapter_for
+from .._arrays import NULL, Adapter
+from .._arrays.lookup import adapter_for
 from .._dtypes import DTYPES
 from .._errors import ArgumentError, ArgumentTypeError, KernelkitError, LaunchError
 from .._records import MAP_BYTES, MAX_NDIM, Param

@@ -54,7 +54,7 @@ def _pattern(inputs: Any, out: Any, shapes: Any, dtypes: Any) -> tuple:
 def _compile_key(pattern: tuple, features: Sequence[str], tag: int) -> Callable[..., Any]:
     """Generated code (kept in ``run_source``): the tuple of everything a decision and its grid
     can depend on, for calls of this pattern; anything else raises (slow path)."""
-    from .._arrays import _KEY_FN
+    from .._arrays import KEY_FN
 
     kinds, n_out, n_shapes, n_dtypes = pattern
     layout = any(f.split(":")[0].endswith(".contiguous") for f in features)
@@ -91,7 +91,7 @@ def _compile_key(pattern: tuple, features: Sequence[str], tag: int) -> Callable[
     parts.append("backend")
     lines.append(f"    return ({', '.join(parts)},)")
     source = "\n".join(lines) + "\n"
-    namespace: dict[str, Any] = {"kf": _KEY_FN, "contig": _contiguous}
+    namespace: dict[str, Any] = {"kf": KEY_FN, "contig": _contiguous}
     exec(compile(source, "<kernelkit autotune key>", "exec"), namespace)  # noqa: S102
     fn = namespace["key"]
     fn.run_source = source
@@ -99,6 +99,6 @@ def _compile_key(pattern: tuple, features: Sequence[str], tag: int) -> Callable[
 
 
 def _contiguous(x: Any) -> Any:
-    from .._arrays import adapter_for
+    from .._arrays.lookup import adapter_for
 
     return adapter_for(x, "argument").is_contiguous(x)

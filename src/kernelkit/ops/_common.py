@@ -10,7 +10,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .._arrays import adapter_for
+from .._arrays.lookup import adapter_for
 from .._errors import ArgumentError, ArgumentTypeError
 from .._pipeline.bind import bind
 from .._pipeline.key import MISS

@@ -28,7 +28,7 @@ from typing import Any
 
 from .. import _config
 from .._api import kernel
-from .._arrays import adapter_for
+from .._arrays.lookup import adapter_for
 from .._records import Problem, Target
 from .._select.records import Config, KernelChoice
 from .._select.registry import Implementation, Op
