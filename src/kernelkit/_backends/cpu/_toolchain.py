@@ -92,12 +92,12 @@ def precompiled_header_dir(cxx: str, options: tuple[str, ...]) -> Path | None:
             if known is None or _is_file(known / PCH_FILE):
                 return known
             del _pch_dirs[key]  # removed since (cache clear, eviction): build it again
-    from ..._cache import products
+    from ..._cache.lookup import get_product
 
     name = hashlib.sha256(
         repr((compiler_identity(cxx), options, header_hashes())).encode()
     ).hexdigest()[:24]
-    found = products.get(PCH_AREA, name, lambda d: _build_pch(cxx, options, d / PCH_FILE))
+    found = get_product(PCH_AREA, name, lambda d: _build_pch(cxx, options, d / PCH_FILE))
     with _lock:
         _pch_dirs[key] = found
     return found
