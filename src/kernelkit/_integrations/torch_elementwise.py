@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from ..ops._elementwise import Elementwise, _promote
-from .torch_route import _requires_grad, no_gradient
+from .torch_grad import no_gradient, requires_grad
 
 __all__ = ["traced_call"]
 
@@ -65,7 +65,7 @@ def traced_call(self: Elementwise, *args: Any, out: Any = None, **kwargs: Any) -
     """What torch.compile traces for ``Elementwise.__call__``: the eager call's checks, then
     the torch op (out= is written by a copy)."""
     values, _, _ = self._prepare(args, kwargs)
-    if _requires_grad(torch, values):  # (traced: no torch.func test, Dynamo has its own)
+    if requires_grad(torch, values):  # (traced: no torch.func test, Dynamo has its own)
         raise no_gradient(str(self))
     arrays = [v if hasattr(v, "shape") else None for v in values]
     scalars = [float(v) for v in values if not hasattr(v, "shape")]

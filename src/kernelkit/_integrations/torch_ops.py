@@ -15,12 +15,14 @@ from typing import Any
 
 import torch
 
+from .._errors import ArgumentError
 from ..ops import _matmul, _matmul_args, _norms, _softmax
 from ..ops._common import move_last
+from .torch_grad import requires_grad
 from .torch_op import OpSchema, TorchOp, checked, define
 from .torch_vjp import custom_vjp
 
-__all__ = ["OPS", "TRACED"]
+__all__ = ["OPS", "TRACED", "call"]
 
 F32 = torch.float32
 
@@ -177,19 +179,19 @@ OPS = _define_all()
 # so that Dynamo never reaches the ops' prepared eager calls.
 def _softmax_traced(x: Any, dim: int = -1, *, out: Any = None) -> Any:
     move_last(x, dim, "softmax")
-    return _call("softmax", x, int(dim), out=out)
+    return call("softmax", x, int(dim), out=out)
 
 
 def _rms_norm_traced(x: Any, weight: Any, eps: float = 1e-6, *, out: Any = None) -> Any:
     eps = _norms._check("rms_norm", x, {"weight": weight}, eps)
-    return _call("rms_norm", x, weight, eps, out=out)
+    return call("rms_norm", x, weight, eps, out=out)
 
 
 def _layer_norm_traced(
     x: Any, weight: Any, bias: Any, eps: float = 1e-5, *, out: Any = None
 ) -> Any:
     eps = _norms._check("layer_norm", x, {"weight": weight, "bias": bias}, eps)
-    return _call("layer_norm", x, weight, bias, eps, out=out)
+    return call("layer_norm", x, weight, bias, eps, out=out)
 
 
 def _matmul_traced(
@@ -202,13 +204,18 @@ def _matmul_traced(
     out: Any = None,
 ) -> Any:
     _matmul_args.prepare(a, b, bias, activation, transpose_b)
-    return _call("matmul", a, b, bias, activation, transpose_b, out=out)
+    return call("matmul", a, b, bias, activation, transpose_b, out=out)
 
 
-def _call(name: str, *args: Any, out: Any) -> Any:
-    from .torch_route import call
-
-    return call(name, *args, out=out)
+def call(name: str, *args: Any, out: Any = None) -> Any:
+    """Run built-in op ``name`` through its torch op (defined on first use). Like torch's
+    own ops, an ``out=`` call refuses inputs that need a gradient (its result has none)."""
+    if out is not None and requires_grad(torch, args):
+        raise ArgumentError(
+            f"[{name}] out= does not take part in autograd, and an input requires grad: "
+            "call without out= (or under torch.no_grad())"
+        )
+    return OPS[name](*args, out=out)
 
 
 def _substitute() -> bool:

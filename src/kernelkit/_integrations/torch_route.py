@@ -14,9 +14,9 @@ import sys
 from typing import Any
 
 from .. import _arrays
-from .._errors import ArgumentError
+from .torch_grad import needs_grad, no_gradient, refuse_functorch
 
-__all__ = ["call", "hook", "install", "needs_grad", "no_gradient", "wants"]
+__all__ = ["hook", "install", "wants"]
 
 
 def install() -> None:
@@ -41,6 +41,8 @@ def hook(name: str, arrays: Any, args: tuple, out: Any) -> Any:
         _eager_signatures(torch)
         return NotImplemented
     if wants(*arrays):
+        from .torch_ops import call
+
         return call(name, *args, out=out)
     _eager_signatures(torch)
     return NotImplemented
@@ -86,7 +88,7 @@ def wants(*arrays: Any) -> bool:
         return False
     if torch.compiler.is_compiling():
         return True
-    _refuse_functorch(torch)
+    refuse_functorch(torch)
     grad = torch.is_grad_enabled()
     for a in arrays:
         if isinstance(a, torch.Tensor):
@@ -96,52 +98,3 @@ def wants(*arrays: Any) -> bool:
             if grad and a.requires_grad:
                 return True
     return False
-
-
-def no_gradient(name: str) -> ArgumentError:
-    """The error of an op without a gradient called on inputs that need one."""
-    return ArgumentError(
-        f"[{name}] has no gradient, and an input requires grad: call it under "
-        "torch.no_grad() or on detached tensors (a kernel with a gradient: "
-        "Kernel.as_torch_op and kernelkit.custom_vjp)"
-    )
-
-
-def needs_grad(arrays: Any) -> bool:
-    """True when autograd is on and one of ``arrays`` is a torch tensor that requires grad
-    (for ops without a gradient, which must refuse such calls rather than drop it)."""
-    torch = sys.modules.get("torch")
-    if torch is None:
-        return False
-    if any(isinstance(a, torch.Tensor) for a in arrays):
-        _refuse_functorch(torch)
-    return _requires_grad(torch, arrays)
-
-
-def _requires_grad(torch: Any, arrays: Any) -> bool:
-    return torch.is_grad_enabled() and any(
-        isinstance(a, torch.Tensor) and a.requires_grad for a in arrays
-    )
-
-
-def _refuse_functorch(torch: Any) -> None:
-    """ArgumentError inside a torch.func transform: its tensors are wrappers with no storage."""
-    peek = getattr(getattr(torch._C, "_functorch", None), "peek_interpreter_stack", None)
-    if peek is not None and peek() is not None:
-        raise ArgumentError(
-            "[kernelkit.ops] torch.func transforms (vmap, grad, jacrev, ...) are not supported: "
-            "call the op outside the transform, or use torch.autograd / a loop over the batch"
-        )
-
-
-def call(name: str, *args: Any, out: Any = None) -> Any:
-    """Run built-in op ``name`` through its torch op (defined on first use). Like torch's
-    own ops, an ``out=`` call refuses inputs that need a gradient (its result has none)."""
-    from . import torch_ops
-
-    if out is not None and _requires_grad(sys.modules["torch"], args):
-        raise ArgumentError(
-            f"[{name}] out= does not take part in autograd, and an input requires grad: "
-            "call without out= (or under torch.no_grad())"
-        )
-    return torch_ops.OPS[name](*args, out=out)
