@@ -19,10 +19,10 @@ from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any, ClassVar
 
+from ._abi import signature as _signature
+from ._abi import template_args as _template_args
+from ._abi import template_head as _template_head
 from ._dtypes import DTYPES
-from ._pipeline.codegen import signature as _signature
-from ._pipeline.codegen import template_args as _template_args
-from ._pipeline.codegen import template_head as _template_head
 from ._records import (
     MAX_NDIM,
     Artifact,

@@ -6,15 +6,13 @@ import numpy as np
 import pytest
 
 import kernelkit
+from kernelkit._abi import signature, template_args, template_head
 from kernelkit._dtypes import DTYPES
 from kernelkit._pipeline.codegen import (
     METAL_ATTRIBUTES,
     check_identifier,
     make_source,
     scan_body,
-    signature,
-    template_args,
-    template_head,
     template_params,
 )
 from kernelkit._pipeline.render import make_params

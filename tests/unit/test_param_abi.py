@@ -11,16 +11,10 @@ import pytest
 
 import kernelkit
 from kernelkit import _records
+from kernelkit._abi import METADATA, abi_options, extent_param, metadata_param
 from kernelkit._dtypes import DTYPES
 from kernelkit._pipeline import pack as _pack
-from kernelkit._pipeline.codegen import (
-    METADATA,
-    abi_options,
-    extent_param,
-    make_source,
-    metadata_param,
-    scan_body,
-)
+from kernelkit._pipeline.codegen import make_source, scan_body
 from kernelkit._pipeline.render import make_params, render_request
 from kernelkit._records import MAX_NDIM
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import kernelkit
-from kernelkit._pipeline.codegen import signature
+from kernelkit._abi import signature
 from kernelkit._pipeline.pack import ArgPack
 from kernelkit._pipeline.render import make_params
 from kernelkit._records import Param

@@ -19,8 +19,8 @@ from typing import Any
 
 import numpy as np
 
+from .._abi import extent_param, metadata_param
 from .._errors import ArgumentError
-from .._pipeline.codegen import extent_param, metadata_param
 from .._pipeline.launch import extent
 from .._pipeline.pack import ArgPack, scalar_bits
 from .._records import MAX_NDIM, Param

@@ -9,13 +9,13 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from .. import _config
+from .._abi import METADATA, extent_param, metadata_param
 from .._arrays import Adapter
 from .._backends.registry import backend_call
 from .._dtypes import DTYPES
 from .._records import CompileRequest, KernelSpec, Param
 from . import render as _render
 from .bind import Bound
-from .codegen import METADATA, extent_param, metadata_param
 from .launch import ArgRoute, generate_run
 from .load import LoadedProgram, load
 

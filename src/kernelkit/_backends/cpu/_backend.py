@@ -6,9 +6,9 @@ import platform
 import threading
 from typing import Any, ClassVar
 
+from ..._abi import abi_options
 from ..._errors import CompileError
 from ..._limits import TIME_LIMIT_FEATURE
-from ..._pipeline.codegen import abi_options
 from ..._records import Artifact, CompileRequest, KernelSource, Target
 from ...backend import Backend, Launcher
 from . import _toolchain

@@ -11,9 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from ..._dtypes import DTYPES
-from ..._errors import BackendError
-from ..._pipeline.codegen import (
+from ..._abi import (
     extent_param,
     launch_bounds,
     prelude_undefs,
@@ -21,6 +19,8 @@ from ..._pipeline.codegen import (
     template_args,
     template_head,
 )
+from ..._dtypes import DTYPES
+from ..._errors import BackendError
 from ..._records import KernelSource, Param
 
 __all__ = ["RenderedKernel", "launch_symbol", "needs_fibers", "render_source"]

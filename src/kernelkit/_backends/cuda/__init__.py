@@ -7,8 +7,7 @@ from collections.abc import Mapping
 from importlib.resources import files
 from typing import Any, ClassVar
 
-from ..._errors import BackendError
-from ..._pipeline.codegen import (
+from ..._abi import (
     abi_options,
     cluster_dims,
     launch_bounds,
@@ -17,6 +16,7 @@ from ..._pipeline.codegen import (
     template_args,
     template_head,
 )
+from ..._errors import BackendError
 from ..._records import Artifact, CompileRequest, KernelSource, Param, Target, TensorMapRequest
 from ...backend import Backend, Launcher, Timer
 from . import driver, nvrtc, nvrtc_identity
