@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from ..ops._elementwise import Elementwise, _promote
+from ..ops._elementwise import Elementwise, promote_dtypes
 from .torch_grad import no_gradient, requires_grad
 
 __all__ = ["traced_call"]
@@ -51,7 +51,8 @@ def _fake(expression: str, output_dtype: str | None, arrays: list, scalars: list
     op = _op(expression, output_dtype)
     tensors = [a for a in arrays if a is not None]
     shape = torch.broadcast_shapes(*(t.shape for t in tensors))
-    dtype = op.output_dtype or _promote([str(t.dtype).split(".")[-1] for t in tensors], str(op))
+    names = [str(t.dtype).split(".")[-1] for t in tensors]
+    dtype = op.output_dtype or promote_dtypes(names, str(op))
     tdtype = getattr(torch, dtype)
     return [torch.empty(shape, dtype=tdtype, device=tensors[0].device) for _ in op.outputs]
 

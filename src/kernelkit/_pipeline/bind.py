@@ -43,7 +43,7 @@ class Bound:
     target: Target
 
 
-def _is_scalar(x: Any) -> bool:
+def is_scalar(x: Any) -> bool:
     if type(x) in PY_SCALAR_DTYPES:
         return True
     import numpy as np
@@ -91,7 +91,7 @@ def bind(
             in_adapters.append(TENSOR_MAP_ADAPTER)
             maps.append((what, x))
             continue
-        if _is_scalar(x):
+        if is_scalar(x):
             dt = normalize_dtype(PY_SCALAR_DTYPES.get(type(x)) or x.dtype, f"[{name}] {what}")
             if type(x) is int and not -(2**31) <= x < 2**31:
                 raise ArgumentError(

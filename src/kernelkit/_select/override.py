@@ -16,13 +16,13 @@ from .select import Override
 
 __all__ = ["force", "forced", "parse_force"]
 
-_forced: contextvars.ContextVar[tuple[tuple[str, Override], ...]] = contextvars.ContextVar(
+FORCED: contextvars.ContextVar[tuple[tuple[str, Override], ...]] = contextvars.ContextVar(
     "kernelkit_forced", default=()
 )
 _env_cache: dict[str, dict[str, Override]] = {}
 
 
-def _config_of(config: Any, where: str) -> Config | None:
+def config_of(config: Any, where: str) -> Config | None:
     if config is None or isinstance(config, Config):
         return config
     if isinstance(config, Mapping):
@@ -48,12 +48,12 @@ def force(op: Any, impl: str, config: Config | Mapping[str, Any] | None = None) 
     name = op if isinstance(op, str) else getattr(op, "name", None)
     if not isinstance(name, str) or not isinstance(impl, str):
         raise ArgumentError("[force] needs an op (or its name) and an implementation name")
-    entry = (name, Override(impl, _config_of(config, "force"), "kernelkit.force"))
-    token = _forced.set(_forced.get() + (entry,))
+    entry = (name, Override(impl, config_of(config, "force"), "kernelkit.force"))
+    token = FORCED.set(FORCED.get() + (entry,))
     try:
         yield
     finally:
-        _forced.reset(token)
+        FORCED.reset(token)
 
 
 def parse_force(text: str) -> dict[str, Override]:
@@ -74,7 +74,7 @@ def parse_force(text: str) -> dict[str, Override]:
                     f"[KERNELKIT_SELECT_FORCE] {item!r} in {entry!r} is not NAME=VALUE"
                 )
             values[name.strip()] = _value(name.strip(), value.strip())
-        config = _config_of(values, "KERNELKIT_SELECT_FORCE") if values else None
+        config = config_of(values, "KERNELKIT_SELECT_FORCE") if values else None
         out[op.strip()] = Override(impl.strip(), config, "KERNELKIT_SELECT_FORCE")
     return out
 
@@ -93,7 +93,7 @@ def _value(name: str, text: str) -> Any:
 def forced(op_name: str) -> Override | None:
     """The override in force for ``op_name``: the innermost ``force`` block, else the
     environment variable, else None."""
-    for name, override in reversed(_forced.get()):
+    for name, override in reversed(FORCED.get()):
         if name == op_name:
             return override
     text = _config.config.select_force

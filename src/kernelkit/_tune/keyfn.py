@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 
-def _is_int_scalar(x: Any) -> bool:
+def is_int_scalar(x: Any) -> bool:
     if type(x) in (int, bool):
         return True
     import numpy as np
@@ -17,11 +17,11 @@ def _is_int_scalar(x: Any) -> bool:
     return isinstance(x, np.integer | np.bool_)
 
 
-def _no_key(*args: Any) -> Any:
+def no_key(*args: Any) -> Any:
     raise LookupError
 
 
-def _row_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+def row_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
     strides, acc = [], 1
     for d in reversed(shape):
         strides.append(acc)
@@ -41,7 +41,7 @@ def _kind(x: Any) -> str:
     return "value"  # a NumPy scalar: its dtype is its type
 
 
-def _pattern(inputs: Any, out: Any, shapes: Any, dtypes: Any) -> tuple:
+def call_pattern(inputs: Any, out: Any, shapes: Any, dtypes: Any) -> tuple:
     """What the compiled key function is specialized for: each argument's kind and counts."""
     return (
         tuple(_kind(x) for x in inputs),
@@ -51,7 +51,7 @@ def _pattern(inputs: Any, out: Any, shapes: Any, dtypes: Any) -> tuple:
     )
 
 
-def _compile_key(pattern: tuple, features: Sequence[str], tag: int) -> Callable[..., Any]:
+def compile_key(pattern: tuple, features: Sequence[str], tag: int) -> Callable[..., Any]:
     """Generated code (kept in ``run_source``): the tuple of everything a decision and its grid
     can depend on, for calls of this pattern; anything else raises (slow path)."""
     from .._arrays import KEY_FN

@@ -209,7 +209,7 @@ def _worker(conn: Any, spec: TuneSpec, device: str | None) -> None:
 
 
 def _candidate(session: Any, config: Any) -> tuple:
-    from .._tune.tuner import _reason
+    from .._tune.tuner import failure_reason
 
     facts = (session.key, _environment(session))
     why = session.legal(config)
@@ -220,7 +220,7 @@ def _candidate(session: Any, config: Any) -> tuple:
         outputs = session.outputs(config)
         seconds, how = session.time(config)
     except Exception as e:  # noqa: BLE001
-        return ("failed", None, _reason(e), None, facts)
+        return ("failed", None, failure_reason(e), None, facts)
     return ("ok", seconds, how, outputs, facts)
 
 

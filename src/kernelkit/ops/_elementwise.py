@@ -36,14 +36,14 @@ from ._common import (
     signature_of,
     vec_width,
 )
-from ._elementwise_parse import _OWN, _parse
+from ._elementwise_parse import OWN_FUNCTIONS, parse_expression
 from ._prepared import FORCED, SIGNERS, routed, signature, store
 
 __all__ = ["Elementwise", "elementwise"]
 
 HEADER = _rows.HEADER + "".join(
     f"__device__ __forceinline__ float kk_ew_{n}(float x) {{ return {body}; }}\n"
-    for n, body in _OWN.items()
+    for n, body in OWN_FUNCTIONS.items()
 )
 _VEC_DTYPES = ("float16", "bfloat16", "float32")
 
@@ -121,7 +121,7 @@ class Elementwise:
 
     def __init__(self, expression: str, output_dtype: Any = None) -> None:
         self.expression = expression
-        self.outputs, inputs, self._exprs = _parse(expression)
+        self.outputs, inputs, self._exprs = parse_expression(expression)
         self.inputs = list(inputs)
         self.output_dtype = (
             None
@@ -297,7 +297,7 @@ class Elementwise:
             raise ArgumentError(f"[{self}] at least one input must be an array")
         shape = _broadcast_shape([tuple(a.shape) for a in arrays], str(self))
         dtypes = [str(getattr(a, "dtype", "")).split(".")[-1] for a in arrays]
-        dtype = self.output_dtype or _promote(dtypes, str(self))
+        dtype = self.output_dtype or promote_dtypes(dtypes, str(self))
         return values, shape, dtype
 
     def _bind_args(self, args: tuple, kwargs: dict[str, Any], out: Any) -> tuple:
@@ -463,7 +463,7 @@ def _broadcast_shape(shapes: list[tuple[int, ...]], what: str) -> tuple[int, ...
     return tuple(out)
 
 
-def _promote(dtypes: list[str], what: str) -> str:
+def promote_dtypes(dtypes: list[str], what: str) -> str:
     order = ["bfloat16", "float16", "float32", "float64"]
     floats = [d for d in dtypes if d in order]
     if not floats:

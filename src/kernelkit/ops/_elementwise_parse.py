@@ -1,7 +1,7 @@
 """The expression language of ``elementwise``: ``;``-separated ``out = expr`` statements over
 named float inputs, where an expression is numbers (float32), input names, ``+ - * /``,
-parentheses and calls of an allowlisted set of math functions. ``_parse`` checks it token by token
-and translates it to C++ over the kernel's float locals ``v0, v1, ...``."""
+parentheses and calls of an allowlisted set of math functions. ``parse_expression`` checks it
+token by token and translates it to C++ over the kernel's float locals ``v0, v1, ...``."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from .._errors import ArgumentError, ArgumentTypeError
 # Functions an expression may call (all take and return float). The first group are kernelkit's
 # own (defined in _elementwise's HEADER); the second are CUDA's float math, which both backends
 # provide.
-_OWN = {
+OWN_FUNCTIONS = {
     "silu": "x / (1.0f + expf(-x))",
     "sigmoid": "1.0f / (1.0f + expf(-x))",
     "relu": "fmaxf(x, 0.0f)",
@@ -26,7 +26,7 @@ _MATH = {
     "cos": "cosf", "abs": "fabsf", "floor": "floorf", "ceil": "ceilf", "min": "fminf",
     "max": "fmaxf", "pow": "powf", "fma": "fmaf",
 }  # fmt: skip
-FUNCTIONS = frozenset(_OWN) | frozenset(_MATH)
+FUNCTIONS = frozenset(OWN_FUNCTIONS) | frozenset(_MATH)
 # Tokens: a number-like run (checked against _NUMBER afterwards, so ``0x10``, ``1f`` or ``1.2.3``
 # are refused whole rather than split), a name, an operator (C's multi-character ones whole, so an
 # error names ``**`` or ``==``, not half of it), or any other character (refused as unexpected).
@@ -115,7 +115,7 @@ def _translate(expr: str, inputs: dict[str, int], where: str) -> str:
                     raise ArgumentError(
                         f"{where} unknown function {text!r}; known: {', '.join(sorted(FUNCTIONS))}"
                     )
-                out += [f"kk_ew_{text}" if text in _OWN else _MATH[text], "("]
+                out += [f"kk_ew_{text}" if text in OWN_FUNCTIONS else _MATH[text], "("]
                 stack.append([text, 0])
                 i += 1  # its '(' is taken
             elif kind == "name":
@@ -164,7 +164,7 @@ def _translate(expr: str, inputs: dict[str, int], where: str) -> str:
     return " ".join(out)
 
 
-def _parse(text: str) -> tuple[list[str], dict[str, int], list[str]]:
+def parse_expression(text: str) -> tuple[list[str], dict[str, int], list[str]]:
     """(output names, input names -> index, C++ expressions) of ``"y = ...; z = ..."``."""
     if not isinstance(text, str):
         raise ArgumentTypeError(f"[elementwise] the expression must be a str, got {text!r}")
