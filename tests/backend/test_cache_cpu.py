@@ -25,7 +25,7 @@ from test_cache_support import SRC, isolated_cache, reset_caches  # noqa: E402
 
 import kernelkit  # noqa: E402
 from kernelkit import _config  # noqa: E402
-from kernelkit._cache import clear_memory, disk, stats  # noqa: E402
+from kernelkit._cache import clear_memory, disk, files, stats  # noqa: E402
 from kernelkit.cli import main  # noqa: E402
 
 
@@ -187,7 +187,7 @@ def test_full_disk_simulated(cache, monkeypatch) -> None:
     def full(fd: int, data: bytes) -> None:
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(disk, "_write_all", full)
+    monkeypatch.setattr(files, "write_all", full)
     with pytest.warns(RuntimeWarning, match="ENOSPC"):
         assert check(2)
     monkeypatch.undo()
@@ -198,10 +198,10 @@ def test_a_writer_killed_mid_write(cache, tmp_path) -> None:
     ready = tmp_path / "ready"
     code = f"""
         import os, time
-        from kernelkit._cache import disk
+        from kernelkit._cache import files
         def slow(fd, data):
             os.write(fd, data[: len(data) // 2]); open({str(ready)!r}, "w").close(); time.sleep(600)
-        disk._write_all = slow
+        files.write_all = slow
         check(3)
     """
     full = dict(os.environ, KERNELKIT_CACHE_DIR=str(cache), PYTHONPATH=str(SRC))

@@ -13,7 +13,7 @@ from pathlib import Path
 from .._backends.registry import backend_call
 from .._records import Artifact, CompileRequest
 from ..backend import Backend
-from . import bundles, disk, memory, products, stats
+from . import bundles, disk, files, memory, products, stats
 from .keys import CacheKey, cache_key
 
 __all__ = ["compile_cached", "get_product", "recompile_refused"]
@@ -122,7 +122,7 @@ def _replace_on_disk(
     )
     stats.record("corrupt", str(cache.root))
     with cache.lock(key.digest):
-        disk._unlink(path)
+        files.unlink(path)
         artifact = _compile(backend, request, str(cache.root))
         cache.write(key, request.kernel, request.backend, artifact)
     return artifact

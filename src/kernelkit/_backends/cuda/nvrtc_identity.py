@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ... import _config
+from ..._cache.files import write_atomic
 from . import nvrtc
 
 __all__ = ["supported_archs", "version"]
@@ -133,13 +134,7 @@ def _write(path: Path, env: dict[str, Any], v: tuple[int, int], archs: tuple[int
         return
     rec = {"schema": _SCHEMA, "version": list(v), "archs": list(archs), "library": lib,
            "environment": env}  # fmt: skip
-    tmp = path.with_name(f"{RECORD}.{os.getpid()}.tmp")
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(json.dumps(rec))
-        os.replace(tmp, path)
+        write_atomic(path, json.dumps(rec).encode())
     except OSError:
-        try:
-            tmp.unlink()
-        except OSError:
-            pass
+        pass
