@@ -5,9 +5,11 @@ bucketing; bad input (empty configs, a key the arguments lack, a corrupt record)
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -173,9 +175,11 @@ def test_serving_process_replays_the_database_without_timing(db, tmp_path):
     )
     runs = []
     for _ in range(2):
+        src = str(Path(kernelkit.__file__).parents[1])  # this checkout's, not the installed one
         out = subprocess.run(
-            [sys.executable, "-c", script], capture_output=True, text=True, timeout=300
-        )
+            [sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
+            env=dict(os.environ, PYTHONPATH=src),
+        )  # fmt: skip
         assert out.returncode == 0, out.stderr[-3000:]
         runs.append(out.stdout.split()[-5:])
     assert runs[0][1] == "2" and runs[0][3] == "1"  # first process: tuned (2 candidates timed)

@@ -27,6 +27,8 @@ from kernelkit._tune import timing
 from kernelkit._workflows.op_cases import make_case, op_object
 from kernelkit.cli import main
 
+SRC = str(Path(kernelkit.__file__).parents[1])  # this checkout's, in child processes too
+
 pytestmark = pytest.mark.skipif(not CPU_AVAILABLE, reason="the CPU backend does not load here")
 
 
@@ -199,6 +201,7 @@ def test_tune_command_end_to_end(tmp_path):
     script = textwrap.dedent(
         f"""
         import sys
+        sys.path.insert(0, {SRC!r})
         from kernelkit import _config
         from kernelkit._select.tuning import db
         db._current = (_config.config, db.TuningDB({str(tmp_path / "tuning")!r}))
