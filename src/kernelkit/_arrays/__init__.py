@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._dtypes import DType
+from .._generated import execute
 
 __all__ = [
     "BY_TYPE",
@@ -72,8 +73,8 @@ class Adapter:
         super().__init_subclass__(**kwargs)
         fields = cls.__dict__.get("key_fields")
         if fields is not None:  # a plain function: no bound method on the hot path
-            text = f"lambda x: ({''.join(_key_expr(f) + ', ' for f in fields)})"
-            cls.key = staticmethod(eval(text, {}))  # type: ignore[method-assign]  # noqa: S307
+            text = f"def key(x):\n    return ({''.join(_key_expr(f) + ', ' for f in fields)})\n"
+            cls.key = staticmethod(execute(text, {}, "adapter key")["key"])  # type: ignore[method-assign]
 
     def key(self, x: Any) -> Any:
         raise NotImplementedError

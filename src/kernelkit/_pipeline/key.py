@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from .._arrays import BY_TYPE, KEY_FN
+from .._generated import execute
 
 __all__ = [
     "CALL_ARGS",
@@ -78,7 +79,7 @@ def _make_call_key() -> Callable[..., tuple]:
     parts = "".join(f"\n        {_KEY_EXPR[kind].format(v=name)}," for name, kind in KEY)
     source = f"def call_key({CALL_ARGS}):\n    return ({parts}\n    )\n"
     ns: dict[str, Any] = {"_key_fn": KEY_FN}
-    exec(compile(source, "<kernelkit call_key>", "exec"), ns)  # noqa: S102 - our own text
+    execute(source, ns, "call_key")
     fn = ns["call_key"]
     fn.source = source
     return fn  # type: ignore[no-any-return]
@@ -164,7 +165,7 @@ def guard_function(guard: Guard) -> Callable[..., bool]:
     ns: dict[str, Any] = {}
     source = f"def matches({CALL_ARGS}):\n" + "\n".join(guard_lines(guard, ns))
     source += "\n    return True\n"
-    exec(compile(source, "<kernelkit guard>", "exec"), ns)  # noqa: S102 - our own text
+    execute(source, ns, "guard")
     return lambda *args: ns["matches"](*args) is True
 
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from .._generated import execute
+
 
 def is_int_scalar(x: Any) -> bool:
     if type(x) in (int, bool):
@@ -92,7 +94,7 @@ def compile_key(pattern: tuple, features: Sequence[str], tag: int) -> Callable[.
     lines.append(f"    return ({', '.join(parts)},)")
     source = "\n".join(lines) + "\n"
     namespace: dict[str, Any] = {"kf": KEY_FN, "contig": _contiguous}
-    exec(compile(source, "<kernelkit autotune key>", "exec"), namespace)  # noqa: S102
+    execute(source, namespace, "autotune key")
     fn = namespace["key"]
     fn.run_source = source
     return fn  # type: ignore[no-any-return]
