@@ -16,7 +16,8 @@ from .._dtypes import DTYPES
 from .._records import CompileRequest, KernelSpec, Param
 from . import render as _render
 from .bind import Bound
-from .launch import ArgRoute, generate_run
+from .key import Guard
+from .launch import ArgRoute, HotPath, generate_run
 from .load import LoadedProgram, load
 
 __all__ = ["LaunchPlan", "build"]
@@ -58,7 +59,7 @@ def build(
     template: Any,
     check: bool | None,
     verbose: bool,
-    guard: tuple | None = None,
+    guard: Guard | None = None,
 ) -> LaunchPlan:
     """Render, compile through the caches, load (once per binary and device), and prepare the
     hot path for one specialization. The launch geometry is not part of it: it comes per call."""
@@ -83,21 +84,21 @@ def build(
     where = problem.device_type, problem.device_index
     outputs = [a for a in problem.args if a.is_output]
     allocators = [_lazy_allocator(adapters.result, a.dtype, *where) for a in outputs]
-    hot_path = (
-        spec.name,
-        params,
-        ins,
-        outs,
-        adapters.outputs is not None,
-        allocators,
-        adapters.result,
-        loaded,
-        (problem.device_type, target.device),
-        backend.synchronize,
-        backend.name,
+    hot = HotPath(
+        kernel=spec.name,
+        params=params,
+        ins=tuple(ins),
+        outs=tuple(outs),
+        has_out=adapters.outputs is not None,
+        allocators=tuple(allocators),
+        out_adapter=adapters.result,
+        loaded=loaded,
+        where=(problem.device_type, target.device),
+        synchronize=backend.synchronize,
+        backend=backend.name,
     )
-    run, run_source = generate_run(*hot_path, guard)
-    direct = run if guard is None else generate_run(*hot_path, None)[0]
+    run, run_source = generate_run(hot, guard)
+    direct = run if guard is None else generate_run(hot, None)[0]
     plan = LaunchPlan(
         kernel=spec.name,
         request=request,
