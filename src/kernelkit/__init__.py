@@ -21,6 +21,7 @@ from ._errors import (
     KernelTimeout,
     LaunchError,
 )
+from ._explain import explain
 from ._integrations.jax_ffi import JaxCallable
 from ._integrations.torch_op import TorchOp
 from ._integrations.torch_vjp import custom_vjp
@@ -29,7 +30,7 @@ from ._pipeline.codegen import cxx, struct
 from ._select.override import force
 from ._select.records import Config, KernelChoice
 from ._tensor_map import TensorMap, tensor_map
-from ._tune.autotune import AutotunedKernel, autotune, explain
+from ._tune.autotune import AutotunedKernel, autotune
 from ._version import __version__
 from ._workflows.tune_op import tune_op
 

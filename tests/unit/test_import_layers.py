@@ -127,7 +127,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
          "_select.records", "_select.keys", "_select.tables", "_select.tuning"),
     ),  # fmt: skip
     ("pipeline stages", ("_pipeline", "_select")),
-    ("ops and API", ("_api", "_metal_api", "ops", "_tune", "testing")),
+    ("ops and API", ("_api", "_metal_api", "_explain", "ops", "_tune", "testing")),
     ("integrations", ("_integrations",)),
     ("workflows and the CLI", ("_workflows", "cli", "__main__", "")),
 )

@@ -104,8 +104,14 @@ def test_import_is_light():
         "k = kernelkit.kernel('k', ['x'], ['y'], 'y[0] = x[0];')\n"
         f"print(json.dumps([m for m in {HEAVY!r} if m in sys.modules]))\n"
     )
+    src = os.path.dirname(os.path.dirname(kernelkit.__file__))  # this checkout's, not main's
     out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": src},
     )
     assert json.loads(out.stdout.strip().splitlines()[-1]) == []
 

@@ -35,7 +35,7 @@ from .calls import KernelCall, grid_rule, identity, launch_settings, run_choice
 from .keyfn import call_pattern, compile_key, is_int_scalar, no_key, row_strides
 from .tuner import Session, TuneResult, tune_session
 
-__all__ = ["AutotunedKernel", "KernelCall", "autotune", "explain"]
+__all__ = ["AutotunedKernel", "KernelCall", "autotune"]
 
 MAX_FAST = 4096  # distinct argument layouts remembered per kernel (then forgotten at once)
 
@@ -483,24 +483,3 @@ def known(ops: Mapping[str, AutotunedKernel]) -> Callable[[str, str], bool]:
         return obj is not None and obj.op.get(impl) is not None
 
     return check
-
-
-def explain(obj: Any, *args: Any, **kwargs: Any) -> Any:
-    """Print and return what ``obj.explain(*args, **kwargs)`` gives: for an autotuned kernel,
-    the ``Selection`` a call with these arguments gets (the choice, its source, every rule and
-    candidate considered). A ``Selection`` itself is printed as it is.
-
-    Example::
-
-        >>> import numpy as np, kernelkit
-        >>> k = kernelkit.kernel("inc", ["x"], ["y"], "uint i = blockIdx.x * blockDim.x"
-        ...     " + threadIdx.x; if (i < x_shape[0]) y[i] = x[i] + 1;")
-        >>> inc = kernelkit.autotune(k, configs=[{"threadgroup": (64,)}], grid="x")
-        >>> x = np.zeros(10, np.float32)
-        >>> sel = kernelkit.explain(inc, [x], output_shapes=[x.shape], output_dtypes=[x.dtype])
-        ... # doctest: +ELLIPSIS
-        inc: inc/generic [threadgroup=64x1x1] grid=10x1x1 from ...
-    """
-    found = obj if isinstance(obj, Selection) else obj.explain(*args, **kwargs)
-    print(found.explain() if hasattr(found, "explain") else found)
-    return found
