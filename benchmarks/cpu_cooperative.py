@@ -19,8 +19,8 @@ import numpy as np
 import kernelkit
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "tests" / "backend"))
-from test_collective_sites import ROUTING  # noqa: E402
-from test_real_structs_coop import GRID_SUM  # noqa: E402
+from test_collective_sites import ROUTING
+from test_real_structs_coop import GRID_SUM
 
 
 def best_ms(fn, runs=5):

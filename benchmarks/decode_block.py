@@ -31,12 +31,12 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
-from _common import graph_us, time_us  # noqa: E402
+import torch
+import torch.nn.functional as F
+from _common import graph_us, time_us
 
-import kernelkit  # noqa: E402
-from kernelkit import ops  # noqa: E402
+import kernelkit
+from kernelkit import ops
 
 SILU_MUL = ops.elementwise("y = a * b / (1 + exp(-b))")  # a * silu(b)
 ADD = ops.elementwise("y = a + b")
@@ -197,8 +197,8 @@ def op_rows(res: Results, args: Any, timer: Timer, deadline: float) -> None:
 def _op_cases(x: Any, b: Any, w: Any, bias: Any, weight: Any, routes: list[str]) -> list:
     """(name, kernelkit call, torch eager call, matmul route to force or None) per op."""
     n = x.shape[-1]
-    mm_torch = lambda: F.linear(x, weight)  # noqa: E731
-    mm_kk = lambda: ops.matmul(x, weight, transpose_b=True)  # noqa: E731
+    mm_torch = lambda: F.linear(x, weight)
+    mm_kk = lambda: ops.matmul(x, weight, transpose_b=True)
     return [
         ("softmax", lambda: ops.softmax(x), lambda: torch.softmax(x, -1), None),
         ("rms_norm", lambda: ops.rms_norm(x, w, 1e-6), lambda: F.rms_norm(x, (n,), w, 1e-6), None),

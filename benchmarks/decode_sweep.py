@@ -47,7 +47,7 @@ def main() -> int:
     rate = copy_rate_gbs()
     print(torch.cuda.get_device_name(), f"copy rate {rate:.0f} GB/s", flush=True)
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
-    kk = lambda x, w: ops.matmul(x, w, transpose_b=True)  # noqa: E731
+    kk = lambda x, w: ops.matmul(x, w, transpose_b=True)
     for n, k in WEIGHTS:
         wbytes = n * k * 2
         copies = max(2, -(-2 * l2 // wbytes) + 1)

@@ -204,7 +204,7 @@ def bench_matmul(rate: float, args: argparse.Namespace) -> int:
         f"{'N, K':<14}{'M':>6}{'kk us':>8}{'cuBLAS':>8}{'kk dev':>8}{'cuBLAS dev':>11}"
         f"{'cuBLAS/kk':>10}{'kk %':>6}{'cuBLAS %':>9}{'max-at/kk':>10}  rel err  choice"
     )
-    kk_fn = lambda x, w: ops.matmul(x, w, transpose_b=True)  # noqa: E731
+    kk_fn = lambda x, w: ops.matmul(x, w, transpose_b=True)
     ref_fn = torch.nn.functional.linear
     shapes = MATMUL_NK[:1] if args.quick else MATMUL_NK
     if args.nk:

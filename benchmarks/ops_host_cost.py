@@ -26,8 +26,8 @@ def stub_cpu_launch() -> None:
     """The CPU backend's launcher becomes a no-op (for timing the host path only)."""
     from kernelkit._backends.cpu import _backend
 
-    def make_launcher(program, nthreads):  # noqa: ANN001, ANN202, ARG001
-        def launch(params_address, stream, geometry):  # noqa: ANN001, ANN202, ARG001
+    def make_launcher(program, nthreads):  # noqa: ARG001
+        def launch(params_address, stream, geometry):  # noqa: ARG001
             return None
 
         launch.program = program  # type: ignore[attr-defined]

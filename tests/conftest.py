@@ -23,7 +23,7 @@ if "KERNELKIT_CACHE_DIR" not in os.environ:
     shutil.rmtree(_dir / "tuning", ignore_errors=True)
 
 from kernelkit import _config
-from kernelkit._backends import registry as _registry  # noqa: E402
+from kernelkit._backends import registry as _registry
 
 
 def _loads(name: str) -> bool:

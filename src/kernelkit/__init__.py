@@ -4,10 +4,11 @@
 >>> k = kernelkit.kernel("exp", ["x"], ["y"],
 ...     "uint i = blockIdx.x * blockDim.x + threadIdx.x; if (i < x_shape[0]) y[i] = expf(x[i]);")
 
-Nothing here touches a GPU or loads a compiler at import.
+Nothing here touches a GPU or loads a compiler at import (the CUDA backend's Python modules are
+imported when installed: ``KERNELKIT_PRELOAD=0`` defers them to the first call).
 """
 
-from . import _integrations
+from . import _integrations, _registry
 from ._api import Kernel, cuda_kernel, kernel
 from ._cache import add_bundle, cache_stats
 from ._errors import (
@@ -35,6 +36,7 @@ from ._version import __version__
 from ._workflows.tune_op import tune_op
 
 _integrations.install()  # integrations wrap the API, the ops and the adapters from above
+_registry.preload()  # the CUDA backend's modules now, not at the first call (no device access)
 
 __all__ = [
     "ArgumentError",

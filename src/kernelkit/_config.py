@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, fields
+from typing import Any
 
 
 def _bool(text: str) -> bool:
@@ -64,6 +65,14 @@ VARS: tuple[Var, ...] = (
         "",
         "CPU backend: C++ compiler to use (default: $CXX, then g++, clang++)",
     ),
+    Var(
+        "KERNELKIT_PRELOAD",
+        _bool,
+        True,
+        "import the installed CUDA backend's Python modules (cuda-bindings) at `import kernelkit`, "
+        "without touching a device, so that the first kernel call does not pay for them; 0 defers "
+        "the import to the first call on a CUDA array",
+    ),
     Var("KERNELKIT_CACHE", _bool, True, "0 keeps compiled kernels in memory only"),
     Var("KERNELKIT_CACHE_DIR", str, "", "disk cache directory (default: the user cache directory)"),
     Var(
@@ -108,6 +117,7 @@ class Config:
     cpu_check: bool
     cpu_threads: int
     cxx: str
+    preload: bool
     cache: bool
     cache_dir: str
     cache_max_bytes: int
@@ -119,7 +129,7 @@ class Config:
 
 
 def _read() -> Config:
-    values = {}
+    values: dict[str, Any] = {}
     for var, field in zip(VARS, fields(Config)):
         raw = os.environ.get(var.name)
         if raw is None:

@@ -69,9 +69,8 @@ def normalize_dtype(value: Any, what: str = "[kernel] dtype") -> DType:
 
         text = np.dtype(value).name
     else:
-        text = getattr(value, "name", None) if not _is_torch_dtype(value) else None
-        if not isinstance(text, str):
-            text = str(value)
+        name = getattr(value, "name", None) if not _is_torch_dtype(value) else None
+        text = name if isinstance(name, str) else str(value)
     text = text.removeprefix("torch.").removeprefix("dtype(").strip("')\"")
     text = _ALIASES.get(text, text)
     found = DTYPES.get(text)

@@ -32,5 +32,5 @@ def explain(obj: Any, *args: Any, print: bool = False, **kwargs: Any) -> Any:
     """
     found = obj if isinstance(obj, Selection) else obj.explain(*args, **kwargs)
     if print:
-        builtins.print(found.explain() if hasattr(found, "explain") else found)
+        builtins.print(found.explain() if hasattr(found, "explain") else found)  # noqa: T201 - print=True asks for it
     return found

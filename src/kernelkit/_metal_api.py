@@ -25,6 +25,7 @@ __all__ = ["MetalKernel", "metal_kernel"]
 
 
 _PLAIN = (list, tuple)
+_PLAIN_OR_NONE = (list, tuple, type(None))  # not "is not dict": any Mapping takes the slow path
 _MLX_TYPES: dict[type, bool] = {}
 
 
@@ -47,7 +48,7 @@ def _from_mlx(x: Any) -> Any:
     if str(getattr(x, "dtype", "")) != "mlx.core.bfloat16":
         return np.asarray(x)
     import ml_dtypes
-    import mlx.core as mx  # type: ignore[import-not-found]
+    import mlx.core as mx
 
     # NumPy's buffer protocol has no bfloat16 format: MLX's same-size view shares the buffer
     return np.asarray(x.view(mx.uint16)).view(ml_dtypes.bfloat16)
@@ -133,9 +134,9 @@ class MetalKernel:
         if (  # the common call (lists, no MLX objects, seen geometry): a few lookups
             type(inputs) in _PLAIN
             and self.input_names is not None
-            and type(output_shapes) is not dict
-            and type(output_dtypes) is not dict
-            and type(template) is not dict
+            and type(output_shapes) in _PLAIN_OR_NONE
+            and type(output_dtypes) in _PLAIN_OR_NONE
+            and type(template) in _PLAIN_OR_NONE
             and ensure_row_contiguous is None
             and not verbose
         ):
@@ -154,8 +155,9 @@ class MetalKernel:
                 kernel = self._kernels.get(key)
                 if kernel is not None:
                     g, tg = geo
-                    if template is not None and any(_is_mlx_type(type(v)) for _, v in template):
-                        template = [(n, _dtype(v)) for n, v in template]
+                    # template is a list, a tuple or None here: a type() test mypy cannot narrow
+                    if template is not None and any(_is_mlx_type(type(v)) for _, v in template):  # type: ignore[str-unpack]
+                        template = [(n, _dtype(v)) for n, v in template]  # type: ignore[str-unpack]
                     return self._launch(
                         kernel, [*inputs, *g], output_shapes, output_dtypes, g, tg, template,
                         init_value, False, stream, out, backend, check,
@@ -204,8 +206,8 @@ class MetalKernel:
         kernel = self._kernel(in_names, outs_names, zero_d, bool(contiguous))
         g, tg = self._geometry_of(grid, threadgroup)
         if verbose:
-            print(f"Metal source of `{self.name}`:\n```\n{self.header}\n{self.source}\n```")
-            print(f"The CUDA it became (`{self.name}`):")
+            print(f"Metal source of `{self.name}`:\n```\n{self.header}\n{self.source}\n```")  # noqa: T201 - verbose=True asks for it
+            print(f"The CUDA it became (`{self.name}`):")  # noqa: T201 - verbose=True asks for it
         results = self._launch(
             kernel, [*ins, *g], shapes, dtypes, g, tg, template, init_value, verbose, stream,
             out, backend, check,
@@ -239,7 +241,7 @@ class MetalKernel:
                 check,
             )  # fmt: skip
         except CompileError as e:
-            raise self._metal_error(e, kernel) from None
+            raise self._metal_error(e) from None
 
     def _normalize(
         self, inputs: Any, output_shapes: Any, output_dtypes: Any
@@ -274,7 +276,7 @@ class MetalKernel:
                     f"{list(outs)}, got {list(output_shapes)} and {list(output_dtypes)}"
                 )
             shapes = [tuple(output_shapes[n]) for n in outs]
-            dtypes = [_dtype(output_dtypes[n]) for n in outs]
+            dtypes: list[Any] | None = [_dtype(output_dtypes[n]) for n in outs]
         else:
             if self.output_names is None:
                 raise ArgumentTypeError(
@@ -319,7 +321,7 @@ class MetalKernel:
         )
         return Kernel(spec)
 
-    def _metal_error(self, e: CompileError, kernel: Kernel) -> CompileError:
+    def _metal_error(self, e: CompileError) -> CompileError:
         """The compile error, with the Metal lines its log points at quoted under it."""
         quoted = []
         for where, text in (("source", self.source), ("header", self.header)):

@@ -14,10 +14,10 @@ __all__ = [
     "CompileRequest",
     "CxxName",
     "KernelSource",
-    "StructType",
     "KernelSpec",
     "Param",
     "Problem",
+    "StructType",
     "Target",
     "TensorMapRequest",
 ]

@@ -35,13 +35,13 @@ from ._records import (
 
 __all__ = [
     "BACKEND_API_VERSION",
+    "MAX_NDIM",
     "Artifact",
     "Backend",
     "CompileRequest",
     "Geometry",
     "KernelSource",
     "Launcher",
-    "MAX_NDIM",
     "Param",
     "Target",
     "TensorMapRequest",
@@ -122,7 +122,7 @@ class Timer:
         cannot (the default) or the launches could not be captured."""
         return None
 
-    def close(self) -> None:  # noqa: B027 - optional
+    def close(self) -> None:
         """Free what the timer holds (streams, events, graphs)."""
 
 
@@ -237,7 +237,7 @@ class Backend(ABC):
         as they are. Called once per target, never on the hot path; default: none."""
         return {}
 
-    def check_params(self, params: tuple[Param, ...]) -> None:  # noqa: B027 - optional hook
+    def check_params(self, params: tuple[Param, ...]) -> None:
         """Reject parameter kinds/dtypes this backend cannot pass with a TypeError or ValueError
         naming the parameter (default: all but tensor maps, which only a backend that encodes
         them can pass). Other methods' unexpected exceptions reach the user as ``BackendError``

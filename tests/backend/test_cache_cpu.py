@@ -21,12 +21,12 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
-from test_cache_support import SRC, isolated_cache, reset_caches  # noqa: E402
+from test_cache_support import SRC, isolated_cache, reset_caches
 
-import kernelkit  # noqa: E402
-from kernelkit import _config  # noqa: E402
-from kernelkit._cache import clear_memory, disk, files, stats  # noqa: E402
-from kernelkit.cli import main  # noqa: E402
+import kernelkit
+from kernelkit import _config
+from kernelkit._cache import clear_memory, disk, files, stats
+from kernelkit.cli import main
 
 
 def _cpu_ready() -> str | None:
@@ -57,12 +57,12 @@ KERNELS = textwrap.dedent("""
         return ok
 """).format(body=BODY)
 ns: dict = {}
-exec(KERNELS, ns)
+exec(KERNELS, ns)  # noqa: S102 - the test module's own text, built above
 check, make = ns["check"], ns["make"]
 
 
 @pytest.fixture(scope="module")
-def warm_template(tmp_path_factory) -> Path:  # noqa: ANN001
+def warm_template(tmp_path_factory) -> Path:
     """A cache with kernels 0 and 1 and the cpu backend's prelude, built once."""
     root = tmp_path_factory.mktemp("template") / "kkcache"
     old = os.environ.get("KERNELKIT_CACHE_DIR")
@@ -83,7 +83,7 @@ def warm_template(tmp_path_factory) -> Path:  # noqa: ANN001
 
 
 @pytest.fixture
-def cache(warm_template: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):  # noqa: ANN201
+def cache(warm_template: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     """A private copy of the warm cache (its prelude build shared), isolated and restored."""
     root = tmp_path / "kkcache"
     shutil.copytree(warm_template / "entries", root / "entries")
@@ -158,7 +158,7 @@ def _empty(p: Path) -> None:
 def test_a_damaged_entry_still_runs_right(cache, damage) -> None:
     path = _entry_of(cache)
     if damage == "foreign":
-        other = [f.path for f in disk.DiskCache(cache, 1 << 40).scan() if f.path != path][0]
+        other = next(f.path for f in disk.DiskCache(cache, 1 << 40).scan() if f.path != path)
         path.write_bytes(other.read_bytes())
     else:
         {"truncate": _truncate, "flip": _flip, "empty": _empty}[damage](path)
@@ -171,7 +171,7 @@ def test_a_damaged_entry_still_runs_right(cache, damage) -> None:
 
 
 def test_read_only_cache_simulated(cache, monkeypatch) -> None:
-    def refuse(*a, **k):  # noqa: ANN002, ANN003, ANN202
+    def refuse(*a, **k):
         raise PermissionError(errno.EACCES, "Permission denied")
 
     monkeypatch.setattr(disk.os, "replace", refuse)
@@ -274,7 +274,7 @@ def test_two_threads_by_four_processes_on_twenty_kernels(cache) -> None:
 
 
 @pytest.fixture(scope="module")
-def bundle(warm_template: Path, tmp_path_factory) -> Path:  # noqa: ANN001
+def bundle(warm_template: Path, tmp_path_factory) -> Path:
     """A bundle of kernel 0 (float32) built by `kernelkit precompile` for the cpu arch."""
     where = tmp_path_factory.mktemp("bundle")
     (where / "decl.py").write_text(KERNELS + "make(0).precompile(['float32'], ['float32'])\n")
@@ -343,7 +343,7 @@ def test_a_bundle_for_another_version_is_refused(cache, bundle, tmp_path) -> Non
                 m["kernelkit"] = "0.0.1"
                 data = json.dumps(m).encode()
             zout.writestr(name, data)
-    with pytest.raises(kernelkit.BundleError, match="kernelkit 0.0.1"):
+    with pytest.raises(kernelkit.BundleError, match=r"kernelkit 0.0.1"):
         kernelkit.add_bundle(old)
     _empty_cache(cache)
     assert check(0) and kernelkit.cache_stats()["bundle_hits"] == 0
@@ -354,7 +354,7 @@ def test_a_bundle_for_another_version_is_refused(cache, bundle, tmp_path) -> Non
 
 
 @pytest.fixture
-def own_pch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):  # noqa: ANN201
+def own_pch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     """An empty isolated cache that builds its own precompiled prelude (others share one)."""
     from kernelkit._backends.cpu import _toolchain
 

@@ -236,7 +236,7 @@ def _warp_reference(vals, op):
 
 
 @pytest.mark.parametrize(
-    "op,expr",
+    ("op", "expr"),
     [
         ("shfl", "__shfl_sync(0xffffffffu, v, (lane * 7 + 3) % 32)"),
         ("shfl_up", "__shfl_up_sync(0xffffffffu, v, 3)"),
@@ -396,7 +396,7 @@ def test_bfloat16_arrays_as_pointers_in_both_modes(check):
     float back = (float)y[i];
     out[i] += back;
     """
-    bf16 = lambda name, out=False: Param(name, "array", "bfloat16", out)  # noqa: E731
+    bf16 = lambda name, out=False: Param(name, "array", "bfloat16", out)
     k = Kernel(
         "bf16ptr", (bf16("x"), _scalar("n"), _out("out"), bf16("y", True)), body, header, check
     )

@@ -37,7 +37,7 @@ def _shared_kernel(name, decls, use):
 
 
 @pytest.mark.parametrize(
-    "decls, use",
+    ("decls", "use"),
     [
         ("__shared__ float big[16384];", "big[i] = 1.0f;"),  # 64 KB in one array
         (
@@ -80,7 +80,7 @@ def test_static_shared_memory_in_a_header_template_is_limited_too():
 
 
 @pytest.mark.parametrize(
-    "grid, tg",
+    ("grid", "tg"),
     [
         ((1, 65536 * 2, 1), (1, 2, 1)),
         ((1, 1, 65536), (1, 1, 1)),
@@ -92,7 +92,7 @@ def test_static_shared_memory_in_a_header_template_is_limited_too():
 )
 def test_grid_and_block_dimension_limits(grid, tg):
     k = kernelkit.kernel("lim_grid", ["x"], ["y"], "y[0] = x[0];")
-    with pytest.raises(ValueError, match="exceeds|allows"):
+    with pytest.raises(ValueError, match=r"exceeds|allows"):
         _call(k, np.ones(1, np.float32), grid=grid, threadgroup=tg)
 
 
@@ -246,7 +246,7 @@ def test_a_fiber_stack_overflow_is_a_fault_and_the_next_launch_works():
         threadgroup=(32, 1, 1),
         backend="cpu",
     )
-    with pytest.raises(kernelkit.KernelFault, match="overflowed its .*fiber stack"):
+    with pytest.raises(kernelkit.KernelFault, match=r"overflowed its .*fiber stack"):
         deep([x], **call)
     ok = kernelkit.kernel(
         "lim_after_deep", ["x"], ["y"], "__syncthreads(); y[threadIdx.x] = 3 * x[threadIdx.x];"

@@ -18,7 +18,7 @@ COPY_BODY = "uint i = blockIdx.x * blockDim.x + threadIdx.x; if (i < x_shape[0])
 
 
 @pytest.mark.parametrize(
-    "given, missing",
+    ("given", "missing"),
     [({}, "grid and threadgroup"), ({"grid": (8, 1, 1)}, "threadgroup"),
      ({"threadgroup": (8, 1, 1)}, "grid")],
 )  # fmt: skip

@@ -588,7 +588,7 @@ def test_unbalanced_brackets_name_the_users_lines(arrays, src, message):
 def test_unbalanced_brackets_in_the_header_say_header(arrays):
     k = kernelkit.metal_kernel("unbalanced_h", ["x"], ["y"], "y[0] = x[0];",
                                header="float f(float a) {\n  return a;\n\n")  # fmt: skip
-    with pytest.raises(kernelkit.ArgumentError, match="'{' at line 1 is never closed"):
+    with pytest.raises(kernelkit.ArgumentError, match=r"'{' at line 1 is never closed"):
         _run1(k, arrays, np.ones(1, np.float32))
 
 
@@ -671,3 +671,22 @@ def test_conditionals_in_template_arguments_and_constants_are_left_alone(arrays)
     (y,) = k([arrays.put(x)], output_shapes=[x.shape], output_dtypes=[x.dtype],
              grid=(4, 1, 1), threadgroup=(4, 1, 1), template=[("T", np.float32)])  # fmt: skip
     np.testing.assert_array_equal(arrays.get(y), [8, 8, 4, 4])
+
+
+@pytest.mark.parametrize("proxied", ["template", "outputs"])
+def test_a_non_dict_mapping_on_the_warm_call(arrays, proxied):
+    # The fast path took any argument whose type is not dict as a list: a MappingProxyType on
+    # the second call (geometry seen) was iterated as its keys.
+    from types import MappingProxyType as Proxy
+
+    k = kernelkit.metal_kernel("myexp_proxy", ["inp"], ["out"], EXP)
+    a = RNG.standard_normal(64).astype(np.float32)
+    kw = {"template": [("T", np.float32)], "output_shapes": [a.shape], "output_dtypes": [a.dtype]}
+    if proxied == "template":
+        kw["template"] = Proxy({"T": np.float32})
+    else:
+        kw.update(output_shapes=Proxy({"out": a.shape}), output_dtypes=Proxy({"out": a.dtype}))
+    for _ in range(2):
+        out = k([arrays.put(a)], grid=(a.size, 1, 1), threadgroup=(64, 1, 1), **kw)
+        y = out["out"] if isinstance(out, dict) else out[0]
+        np.testing.assert_allclose(arrays.get(y), np.exp(a.astype(np.float64)), rtol=1e-6)

@@ -99,7 +99,7 @@ def test_expert_routing(experts, dtype):
         template=[("E", experts), ("K", k)],
         grid=(lg.size // experts * 32, 1, 1),
         threadgroup=(256, 1, 1),
-        output_shapes=[lg.shape[:-1] + (k,)] * 2,
+        output_shapes=[(*lg.shape[:-1], k)] * 2,
         output_dtypes=[mx.uint32, mx.float32],
     )
     want_i, want_w = _routing_ref(_np(lg), _np(_mx(bias)), k, 1.5, 1e-20, 2.5)
@@ -179,7 +179,7 @@ def test_post_expert_norm_combine(dtype):
         template=[("T", experts.dtype), ("D", d), ("K", k), ("TG", tg)],
         grid=(experts.size // (k * d) * tg, 1, 1),
         threadgroup=(tg, 1, 1),
-        output_shapes=[experts.shape[:-2] + (d,)],
+        output_shapes=[(*experts.shape[:-2], d)],
         output_dtypes=[experts.dtype],
     )
     v = _np(experts) * _np(norm_w)
@@ -233,12 +233,12 @@ def test_norm_add_norm_and_norm_add(dtype, post_scale):
         threadgroup=(tg, 1, 1),
     )
     new_stream, normed = _kernel("NORM_ADD_NORM")(
-        inputs=ins + [_scalar(post_eps), pre_w, _scalar(pre_eps)],
+        inputs=[*ins, _scalar(post_eps), pre_w, _scalar(pre_eps)],
         output_shapes=[ins[1].shape, ins[0].shape],
         output_dtypes=[mx.float32, ins[0].dtype],
         **kw,
     )
-    (alone,) = _kernel("NORM_ADD")(inputs=ins + [_scalar(post_eps)],
+    (alone,) = _kernel("NORM_ADD")(inputs=[*ins, _scalar(post_eps)],
                                    output_shapes=[ins[1].shape], output_dtypes=[mx.float32],
                                    **kw)  # fmt: skip
     want = _norm_add_ref(ins, dtype, post_scale, post_eps)
@@ -466,7 +466,7 @@ def test_ported_kernel_compiles_with_nvrtc(cuda, var, h):
     from kernelkit._pipeline.render import render_request
 
     in_kinds, out_types, template = NVRTC[var]
-    sub = lambda t: h if t == "H" else t  # noqa: E731
+    sub = lambda t: h if t == "H" else t
     args = getattr(cat, var + "_ARGS")
     mk = kernelkit.metal_kernel(source=getattr(cat, var), header=getattr(cat, var + "_HEADER", ""),
                                 **{**args, "name": "nv_" + args["name"]})  # fmt: skip

@@ -962,7 +962,7 @@ def gated_delta_ref(q, k, v, g, beta, state, mask=None):
     """mlx-lm's gated_delta_ops: q, k [B,T,Hk,Dk]; v [B,T,Hv,Dv]; g [B,T,Hv(,Dk)]; state
     [B,Hv,Dv,Dk]; a masked step writes y = 0 and keeps the state."""
     q, k, v, g, beta, s = (np.asarray(a, np.float64) for a in (q, k, v, g, beta, state))
-    B, T, Hk, _ = q.shape
+    _B, T, Hk, _ = q.shape
     Hv = v.shape[2]
     q, k = np.repeat(q, Hv // Hk, 2), np.repeat(k, Hv // Hk, 2)
     ys = []
@@ -1061,7 +1061,7 @@ def test_wkv7(arrays, dtype):
         out=_poison(arrays, shapes, [dtype, dtype]),
     )  # fmt: skip
     # mlx-lm's _wkv7_step_ops: S = S diag(w) + v k^T + (S a) b^T; y = S r
-    f = lambda x: np.asarray(x, np.float64)  # noqa: E731
+    f = lambda x: np.asarray(x, np.float64)
     st, ys = f(state), []
     for t in range(T):
         sab = (st @ f(a[:, t])[..., None]) @ f(b[:, t])[..., None, :]
@@ -1218,7 +1218,7 @@ def _nvrtc_compile(cuda, case, h):
     from kernelkit._pipeline.render import render_request
 
     source, header, ins, outs, in_types, out_types, template = NVRTC_CASES[case]
-    sub = lambda t: h if t == "H" else t  # noqa: E731
+    sub = lambda t: h if t == "H" else t
     mk = kernelkit.metal_kernel(f"pub_{case}", ins, outs, source(), header=header)
     k = mk._kernel(tuple(ins), tuple(outs), (), True)
     kinds = [t if isinstance(t, tuple) else ("array", sub(t)) for t in in_types]

@@ -307,7 +307,7 @@ def test_scalar_inputs_do_not_depend_on_earlier_calls(arrays):
         for s in (2**40, -(2**31) - 5, 7, True, 2.0**-3):
             np.testing.assert_allclose(arrays.get(f(da, s)), a * float(s), rtol=1e-6)
         for huge in (10**400, -(2**1024)):
-            with pytest.raises(kernelkit.ArgumentError, match="input 's' .* too large for a float"):
+            with pytest.raises(kernelkit.ArgumentError, match=r"input 's' .* too large for a"):
                 f(da, huge)
         for bad in (None, "3", 1 + 2j, [1.0]):
             with pytest.raises(kernelkit.ArgumentTypeError, match="input 's' must be an array or"):

@@ -63,7 +63,7 @@ def _call(k, x, backend):
 
 
 @pytest.mark.parametrize(
-    "name, match",
+    ("name", "match"),
     [
         (
             "probefails",

@@ -124,7 +124,7 @@ AGG_CG = kernelkit.kernel(
 
 
 @pytest.mark.parametrize(
-    "k, count_dtype", [(AGG, np.uint32), (AGG_CG, np.int32)], ids=["activemask", "coalesced"]
+    ("k", "count_dtype"), [(AGG, np.uint32), (AGG_CG, np.int32)], ids=["activemask", "coalesced"]
 )
 def test_warp_aggregated_atomic_increment_compacts(arrays, backend, k, count_dtype):
     n = 4099

@@ -1,4 +1,4 @@
-# ruff: noqa: E501, W291, W293 - the kernels are the projects' text, unchanged
+# ruff: noqa: E501, W293 - the kernels are the projects' text, unchanged
 """Darknet's CUDA kernels, ported: pjreddie/darknet at f6afaabcdf85f77e7aff2ec55c020c0e297c77f9
 (public domain), src/activation_kernels.cu and src/blas_kernels.cu. Each body is the kernel as
 shipped, only the signature removed; all are float32 (Darknet has no other type).

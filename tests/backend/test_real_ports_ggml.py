@@ -1,4 +1,4 @@
-# ruff: noqa: E501, W291, W293 - the kernels are the project's text, unchanged
+# ruff: noqa: E501 - the kernels are the project's text, unchanged
 """ggml's CUDA kernels (llama.cpp's ggml/src/ggml-cuda, MIT), ported: each body as shipped at the
 commit named beside it, only the signature removed. Template parameters are ``template=`` values:
 ``T`` the case's dtype, ``op`` a ``header=`` function through ``kernelkit.cxx``. The header holds

@@ -50,7 +50,7 @@ def _args():
 def test_every_op_compiles_fullgraph_after_eager_calls(impl):
     args = _args()
     want = _reference(*args)
-    ctx = kernelkit.force("matmul", impl) if impl else _nothing()
+    ctx = kernelkit.force("matmul", impl) if impl else _Nothing()
     with ctx:
         eager = _block(*args)  # prepares every signature (and the traced versions)
         torch._dynamo.reset()
@@ -94,7 +94,7 @@ def test_ops_compile_in_a_process_that_made_no_eager_call():
     assert done.returncode == 0 and "ok" in done.stdout, done.stderr[-3000:]
 
 
-class _nothing:
+class _Nothing:
     def __enter__(self):
         return None
 

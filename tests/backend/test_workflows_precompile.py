@@ -22,7 +22,7 @@ pytestmark = pytest.mark.skipif(_cpu_ready() is not None, reason=str(_cpu_ready(
 BODY = "uint i = blockIdx.x * blockDim.x + threadIdx.x; if (i < inp_shape[0]) out[i] = {expr};"
 
 
-def _declaration(body: str = BODY.format(expr="inp[i]")):  # noqa: ANN202
+def _declaration(body: str = BODY.format(expr="inp[i]")):
     from kernelkit._dtypes import DTYPES
     from kernelkit._pipeline.declare import Declaration
 
@@ -68,7 +68,7 @@ def test_precompile_names_the_declaration_arch_and_stage_that_failed(monkeypatch
     assert str(info.value).startswith(f"[precompile] pre_k(float32) -> (float32) for {arch}: ")
     assert "nope" in str(info.value) and info.value.status == 1
 
-    def boom(request):  # noqa: ANN001, ANN202
+    def boom(request):
         raise RuntimeError("the compiler crashed")
 
     monkeypatch.setattr(cpu, "compile", boom)

@@ -119,9 +119,10 @@ def _use(tmp_path: Path, bundle: Path) -> dict:
 def _precompile_under_another_nvrtc(tmp_path: Path, bundle: Path) -> None:
     """Build tests/gpu's DECL for this device's arch as if NVRTC were version 99.9."""
     major, minor = torch.cuda.get_device_capability()
+    cmd = [sys.executable, "-c", PRECOMPILE_AS, "nvrtc-99.9", "precompile", "decl.py"]
+    cmd += ["--arch", f"sm_{major}{minor}", "-o", str(bundle), "--quiet"]
     out = subprocess.run(
-        [sys.executable, "-c", PRECOMPILE_AS, "nvrtc-99.9", "precompile", "decl.py"]
-        + ["--arch", f"sm_{major}{minor}", "-o", str(bundle), "--quiet"],
+        cmd,
         cwd=tmp_path,
         env=_env(KERNELKIT_CACHE_DIR=str(tmp_path / "build-cache")),
         capture_output=True,

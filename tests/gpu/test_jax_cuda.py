@@ -13,13 +13,13 @@ import time
 # the same process its client aborts the interpreter (seen on an H100). Before JAX starts.
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-from conftest import CUDA_AVAILABLE  # noqa: E402
-from jax_examples import axpy_callable, axpy_reference  # noqa: E402
+import numpy as np
+import pytest
+from conftest import CUDA_AVAILABLE
+from jax_examples import axpy_callable, axpy_reference
 
-import kernelkit  # noqa: E402
-from kernelkit._integrations import jax_eager  # noqa: E402
+import kernelkit
+from kernelkit._integrations import jax_eager
 
 jax = pytest.importorskip("jax")
 jnp = pytest.importorskip("jax.numpy")

@@ -26,7 +26,7 @@ def _make_bundle(path: Path, n: int = 3) -> Path:
     return path
 
 
-def _rewrite(path: Path, manifest_change=None, member_change=None) -> None:  # noqa: ANN001
+def _rewrite(path: Path, manifest_change=None, member_change=None) -> None:
     with zipfile.ZipFile(path) as zf:
         files = {n: zf.read(n) for n in zf.namelist()}
     manifest = json.loads(files.pop("manifest.json"))
@@ -83,7 +83,7 @@ def test_an_entry_with_a_bad_checksum_is_rejected_and_compiled(cache_dir, tmp_pa
 
 
 @pytest.mark.parametrize(
-    "field,value", [("kernelkit", "0.0.1"), ("key_schema", 1), ("format_version", 9)]
+    ("field", "value"), [("kernelkit", "0.0.1"), ("key_schema", 1), ("format_version", 9)]
 )
 def test_a_bundle_for_another_version_is_rejected_whole(
     cache_dir,  # noqa: F811 - the fixture imported above

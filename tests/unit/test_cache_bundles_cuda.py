@@ -28,13 +28,13 @@ BODY = "uint i = blockIdx.x * blockDim.x + threadIdx.x; if (i < x_shape[0]) y[i]
 F32, F16 = DTYPES["float32"], DTYPES["float16"]
 
 
-def _request(cuda, kernel, arch: str, dtype):  # noqa: ANN001, ANN202
+def _request(cuda, kernel, arch: str, dtype):
     return render_request(
         kernel.spec, cuda, cuda.target_for_arch(arch), [("array", dtype)], [dtype], (), False
     )[1]
 
 
-def _as_ptx(request):  # noqa: ANN001, ANN202
+def _as_ptx(request):
     import dataclasses
 
     arch = request.arch.replace("sm_", "compute_")
@@ -42,7 +42,7 @@ def _as_ptx(request):  # noqa: ANN001, ANN202
     return dataclasses.replace(request, arch=arch, options=options)
 
 
-def _build_bundle(cuda, path: Path, requests) -> Path:  # noqa: ANN001
+def _build_bundle(cuda, path: Path, requests) -> Path:
     from kernelkit._cache.entry import encode
     from kernelkit._cache.keys import cache_key
 
@@ -55,7 +55,7 @@ def _build_bundle(cuda, path: Path, requests) -> Path:  # noqa: ANN001
 
 
 @pytest.fixture
-def node(cuda, monkeypatch):  # noqa: ANN001, ANN201
+def node(cuda, monkeypatch):
     """``node["on"] = True`` turns this process into a node with an older NVRTC and its own CUDA
     headers; until then it builds with the real ones."""
     from kernelkit._backends.cuda import CUDABackend, nvrtc
@@ -64,10 +64,10 @@ def node(cuda, monkeypatch):  # noqa: ANN001, ANN201
     assert real_identity != "nvrtc-13.0", "this NVRTC is 13.0: pick another fake node version"
     state = {"on": False}
 
-    def identity(self) -> str:  # noqa: ANN001
+    def identity(self) -> str:
         return "nvrtc-13.0" if state["on"] else real_identity
 
-    def headers(needs):  # noqa: ANN001, ANN202
+    def headers(needs):
         found = real_headers(needs)
         return tuple((name, "0" * 64) for name, _ in found) if state["on"] else found
 
@@ -90,7 +90,7 @@ def test_a_cubin_bundle_from_another_nvrtc_serves_the_node(cuda, cache_dir, tmp_
     assert got.kind == "cubin" and got.arch == "sm_90" and got.binary == wanted.binary
 
 
-def _digest(cuda, request) -> str:  # noqa: ANN001
+def _digest(cuda, request) -> str:
     from kernelkit._cache.keys import cache_key
 
     return cache_key(request, cuda.compiler_identity(), cuda.version).digest
@@ -152,7 +152,7 @@ SERVE = textwrap.dedent("""
 
 
 def test_the_docs_bundle_recipe_runs_without_a_gpu_and_serves_an_older_nvrtc(
-    cuda,  # noqa: ANN001
+    cuda,
     tmp_path,
 ) -> None:
     module, command = _docs_recipe()

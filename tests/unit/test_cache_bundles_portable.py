@@ -10,6 +10,7 @@ import json
 import warnings
 import zipfile
 from pathlib import Path
+from types import MappingProxyType
 
 import pytest
 from test_cache_support import FakeBackend, cache_dir, expected, make_request  # noqa: F401
@@ -33,10 +34,10 @@ NODE_IDENTITY = "fakecc 13.0"  # the node that uses it
 class Portable(FakeBackend):
     """A backend whose "so" artifacts do not depend on the compiler or the headers once built."""
 
-    bundle_portable_parts = {"so": frozenset({"compiler", "headers"})}
+    bundle_portable_parts = MappingProxyType({"so": frozenset({"compiler", "headers"})})
 
 
-def _bundle(path: Path, requests, identity: str = BUILD_IDENTITY) -> Path:  # noqa: ANN001
+def _bundle(path: Path, requests, identity: str = BUILD_IDENTITY) -> Path:
     pairs = []
     for r in requests:
         key = keys.cache_key(r, identity, "1")
@@ -95,7 +96,7 @@ def test_without_a_declaration_only_exact_keys_serve_and_the_miss_is_named(
 
 
 @pytest.mark.parametrize(
-    "field,value,label",
+    ("field", "value", "label"),
     [
         ("source", "// other\n", "source"),
         ("arch", "fake65", "arch"),

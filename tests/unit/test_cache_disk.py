@@ -39,7 +39,7 @@ def test_entry_round_trip_is_equal_and_every_byte_is_checked() -> None:
 
 def test_metadata_that_is_not_json_stays_in_memory(cache_dir) -> None:  # noqa: F811
     class Odd(FakeBackend):
-        def compile(self, request):  # noqa: ANN001, ANN202
+        def compile(self, request):
             a = super().compile(request)
             return type(a)(a.kind, a.binary, a.entry, a.arch, metadata={"x": object()})
 

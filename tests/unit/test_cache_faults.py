@@ -43,7 +43,7 @@ def _compile_twice_collecting_warnings() -> list[str]:
 
 @pytest.mark.parametrize("where", ["replace", "open", "mkdir"])
 def test_read_only_directory_simulated(cache_dir, monkeypatch, where) -> None:  # noqa: F811
-    def refuse(*a, **k):  # noqa: ANN002, ANN003, ANN202
+    def refuse(*a, **k):
         raise PermissionError(errno.EACCES, "Permission denied")
 
     target = {
@@ -96,7 +96,7 @@ def test_a_stuck_lock_holder_does_not_hang_others(cache_dir, monkeypatch) -> Non
     asked: list[float] = []
 
     class Recording(filelock.FileLock):
-        def acquire(self, timeout=None, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+        def acquire(self, timeout=None, *args, **kwargs):
             asked.append(self.timeout if timeout is None else timeout)
             return super().acquire(timeout, *args, **kwargs)
 

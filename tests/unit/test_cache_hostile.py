@@ -128,8 +128,8 @@ def test_an_entry_larger_than_the_cap_is_not_read(cache_dir, monkeypatch) -> Non
     assert any("larger than" in str(w.message) for w in caught)
 
 
-def _no_large_reads(read):  # noqa: ANN001, ANN202
-    def checked(self, path):  # noqa: ANN001, ANN202
+def _no_large_reads(read):
+    def checked(self, path):
         real = os.read
 
         def small(fd: int, n: int) -> bytes:

@@ -38,7 +38,7 @@ def test_option_order_and_header_digest_matter() -> None:
     base = make_request(0)
     swapped = dataclasses.replace(base, options=tuple(reversed(base.options)))
     assert keys.cache_key(base, "cc").digest != keys.cache_key(swapped, "cc").digest
-    more = dataclasses.replace(base, headers=base.headers + (("extra.h", "00" * 32),))
+    more = dataclasses.replace(base, headers=(*base.headers, ("extra.h", "00" * 32)))
     assert keys.cache_key(base, "cc").digest != keys.cache_key(more, "cc").digest
 
 

@@ -138,7 +138,7 @@ def test_a_product_larger_than_the_cap_stays_in_the_process(cache_dir, monkeypat
 
 
 def test_a_read_only_cache_builds_in_the_process(cache_dir, monkeypatch) -> None:  # noqa: F811
-    def refuse(*a, **k):  # noqa: ANN002, ANN003, ANN202
+    def refuse(*a, **k):
         raise PermissionError(13, "Permission denied")
 
     monkeypatch.setattr(products.os, "rename", refuse)

@@ -103,12 +103,12 @@ def reset_caches() -> None:
 
 
 @pytest.fixture
-def cache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):  # noqa: ANN201
+def cache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     """An isolated cache directory in the environment and config; everything restored after."""
     yield from isolated_cache(tmp_path / "kkcache", monkeypatch)
 
 
-def isolated_cache(root: Path, monkeypatch: pytest.MonkeyPatch):  # noqa: ANN201
+def isolated_cache(root: Path, monkeypatch: pytest.MonkeyPatch):
     """Point KERNELKIT_CACHE_DIR at ``root`` with default cache settings, yield ``root``, then
     restore the environment, configuration and in-process caches."""
     monkeypatch.setenv("KERNELKIT_CACHE_DIR", str(root))
@@ -168,6 +168,6 @@ def _slow_write(ready: str) -> None:
 if __name__ == "__main__":
     mode = sys.argv[1]
     if mode == "compile":
-        print(json.dumps(_compile_many(int(sys.argv[2]), int(sys.argv[3]))))
+        print(json.dumps(_compile_many(int(sys.argv[2]), int(sys.argv[3]))))  # noqa: T201 - to the parent
     elif mode == "slow-write":
         _slow_write(sys.argv[2])

@@ -186,9 +186,8 @@ def test_the_disk_cache_never_makes_a_path_from_a_bad_key(cache_dir) -> None:  #
             cache.path(bad)
         with pytest.raises(keys.BadKey):
             cache.write_raw(bad, b"x")
-        with pytest.raises(keys.BadKey):
-            with cache.lock(bad):
-                pass
+        with pytest.raises(keys.BadKey), cache.lock(bad):
+            pass
     # a file in entries/ whose name is not a digest is never listed or served, and verify
     # reports it
     compile_cached(FakeBackend(), make_request(0))

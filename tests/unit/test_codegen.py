@@ -143,7 +143,7 @@ def test_template_numpy_integers_are_ints():
 
 
 def test_template_int_beyond_64_bits_is_rejected():
-    with pytest.raises(ValueError, match="'n'.*64 bits"):
+    with pytest.raises(ValueError, match=r"'n'.*64 bits"):
         template_lines([("n", 2**64)])
 
 

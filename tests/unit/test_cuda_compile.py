@@ -209,7 +209,7 @@ def test_cache_key_differs_on_each_axis(cuda, bf16_kernel):
     base = key(cuda, r)
     variants = {
         "source": dataclasses.replace(r, source=r.source + "\n"),
-        "options": dataclasses.replace(r, options=r.options + ("-lineinfo",)),
+        "options": dataclasses.replace(r, options=(*r.options, "-lineinfo")),
         "arch": request_for(cuda, bf16_kernel, "sm_90", [BF16], [BF16]),
         "headers": dataclasses.replace(r, headers=(("cuda_bf16.h", "0" * 64),)),
     }

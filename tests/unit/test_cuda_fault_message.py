@@ -8,7 +8,7 @@ import pytest
 from kernelkit._errors import BackendError, LaunchError
 
 pytest.importorskip("cuda.bindings.driver", reason="cuda-bindings is not installed")
-from kernelkit._backends.cuda import driver  # noqa: E402
+from kernelkit._backends.cuda import driver
 
 
 def _result(name: str):

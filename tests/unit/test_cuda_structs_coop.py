@@ -15,7 +15,7 @@ from kernelkit._pipeline.render import render_request
 
 pytest.importorskip("cuda.bindings.nvrtc", reason="cuda-bindings (NVRTC) is not installed")
 sys.path.insert(0, str(Path(__file__).parents[1] / "backend"))
-from test_real_structs_coop import (  # noqa: E402
+from test_real_structs_coop import (
     GGML_SOFTMAX_HEADER,
     PARALLELIZE_COLS,
     SOFTMAX_COLS,

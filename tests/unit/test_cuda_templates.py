@@ -16,7 +16,7 @@ from kernelkit._pipeline.render import render_request
 
 pytest.importorskip("cuda.bindings.nvrtc", reason="cuda-bindings (NVRTC) is not installed")
 sys.path.insert(0, str(Path(__file__).parents[1] / "backend"))
-from test_real_templates import GGML_HEADER, NORM_F32, ORDERED, SORT_HEADER  # noqa: E402
+from test_real_templates import GGML_HEADER, NORM_F32, ORDERED, SORT_HEADER
 
 F32, I32, I64 = DTYPES["float32"], DTYPES["int32"], DTYPES["int64"]
 

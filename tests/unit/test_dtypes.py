@@ -79,7 +79,7 @@ def test_unsupported_dtype_names_what(value):
 
 def test_torch_complex_is_unsupported():
     torch = pytest.importorskip("torch")
-    with pytest.raises(TypeError, match="input 'x'.*not a supported dtype"):
+    with pytest.raises(TypeError, match=r"input 'x'.*not a supported dtype"):
         normalize_dtype(torch.complex64, "input 'x'")
 
 

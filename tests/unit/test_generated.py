@@ -37,6 +37,6 @@ def test_equal_texts_share_a_code_object_and_the_label_names_the_text():
     two = generated.execute(source, {"k": 3}, "test fn")["f"]
     assert (one(5), two(5)) == (10, 15)
     assert one.__code__ is two.__code__
-    with pytest.raises(ValueError) as e:
+    with pytest.raises(ValueError, match="-1") as e:
         one(-1)
     assert traceback.extract_tb(e.tb)[-1].filename == "<kernelkit test fn>"

@@ -115,18 +115,12 @@ def test_no_import_cycle_through_the_ops_integrations_and_array_packages():
 # The whole package (issue 27): every module has a layer, imports run only down or sideways,
 # no module imports another's private name, and the import graph has no cycle. Imports under
 # ``if TYPE_CHECKING:`` never run and are left out; imports inside functions count.
+GROUND = ("_errors", "_config", "_dtypes", "_records", "_version", "_limits", "_arrays", "_abi")
+STORES = ("_select.records", "_select.keys", "_select.tables", "_select.tuning")
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    (
-        "ground",
-        ("_errors", "_config", "_dtypes", "_records", "_version", "_limits", "_arrays", "_abi",
-         "_generated"),  # fmt: skip
-    ),
-    (
-        "backends, records and stores",
-        ("backend", "_backends", "_dialects", "_cache", "_tensor_map",
-         "_select.records", "_select.keys", "_select.tables", "_select.tuning"),
-    ),  # fmt: skip
-    ("pipeline stages", ("_pipeline", "_select")),
+    ("ground", (*GROUND, "_generated")),
+    ("backends, records and stores", ("backend", "_backends", "_dialects", "_cache", *STORES)),
+    ("pipeline stages", ("_pipeline", "_select", "_tensor_map")),
     ("ops and API", ("_api", "_metal_api", "_explain", "ops", "_tune", "testing")),
     ("integrations", ("_integrations",)),
     ("workflows and the CLI", ("_workflows", "cli", "__main__", "")),
@@ -139,9 +133,9 @@ def _layer(module: str) -> int | None:
     best: tuple[int, int] | None = None
     for rank, (_, prefixes) in enumerate(LAYERS):
         for p in prefixes:
-            if rel == p or rel.startswith(p + ".") or (p == "" and rel == ""):
-                if best is None or len(p) > best[1]:
-                    best = (rank, len(p))
+            matches = rel == p or rel.startswith(p + ".") or (p == "" and rel == "")
+            if matches and (best is None or len(p) > best[1]):
+                best = (rank, len(p))
     return None if best is None else best[0]
 
 

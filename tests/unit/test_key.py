@@ -16,7 +16,7 @@ from kernelkit._arrays.lookup import adapter_for
 from kernelkit._pipeline.key import CALL_ARGS, KEY, CallArgs, call_key, guard_function, guard_of
 
 
-def _call(inputs, out=None, output_dtypes=("float32",), template=None, backend="cpu", check=None):  # noqa: ANN001, ANN202
+def _call(inputs, out=None, output_dtypes=("float32",), template=None, backend="cpu", check=None):
     for x in (*inputs, *(out or ())):
         adapter_for(x, "argument")  # as bind does: registers each type's adapter
     return CallArgs(
@@ -132,7 +132,7 @@ def test_the_call_argument_order_is_named_once() -> None:
     params.remove("verbose")  # a slow-path switch, not part of what a plan's run takes
     params.remove("timeout")  # sets this thread's launch limit around the plan's run
     assert tuple(params) == CallArgs._fields
-    assert CALL_ARGS == ", ".join(CallArgs._fields)
+    assert ", ".join(CallArgs._fields) == CALL_ARGS
     assert {name for name, _ in KEY} <= set(CallArgs._fields)
     source = inspect.getsource(Kernel.__call__).split("\n")
     start = next(i for i, line in enumerate(source) if "args = (" in line)

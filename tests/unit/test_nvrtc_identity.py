@@ -116,3 +116,15 @@ def test_version_macros_come_from_the_headers_without_loading_nvrtc(monkeypatch)
     finally:
         nvrtc.version_macros.cache_clear()
     assert macros[0].startswith("-DCUDA_VERSION=") and macros[1].startswith("-DCUDART_VERSION=")
+
+
+def test_version_define_is_read_from_the_head_then_the_rest(tmp_path):
+    # a cold first call read all of cuda.h (1.2 MB, ~4 ms) for one line near its top
+    head = tmp_path / "head.h"
+    head.write_text("#define CUDA_VERSION 13050\n" + "// filler\n" * 200_000)
+    far = tmp_path / "far.h"
+    far.write_text("// filler\n" * 20_000 + "#define CUDA_VERSION 12080\n")
+    m_head, m_far = nvrtc._define(head, "CUDA_VERSION"), nvrtc._define(far, "CUDA_VERSION")
+    assert m_head is not None and m_head.group(1) == "13050"
+    assert m_far is not None and m_far.group(1) == "12080"
+    assert nvrtc._define(far, "CUDART_VERSION") is None

@@ -48,7 +48,7 @@ def test_the_define_comes_from_max_ndim(monkeypatch: pytest.MonkeyPatch) -> None
     assert ctypes.sizeof(_pack.Dims) == 8 * MAX_NDIM  # the packer's kk_dims
 
 
-def _request(backend, target, expect: int):  # noqa: ANN001, ANN202
+def _request(backend, target, expect: int):
     k = kernelkit.kernel("abi_k", ["x"], ["y"], BODY, header=f"#define EXPECT {expect}")
     return render_request(k.spec, backend, target, [("array", F32)], [F32], None, False)[1]
 
@@ -78,7 +78,7 @@ def test_cpu_prelude_refuses_to_compile_without_the_define() -> None:
         cpu.compile(bare)
 
 
-def test_cuda_render_passes_the_define_and_nvrtc_sees_it(cuda) -> None:  # noqa: ANN001
+def test_cuda_render_passes_the_define_and_nvrtc_sees_it(cuda) -> None:
     request = _request(cuda, cuda.target_for_arch("sm_80"), MAX_NDIM)
     assert f"-DKK_MAX_NDIM={MAX_NDIM}" in request.options
     cuda.compile(request)

@@ -7,6 +7,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 import kernelkit
 import kernelkit.backend
 
@@ -98,22 +100,42 @@ HEAVY = [
 ]
 
 
+def _imported_after(code: str, preload: str) -> dict:
+    src = os.path.dirname(os.path.dirname(kernelkit.__file__))  # this checkout's, not main's
+    env = {**os.environ, "PYTHONPATH": src, "KERNELKIT_PRELOAD": preload}
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120,
+        env=env,
+    )  # fmt: skip
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
 def test_import_is_light():
     code = (
         "import json, sys, kernelkit, kernelkit.backend\n"
         "k = kernelkit.kernel('k', ['x'], ['y'], 'y[0] = x[0];')\n"
-        f"print(json.dumps([m for m in {HEAVY!r} if m in sys.modules]))\n"
+        f"print(json.dumps({{'heavy': [m for m in {HEAVY!r} if m in sys.modules]}}))\n"
     )
-    src = os.path.dirname(os.path.dirname(kernelkit.__file__))  # this checkout's, not main's
-    out = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=120,
-        env={**os.environ, "PYTHONPATH": src},
+    assert _imported_after(code, "0") == {"heavy": []}
+
+
+def test_preload_imports_the_cuda_modules_but_touches_no_device():
+    """Issue 26 (cold start): with cuda-bindings installed, ``import kernelkit`` imports the CUDA
+    backend's modules (25 ms a first kernel call paid before), not NVRTC, and runs no cuInit."""
+    pytest.importorskip("cuda.bindings.driver")
+    code = (
+        "import json, sys, kernelkit\n"
+        "from kernelkit._backends import registry as _registry\n"
+        "from kernelkit._backends.cuda import driver\n"
+        "print(json.dumps({'driver': 'cuda.bindings.driver' in sys.modules,\n"
+        "    'nvrtc': 'cuda.bindings.nvrtc' in sys.modules, 'torch': 'torch' in sys.modules,\n"
+        "    'cuInit': driver.init.cache_info().currsize, 'loaded': sorted(_registry._loaded)}))\n"
     )
-    assert json.loads(out.stdout.strip().splitlines()[-1]) == []
+    assert _imported_after(code, "1") == {
+        "driver": True, "nvrtc": False, "torch": False, "cuInit": 0, "loaded": []
+    }  # fmt: skip
+    deferred = "import json, sys, kernelkit\nprint(json.dumps('cuda.bindings' in sys.modules))\n"
+    assert _imported_after(deferred, "0") is False
 
 
 def test_ops_after_a_bare_import():

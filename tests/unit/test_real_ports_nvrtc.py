@@ -15,14 +15,14 @@ from kernelkit._pipeline.render import render_request
 pytest.importorskip("cuda.bindings.nvrtc", reason="cuda-bindings (NVRTC) is not installed")
 sys.path.insert(0, str(Path(__file__).parents[1] / "backend"))
 sys.path.insert(0, str(Path(__file__).parent))
-import test_real_ports_apex  # noqa: E402
-import test_real_ports_caffe  # noqa: E402
-import test_real_ports_darknet  # noqa: E402
-import test_real_ports_ggml  # noqa: E402
-import test_real_ports_pytorch  # noqa: E402
-import test_real_ports_vllm  # noqa: E402
-from real_ports import dtype_of  # noqa: E402
-from test_cuda_compile import as_ptx  # noqa: E402
+import test_real_ports_apex
+import test_real_ports_caffe
+import test_real_ports_darknet
+import test_real_ports_ggml
+import test_real_ports_pytorch
+import test_real_ports_vllm
+from real_ports import dtype_of
+from test_cuda_compile import as_ptx
 
 
 def _xfail(module, name, dtype):

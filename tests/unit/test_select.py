@@ -227,7 +227,7 @@ def test_microkernels_by_priority_and_requirements():
 
 def test_an_illegal_override_is_an_error_not_a_silent_replacement():
     op = make_op()
-    with pytest.raises(kernelkit.ArgumentError, match="forced 'gemv'.*M = 1000 > 16"):
+    with pytest.raises(kernelkit.ArgumentError, match=r"forced 'gemv'.*M = 1000 > 16"):
         select(op, problem(m=1000), target(), override=Override("gemv"))
     with pytest.raises(kernelkit.ArgumentError, match="no implementation 'nope'"):
         select(op, problem(), target(), override=Override("nope"))
@@ -244,7 +244,7 @@ def test_no_implementation_at_all_is_a_clear_error():
             match=lambda p, t: "too big",
         )
     )
-    with pytest.raises(kernelkit.ArgumentError, match="(?s)no implementation can run.*too big"):
+    with pytest.raises(kernelkit.ArgumentError, match=r"(?s)no implementation can run.*too big"):
         select(op, problem(), target())
 
 

@@ -30,7 +30,7 @@ def entry(impl: str, **kw) -> TableEntry:
     return TableEntry("matmul", impl, Config(), **kw)
 
 
-def quiet_load(paths) -> Table:  # noqa: ANN001
+def quiet_load(paths) -> Table:
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         return Table.load(paths)

@@ -31,7 +31,7 @@ def test_a_map_gets_no_shape_parameters_and_a_body_naming_them_is_refused():
     params = make_params(k.spec, [("array", f32), ("tensor_map", f32)], [f32], False)
     assert [p.name for p in params] == ["x", "x_shape", "m", "y"]
     bad = kernelkit.kernel("tm_meta2", ["x", "m"], ["y"], "y[0] = x_shape[0] + m_shape[0];")
-    with pytest.raises(kernelkit.ArgumentTypeError, match="'m' is a tensor map: .*m_shape"):
+    with pytest.raises(kernelkit.ArgumentTypeError, match=r"'m' is a tensor map: .*m_shape"):
         make_params(bad.spec, [("array", f32), ("tensor_map", f32)], [f32], False)
 
 

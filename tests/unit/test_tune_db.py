@@ -193,13 +193,13 @@ def test_in_memory_database_writes_nothing(tmp_path) -> None:
 
 
 # corrupt, foreign and crafted files ------------------------------------------------------------
-def _edit(path: Path, change) -> None:  # noqa: ANN001
+def _edit(path: Path, change) -> None:
     doc = json.loads(path.read_text())
     change(doc)
     path.write_text(json.dumps(doc))
 
 
-def _damaged(tmp_path: Path, damage) -> list[str]:  # noqa: ANN001
+def _damaged(tmp_path: Path, damage) -> list[str]:
     TuningDB(tmp_path).put(rec())
     path = TuningDB(tmp_path).path("scale", ENV, rec().key)
     damage(path)
@@ -269,7 +269,7 @@ def test_every_digest_from_a_listing_is_checked(tmp_path, monkeypatch) -> None:
     checked: list[str] = []
     real = tdb.check_digest
 
-    def spy(value, where):  # noqa: ANN001, ANN202
+    def spy(value, where):
         checked.append(value)
         return real(value, where)
 
@@ -480,7 +480,7 @@ def test_tune_mode(clean_state, text, mode) -> None:
 
 def test_bad_tune_mode_names_the_variable(clean_state) -> None:
     clean_state.setenv("KERNELKIT_TUNE", "always")
-    with pytest.raises(ValueError, match="KERNELKIT_TUNE='always'.*auto, serve, off"):
+    with pytest.raises(ValueError, match=r"KERNELKIT_TUNE='always'.*auto, serve, off"):
         _config.reload()
 
 

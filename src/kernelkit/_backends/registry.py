@@ -94,7 +94,7 @@ def _load(name: str, spec: str) -> Backend | None:
         return backend
     except BackendError:
         raise
-    except Exception as e:  # a broken plugin must not take the others down
+    except Exception as e:  # noqa: BLE001 - a broken plugin must not take the others down
         _problem(name, f"import failed: {type(e).__name__}: {e}")
         return None
 
@@ -163,6 +163,23 @@ def backend_for_device_type(device_type: int, what: str) -> Backend:
     )
 
 
+def preload() -> None:
+    """Import the CUDA backend's Python modules and cuda-bindings' driver module, without
+    touching a device, when they are installed and the backend is allowed (``KERNELKIT_PRELOAD``):
+    about 25 ms that a first kernel call would otherwise pay. A failure here is not reported:
+    the first call on a CUDA array imports again and names the cause."""
+    if not _config.config.preload or not _allowed("cuda"):
+        return
+    from importlib.util import find_spec
+
+    try:
+        if find_spec("cuda.bindings") is None:
+            return
+        import_module(_BUILTIN["cuda"].partition(":")[0]).driver.drv()
+    except Exception:  # noqa: BLE001, S110 - reported by the first call that needs the backend
+        pass
+
+
 def failures() -> dict[str, str]:
     """Backends that failed to load, with why."""
     return dict(_failed)
@@ -186,7 +203,7 @@ def backend_call(backend: Backend, stage: str) -> Iterator[None]:
         raise
     except NotImplementedError as e:
         raise BackendError(f"[backend {backend.name}] {e}") from e
-    except Exception as e:  # noqa: BLE001 - any plugin failure becomes one clear error
+    except Exception as e:
         raise BackendError(
             f"[backend {backend.name}] {stage} failed: {type(e).__name__}: {e}"
         ) from e

@@ -209,7 +209,7 @@ class DiskCache:
             if held is not None:
                 held.release()
 
-    def _acquire(self, name: str):  # noqa: ANN202 - a filelock.FileLock or None
+    def _acquire(self, name: str):
         if self.write_error is not None:
             return None
         from filelock import FileLock, Timeout
@@ -394,7 +394,7 @@ class DiskCache:
         for p in products.scan(self.root):
             products.discard(p.path)
             removed += 1
-        for d in products.leftovers(self.root, lambda pid: False, 0.0):
+        for d in products.leftovers(self.root, lambda _pid: False, 0.0):
             products.discard(d)
         for folder in (self.entries, self.locks):
             try:

@@ -329,9 +329,7 @@ def _rewrite(kernel: str, code: str, where: str, user_defs: set[str], header: bo
             end = _matching(sig, toks, k + 1)
             out[i] = "__syncthreads()"
             drop_until = sig[end]
-        elif text in _TYPES and text not in user_defs:
-            out[i] = f"metal::{text}"
-        elif text in _FUNCTIONS and nxt == "(" and text not in user_defs:
+        elif (text in _TYPES or (text in _FUNCTIONS and nxt == "(")) and text not in user_defs:
             out[i] = f"metal::{text}"
     cast_conditionals(toks, sig, out)
     return "".join(out)
@@ -372,7 +370,7 @@ def _declares_pointer(sig: list[int], toks: list[Tok], k: int) -> bool:
             return True
         elif depth == 0 and not (toks[sig[k]].kind == "id" or text == "::"):
             return False
-        elif depth == 0 and toks[sig[k]].kind == "id" and k > 0:
+        elif depth == 0 and toks[sig[k]].kind == "id" and k > 0:  # noqa: SIM102 - reads apart
             # two identifiers in a row: the second is the declared name
             if toks[sig[k - 1]].kind == "id" and toks[sig[k - 1]].text not in (
                 "const", "volatile", "unsigned", "signed", "long", "short", "threadgroup",

@@ -60,7 +60,7 @@ def run_for(plan: Any, bound: Any, guard: Any) -> Callable[..., Any]:
         or adapters.outputs is not None
         or not all(a is None or a is NULL or isinstance(a, JaxAdapter) for a in adapters.inputs)
     ):
-        return plan.run  # type: ignore[no-any-return]
+        return plan.run
     problem = jax_shim.problem()
     if problem is not None:
         _warn_once(
@@ -68,7 +68,7 @@ def run_for(plan: Any, bound: Any, guard: Any) -> Callable[..., Any]:
             "eager calls on JAX GPU arrays synchronize the host (they would run on XLA's "
             f"stream through XLA's FFI, but {problem})",
         )
-        return plan.run  # type: ignore[no-any-return]
+        return plan.run
     return EagerRoute(plan, bound.problem, guard, platform)
 
 
@@ -179,4 +179,4 @@ class EagerRoute:
             self._platform, [self._plan], arrays, scalars, (grid, threadgroup, shared)
         )
         call = jax.ffi.ffi_call(_TARGET_OF[self._platform], results)
-        return jax.jit(lambda *xs: call(*xs, **attributes))  # type: ignore[no-any-return]
+        return jax.jit(lambda *xs: call(*xs, **attributes))

@@ -152,7 +152,7 @@ def _impl(*arrays: Any, call: TracedCall) -> Any:
         return call.jitted(*arrays)
 
 
-def _batch(axis: Any, args: Sequence[Any], dims: Sequence[Any], *, call: TracedCall) -> Any:
+def _batch(axis: Any, args: Sequence[Any], dims: Sequence[Any], *, call: TracedCall) -> Any:  # noqa: ARG001  jax's batching-rule signature
     """vmap: one call per batch element, in a ``lax.map`` (the call is one element's)."""
     import jax
     import jax.numpy as jnp

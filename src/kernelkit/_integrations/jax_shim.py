@@ -45,7 +45,7 @@ def _build_shim(include: str, directory: Path) -> bool:
         *_LIBS,
     ]
     try:
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)  # noqa: S603 - our compiler, a list
     except (OSError, subprocess.SubprocessError) as e:
         raise BackendError(f"[jax] cannot build the XLA FFI shim: {e}") from None
     if done.returncode != 0:

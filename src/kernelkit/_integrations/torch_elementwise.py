@@ -46,7 +46,7 @@ def _impl(expression: str, output_dtype: str | None, arrays: list, scalars: list
     return list(result) if isinstance(result, list) else [result]
 
 
-def _fake(expression: str, output_dtype: str | None, arrays: list, scalars: list) -> list:
+def _fake(expression: str, output_dtype: str | None, arrays: list, scalars: list) -> list:  # noqa: ARG001  the op's signature
     """The outputs' shape (torch's broadcasting: symbolic sizes welcome) and dtype (the op's)."""
     op = _op(expression, output_dtype)
     tensors = [a for a in arrays if a is not None]

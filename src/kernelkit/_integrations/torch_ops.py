@@ -90,7 +90,7 @@ def _layer_grad(x: Any, weight: Any, bias: Any, eps: float, grad_y: Any) -> dict
     return _norm_grad(x, weight, grad_y, eps, bias)
 
 
-def _matmul_fake(a: Any, b: Any, bias: Any, activation: Any, transpose_b: bool) -> Any:
+def _matmul_fake(a: Any, b: Any, bias: Any, activation: Any, transpose_b: bool) -> Any:  # noqa: ARG001  the op's signature
     n = b.shape[0] if transpose_b else b.shape[1]
     return torch.empty((*a.shape[:-1], n), dtype=a.dtype, device=a.device)
 

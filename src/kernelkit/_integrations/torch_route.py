@@ -74,8 +74,8 @@ def _signature(arrays: tuple) -> tuple:
             None
             if a is None
             else (a.__class__, a.dtype, a.shape, a.stride(), a.layout, a.device,
-                  grad and a.requires_grad)  # fmt: skip
-        )
+                  grad and a.requires_grad)
+        )  # fmt: skip
     return tuple(sig)
 
 

@@ -82,7 +82,7 @@ def declare(
         normalize_dtype(d, f"[{name}] precompile output_dtypes[{i}]")
         for i, d in enumerate(output_dtypes)
     )
-    decl = Declaration(kernel, tuple(ins), outs, tuple(tuple(t) for t in template or ()))  # type: ignore[misc]
+    decl = Declaration(kernel, tuple(ins), outs, tuple(tuple(t) for t in template or ()))
     _declared.append(decl)
     return decl
 

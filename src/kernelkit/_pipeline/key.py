@@ -82,7 +82,7 @@ def _make_call_key() -> Callable[..., tuple]:
     execute(source, ns, "call_key")
     fn = ns["call_key"]
     fn.source = source
-    return fn  # type: ignore[no-any-return]
+    return fn
 
 
 call_key = _make_call_key()

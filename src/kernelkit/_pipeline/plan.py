@@ -70,7 +70,7 @@ def build(
         spec, backend, target, *_render.arg_types(problem), template, checked
     )
     if verbose or _config.config.verbose:
-        print(request.source)
+        print(request.source)  # noqa: T201 - verbose=True / KERNELKIT_VERBOSE asks for it
     loaded = load(
         backend,
         target,

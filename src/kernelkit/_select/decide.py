@@ -45,7 +45,7 @@ def _table() -> Any:
     takes the first it can run and says why it passed over the others)."""
     from .tables import shipped_tables
 
-    def lookup(problem: Problem, target: Target, key: tuple) -> list[tuple[str, Config, str]]:
+    def lookup(problem: Problem, target: Target, key: tuple) -> list[tuple[str, Config, str]]:  # noqa: ARG001  the lookup signature (the database uses key)
         entries = shipped_tables().matches(problem.name, target, problem)
         return [(e.impl, e.config, f"table {e.where}") for e in entries]
 

@@ -49,7 +49,7 @@ def force(op: Any, impl: str, config: Config | Mapping[str, Any] | None = None) 
     if not isinstance(name, str) or not isinstance(impl, str):
         raise ArgumentError("[force] needs an op (or its name) and an implementation name")
     entry = (name, Override(impl, config_of(config, "force"), "kernelkit.force"))
-    token = FORCED.set(FORCED.get() + (entry,))
+    token = FORCED.set((*FORCED.get(), entry))
     try:
         yield
     finally:

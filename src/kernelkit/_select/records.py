@@ -10,6 +10,7 @@ shipped in a table and compared.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -56,10 +57,10 @@ def _dims3(value: Any, what: str) -> tuple[int, int, int]:
         raise ArgumentError(f"{what} must be 1 to 3 positive ints, got {value!r}")
     if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value):
         raise ArgumentError(f"{what} must hold positive ints, got {value!r}")
-    return tuple(list(value) + [1] * (3 - len(value)))  # type: ignore[return-value]
+    return tuple(list(value) + [1] * (3 - len(value)))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class Config:
     """One point of a tuning space: template values, block shape, dynamic shared memory.
 
@@ -78,9 +79,17 @@ class Config:
     threadgroup: tuple[int, int, int] = (256, 1, 1)
     shared_memory: int = 0
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "template", _template(self.template, "Config"))
-        object.__setattr__(self, "threadgroup", _dims3(self.threadgroup, "Config.threadgroup"))
+    def __init__(
+        self,
+        template: Mapping[str, TemplateValue] | Iterable[tuple[str, TemplateValue]] = (),
+        threadgroup: Sequence[int] = (256, 1, 1),
+        shared_memory: int = 0,
+    ) -> None:
+        # Written out (not the dataclass one) so the types say what it accepts: a dict or pairs,
+        # 1 to 3 block dims; the fields hold the canonical, sorted and padded, form.
+        object.__setattr__(self, "template", _template(template, "Config"))
+        object.__setattr__(self, "threadgroup", _dims3(threadgroup, "Config.threadgroup"))
+        object.__setattr__(self, "shared_memory", shared_memory)
         if not isinstance(self.shared_memory, int) or isinstance(self.shared_memory, bool):
             raise ArgumentTypeError(
                 f"Config.shared_memory must be an int, got {self.shared_memory!r}"
@@ -105,8 +114,8 @@ class Config:
         if not isinstance(d, dict) or set(d) - {"template", "threadgroup", "shared_memory"}:
             raise ArgumentError(f"not a config record: {d!r}")
         return cls(
-            template=tuple(tuple(t) for t in d.get("template", ())),  # type: ignore[misc]
-            threadgroup=tuple(d.get("threadgroup", (256, 1, 1))),  # type: ignore[arg-type]
+            template=[tuple(t) for t in d.get("template", ())],
+            threadgroup=d.get("threadgroup", (256, 1, 1)),
             shared_memory=d.get("shared_memory", 0),
         )
 
@@ -177,9 +186,9 @@ class KernelChoice:
             op=d["op"],
             impl=d["impl"],
             config=Config.from_dict(d["config"]),
-            grid=tuple(d["grid"]),  # type: ignore[arg-type]
+            grid=tuple(d["grid"]),
             source=d["source"],
-            key=tuple(tuple(k) for k in d.get("key", ())),  # type: ignore[misc]
+            key=tuple(tuple(k) for k in d.get("key", ())),
             reason=d.get("reason", ""),
         )
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -50,7 +51,7 @@ class Implementation:
     configs: tuple[Config, ...] = ()
     default: Config | None = None
     heuristic: Callable[[Problem, Target], Config | None] | None = None
-    requires: frozenset[str] = frozenset()
+    requires: AbstractSet[str] = frozenset()  # any set given; kept as a frozenset
     match: MatchRule | None = None
     priority: int = 0
     pads: str = ""

@@ -136,7 +136,7 @@ def legal_choice(
         if config is None and impl.heuristic is not None:  # forced without a config: the
             config = impl.heuristic(problem, target)  # one its heuristic gives this problem
         config = config or impl.default
-        assert config is not None  # generic implementations always have a default
+        assert config is not None  # noqa: S101 - for mypy: generic implementations have a default
         if listed and not _offers(impl, config):
             return None, None, f"config [{config.describe()}] is not one of {impl.name}'s"
         why = exceeded_limit(config, target) or impl.check_config(problem, config)

@@ -309,7 +309,7 @@ class _Group:
             if label is None:
                 return []
             labels.append(label)
-        return self.by_labels.get(tuple(labels), [])  # type: ignore[arg-type]
+        return self.by_labels.get(tuple(labels), [])
 
 
 _UNSET: Any = object()

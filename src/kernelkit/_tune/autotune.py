@@ -215,10 +215,10 @@ class AutotunedKernel:
         except KeyError as e:
             return self._without_key(problem, e)
         choice = decide(self.op, problem, bound.target, bound.backend)
-        if choice.source in ("heuristic", "default") and self.impl.configs:
-            if tuning.tune_mode() == "auto":
-                self._tune_once(key, problem, bound, call)
-                choice = decide(self.op, problem, bound.target, bound.backend)
+        untuned = choice.source in ("heuristic", "default") and self.impl.configs
+        if untuned and tuning.tune_mode() == "auto":
+            self._tune_once(key, problem, bound, call)
+            choice = decide(self.op, problem, bound.target, bound.backend)
         return choice
 
     def _without_key(self, problem: Problem, error: KeyError) -> KernelChoice:
@@ -345,7 +345,7 @@ class AutotunedKernel:
                 continue
             try:
                 hit = self._fast.get(fn(*args))
-            except Exception:  # noqa: BLE001
+            except Exception:  # noqa: BLE001, S112 - a key function that does not fit: try the next
                 continue
             if hit is not None:
                 self._fast_key = fn
@@ -469,10 +469,10 @@ def autotune(
 
         def decorate(obj: Any) -> AutotunedKernel:
             k = obj if isinstance(obj, Kernel) else obj()
-            return AutotunedKernel(k, **options)  # type: ignore[arg-type]
+            return AutotunedKernel(k, **options)
 
         return decorate
-    return AutotunedKernel(kernel, **options)  # type: ignore[arg-type]
+    return AutotunedKernel(kernel, **options)
 
 
 def known(ops: Mapping[str, AutotunedKernel]) -> Callable[[str, str], bool]:

@@ -49,7 +49,7 @@ def grid_rule(grid: Any, inputs: Sequence[str]) -> GridRule:
     """A grid rule from its simple forms: a callable ``(problem, config) -> grid``; a tuple of
     ints (fixed grid in threads); an argument name (one thread per element of that array)."""
     if callable(grid):
-        return grid  # type: ignore[no-any-return]
+        return grid
     if isinstance(grid, str):
         name = grid
 

@@ -97,7 +97,7 @@ def compile_key(pattern: tuple, features: Sequence[str], tag: int) -> Callable[.
     execute(source, namespace, "autotune key")
     fn = namespace["key"]
     fn.run_source = source
-    return fn  # type: ignore[no-any-return]
+    return fn
 
 
 def _contiguous(x: Any) -> Any:

@@ -98,15 +98,15 @@ def _list(args: argparse.Namespace) -> int:
     )
     for r in rows:
         print(
-            f"{str(r['kernel'])[:24]:24s} {str(r['backend']):8s} {str(r['arch']):8s} "
-            f"{str(r['kind']):6s} {_size(r['size_bytes']):>10s}  {r['last_use']}  "
+            f"{str(r['kernel'])[:24]:24s} {r['backend']!s:8s} {r['arch']!s:8s} "
+            f"{r['kind']!s:6s} {_size(r['size_bytes']):>10s}  {r['last_use']}  "
             f"{r['key'][:16]}"
         )
     print(f"{len(rows)} entries")
     return 0
 
 
-def _clear(args: argparse.Namespace) -> int:
+def _clear(args: argparse.Namespace) -> int:  # noqa: ARG001  every command takes its parsed args
     disk = _disk()
     print(f"removed {disk.clear()} entries and build products from {disk.root}")
     return 0

@@ -19,10 +19,10 @@ from .._errors import ArgumentError
 __all__ = [
     "DTYPES",
     "OPS",
-    "not_a_spec",
     "OpCase",
     "add_arguments",
     "make_case",
+    "not_a_spec",
     "op_object",
     "parse_dims",
     "parse_dtypes",

@@ -110,7 +110,7 @@ def _build_one(decl: Declaration, arch: str) -> BuiltEntry:
         raise PrecompileFailed(f"[precompile] {what}: {e}") from e
     except (ValueError, TypeError) as e:  # the declaration asks for what cannot be built
         raise PrecompileFailed(f"[precompile] {what}: {e}", status=2) from e
-    except Exception as e:  # noqa: BLE001 - any failure is reported with what and where
+    except Exception as e:
         raise PrecompileFailed(
             f"[precompile] {what}: {stage} failed: {type(e).__name__}: {e}"
         ) from e
@@ -127,11 +127,13 @@ def build_entries(
     work = [(d, a) for d in decls for a in archs]
     built: list[BuiltEntry] = []
     off = not progress or not (hasattr(sys.stderr, "isatty") and sys.stderr.isatty())
-    with tqdm(total=len(work), desc="precompile", unit="kernel", disable=off) as bar:
-        with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-            for entry in pool.map(lambda job: _build_one(*job), work):
-                built.append(entry)
-                bar.update(1)
+    with (
+        tqdm(total=len(work), desc="precompile", unit="kernel", disable=off) as bar,
+        ThreadPoolExecutor(max_workers=max(1, jobs)) as pool,
+    ):
+        for entry in pool.map(lambda job: _build_one(*job), work):
+            built.append(entry)
+            bar.update(1)
     return built
 
 

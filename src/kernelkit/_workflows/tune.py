@@ -333,13 +333,13 @@ def _collect(workers: list[_Worker], answers: dict, timeout_s: float, bar: Any) 
     for conn in wait(list(busy), timeout=0.2):
         w = busy[conn]
         try:
-            answers[w.task] = w.conn.recv()  # type: ignore[index]
+            answers[w.task] = w.conn.recv()
             w.task = None
         except (EOFError, OSError):
             w.proc.join(1)
             code = w.proc.exitcode
             why = f"worker died (exit code {code})" if code is not None else "worker died"
-            answers[w.task] = ("failed", None, why, None, None)  # type: ignore[index]
+            answers[w.task] = ("failed", None, why, None, None)
             w.restart()
         bar.update(1)
     now = time.monotonic()
@@ -350,7 +350,7 @@ def _collect(workers: list[_Worker], answers: dict, timeout_s: float, bar: Any) 
             bar.update(1)
 
 
-def _judge(obj: Any, s: int, configs: Any, answers: dict, spent: float) -> ShapeResult:
+def _judge(obj: Any, s: int, configs: Any, answers: dict, spent: float) -> ShapeResult:  # noqa: ARG001  same first argument as its siblings
     from .._tune.tuner import compare_outputs
 
     result = ShapeResult(s, tuning_s=spent)
@@ -395,7 +395,7 @@ def record_of(obj: Any, result: ShapeResult) -> Any:
     )
 
 
-def report(obj: Any, spec: TuneSpec, results: list[ShapeResult]) -> str:
+def report(obj: Any, spec: TuneSpec, results: list[ShapeResult]) -> str:  # noqa: ARG001  public: kept for callers
     from .._tune.tuner import candidate_line
 
     lines = []
@@ -409,7 +409,7 @@ def report(obj: Any, spec: TuneSpec, results: list[ShapeResult]) -> str:
     return "\n".join(lines)
 
 
-def plot(obj: Any, spec: TuneSpec, results: list[ShapeResult], path: str) -> None:
+def plot(obj: Any, spec: TuneSpec, results: list[ShapeResult], path: str) -> None:  # noqa: ARG001  public: kept for callers
     """Time per config (x) for each shape (one line each), the winner marked with a star."""
     try:
         import matplotlib
@@ -431,7 +431,7 @@ def plot(obj: Any, spec: TuneSpec, results: list[ShapeResult], path: str) -> Non
                 [r.winner],
                 [float(r.rows[r.winner][2] or 0.0) * 1e6],
                 marker="*",
-                markersize=16,  # type: ignore[operator]
+                markersize=16,
                 color=line.get_color(),
             )
     ax.set_xticks(range(len(configs)))

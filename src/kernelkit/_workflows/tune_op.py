@@ -113,8 +113,8 @@ class _Timer:
 
     def capture(self, launches: Callable[[int], None]) -> Callable[[], None] | None:
         if self.case.captures:
-            return self.case.capture(self.stream, launches)  # type: ignore[no-any-return]
-        return self.timer.capture(launches)  # type: ignore[no-any-return]
+            return self.case.capture(self.stream, launches)
+        return self.timer.capture(launches)
 
     def close(self) -> None:
         self.timer.close()

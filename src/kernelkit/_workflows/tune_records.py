@@ -33,7 +33,7 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _db():  # noqa: ANN202 - a TuningDB, or None when it lives in memory only
+def _db():
     from .._select.tuning import db
 
     store = db.current_db()

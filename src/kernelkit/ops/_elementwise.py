@@ -182,9 +182,9 @@ class Elementwise:
             dtypes = {a.dtype for a in problem.args if a.kind == "array"}
             if len(dtypes) == 1 and next(iter(dtypes)) in _VEC_DTYPES:
                 per_thread = vec_width(next(iter(dtypes)))
-        work = -(-problem.attr("elements") // per_thread)  # type: ignore[operator]
-        blocks = min(max(1, -(-work // block)), 1 << 16)  # type: ignore[operator]
-        return (blocks * block, 1, 1)  # type: ignore[operator]
+        work = -(-problem.attr("elements") // per_thread)
+        blocks = min(max(1, -(-work // block)), 1 << 16)
+        return (blocks * block, 1, 1)
 
     def _attrs(self, problem: Problem, options: dict[str, Any]) -> dict[str, Any]:
         return dict(options)
@@ -351,7 +351,7 @@ class Elementwise:
                 try:
                     run = self._table[sign((*args, out)), self.op.generation, FORCED.get(),
                                       _config.config.select_force]  # fmt: skip
-                except Exception:  # noqa: BLE001 - a new signature: validated below
+                except Exception:  # noqa: BLE001, S110 - a new signature: validated below
                     pass
                 else:
                     return run(list(args), out)
@@ -359,7 +359,7 @@ class Elementwise:
 
     def _call(self, args: tuple, out: Any, kwargs: dict[str, Any]) -> Any:
         """A call of a new (or an unprepared) signature: validate, describe, run, prepare."""
-        values = args if args else tuple(kwargs.get(n) for n in self.inputs)
+        values: tuple[Any, ...] = args if args else tuple(kwargs.get(n) for n in self.inputs)
         result = routed(
             "elementwise", [v for v in values if hasattr(v, "shape")] or [None],
             (self, args, kwargs), out,

@@ -174,7 +174,7 @@ def _gemv_match(p: Problem, t: Target) -> str | None:
 
 
 def _gemv_grid(p: Problem, c: Config) -> tuple[int, int, int]:
-    blocks = -(-p.attr("N") // c.values["ROWS"])  # type: ignore[operator]
+    blocks = -(-p.attr("N") // c.values["ROWS"])
     return (blocks * c.threadgroup[0], 1, 1)
 
 
@@ -219,7 +219,7 @@ def _gemv_tc_match(p: Problem, t: Target) -> str | None:
 
 
 def _gemv_tc_grid(p: Problem, c: Config) -> tuple[int, int, int]:
-    blocks = -(-p.attr("N") // (8 * c.values["NT"]))  # type: ignore[operator]
+    blocks = -(-p.attr("N") // (8 * c.values["NT"]))
     return (blocks * c.threadgroup[0], 1, 1)
 
 
@@ -270,7 +270,7 @@ def _wgmma_prepare(choice: KernelChoice, problem: Problem, output_dtype: Any) ->
     v = choice.config.values
     if int(v["WS"]) != 2:
         return launch
-    bm, m = 64 * int(v["WG"]), int(problem.attr("M"))  # type: ignore[call-overload]
+    bm, m = 64 * int(v["WG"]), int(problem.attr("M"))
     x_box, w_box = (bm if m >= bm else -(-m // 8) * 8, 64), (int(v["BN"]), 64)  # as the kernel
     maps: dict[tuple[int, int], tuple[Any, Any]] = {}
 
@@ -304,7 +304,7 @@ TILED_CONFIGS = tuple(
 def _tiled_grid(p: Problem, c: Config) -> tuple[int, int, int]:
     """Every BM x BN tile on grid.x (the kernel splits the index; grid.y stops at 65535)."""
     v = c.values
-    tiles = -(-p.attr("N") // v["BN"]) * -(-p.attr("M") // v["BM"])  # type: ignore[operator]
+    tiles = -(-p.attr("N") // v["BN"]) * -(-p.attr("M") // v["BM"])
     return (tiles * c.threadgroup[0], 1, 1)
 
 
@@ -350,7 +350,10 @@ def _framework_run(choice: KernelChoice, call: Any) -> Any:
     if problem.attr("transpose_b") is False and bias is not None:
         y = y + bias
     if act is not None:
-        y = {"relu": F.relu, "silu": F.silu, "gelu": F.gelu}[act](y)
+        activations: dict[str, Callable[[Any], Any]] = {
+            "relu": F.relu, "silu": F.silu, "gelu": F.gelu
+        }  # fmt: skip
+        y = activations[act](y)
     if out is not None:
         out.copy_(y)
         return out
@@ -540,7 +543,7 @@ def matmul(
                 sign((a, b, bias, out)), activation, transpose_b, transpose_b.__class__,
                 OP.generation, FORCED.get(), _config.config.select_force,
             ]  # fmt: skip
-        except Exception:  # noqa: BLE001 - a new signature: validated below
+        except Exception:  # noqa: BLE001, S110 - a new signature: validated below
             pass
         else:
             return run(a, b, bias, out)
@@ -565,7 +568,7 @@ def eager_matmul(
                 sign((a, b, bias, out)), activation, transpose_b, transpose_b.__class__,
                 OP.generation, FORCED.get(), _config.config.select_force,
             ]  # fmt: skip
-        except Exception:  # noqa: BLE001 - a new signature: validated below
+        except Exception:  # noqa: BLE001, S110 - a new signature: validated below
             pass
         else:
             return run(a, b, bias, out)

@@ -200,12 +200,12 @@ CLUSTER_CONFIGS = tuple(
 
 
 def _mt(p: Problem) -> int:
-    return 1 if int(p.attr("M")) <= 8 else 2  # type: ignore[call-overload]
+    return 1 if int(p.attr("M")) <= 8 else 2
 
 
 def cluster_size(p: Problem, c: Config) -> int:
     """Blocks a cluster (K / KS): the template value CL, and which compiled kernel runs."""
-    return int(p.attr("K")) // int(c.values["KS"])  # type: ignore[call-overload]
+    return int(p.attr("K")) // int(c.values["KS"])
 
 
 def cluster_template(p: Problem, c: Config) -> list[tuple[str, int]]:
@@ -234,7 +234,7 @@ def cluster_fits(p: Problem, c: Config) -> str | None:
         warps, rows, ks, st = (int(v[k]) for k in ("WARPS", "ROWS", "KS", "S"))
     except KeyError as e:
         return f"config lacks {e.args[0]} (needs WARPS, ROWS, KS, S)"
-    k, mt = int(p.attr("K")), _mt(p)  # type: ignore[call-overload]
+    k, mt = int(p.attr("K")), _mt(p)
     if not 2 * mt <= warps <= 32 or st < 2 or rows < 8 or ks < 32 * warps or ks % (32 * warps):
         return f"WARPS = {warps}, S = {st}, ROWS = {rows}, KS = {ks}: outside the kernel's rules"
     if k % ks or k // ks not in CLUSTER_SIZES:
@@ -252,7 +252,7 @@ def cluster_fits(p: Problem, c: Config) -> str | None:
 
 def cluster_grid(p: Problem, c: Config) -> tuple[int, int, int]:
     """One cluster of K / KS blocks per ROWS weight rows."""
-    clusters = -(-int(p.attr("N")) // int(c.values["ROWS"]))  # type: ignore[call-overload]
+    clusters = -(-int(p.attr("N")) // int(c.values["ROWS"]))
     return (clusters * cluster_size(p, c) * c.threadgroup[0], 1, 1)
 
 
@@ -260,7 +260,7 @@ def cluster_heuristic(p: Problem, t: Target) -> Config | None:
     """From a sweep on an H100 (8192 x 8192, 14336 x 4096 and 4096 x 4096, M = 1-16): the longest
     slice of K x's fragments allow (4096: 8 KiB copies), 16 warps, two stages, and ROWS making
     about 128 blocks; None where no config fits (the next implementation serves)."""
-    n, k = int(p.attr("N")), int(p.attr("K"))  # type: ignore[call-overload]
+    n, k = int(p.attr("N")), int(p.attr("K"))
     for ks in (4096, 2048, 1024):
         if k % ks or k // ks not in CLUSTER_SIZES:
             continue

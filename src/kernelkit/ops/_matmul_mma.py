@@ -22,9 +22,9 @@ from ._matmul_kernels import EPILOGUE, MMA_PTX, cuda_cc
 __all__ = [
     "MMA",
     "MMA_BODY",
-    "MMA_KERNEL",
     "MMA_CONFIGS",
     "MMA_DTYPES",
+    "MMA_KERNEL",
     "aligned16",
     "mma_fits",
     "mma_grid",
@@ -365,7 +365,7 @@ def mma_fits(p: Problem, c: Config) -> str | None:
 def mma_grid(p: Problem, c: Config) -> tuple[int, int, int]:
     """One block per BM x BN tile of y (the kernel orders them in groups of tile rows)."""
     v = c.values
-    tiles = -(-p.attr("M") // v["BM"]) * -(-p.attr("N") // v["BN"])  # type: ignore[operator]
+    tiles = -(-p.attr("M") // v["BM"]) * -(-p.attr("N") // v["BN"])
     return (tiles * c.threadgroup[0], 1, 1)
 
 
@@ -376,6 +376,6 @@ def mma_heuristic(p: Problem, t: Target) -> Config | None:
     fit = [c for c in MMA_CONFIGS if c.shared_memory <= t.max_shared_memory_optin_bytes]
     for c in fit:
         v = c.values
-        if -(-m // v["BM"]) * -(-n // v["BN"]) >= _WAVE_BLOCKS:  # type: ignore[operator]
+        if -(-m // v["BM"]) * -(-n // v["BN"]) >= _WAVE_BLOCKS:
             return c
     return fit[-1] if fit else None

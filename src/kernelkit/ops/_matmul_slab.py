@@ -226,7 +226,7 @@ SLAB_CONFIGS = tuple(
 
 def slab_jpr(p: Problem, c: Config) -> int:
     """16-byte vectors of a row each thread takes (the template value JPR)."""
-    return int(p.attr("K")) // (8 * int(c.values["THREADS"]))  # type: ignore[call-overload]
+    return int(p.attr("K")) // (8 * int(c.values["THREADS"]))
 
 
 def decode_match(
@@ -270,7 +270,7 @@ def slab_fits(p: Problem, c: Config) -> str | None:
         threads, rows, skb, st, mx = (int(v[k]) for k in ("THREADS", "ROWS", "SKB", "S", "MX"))
     except KeyError as e:
         return f"config lacks {e.args[0]} (needs THREADS, ROWS, SKB, S, MX)"
-    k, m = int(p.attr("K")), int(p.attr("M"))  # type: ignore[call-overload]
+    k, m = int(p.attr("K")), int(p.attr("M"))
     if threads % 32 or not 32 <= threads <= 1024 or st < 2 or rows < 1:
         return f"THREADS = {threads} (whole warps), S = {st} (>= 2), ROWS = {rows}"
     if m > mx:
@@ -289,13 +289,13 @@ def slab_fits(p: Problem, c: Config) -> str | None:
 
 def slab_grid(p: Problem, c: Config) -> tuple[int, int, int]:
     """One block per ROWS weight rows."""
-    return (-(-p.attr("N") // c.values["ROWS"]) * c.threadgroup[0], 1, 1)  # type: ignore[operator]
+    return (-(-p.attr("N") // c.values["ROWS"]) * c.threadgroup[0], 1, 1)
 
 
 def slab_heuristic(p: Problem, t: Target) -> Config | None:
     """From the probe on an H100: 16 KiB stages, 3 in flight, 256 threads, 8 rows a block;
     None where the rows are too long for it (the next implementation serves)."""
-    m = int(p.attr("M"))  # type: ignore[call-overload]
+    m = int(p.attr("M"))
     mx = 1 if m <= 1 else 2 if m <= 2 else 4
     for c in (slab_config(256, 8, 16, 4, mx), slab_config(256, 32, 32, 4, mx)):
         if slab_fits(p, c) is None and c.shared_memory <= t.max_shared_memory_optin_bytes:

@@ -194,13 +194,13 @@ SLAB_TC_CONFIGS = tuple(
 
 def slab_tc_jw(p: Problem, c: Config) -> int:
     """32-SEG-wide steps of each row a warp takes (the template value JW)."""
-    k = int(p.attr("K"))  # type: ignore[call-overload]
-    return k // (32 * int(c.values["SEG"]) * int(c.values["WARPS"]))  # type: ignore[call-overload]
+    k = int(p.attr("K"))
+    return k // (32 * int(c.values["SEG"]) * int(c.values["WARPS"]))
 
 
 def slab_tc_match(p: Problem, t: Target) -> str | None:
     """None when gemv_slab_tc can run ``p`` on ``t``, else why not."""
-    k = int(p.attr("K"))  # type: ignore[call-overload]
+    k = int(p.attr("K"))
     k_why = None
     if k < 256 or MAX_K % k:
         k_why = f"K = {k} is not a divisor of {MAX_K} from 256 (stages of whole rows)"
@@ -215,7 +215,7 @@ def slab_tc_fits(p: Problem, c: Config) -> str | None:
         xh = int(v["XH"])
     except KeyError as e:
         return f"config lacks {e.args[0]} (needs WARPS, ROWS, SKB, S, SEG, XH)"
-    k, m = int(p.attr("K")), int(p.attr("M"))  # type: ignore[call-overload]
+    k, m = int(p.attr("K")), int(p.attr("M"))
     if seg not in (1, 2, 4, 8) or xh not in (1, 2, 4):
         return f"SEG = {seg} (1, 2, 4 or 8), XH = {xh} (1, 2 or 4): outside"
     if not 1 <= warps <= 32 or st < 2 or rows < 1:
@@ -246,14 +246,14 @@ def slab_tc_static_bytes(p: Problem, c: Config) -> int:
     """The kernel's statically declared shared memory for ``p``: the warps' sums of a stage
     (two buffers) and the ring's barriers."""
     v = c.values
-    rows = 512 * int(v["SKB"]) // int(p.attr("K"))  # type: ignore[call-overload]
-    mx = 8 * int(v["XH"]) // int(v["SEG"])  # type: ignore[call-overload]
-    return 2 * int(v["WARPS"]) * rows * mx * 4 + 8 * int(v["S"])  # type: ignore[call-overload]
+    rows = 512 * int(v["SKB"]) // int(p.attr("K"))
+    mx = 8 * int(v["XH"]) // int(v["SEG"])
+    return 2 * int(v["WARPS"]) * rows * mx * 4 + 8 * int(v["S"])
 
 
 def slab_tc_grid(p: Problem, c: Config) -> tuple[int, int, int]:
     """One block per ROWS weight rows."""
-    return (-(-p.attr("N") // c.values["ROWS"]) * c.threadgroup[0], 1, 1)  # type: ignore[operator]
+    return (-(-p.attr("N") // c.values["ROWS"]) * c.threadgroup[0], 1, 1)
 
 
 def slab_tc_heuristic(p: Problem, t: Target) -> Config | None:
@@ -263,7 +263,7 @@ def slab_tc_heuristic(p: Problem, t: Target) -> Config | None:
     about 128 blocks (one an SM), 128 KiB of stages (less, fewer warps, other ROWS or another
     shape where that does not fit the rules or the device's shared memory); None where nothing
     does (the next implementation serves). At M = 1 the tables pick gemv_slab, 1-2% faster."""
-    m, n = int(p.attr("M")), int(p.attr("N"))  # type: ignore[call-overload]
+    m, n = int(p.attr("M")), int(p.attr("N"))
     if m > MAX_M:
         return None
     by_blocks = sorted((16, 32, 64, 112), key=lambda r: abs(n / r - 128))  # ~one block an SM

@@ -37,9 +37,9 @@ from ._matmul_wgmma_source import (
 __all__ = [
     "SPLITS",
     "WGMMA",
-    "WGMMA_COPIES",
     "WGMMA_BODY",
     "WGMMA_CONFIGS",
+    "WGMMA_COPIES",
     "WGMMA_TMA_BODY",
     "wgmma_config",
     "wgmma_fits",
@@ -136,7 +136,7 @@ def wgmma_fits(p: Problem, c: Config) -> str | None:
         return f"{need} + {static_bytes(st)} bytes of shared memory > {SHARED_LIMIT}"
     if wgmma_grid(p, c)[0] >= 2**31:
         return "more blocks than one launch holds"
-    if ws == 2 and max(int(p.attr(a)) for a in ("M", "N", "K")) >= 2**31:  # type: ignore[call-overload]
+    if ws == 2 and max(int(p.attr(a)) for a in ("M", "N", "K")) >= 2**31:
         return "WS = 2: tensor copies take 32-bit coordinates (M, N and K below 2**31)"
     if ws == 2 and not _maps_allowed(p):
         return "WS = 2: JAX arrays' addresses belong to XLA, so no tensor map is made of them"
@@ -146,9 +146,9 @@ def wgmma_fits(p: Problem, c: Config) -> str | None:
 def wgmma_grid(p: Problem, c: Config) -> tuple[int, int, int]:
     """SPLIT blocks (one cluster) per BM x BN tile of y."""
     v = c.values
-    m, n = int(p.attr("M")), int(p.attr("N"))  # type: ignore[call-overload]
-    tiles = -(-m // (64 * int(v["WG"]))) * -(-n // int(v["BN"]))  # type: ignore[call-overload]
-    return (tiles * int(v["SPLIT"]) * c.threadgroup[0], 1, 1)  # type: ignore[call-overload]
+    m, n = int(p.attr("M")), int(p.attr("N"))
+    tiles = -(-m // (64 * int(v["WG"]))) * -(-n // int(v["BN"]))
+    return (tiles * int(v["SPLIT"]) * c.threadgroup[0], 1, 1)
 
 
 def _maps_allowed(p: Problem) -> bool:
@@ -172,7 +172,7 @@ def wgmma_heuristic(p: Problem, t: Target) -> Config | None:
     48 tiles or more, through TMA too (H100 sweep at M = 3500: 0.81-0.97x cuBLAS against
     0.72-0.89x with WS = 1). JAX arrays keep the copying warpgroup (WS = 1) wherever M > 64.
     Each with the most stages that fit."""
-    m, n, k = (int(p.attr(a)) for a in ("M", "N", "K"))  # type: ignore[call-overload]
+    m, n, k = (int(p.attr(a)) for a in ("M", "N", "K"))
     if m <= 16:
         return None
     ws, wg = (1, 1) if m <= 64 else (2 if _maps_allowed(p) else 1, 2)

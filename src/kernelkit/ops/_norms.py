@@ -58,7 +58,7 @@ def _check(name: str, x: Any, params: dict[str, Any], eps: Any) -> float:
         value = float(eps)
     except (OverflowError, ValueError):
         value = math.nan
-    if not value >= 0 or math.isinf(value) and not math.isinf(eps):
+    if not value >= 0 or (math.isinf(value) and not math.isinf(eps)):
         raise ArgumentError(f"[{name}] eps must be a non-negative float, got {eps!r}")
     return value
 
@@ -88,7 +88,7 @@ def rms_norm(x: Any, weight: Any, eps: float = 1e-6, *, out: Any = None) -> Any:
         try:
             run = _RMS_TABLE[sign((x, weight, out)), eps.__class__, RMS_OP.generation,
                              FORCED.get(), _config.config.select_force]  # fmt: skip
-        except Exception:  # noqa: BLE001 - a new signature: validated below
+        except Exception:  # noqa: BLE001, S110 - a new signature: validated below
             pass
         else:
             if eps >= 0:  # a float (only those are kept), neither negative nor NaN
@@ -103,7 +103,7 @@ def eager_rms_norm(x: Any, weight: Any, eps: float, out: Any) -> Any:
         try:
             run = _RMS_EAGER[sign((x, weight, out)), eps.__class__, RMS_OP.generation,
                              FORCED.get(), _config.config.select_force]  # fmt: skip
-        except Exception:  # noqa: BLE001 - a new signature: validated below
+        except Exception:  # noqa: BLE001, S110 - a new signature: validated below
             pass
         else:
             if eps >= 0:
@@ -120,7 +120,7 @@ def layer_norm(x: Any, weight: Any, bias: Any, eps: float = 1e-5, *, out: Any = 
             run = _LAYER_TABLE[sign((x, weight, bias, out)), eps.__class__,
                                LAYER_OP.generation, FORCED.get(),
                                _config.config.select_force]  # fmt: skip
-        except Exception:  # noqa: BLE001 - a new signature: validated below
+        except Exception:  # noqa: BLE001, S110 - a new signature: validated below
             pass
         else:
             if eps >= 0:  # a float (only those are kept), neither negative nor NaN
@@ -137,7 +137,7 @@ def eager_layer_norm(x: Any, weight: Any, bias: Any, eps: float, out: Any) -> An
             run = _LAYER_EAGER[sign((x, weight, bias, out)), eps.__class__,
                                LAYER_OP.generation, FORCED.get(),
                                _config.config.select_force]  # fmt: skip
-        except Exception:  # noqa: BLE001 - a new signature: validated below
+        except Exception:  # noqa: BLE001, S110 - a new signature: validated below
             pass
         else:
             if eps >= 0:

@@ -101,7 +101,7 @@ def direct_launch(launch: Any, has_out: bool) -> Callable[[Any, Any], Any]:
     found = getattr(launch, "direct", None)
     direct = None if found is None else found(has_out)
     if direct is None:
-        return launch  # type: ignore[no-any-return]
+        return launch
     run, shapes, dtypes, grid, group, template, smem = direct
     if has_out:
 

@@ -45,13 +45,13 @@ def _pow2_at_least(n: int) -> int:
 
 
 def _rows_per_block(config: Config) -> int:
-    return int(config.values.get("ROWS", 1))  # type: ignore[arg-type]  # forced configs may omit it
+    return int(config.values.get("ROWS", 1))  # forced configs may omit it
 
 
 def grid(problem: Problem, config: Config) -> tuple[int, int, int]:
     """One block of BLOCK * ROWS threads per ROWS rows."""
     rows, per = max(1, problem.attr("rows")), _rows_per_block(config)
-    return (-(-rows // per) * per * config.values["BLOCK"], 1, 1)  # type: ignore[operator]
+    return (-(-rows // per) * per * config.values["BLOCK"], 1, 1)
 
 
 def fits(problem: Problem, config: Config) -> str | None:

@@ -45,7 +45,7 @@ def softmax(x: Any, dim: int = -1, *, out: Any = None) -> Any:
         try:
             run = _TABLE[sign((x, out)), dim, dim.__class__, OP.generation, FORCED.get(),
                          _config.config.select_force]  # fmt: skip
-        except Exception:  # noqa: BLE001 - a new signature: validated below
+        except Exception:  # noqa: BLE001, S110 - a new signature: validated below
             pass
         else:
             return run([x], out)
@@ -59,7 +59,7 @@ def eager_softmax(x: Any, dim: int, out: Any) -> Any:
         try:
             run = _EAGER[sign((x, out)), dim, dim.__class__, OP.generation, FORCED.get(),
                          _config.config.select_force]  # fmt: skip
-        except Exception:  # noqa: BLE001 - a new signature: validated below
+        except Exception:  # noqa: BLE001, S110 - a new signature: validated below
             pass
         else:
             return run([x], out)

@@ -9,7 +9,7 @@ import shutil
 import tempfile
 import threading
 import weakref
-from _ctypes import dlclose as _dlclose  # type: ignore[attr-defined]
+from _ctypes import dlclose as _dlclose
 from dataclasses import dataclass
 
 from ... import _config
@@ -109,7 +109,7 @@ def worker_count() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def make_launcher(program: CPUProgram, nthreads: int):  # noqa: ANN201 - a Launcher
+def make_launcher(program: CPUProgram, nthreads: int):
     """The hot-path callable: one ctypes call (which releases the GIL) per launch."""
     entry, fault_text, kernel = program.entry, program.fault_text, program.kernel
     set_limit, limit = program.set_time_limit, LAUNCH  # the call's timeout=, per thread

@@ -39,7 +39,7 @@ def check_not_forked() -> None:
 
 
 @functools.cache
-def drv():  # noqa: ANN201 - the cuda.bindings.driver module
+def drv():
     return deps.require("cuda.bindings.driver")
 
 
@@ -218,7 +218,7 @@ def _unload(module: Any, device: int, pid: int) -> None:
     try:  # no _lock: a finalizer may run inside a locked section of this same thread
         with on_device(device), outside_capture():  # a finalizer may run during a capture
             drv().cuModuleUnload(module)
-    except Exception:  # noqa: BLE001 - best effort from a finalizer
+    except Exception:  # noqa: BLE001, S110 - best effort from a finalizer
         pass
 
 
@@ -234,7 +234,7 @@ def allow_dynamic_shared(program: Program, nbytes: int) -> None:
     program.dynamic_shared_limit = nbytes
 
 
-def make_launcher(program: Program):  # noqa: ANN201 - a backend.Launcher
+def make_launcher(program: Program):
     """The hot-path launch: one cuLaunchKernel on prepacked arguments. When the calling thread's
     current context is not this device's (a fresh thread, another device current), the launch
     fails cheaply and is retried inside ``on_device``, which restores the caller's context."""
@@ -277,7 +277,7 @@ def coresident_blocks(program: Program, threads: int, shared: int) -> int:
     return int(per_sm) * attribute(program.device, "MULTIPROCESSOR_COUNT")
 
 
-def make_cooperative_launcher(program: Program):  # noqa: ANN201 - a backend.Launcher
+def make_cooperative_launcher(program: Program):
     """``cuLaunchCooperativeKernel`` after checking (once per block shape and shared memory)
     that the grid's blocks are all resident at once, as ``grid.sync()`` needs."""
     launch = drv().cuLaunchCooperativeKernel

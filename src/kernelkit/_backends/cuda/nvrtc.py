@@ -19,7 +19,7 @@ _HEADERS = {  # need -> (headers to include, in order)
 
 
 @functools.cache
-def nvrtc():  # noqa: ANN201 - the cuda.bindings.nvrtc module
+def nvrtc():
     return deps.require("cuda.bindings.nvrtc")
 
 
@@ -94,14 +94,29 @@ def version_macros() -> tuple[str, ...]:
     out = []
     for macro, header in (("CUDA_VERSION", "cuda.h"), ("CUDART_VERSION", "cuda_runtime_api.h")):
         p = _find_header(header)
-        text = p.read_text(errors="replace") if p else ""
-        m = re.search(rf"^#define\s+{macro}\s+(\d+)\s*$", text, re.M)
+        m = _define(p, macro) if p else None
         if m:
             out.append(f"-D{macro}={m.group(1)}")
         else:
             major, minor = version()
             out.append(f"-D{macro}={major * 1000 + minor * 10}")
     return tuple(out)
+
+
+_HEAD_BYTES = 64 << 10  # the version macros sit in the first few KiB of cuda.h (1.2 MB in all)
+_HEADER_LIMIT = 16 << 20
+
+
+def _define(path: Path, macro: str) -> re.Match[str] | None:
+    """``#define MACRO <digits>`` in ``path``: its head first (a cold first call reads 64 KiB, not
+    the whole header), then the rest (bounded)."""
+    pattern = re.compile(rf"^#define\s+{macro}\s+(\d+)\s*$", re.M)
+    with open(path, "rb") as f:
+        head = f.read(_HEAD_BYTES)
+        m = pattern.search(head.decode("utf-8", "replace"))
+        if m is None and len(head) == _HEAD_BYTES:
+            m = pattern.search((head + f.read(_HEADER_LIMIT)).decode("utf-8", "replace"))
+    return m
 
 
 @functools.cache
@@ -149,7 +164,7 @@ def includes_for(needs: frozenset[str]) -> str:
     return "\n".join(lines)
 
 
-def _output(prog, what: str) -> bytearray:  # noqa: ANN001
+def _output(prog, what: str) -> bytearray:
     """NVRTC's ``nvrtcGet<what>`` result, written into a buffer kernelkit owns.
 
     Never a ``bytes`` object: NVRTC writes into the buffer, and CPython shares small ``bytes``
@@ -162,7 +177,7 @@ def _output(prog, what: str) -> bytearray:  # noqa: ANN001
     return buf
 
 
-def _log(prog) -> str:  # noqa: ANN001
+def _log(prog) -> str:
     return _output(prog, "ProgramLog").rstrip(b"\x00").decode(errors="replace")
 
 

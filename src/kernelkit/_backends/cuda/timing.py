@@ -89,5 +89,5 @@ class CUDATimer(Timer):
                 mod.cuEventDestroy(self._start)
                 mod.cuEventDestroy(self._end)
                 mod.cuStreamDestroy(self._stream)
-        except Exception:  # noqa: BLE001 - best effort: a faulted context cannot free anything
+        except Exception:  # noqa: BLE001, S110 - best effort: a faulted context cannot free anything
             pass
