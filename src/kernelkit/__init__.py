@@ -8,8 +8,9 @@ Nothing here touches a GPU or loads a compiler at import (the CUDA backend's Pyt
 imported when installed: ``KERNELKIT_PRELOAD=0`` defers them to the first call).
 """
 
-from . import _integrations, _registry
+from . import _integrations
 from ._api import Kernel, cuda_kernel, kernel
+from ._backends import registry as _registry
 from ._cache import add_bundle, cache_stats
 from ._errors import (
     ArgumentError,
