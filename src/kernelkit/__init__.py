@@ -12,6 +12,7 @@ from . import _integrations
 from ._api import Kernel, cuda_kernel, kernel
 from ._backends import registry as _registry
 from ._cache import add_bundle, cache_stats
+from ._choices import explain, force
 from ._errors import (
     ArgumentError,
     ArgumentTypeError,
@@ -23,13 +24,11 @@ from ._errors import (
     KernelTimeout,
     LaunchError,
 )
-from ._explain import explain
 from ._integrations.jax_ffi import JaxCallable
 from ._integrations.torch_op import TorchOp
 from ._integrations.torch_vjp import custom_vjp
 from ._metal_api import MetalKernel, metal_kernel
 from ._pipeline.codegen import cxx, struct
-from ._select.override import force
 from ._select.records import Config, KernelChoice
 from ._tensor_map import TensorMap, tensor_map
 from ._tune.autotune import AutotunedKernel, autotune

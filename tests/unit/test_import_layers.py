@@ -121,7 +121,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("ground", (*GROUND, "_generated")),
     ("backends, records and stores", ("backend", "_backends", "_dialects", "_cache", *STORES)),
     ("pipeline stages", ("_pipeline", "_select", "_tensor_map")),
-    ("ops and API", ("_api", "_metal_api", "_explain", "ops", "_tune", "testing")),
+    ("ops and API", ("_api", "_metal_api", "_choices", "ops", "_tune", "testing")),
     ("integrations", ("_integrations",)),
     ("workflows and the CLI", ("_workflows", "cli", "__main__", "")),
 )

@@ -139,7 +139,7 @@ class _Bench:
         self.timer.stop()
 
     def runner(self, op: str, plan: _Plan) -> Callable[[list[Any], list[Any], int], Any]:
-        from .._select.override import force
+        from .._choices import force
 
         case, impl, config = self.case, plan.impl.name, plan.config
 
