@@ -21,6 +21,11 @@ if "KERNELKIT_CACHE_DIR" not in os.environ:
     _dir = Path(tempfile.gettempdir()) / f"kernelkit-tests-{os.getuid()}"
     os.environ["KERNELKIT_CACHE_DIR"] = str(_dir)
     shutil.rmtree(_dir / "tuning", ignore_errors=True)
+# Child processes (python -c scripts, the CLI, the benchmarks) import this checkout's kernelkit,
+# as the tests themselves do (pytest's pythonpath), not whichever one is installed.
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    [str(Path(__file__).resolve().parents[1] / "src"), os.environ.get("PYTHONPATH", "")]
+).rstrip(os.pathsep)
 
 from kernelkit import _config
 from kernelkit._backends import registry as _registry
