@@ -275,7 +275,7 @@ def test_framework_microkernel_writes_out_directly_or_through_a_copy():
     """The cuBLAS path (run here on CPU tensors, calling the implementation itself): into out=
     with torch.mm/addmm where nothing follows the product, else computed and copied."""
     torch = pytest.importorskip("torch")
-    from kernelkit.ops import _matmul
+    from kernelkit.ops import _matmul, _matmul_library
 
     x, w = torch.randn(5, 24), torch.randn(7, 24)
     bias = torch.randn(7)
@@ -287,7 +287,7 @@ def test_framework_microkernel_writes_out_directly_or_through_a_copy():
                    "aligned16": None}  # fmt: skip
         out = torch.full((5, 7), float("nan"))
         problem, _, _ = _matmul._RUNNER.problem([x, wt, b], x.dtype, out, options)
-        got = _matmul._framework_run(None, (problem, (x, wt, b), x.dtype, out))
+        got = _matmul_library.framework_run(None, (problem, (x, wt, b), x.dtype, out))
         assert got is out
         want = x.double() @ w.double().t() + (0 if b is None else b.double())
         want = {None: want, "relu": torch.relu(want), "silu": torch.nn.functional.silu(want)}[act]

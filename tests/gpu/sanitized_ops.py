@@ -19,6 +19,7 @@ import torch
 import kernelkit
 from kernelkit import ops
 from kernelkit._choices import force
+from kernelkit.ops._matmul_midm import midm_config
 from kernelkit.ops._matmul_wgmma import wgmma_config
 from kernelkit.ops._rowops import config as row_config
 
@@ -50,6 +51,9 @@ MATMUL = [
     # a cluster of 8 over a long K: 17 k tiles a rank through 4 stages (the last rank: 10)
     ("wgmma_ws1_split8", 70, 130, 8200, BF16, True),
     ("wgmma_ws2_split8", 70, 130, 8200, BF16, True),
+    ("midm", 17, 33, 72, BF16, True),  # the heuristic's config: one tile, a cluster of 8
+    ("midm_split4", 100, 130, 1160, BF16, True),  # 64 x 64 tiles, 19 k tiles over 4 ranks
+    ("midm_split2", 33, 136, 264, BF16, False),
     ("tiled", 70, 9, 40, FP32, True),
     ("tiled", 33, 65, 17, BF16, False),
 ]
@@ -76,7 +80,7 @@ def matmul_cases() -> list[tuple[str, float, float]]:
     for impl, m, n, k, dtype, tb in MATMUL:
         if impl.startswith("wgmma") and torch.cuda.get_device_capability() != (9, 0):
             continue  # sm_90a only
-        sm90 = impl in ("gemv_slab", "gemv_slab_tc", "gemv_cluster")
+        sm90 = impl in ("gemv_slab", "gemv_slab_tc", "gemv_cluster") or impl.startswith("midm")
         if sm90 and torch.cuda.get_device_capability() < (9, 0):
             continue
         g = torch.Generator(device="cuda").manual_seed(m * 131 + n * 7 + k)
@@ -87,6 +91,8 @@ def matmul_cases() -> list[tuple[str, float, float]]:
         config, label = None, impl
         if impl == "wgmma_ws0":
             impl, config = "wgmma", wgmma_config(2, 64, 2, 4, 2, 0)
+        elif impl.startswith("midm_split"):  # clusters of SPLIT blocks
+            impl, config = "midm", midm_config(64, 64, 2, 2, 4, int(impl[10:]))
         elif impl.startswith("wgmma_ws"):  # WS = 1 or 2, split 8, 4 stages of one k tile
             impl, config = "wgmma", wgmma_config(2, 64, 1, 4, 8, int(impl[8]))
         with force("matmul", impl, config):

@@ -60,10 +60,80 @@ def test_the_block_compiles_fullgraph_on_cuda(mode, route, m):
             pytest.skip(f"{route} at M={m}: {e}")
         torch._dynamo.reset()
         compiled = torch.compile(_block, fullgraph=True, mode=mode)
-        for _ in range(3):  # reduce-overhead records its graph on a later call
-            y = compiled(*args)
+        with _no_inductor_caches():  # each forced route compiled anew, not a cached graph
+            for _ in range(3):  # reduce-overhead records its graph on a later call
+                y = compiled(*args)
         torch.cuda.synchronize()
     assert _close(y, eager)
+
+
+def _no_inductor_caches():
+    """Inductor's caches key on the graph, which is the same for every forced route."""
+    import contextlib
+
+    stack = contextlib.ExitStack()
+    stack.enter_context(torch._inductor.config.patch(fx_graph_cache=False))
+    stack.enter_context(torch._functorch.config.patch(enable_autograd_cache=False))
+    return stack
+
+
+@pytest.mark.parametrize("m", [1, 16])
+def test_inductor_calls_cublas_itself_where_the_tables_choose_it(m):
+    from torch._inductor.utils import run_and_get_code
+
+    from kernelkit.ops import _matmul
+
+    args = _args(m)
+    h = _block(*args)  # (prepares the eager signatures too)
+    framework = _matmul.routes(args[0], args[2], None, None, True) == {"framework"}
+    torch._dynamo.reset()
+    with _no_inductor_caches():
+        y, code = run_and_get_code(torch.compile(_block, fullgraph=True), *args)
+    code = "\n".join(code)
+    assert ("torch.ops.kernelkit.matmul" not in code) == framework, code[-3000:]
+    assert "torch.ops.kernelkit.elementwise" not in code  # traced into Inductor's loops
+    assert _close(y, h)
+
+
+def _mlp(x, p):
+    h = ops.rms_norm(x, p["norm"], 1e-6)
+    y = ops.matmul(SILU_MUL(ops.matmul(h, p["up"], transpose_b=True), h[..., :1]), p["down"],
+                   transpose_b=True)  # fmt: skip
+    return x + y
+
+
+def _torch_mlp(x, p):
+    h = F.rms_norm(x, (x.shape[-1],), p["norm"], 1e-6)
+    u = F.linear(h, p["up"])
+    return x + F.linear(u * torch.sigmoid(h[..., :1]) * h[..., :1], p["down"])
+
+
+@pytest.mark.parametrize("mode", ["default", "reduce-overhead"])
+def test_a_second_weight_size_recompiles_as_torch_does_and_eager_calls_none(mode):
+    g = torch.Generator(device="cuda").manual_seed(0)
+    bf = torch.bfloat16
+
+    def params(h):
+        r = lambda *s: (torch.randn(*s, device="cuda", generator=g) / s[-1] ** 0.5).to(bf)
+        return {"norm": (torch.rand(2048, device="cuda", generator=g) + 0.5).to(bf),
+                "up": r(h, 2048), "down": r(2048, h)}  # fmt: skip
+
+    x = torch.randn(1, 2048, device="cuda", generator=g).to(bf)
+    sizes = [params(2816), params(3584), params(4096)]
+    counts = []
+    for block in (_torch_mlp, _mlp):
+        torch._dynamo.reset()
+        before = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+        compiled = torch.compile(block, fullgraph=True, mode=mode)
+        for i, p in enumerate(sizes):
+            for _ in range(3):
+                y = compiled(x, p)
+            block(x.repeat(3, 1), p)  # eager: new signatures in kernelkit's tables
+            with torch._dynamo.config.patch(error_on_recompile=True):
+                y = compiled(x, p)
+            assert _close(y, block(x, p)), (block.__name__, i)
+        counts.append(torch._dynamo.utils.counters["stats"]["unique_graphs"] - before)
+    assert counts[1] <= counts[0], counts
 
 
 def test_the_block_compiles_before_any_eager_call_in_a_new_process():

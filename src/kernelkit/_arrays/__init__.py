@@ -132,6 +132,19 @@ class Adapter:
         """A callable ``shape -> new uninitialized array`` (prepared once per specialization)."""
         raise NotImplementedError
 
+    def signer(self, tp: type) -> Callable[[tuple], Any] | None:
+        """``signature(arrays)`` for the built-in ops' prepared calls (``SIGNERS``) on arrays of
+        type ``tp`` whose class, dtype, shape, strides and device describe a call: one hashable
+        value, KeyError/AttributeError/TypeError for what it cannot describe. None: such calls
+        are validated every time (the default; torch's and NumPy's are installed from above)."""
+        return None
+
+    def like(self, dtype: DType) -> tuple[Any, Callable[[Any], Any]] | None:
+        """(this framework's dtype object for ``dtype``, ``empty_like``) where a new array shaped,
+        typed and placed as a row-contiguous input is cheaper to make from that input than from a
+        shape (torch: 3.9 µs against 6.5 on an H100 host); None: always the allocator."""
+        return None
+
     def fill(self, x: Any, value: Any) -> None:
         raise NotImplementedError
 

@@ -19,6 +19,9 @@ class CupyAdapter(NumpyAdapter):
     key_fields = ("{x}.dtype", "{x}.device.id", "{x}.ndim == 0")
     pointer_expr = "{x}.data.ptr"
 
+    def signer(self, tp: type) -> Callable[[tuple], Any] | None:
+        return cupy_signature if issubclass(tp, cupy.ndarray) else None
+
     def device(self, x: Any) -> tuple[int, int]:
         return DLPACK_CUDA, x.device.id
 
@@ -43,3 +46,14 @@ class CupyAdapter(NumpyAdapter):
     def stream(self, device_index: int) -> int:
         with cupy.cuda.Device(device_index):
             return cupy.cuda.get_current_stream().ptr
+
+
+def cupy_signature(arrays: tuple) -> tuple:
+    """CuPy arrays (or None): class, dtype, shape, strides (bytes) and device, for the built-in
+    ops' prepared calls (``Adapter.signer``)."""
+    sig = []
+    for a in arrays:
+        sig.append(
+            None if a is None else (a.__class__, a.dtype, a.shape, a.strides, a.data.device_id)
+        )
+    return tuple(sig)

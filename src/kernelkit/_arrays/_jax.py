@@ -57,6 +57,11 @@ class JaxAdapter(Adapter):
     def key(self, x: Any) -> Any:
         return (x.dtype, _device(x), x.ndim == 0)
 
+    def signer(self, tp: type) -> Callable[[tuple], Any] | None:
+        # concrete arrays only: a tracer (inside jax.jit) is never prepared
+        concrete = issubclass(tp, jax.Array) and not issubclass(tp, jax.core.Tracer)
+        return jax_signature if concrete else None
+
     def info(self, x: Any, what: str) -> ArrayInfo:
         kind, index = _device(x)
         shape = tuple(x.shape)
@@ -102,3 +107,12 @@ class JaxAdapter(Adapter):
         installed (``RUNS_FOR``, ``jax_eager``), else the plan's own run."""
         route = RUNS_FOR.get("jax")
         return plan.run if route is None else route(plan, bound, guard)
+
+
+def jax_signature(arrays: tuple) -> tuple:
+    """Concrete JAX arrays (or None): class, dtype, shape, weak type and sharding (its device),
+    for the built-in ops' prepared calls (``Adapter.signer``)."""
+    sig = []
+    for a in arrays:
+        sig.append(None if a is None else (a.__class__, a.dtype, a.shape, a.weak_type, a.sharding))
+    return tuple(sig)

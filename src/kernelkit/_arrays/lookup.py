@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from .._errors import ArgumentTypeError
-from . import BY_TYPE, KEY_FN, Adapter, NumpyScalarAdapter
+from . import BY_TYPE, KEY_FN, SIGNERS, Adapter, NumpyScalarAdapter
 
 __all__ = ["adapter_for"]
 
@@ -18,6 +18,9 @@ def adapter_for(x: Any, what: str) -> Adapter:
         adapter = _resolve(type(x), x, what)
         BY_TYPE[type(x)] = adapter
         KEY_FN[type(x)] = adapter.key
+        sign = adapter.signer(type(x))
+        if sign is not None:
+            SIGNERS.setdefault(type(x), sign)
     return adapter
 
 

@@ -1,79 +1,128 @@
-"""``ops.elementwise`` under ``torch.compile``: one torch op, ``kernelkit::elementwise``, that
-carries the expression as a string argument, so every expression compiles to one graph node
-that runs the same fused kernel as the eager call.
+"""``ops.elementwise`` under ``torch.compile``: the expression traced into torch operations in
+float32 (inputs cast to float32, the results cast to the output dtype at the end), which
+Inductor fuses with its neighbours into one loop.
 
-Why one op rather than tracing the expression into torch operations for Inductor to fuse: the
-expression's meaning (float32 arithmetic, the output dtype's rounding, kernelkit's own math
-functions) is defined once, by the kernel; a second translation into torch operations would be
-a second implementation to keep equal, and on the GPU the kernel is already one pass over
-memory. What is given up: Inductor cannot fuse the op with its neighbours (see README).
+Why not one torch op carrying the expression (the design until issue 26): a custom op in a
+compiled graph is called through the dispatcher and kernelkit's eager call, about 49 µs of host
+time per call on an H100 host, where the fused loop costs Inductor nothing extra; and Inductor
+cannot fuse across a custom op. The translation is only used while Dynamo traces; eager calls
+run the kernel. Its functions are written as the kernel's header writes them (``silu`` is
+``x / (1 + exp(-x))``, ``min``/``max`` are C's ``fminf``/``fmaxf``: a NaN operand gives the
+other one), so results agree with the kernel's to float32 rounding (the compilers may contract
+a * b + c into one fma).
+
+The expression reaches this module as the parser's tree (``Elementwise.trees``: inputs, float32
+constants, the allowlisted functions by their C names, ``+ - * /`` and negation), evaluated here
+by a small recursive function that Dynamo inlines.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
 
-from ..ops._elementwise import Elementwise, promote_dtypes
-from .torch_grad import no_gradient, requires_grad
+from ..ops._elementwise_parse import MATH_FUNCTIONS, OWN_FUNCTIONS
 
-__all__ = ["traced_call"]
+__all__ = ["FUNCTIONS", "evaluate", "traced"]
 
-_LIB = torch.library.Library("kernelkit", "FRAGMENT")
-_LIB.define(
-    "elementwise(str expression, str? output_dtype, Tensor?[] arrays, float[] scalars) "
-    "-> Tensor[]"
-)
-_OPS: dict[tuple[str, str | None], Elementwise] = {}  # (expression, output dtype) -> op
+F32 = torch.float32
+CONTIGUOUS = torch.contiguous_format
 
 
-def _op(expression: str, output_dtype: str | None) -> Elementwise:
-    op = _OPS.get((expression, output_dtype))
-    if op is None:
-        op = _OPS[expression, output_dtype] = Elementwise(expression, output_dtype)
-    return op
+def _fmax(x: Any, y: Any) -> Any:
+    return torch.fmax(x, y)
 
 
-def _values(arrays: list, scalars: list) -> list[Any]:
-    """The op's inputs in order: a None array stands for the next scalar."""
-    it = iter(scalars)
-    return [next(it) if a is None else a for a in arrays]
+def _fmin(x: Any, y: Any) -> Any:
+    return torch.fmin(x, y)
 
 
-def _impl(expression: str, output_dtype: str | None, arrays: list, scalars: list) -> list:
-    result = _op(expression, output_dtype)(*_values(arrays, scalars))
-    return list(result) if isinstance(result, list) else [result]
+def _silu(x: Any) -> Any:
+    return x / (1.0 + torch.exp(-x))
 
 
-def _fake(expression: str, output_dtype: str | None, arrays: list, scalars: list) -> list:  # noqa: ARG001  the op's signature
-    """The outputs' shape (torch's broadcasting: symbolic sizes welcome) and dtype (the op's)."""
-    op = _op(expression, output_dtype)
-    tensors = [a for a in arrays if a is not None]
-    shape = torch.broadcast_shapes(*(t.shape for t in tensors))
-    names = [str(t.dtype).split(".")[-1] for t in tensors]
-    dtype = op.output_dtype or promote_dtypes(names, str(op))
+def _sigmoid(x: Any) -> Any:
+    return 1.0 / (1.0 + torch.exp(-x))
+
+
+def _relu(x: Any) -> Any:
+    return torch.fmax(x, torch.zeros_like(x))
+
+
+def _gelu(x: Any) -> Any:
+    return 0.5 * x * (1.0 + torch.erf(x * 0.70710678118654752))
+
+
+def _gelu_tanh(x: Any) -> Any:
+    return 0.5 * x * (1.0 + torch.tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)))
+
+
+# the C name each token may carry -> its torch spelling on float32 tensors
+FUNCTIONS: dict[str, Callable[..., Any]] = {
+    "kk_ew_silu": _silu,
+    "kk_ew_sigmoid": _sigmoid,
+    "kk_ew_relu": _relu,
+    "kk_ew_gelu": _gelu,
+    "kk_ew_gelu_tanh": _gelu_tanh,
+    "expf": torch.exp,
+    "exp2f": torch.exp2,
+    "logf": torch.log,
+    "log2f": torch.log2,
+    "log1pf": torch.log1p,
+    "sqrtf": torch.sqrt,
+    "rsqrtf": torch.rsqrt,
+    "tanhf": torch.tanh,
+    "erff": torch.erf,
+    "sinf": torch.sin,
+    "cosf": torch.cos,
+    "fabsf": torch.abs,
+    "floorf": torch.floor,
+    "ceilf": torch.ceil,
+    "fminf": _fmin,
+    "fmaxf": _fmax,
+    "powf": torch.pow,
+    "fmaf": lambda a, b, c: a * b + c,
+}
+# every function the expression language has is translated (checked at import)
+if set(FUNCTIONS) != {f"kk_ew_{n}" for n in OWN_FUNCTIONS} | set(MATH_FUNCTIONS.values()):
+    raise ImportError("[elementwise] the torch translation does not cover the expression language")
+
+
+def evaluate(t: Any, v: list[Any], c: Callable[[float], Any]) -> Any:
+    """The value of one expression tree (``_elementwise_parse.tree``) over the float32 inputs
+    ``v``; ``c(value)`` makes a float32 constant."""
+    kind = t[0]
+    if kind == "v":
+        return v[t[1]]
+    if kind == "c":
+        return c(t[1])
+    if kind == "neg":
+        return -evaluate(t[1], v, c)
+    if kind == "f":
+        return FUNCTIONS[t[1]](*[evaluate(a, v, c) for a in t[2]])
+    left, right = evaluate(t[1], v, c), evaluate(t[2], v, c)
+    if kind == "+":
+        return left + right
+    if kind == "-":
+        return left - right
+    if kind == "*":
+        return left * right
+    return left / right
+
+
+def traced(trees: tuple, values: list[Any], shape: Any, dtype: str) -> list[Any]:
+    """The outputs of the expression trees on ``values`` (tensors and Python numbers), as new
+    row-contiguous tensors of ``shape`` and ``dtype`` (what the kernel returns; never an input
+    itself, as ``y = a`` would give): Inductor writes them in the same loop."""
+    device = next(x.device for x in values if isinstance(x, torch.Tensor))
+
+    def c(value: float) -> Any:
+        return torch.full((), value, dtype=F32, device=device)
+
+    v = [x.to(F32) if isinstance(x, torch.Tensor) else c(float(x)) for x in values]
     tdtype = getattr(torch, dtype)
-    return [torch.empty(shape, dtype=tdtype, device=tensors[0].device) for _ in op.outputs]
-
-
-for _key in ("CPU", "CUDA"):
-    _LIB.impl("elementwise", _impl, _key)
-torch.library.register_fake("kernelkit::elementwise", _fake, lib=_LIB)
-
-
-def traced_call(self: Elementwise, *args: Any, out: Any = None, **kwargs: Any) -> Any:
-    """What torch.compile traces for ``Elementwise.__call__``: the eager call's checks, then
-    the torch op (out= is written by a copy)."""
-    values, _, _ = self._prepare(args, kwargs)
-    if requires_grad(torch, values):  # (traced: no torch.func test, Dynamo has its own)
-        raise no_gradient(str(self))
-    arrays = [v if hasattr(v, "shape") else None for v in values]
-    scalars = [float(v) for v in values if not hasattr(v, "shape")]
-    results = torch.ops.kernelkit.elementwise(self.expression, self.output_dtype, arrays, scalars)
-    if out is not None:
-        outs = list(out) if isinstance(out, list | tuple) else [out]
-        for o, r in zip(outs, results):
-            o.copy_(r)
-        results = outs
-    return results[0] if len(self.outputs) == 1 else list(results)
+    return [
+        evaluate(t, v, c).to(tdtype).expand(shape).clone(memory_format=CONTIGUOUS) for t in trees
+    ]

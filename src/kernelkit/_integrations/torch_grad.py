@@ -9,7 +9,7 @@ from typing import Any
 
 from .._errors import ArgumentError
 
-__all__ = ["needs_grad", "no_gradient", "refuse_functorch", "requires_grad"]
+__all__ = ["needs_grad", "no_gradient", "refuse_functorch", "requires_grad", "torch_signature"]
 
 
 def no_gradient(name: str) -> ArgumentError:
@@ -46,3 +46,23 @@ def refuse_functorch(torch: Any) -> None:
             "[kernelkit.ops] torch.func transforms (vmap, grad, jacrev, ...) are not supported: "
             "call the op outside the transform, or use torch.autograd / a loop over the batch"
         )
+
+
+def torch_signature(arrays: tuple) -> tuple:
+    """Torch tensors (or None): class, dtype, shape, strides, layout (a sparse COO tensor has
+    strides too), device, and whether autograd
+    needs it now (such a signature is never prepared: it goes through the torch op). Inside a
+    torch.func transform none (its tensors have no storage: the validating path refuses)."""
+    torch = sys.modules["torch"]
+    if torch._C._functorch.peek_interpreter_stack() is not None:
+        raise TypeError("inside a torch.func transform")
+    grad = torch.is_grad_enabled()
+    sig = []
+    for a in arrays:
+        sig.append(
+            None
+            if a is None
+            else (a.__class__, a.dtype, a.shape, a.stride(), a.layout, a.device,
+                  grad and a.requires_grad)
+        )  # fmt: skip
+    return tuple(sig)

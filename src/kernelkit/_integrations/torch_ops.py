@@ -5,6 +5,13 @@ when this module is first imported: by ``kernelkit.ops`` when a torch tensor nee
 Each op's implementation is the op's own eager path; its fake implementation gives the output's
 shape, dtype and strides; its gradient is written with torch ops (float32 arithmetic, cast back),
 so ``torch.compile`` traces forward and backward without a graph break.
+
+Each op has an inference twin, ``kernelkit::<name>_inference``: the same implementation with no
+autograd registration, which refuses inputs that need a gradient. A compiled graph that needs no
+gradient calls it (``torch_traced``): torch's Python autograd layer around a ``register_autograd``
+op runs on every call even where no gradient is needed: 12-16 µs a call of the op, 11-25 µs a
+call of a compiled one-op graph, on CPU tensors (a loaded 2-core VM;
+``benchmarks/compiled_op_cost.py``).
 """
 
 from __future__ import annotations
@@ -15,14 +22,11 @@ from typing import Any
 
 import torch
 
-from .._errors import ArgumentError
-from ..ops import _matmul, _matmul_args, _norms, _softmax
-from ..ops._common import move_last
-from .torch_grad import requires_grad
+from ..ops import _matmul, _norms, _softmax
 from .torch_op import OpSchema, TorchOp, checked, define
 from .torch_vjp import custom_vjp
 
-__all__ = ["OPS", "TRACED", "call"]
+__all__ = ["INFERENCE", "OPS"]
 
 F32 = torch.float32
 
@@ -124,119 +128,49 @@ def _matmul_grad(
     return grads
 
 
-def _define_all() -> dict[str, TorchOp]:
-    ops = {
-        "softmax": custom_vjp(
-            _op(
-                "softmax",
-                (("x", "Tensor"), ("dim", "int")),
-                _softmax.eager_softmax,
-                _softmax_fake,
-            ),
-            _softmax_grad,
+_SCHEMAS: dict[str, tuple[tuple[tuple[str, str], ...], Callable[..., Any], Callable[..., Any]]] = {
+    "softmax": ((("x", "Tensor"), ("dim", "int")), _softmax.eager_softmax, _softmax_fake),
+    "rms_norm": (
+        (("x", "Tensor"), ("weight", "Tensor"), ("eps", "float")),
+        _norms.eager_rms_norm,
+        _rows_fake,
+    ),
+    "layer_norm": (
+        (("x", "Tensor"), ("weight", "Tensor"), ("bias", "Tensor"), ("eps", "float")),
+        _norms.eager_layer_norm,
+        _rows_fake,
+    ),
+    "matmul": (
+        (
+            ("a", "Tensor"),
+            ("b", "Tensor"),
+            ("bias", "Tensor?"),
+            ("activation", "str?"),
+            ("transpose_b", "bool"),
         ),
-        "rms_norm": custom_vjp(
-            _op(
-                "rms_norm",
-                (("x", "Tensor"), ("weight", "Tensor"), ("eps", "float")),
-                _norms.eager_rms_norm,
-                _rows_fake,
-            ),
-            _rms_grad,
-        ),
-        "layer_norm": custom_vjp(
-            _op(
-                "layer_norm",
-                (("x", "Tensor"), ("weight", "Tensor"), ("bias", "Tensor"), ("eps", "float")),
-                _norms.eager_layer_norm,
-                _rows_fake,
-            ),
-            _layer_grad,
-        ),
-        "matmul": custom_vjp(
-            _op(
-                "matmul",
-                (
-                    ("a", "Tensor"),
-                    ("b", "Tensor"),
-                    ("bias", "Tensor?"),
-                    ("activation", "str?"),
-                    ("transpose_b", "bool"),
-                ),
-                _matmul.eager_matmul,
-                _matmul_fake,
-            ),
-            _matmul_grad,
-        ),
-    }
-    return ops
+        _matmul.eager_matmul,
+        _matmul_fake,
+    ),
+}
+_GRADS: dict[str, Callable[..., dict]] = {
+    "softmax": _softmax_grad,
+    "rms_norm": _rms_grad,
+    "layer_norm": _layer_grad,
+    "matmul": _matmul_grad,
+}
 
 
-OPS = _define_all()
+def _define_all() -> tuple[dict[str, TorchOp], dict[str, TorchOp]]:
+    """(the ops with gradients, their inference twins ``kernelkit::<name>_inference``)."""
+    ops = {}
+    inference = {}
+    for name, (params, run, fake) in _SCHEMAS.items():
+        ops[name] = custom_vjp(_op(name, params, run, fake), _GRADS[name])
+        inference[name] = _op(f"{name}_inference", params, run, fake)
+    # what Inductor's decomposition of the matmul ops (torch_traced) leaves where the kernel is
+    # chosen at run time: a twin outside its decomposition table
+    inference["matmul_runtime"] = _op("matmul_runtime", *_SCHEMAS["matmul"])
+    return ops, inference
 
 
-# What torch.compile traces in place of each public op's body (validation, then the torch op),
-# so that Dynamo never reaches the ops' prepared eager calls.
-def _softmax_traced(x: Any, dim: int = -1, *, out: Any = None) -> Any:
-    move_last(x, dim, "softmax")
-    return call("softmax", x, int(dim), out=out)
-
-
-def _rms_norm_traced(x: Any, weight: Any, eps: float = 1e-6, *, out: Any = None) -> Any:
-    eps = _norms._check("rms_norm", x, {"weight": weight}, eps)
-    return call("rms_norm", x, weight, eps, out=out)
-
-
-def _layer_norm_traced(
-    x: Any, weight: Any, bias: Any, eps: float = 1e-5, *, out: Any = None
-) -> Any:
-    eps = _norms._check("layer_norm", x, {"weight": weight, "bias": bias}, eps)
-    return call("layer_norm", x, weight, bias, eps, out=out)
-
-
-def _matmul_traced(
-    a: Any,
-    b: Any,
-    *,
-    bias: Any = None,
-    activation: str | None = None,
-    transpose_b: bool = False,
-    out: Any = None,
-) -> Any:
-    _matmul_args.prepare(a, b, bias, activation, transpose_b)
-    return call("matmul", a, b, bias, activation, transpose_b, out=out)
-
-
-def call(name: str, *args: Any, out: Any = None) -> Any:
-    """Run built-in op ``name`` through its torch op (defined on first use). Like torch's
-    own ops, an ``out=`` call refuses inputs that need a gradient (its result has none)."""
-    if out is not None and requires_grad(torch, args):
-        raise ArgumentError(
-            f"[{name}] out= does not take part in autograd, and an input requires grad: "
-            "call without out= (or under torch.no_grad())"
-        )
-    return OPS[name](*args, out=out)
-
-
-def _substitute() -> bool:
-    """Register the traced versions with Dynamo; False where this torch cannot."""
-    try:
-        from torch._dynamo.decorators import substitute_in_graph
-    except ImportError:
-        return False
-
-    pairs = (
-        (_softmax.softmax, _softmax_traced),
-        (_norms.rms_norm, _rms_norm_traced),
-        (_norms.layer_norm, _layer_norm_traced),
-        (_matmul.matmul, _matmul_traced),
-    )
-    try:
-        for original, traced in pairs:
-            substitute_in_graph(original, skip_signature_check=True)(traced)
-    except Exception:  # noqa: BLE001 - an older Dynamo: the ops' bodies route while tracing
-        return False
-    return True
-
-
-TRACED = _substitute()
+OPS, INFERENCE = _define_all()

@@ -171,7 +171,7 @@ def generate_run(hot: HotPath, guard: Guard | None) -> tuple[Callable, str]:
     ]
     for i, r in enumerate(ins):
         code += _input_lines(i, r, ns)
-    code += _output_lines(outs, hot.has_out, hot.allocators, ns)
+    code += _output_lines(outs, hot.has_out, hot.allocators, ns, _like_inputs(ins, outs))
     if hot.has_out:
         code += _overlap_lines(kernel, ins, outs, ns)
     code += [
@@ -228,11 +228,30 @@ def _input_lines(i: int, r: ArgRoute, ns: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _like_inputs(
+    ins: Sequence[ArgRoute], outs: Sequence[ArgRoute]
+) -> dict[int, tuple[int, Any, Any]]:
+    """Output j -> (input i, the framework's dtype, empty_like) where output j may be made as
+    ``empty_like(input i)`` when a call asks for input i's shape: an array input of the output's
+    framework, made row-contiguous by the run, whose adapter has a cheaper ``like``."""
+    found: dict[int, tuple[int, Any, Any]] = {}
+    for j, o in enumerate(outs):
+        like = o.adapter.like(DTYPES[o.dtype]) if o.adapter is not None else None
+        if like is None:
+            continue
+        for i, r in enumerate(ins):
+            if r.kind == "array" and r.contiguous and r.adapter is o.adapter:
+                found[j] = (i, *like)
+                break
+    return found
+
+
 def _output_lines(
     outs: Sequence[ArgRoute],
     has_out: bool,
     allocators: Sequence[Callable[[Any], Any]],
     ns: dict[str, Any],
+    likes: dict[int, tuple[int, Any, Any]],
 ) -> list[str]:
     n = len(outs)
     if has_out:
@@ -246,6 +265,15 @@ def _output_lines(
         ]
         for j in range(n):
             ns[f"_alloc{j}"] = allocators[j]
+            if j in likes:  # input i's shape asked for: empty_like(input i), else by shape
+                i, ns[f"_likedt{j}"], ns[f"_like{j}"] = likes[j]
+                lines += [
+                    f"        if a{i}.dtype is _likedt{j} and output_shapes[{j}] == a{i}.shape:",
+                    f"            o{j} = _like{j}(a{i})",
+                    "        else:",
+                    f"            o{j} = _alloc{j}(output_shapes[{j}])",
+                ]
+                continue
             lines.append(f"        o{j} = _alloc{j}(output_shapes[{j}])")
         lines += [
             "    except Exception as e:",

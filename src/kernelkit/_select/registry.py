@@ -41,7 +41,9 @@ class Implementation:
     for shapes no table covers. ``pads`` says what tiling or padding the implementation imposes
     when chosen (recorded in the choice's reason). ``fits(problem, config)`` says why a config
     cannot run a problem (e.g. a row longer than the registers it keeps), or None; a default
-    must fit every problem the implementation matches.
+    must fit every problem the implementation matches. ``listed_only``: the rules (microkernel
+    priority, heuristics, defaults) never choose it; only a table, the tuning database or an
+    override does (a library route that is taken only where it measured ahead).
     """
 
     name: str
@@ -60,6 +62,7 @@ class Implementation:
     # everything fixed by the choice and problem worked out once (the op caches ``launch`` per
     # argument signature); None: ``run`` is called every time
     prepare: Callable[[Any, Problem, Any], Callable[[Any, Any], Any]] | None = None
+    listed_only: bool = False
 
     def __post_init__(self) -> None:
         if self.kind not in ("generic", "microkernel"):

@@ -8,7 +8,8 @@ it is taken; one that fails is recorded with why, and the next rule decides. A l
 return several candidates, best first (a table: every matching row): the first legal one is
 taken. A table row or a tuning record must also name one of its implementation's configs
 (both are made by tuning over them; one naming a config since removed or renamed, or a value
-the kernel never offered, is passed over, never compiled): ``unservable`` says why.
+the kernel never offered, is passed over, never compiled): ``unservable`` says why. An
+implementation marked ``listed_only`` (a library route) is taken only from the first three.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from .records import Config, KernelChoice
 from .registry import Implementation, Op
 
 __all__ = ["Considered", "Override", "Selection", "select", "unservable"]
+
+LISTED_ONLY = "taken only where a table, the tuning database or kernelkit.force names it"
 
 # (implementation id, config, where); "where" describes the record for explain
 Found = tuple[str, Config, str]
@@ -196,12 +199,15 @@ def select(
             return choose(impl, config, source, where)
 
     for impl in op.by_kind("microkernel"):
+        if impl.listed_only:
+            seen.append(Considered("microkernel", op.impl_id(impl), LISTED_ONLY))
+            continue
         why = impl.check(problem, target)
         if why is None:
             return choose(impl, Config(), "microkernel", f"priority {impl.priority}")
         seen.append(Considered("microkernel", op.impl_id(impl), f"does not match: {why}"))
 
-    generic = list(op.by_kind("generic"))
+    generic = [i for i in op.by_kind("generic") if not i.listed_only]
     for impl in generic:
         if impl.heuristic is None:
             continue

@@ -36,7 +36,7 @@ from ._common import (
     signature_of,
     vec_width,
 )
-from ._elementwise_parse import OWN_FUNCTIONS, parse_expression
+from ._elementwise_parse import OWN_FUNCTIONS, parse_expression, tree
 from ._prepared import FORCED, SIGNERS, routed, signature, store
 
 __all__ = ["Elementwise", "elementwise"]
@@ -122,6 +122,7 @@ class Elementwise:
     def __init__(self, expression: str, output_dtype: Any = None) -> None:
         self.expression = expression
         self.outputs, inputs, self._exprs = parse_expression(expression)
+        self.trees = tuple(tree(x) for x in self._exprs)  # for tracers (torch.compile)
         self.inputs = list(inputs)
         self.output_dtype = (
             None
@@ -254,6 +255,13 @@ class Elementwise:
         return launch
 
     def _prepare(self, args: tuple, kwargs: dict[str, Any]) -> tuple[list[Any], tuple, str]:
+        values, arrays, dtype = self.check_values(args, kwargs)
+        shape = _broadcast_shape([tuple(a.shape) for a in arrays], str(self))
+        return values, shape, dtype
+
+    def check_values(self, args: tuple, kwargs: dict[str, Any]) -> tuple[list[Any], list, str]:
+        """(the inputs in order, those that are arrays, the output dtype): the checks that need
+        neither data nor shapes (a tracer's too); ArgumentError naming what is wrong."""
         if args and kwargs:
             raise ArgumentError(f"[{self}] pass the inputs by name or in order, not both")
         if args:
@@ -295,10 +303,8 @@ class Elementwise:
                     ) from None
         if not arrays:
             raise ArgumentError(f"[{self}] at least one input must be an array")
-        shape = _broadcast_shape([tuple(a.shape) for a in arrays], str(self))
         dtypes = [str(getattr(a, "dtype", "")).split(".")[-1] for a in arrays]
-        dtype = self.output_dtype or promote_dtypes(dtypes, str(self))
-        return values, shape, dtype
+        return values, arrays, self.output_dtype or promote_dtypes(dtypes, str(self))
 
     def _bind_args(self, args: tuple, kwargs: dict[str, Any], out: Any) -> tuple:
         """(views broadcast to the output shape, output dtype, problem attributes, outs)."""

@@ -20,13 +20,13 @@ OWN_FUNCTIONS = {
     "gelu": "0.5f * x * (1.0f + erff(x * 0.70710678118654752f))",
     "gelu_tanh": "0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)))",
 }
-_MATH = {
+MATH_FUNCTIONS = {
     "exp": "expf", "exp2": "exp2f", "log": "logf", "log2": "log2f", "log1p": "log1pf",
     "sqrt": "sqrtf", "rsqrt": "rsqrtf", "tanh": "tanhf", "erf": "erff", "sin": "sinf",
     "cos": "cosf", "abs": "fabsf", "floor": "floorf", "ceil": "ceilf", "min": "fminf",
     "max": "fmaxf", "pow": "powf", "fma": "fmaf",
 }  # fmt: skip
-FUNCTIONS = frozenset(OWN_FUNCTIONS) | frozenset(_MATH)
+FUNCTIONS = frozenset(OWN_FUNCTIONS) | frozenset(MATH_FUNCTIONS)
 # Tokens: a number-like run (checked against _NUMBER afterwards, so ``0x10``, ``1f`` or ``1.2.3``
 # are refused whole rather than split), a name, an operator (C's multi-character ones whole, so an
 # error names ``**`` or ``==``, not half of it), or any other character (refused as unexpected).
@@ -115,7 +115,7 @@ def _translate(expr: str, inputs: dict[str, int], where: str) -> str:
                     raise ArgumentError(
                         f"{where} unknown function {text!r}; known: {', '.join(sorted(FUNCTIONS))}"
                     )
-                out += [f"kk_ew_{text}" if text in OWN_FUNCTIONS else _MATH[text], "("]
+                out += [f"kk_ew_{text}" if text in OWN_FUNCTIONS else MATH_FUNCTIONS[text], "("]
                 stack.append([text, 0])
                 i += 1  # its '(' is taken
             elif kind == "name":
@@ -185,3 +185,63 @@ def parse_expression(text: str) -> tuple[list[str], dict[str, int], list[str]]:
     if clash:
         raise ArgumentError(f"[{where}] {sorted(clash)[0]!r} is both an input and an output")
     return outputs, inputs, exprs
+
+
+def tree(expr: str) -> Any:
+    """One translated expression (``_translate``'s checked tokens) as a framework-neutral tree
+    for other evaluators (the torch integration's, under ``torch.compile``): ``("v", i)`` an
+    input, ``("c", value)`` a float32 constant, ``("f", c_name, (args...))`` a call (C names:
+    ``expf``, ``kk_ew_silu``), ``("neg", x)``, ``(op, left, right)`` for ``+ - * /``; C's
+    precedence and left-to-right grouping."""
+    tokens = expr.split()
+    pos = 0
+
+    def take() -> str:
+        nonlocal pos
+        pos += 1
+        return tokens[pos - 1]
+
+    def peek() -> str:
+        return tokens[pos] if pos < len(tokens) else ""
+
+    def sum_() -> Any:
+        left = product()
+        while peek() in ("+", "-"):
+            op = take()
+            left = (op, left, product())
+        return left
+
+    def product() -> Any:
+        left = unary()
+        while peek() in ("*", "/"):
+            op = take()
+            left = (op, left, unary())
+        return left
+
+    def unary() -> Any:
+        if peek() in ("+", "-"):
+            op = take()
+            x = unary()
+            return ("neg", x) if op == "-" else x
+        return primary()
+
+    def primary() -> Any:
+        tok = take()
+        if tok == "(":
+            x = sum_()
+            take()  # ")"
+            return x
+        if tok[0] == "v" and tok[1:].isdigit():
+            return ("v", int(tok[1:]))
+        if tok[0].isdigit():
+            return ("c", float(tok.rstrip("f")))
+        take()  # a function's "("
+        args = [sum_()]
+        while take() == ",":
+            args.append(sum_())
+        return ("f", tok, tuple(args))
+
+    result = sum_()
+    if pos != len(tokens):  # cannot happen for _translate's output
+        raise ArgumentError(f"[elementwise] unexpected {tokens[pos]!r} in {expr!r}")
+    return result

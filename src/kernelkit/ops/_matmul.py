@@ -8,17 +8,22 @@ Implementations (see ``_matmul_kernels``): ``gemv`` for decode shapes (M <= 16, 
 ``gemv_cluster`` (``_matmul_cluster``): M <= 16 on sm_90, K split over a thread-block cluster and
 reduced through distributed shared memory, ``tiled`` for everything (any backend, the CPU too),
 ``mma`` (``_matmul_mma``): tensor cores on sm_80+ for float16/bfloat16, ``wgmma``
-(``_matmul_wgmma``): Hopper warpgroup MMA tiles (sm_90a), and ``framework``: the arrays' own
-framework (torch: cuBLAS).
+(``_matmul_wgmma``): Hopper warpgroup MMA tiles (sm_90a), ``midm`` (``_matmul_midm``): M of
+tens to hundreds on the tensor cores (sm_80+), the weight streamed once, K split over a cluster
+(sm_90), and the library routes (``_matmul_library``): ``framework`` (torch's cuBLAS for torch
+tensors) and ``vendor`` (cuBLASLt through nvmath-python for CuPy and other CUDA arrays,
+``jnp.matmul`` for JAX arrays).
 
 Selection (``_select.select``): the ``framework`` microkernel matches torch CUDA tensors and wins
 there (microkernels come before heuristics); otherwise the generic implementations' heuristics
 are asked by priority: ``gemv_slab_tc`` (M <= 16 on sm_90), ``gemv_slab`` (M <= 4),
 ``gemv_cluster`` (M <= 16 on sm_90), ``gemv_tc``
-and ``gemv`` (M <= 16), ``wgmma`` (M > 16 on sm_90), ``mma`` (5: M > 16 on sm_80+), then
-``tiled``'s default. A table, the tuning database or ``kernelkit.force`` can name any of them for
+and ``gemv`` (M <= 16), ``wgmma`` (M > 16 on sm_90), ``mma`` (5: M > 16 on sm_80+), ``midm``
+(3: never reached while mma matches; tables, tuning and force name it), then ``tiled``'s
+default. A table, the tuning database or ``kernelkit.force`` can name any of them for
 torch tensors too (the H100 and H200 tables pick ``gemv_slab``, ``gemv_slab_tc`` or
-``gemv_cluster`` for the decode rows where they beat cuBLAS).
+``gemv_cluster`` for the decode rows where they beat cuBLAS). ``vendor`` runs only where a
+table, the tuning database or ``kernelkit.force`` names it.
 """
 
 from __future__ import annotations
@@ -36,6 +41,8 @@ from .._select.select import Selection
 from .._tensor_map import tensor_map
 from . import _matmul_cluster as CLU
 from . import _matmul_kernels as K
+from . import _matmul_library as LIB
+from . import _matmul_midm as MID
 from . import _matmul_mma as MMA
 from . import _matmul_slab as SLAB
 from . import _matmul_slab_tc as STC
@@ -106,6 +113,9 @@ _WGMMA[2] = {  # WS = 2: x and w also as tensor maps (TMA)
     )
     for n in WG.SPLITS
 }  # fmt: skip
+
+# midm: one kernel per cluster size (SPLIT), at most 256 threads a block
+_MIDM = _per_cluster_size("ops_matmul_midm", MID.MIDM_BODY, MID.MIDM, MID.SPLITS, 256)
 
 _TILED = kernel(
     "ops_matmul_tiled", _INPUTS, ["y"], K.TILED_BODY, header=K.TILED,
@@ -319,62 +329,13 @@ _tiled_run, _tiled_prepare = _kernel_impl(
 _mma_run, _mma_prepare = _kernel_impl(_MMA, lambda p, c: [("W_KN", not p.attr("transpose_b"))])
 
 
-# --- the arrays' framework --------------------------------------------------------------------
+# --- midm (tensor cores, M of tens to hundreds, K split over a cluster; rules in _matmul_midm)
 
-
-def _framework_match(p: Problem, t: Target) -> str | None:
-    # Measured on an H100 (benchmarks/ops.py --only matmul --sweep): cuBLAS reads the weight at
-    # 87-91% of the copy rate for M <= 16 on the larger weights, the best gemv config at 74-80%;
-    # so torch CUDA tensors take the framework's kernel for every M, and gemv serves the other
-    # frameworks (CuPy, JAX) and the CPU backend.
-    if p.attr("framework") != "torch" or p.device_type != 2:
-        return "only for torch CUDA tensors"
-    return None
-
-
-def _framework_run(choice: KernelChoice, call: Any) -> Any:
-    import torch
-    import torch.nn.functional as F
-
-    problem, (x, w, bias), _, out = call
-    act = problem.attr("activation")
-    direct = out is not None and act is None and out.is_contiguous()
-    if direct and (bias is None or bias.dtype == x.dtype):  # into out: no temporary, no copy
-        wt = w.t() if problem.attr("transpose_b") else w
-        if bias is None:
-            torch.mm(x, wt, out=out)
-        else:
-            torch.addmm(bias, x, wt, out=out)
-        return out
-    y = F.linear(x, w, bias) if problem.attr("transpose_b") else torch.matmul(x, w)
-    if problem.attr("transpose_b") is False and bias is not None:
-        y = y + bias
-    if act is not None:
-        activations: dict[str, Callable[[Any], Any]] = {
-            "relu": F.relu, "silu": F.silu, "gelu": F.gelu
-        }  # fmt: skip
-        y = activations[act](y)
-    if out is not None:
-        out.copy_(y)
-        return out
-    return y
-
-
-def _framework_prepare(choice: KernelChoice, problem: Problem, output_dtype: Any) -> Any:
-    """Decided once per signature: a plain ``F.linear`` where that is the whole call (no
-    activation, a weight [N, K], no out=), else ``_framework_run``'s general path."""
-    import torch.nn.functional as F
-
-    if problem.attr("activation") is None and problem.attr("transpose_b"):
-        linear = F.linear
-
-        def launch(arrays: Any, out: Any) -> Any:
-            if out is None:
-                return linear(arrays[0], arrays[1], arrays[2])
-            return _framework_run(choice, (problem, arrays, output_dtype, out))
-
-        return launch
-    return lambda arrays, out: _framework_run(choice, (problem, arrays, output_dtype, out))
+_midm_run, _midm_prepare = _kernel_impl(
+    None,
+    lambda p, c: [("W_KN", not p.attr("transpose_b"))],
+    lambda p, c: _MIDM[int(c.values["SPLIT"])],
+)
 
 
 OP = Op("matmul", key=["x.dtype", "N", "K", "M:ranges(1,2,3,5,9,17,65,129,257,1025)", "transpose_b",
@@ -382,12 +343,23 @@ OP = Op("matmul", key=["x.dtype", "N", "K", "M:ranges(1,2,3,5,9,17,65,129,257,10
 OP.register(
     Implementation(
         "framework",
-        run=_framework_run,
-        prepare=_framework_prepare,
+        run=LIB.framework_run,
+        prepare=LIB.framework_prepare,
         kind="microkernel",
         priority=10,
-        match=_framework_match,
+        match=LIB.framework_match,
         pads="the framework's own kernel (cuBLAS for torch)",
+    )
+)
+OP.register(
+    Implementation(
+        "vendor",
+        run=LIB.vendor_run,
+        prepare=LIB.vendor_prepare,
+        kind="microkernel",
+        match=LIB.vendor_match,
+        pads=LIB.VENDOR_PADS,
+        listed_only=True,  # where a table row measured it ahead of kernelkit's kernels
     )
 )
 OP.register(
@@ -490,6 +462,21 @@ OP.register(
         match=MMA.mma_match,
         fits=MMA.mma_fits,
         priority=5,  # after gemv (M <= 16), before tiled
+    )
+)
+OP.register(
+    Implementation(
+        "midm",
+        run=_midm_run,
+        prepare=_midm_prepare,
+        grid=MID.midm_grid,
+        configs=MID.MIDM_CONFIGS,
+        default=MID.midm_config(64, 64, 2, 2, 4, 1),
+        heuristic=MID.midm_heuristic,
+        requires={"mma_sync", "cp_async"},  # sm_80+; SPLIT > 1 also needs clusters (sm_90)
+        match=MID.midm_match,
+        fits=MID.midm_fits,
+        priority=3,  # after mma, whose heuristic answers first: only tables, tuning, force
     )
 )
 OP.register(
@@ -638,6 +625,22 @@ def _explain(
     if options["aligned16"] is not None:
         options["aligned16"] = MMA.aligned16(x, b)
     return _RUNNER.explain([x, b, bias], x.dtype, None, options)
+
+
+def routes(
+    a: Any, b: Any, bias: Any = None, activation: str | None = None, transpose_b: bool = False
+) -> frozenset[str]:
+    """The implementations (``"framework"``, ``"gemv"``, ...) that ``matmul`` chooses for
+    arguments like these over every 16-byte alignment of their pointers, which it reads per
+    call (here none is read: for tracers, whose arrays have no data)."""
+    x, _, _, options = _prepare(a, b, bias, activation, transpose_b)
+    aligns = (None,) if options["aligned16"] is None else (False, True)
+    return frozenset(
+        _RUNNER.explain(
+            [x, b, bias], x.dtype, None, {**options, "aligned16": al}
+        ).choice.impl.split("/")[-1]
+        for al in aligns
+    )
 
 
 matmul.explain = _explain  # type: ignore[attr-defined]

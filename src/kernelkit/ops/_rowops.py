@@ -13,7 +13,7 @@ from .._errors import ArgumentError, ArgumentTypeError
 from .._records import Problem, Target
 from .._select.records import Config, KernelChoice
 from .._select.registry import Implementation, Op
-from . import _rows
+from . import _rows, _rows_long
 from ._common import FLOAT_DTYPES, OpRunner, empty, one_output_launch, run_prepared, vec_width
 
 __all__ = ["CONFIGS", "make_row_op"]
@@ -139,6 +139,7 @@ def make_row_op(
             fits=fits,
         )
     )
+    _rows_long.register(op, name, inputs, template, aligned)
 
     def attrs(problem: Problem, options: dict[str, Any]) -> dict[str, Any]:
         shape, dtype = problem.arg("x").shape, problem.arg("x").dtype

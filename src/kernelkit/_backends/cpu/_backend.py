@@ -79,7 +79,7 @@ class CPUBackend(Backend):
             max_shared_memory_bytes=48 * 1024,
             max_shared_memory_optin_bytes=227 * 1024,
             warp_size=32,
-            features=frozenset({"cpu", TIME_LIMIT_FEATURE}),
+            features=frozenset({"cpu", "clusters", TIME_LIMIT_FEATURE}),
         )
 
     def compiler_identity(self) -> str:

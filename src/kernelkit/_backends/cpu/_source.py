@@ -33,7 +33,7 @@ _FIBER_RE = re.compile(
     r"__sync|__shfl|__ballot|__any_sync|__all_sync|__activemask|__reduce_\w+_sync|__match_\w+_sync|"
     r"\bcoalesced_threads\b|\b(?:labeled|binary)_partition\b|\bthread_group\b|"
     r"\bsync\s*\(|\bshfl\w*\s*\(|\breduce\s*\(|_scan\s*\(|\bballot\s*\(|\bany\s*\(|\ball\s*\(|"
-    r"\bmatch_any\s*\(|"
+    r"\bmatch_any\s*\(|\bmap_shared_rank\b|"  # another block's memory: after a cluster barrier
     r"#\s*include\s*[<\"]cub/|\bcub::"  # CUB's collectives wait at barriers and shuffles
 )
 # Helpers that read the thread index through the prelude's thread-locals (not the kernel's
@@ -92,11 +92,6 @@ def needs_fibers(source: KernelSource) -> bool:
 
 def render_source(source: KernelSource, check: bool) -> RenderedKernel:
     """The complete C++ source of one kernel specialization."""
-    if source.cluster_dims and source.cluster_dims != (1, 1, 1):
-        raise BackendError(
-            f"[{source.kernel}] cluster_dims {source.cluster_dims}: the cpu backend has no "
-            "thread-block clusters (CUDA sm_90+ only)"
-        )
     fibers = needs_fibers(source)
     tls = check or fibers or bool(_TLS_RE.search(source.header)) or "cg" in source.needs
     tls = tls or "__trap" in source.body  # its fault message names the thread
@@ -227,11 +222,18 @@ def _entry(
         "  kk_args a;",
         *unpack,
         "  return kk_launch_grid(&a, kk_run_block, kk_run_thread, gx, gy, gz, bx, by, bz, shmem,",
-        f"                        nthreads, {'true' if source.cooperative else 'false'});",
+        f"                        nthreads, {'true' if source.cooperative else 'false'}, "
+        f"{', '.join(str(c) for c in _cluster(source))});",
         "}",
         f"{export} const char* kk_fault_text() {{ return kk_last_fault; }}",
         f'{export} const char* kk_kernel_info() {{ return "{source.kernel}\\t{mode}"; }}',
     ]
+
+
+def _cluster(source: KernelSource) -> tuple[int, int, int]:
+    """The kernel's cluster shape (1, 1, 1 without clusters): kk_run_clusters runs each."""
+    dims = tuple(source.cluster_dims or ())
+    return (*dims, *(1,) * (3 - len(dims)))  # type: ignore[return-value]
 
 
 def _number_lines(text: str, file: str) -> str:

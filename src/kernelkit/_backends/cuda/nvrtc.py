@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 from ..._errors import BackendError, CompileError
@@ -43,11 +44,22 @@ def supported_archs() -> tuple[int, ...]:
     return tuple(int(a) for a in archs)
 
 
+# Where include_dirs() comes from once per process: a recorded answer of an earlier process
+# (``nvrtc_identity`` installs its reader here at import: a warm start imports no cuda.pathfinder,
+# 35-75 ms on an H100 host), else ``found_include_dirs``.
+INCLUDE_DIRS: list[Callable[[], tuple[str, ...]]] = []
+
+
 @functools.cache
 def include_dirs() -> tuple[str, ...]:
     """CUDA header directories (CCCL for libcu++, CUB and cooperative groups; cudart for
     cuda_fp16.h etc.). CCCL comes first: a toolkit's include directory may hold an older libcu++
     than the CCCL that kernelkit depends on, and the first directory with a header wins."""
+    return INCLUDE_DIRS[0]() if INCLUDE_DIRS else found_include_dirs()
+
+
+def found_include_dirs() -> tuple[str, ...]:
+    """``include_dirs`` as cuda-pathfinder finds them now."""
     pathfinder = deps.require("cuda.pathfinder")
 
     dirs = []

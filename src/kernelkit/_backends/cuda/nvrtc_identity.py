@@ -1,8 +1,9 @@
-"""NVRTC's version and supported archs without loading NVRTC, for a cold start from a warm cache.
+"""NVRTC's version and supported archs, and the CUDA include directories, without loading NVRTC
+or importing cuda-pathfinder, for a cold start from a warm cache.
 
 The cache key needs the compiler's identity and the device probe needs the archs it targets;
 asking NVRTC loads its library (tens of milliseconds), though a warm cache compiles nothing. So
-the first process that loads NVRTC records both beside the disk cache, in ``nvrtc-identity.json``
+the first process that loads NVRTC records them beside the disk cache, in ``nvrtc-identity.json``
 with the library file's identity (path, size, mtime) and what chose that file (the Python
 prefix, the NVIDIA wheels on ``sys.path``, the CUDA path variables). A later
 process trusts the record while all of them are the same, and otherwise asks NVRTC and rewrites
@@ -25,11 +26,12 @@ from ... import _config
 from ..._cache.files import write_atomic
 from . import nvrtc
 
-__all__ = ["supported_archs", "version"]
+__all__ = ["include_dirs", "supported_archs", "version"]
 
 RECORD = "nvrtc-identity.json"
 _MAX_BYTES = 64 * 1024
-_SCHEMA = 1
+_SCHEMA = 2  # 2: include_dirs
+_MAX_DIRS = 16
 
 
 def version() -> tuple[int, int]:
@@ -42,17 +44,37 @@ def supported_archs() -> tuple[int, ...]:
     return _facts()[1]
 
 
+def include_dirs() -> tuple[str, ...]:
+    """The CUDA include directories (``nvrtc.found_include_dirs``), from the record when it
+    holds and every directory still exists (no record: found now, without loading NVRTC)."""
+    found = _recorded()
+    if found is not None and all(os.path.isdir(d) for d in found[2]):
+        return found[2]
+    return nvrtc.found_include_dirs()
+
+
+Facts = tuple[tuple[int, int], tuple[int, ...], tuple[str, ...]]
+
+
 @functools.cache
-def _facts() -> tuple[tuple[int, int], tuple[int, ...]]:
+def _recorded() -> Facts | None:
+    """The record's facts while it holds for this process's environment, else None."""
     path = _record_path()
-    env = _environment()
-    found = None if path is None else _read(path, env)
+    return None if path is None else _read(path, _environment())
+
+
+@functools.cache
+def _facts() -> Facts:
+    found = _recorded()
     if found is not None:
         return found
+    path = _record_path()
+    env = _environment()
     v, archs = nvrtc.version(), nvrtc.supported_archs()  # loads NVRTC
+    dirs = nvrtc.found_include_dirs()
     if path is not None:
-        _write(path, env, v, archs)
-    return v, archs
+        _write(path, env, (v, archs, dirs))
+    return v, archs, dirs
 
 
 def _record_path() -> Path | None:
@@ -92,7 +114,7 @@ def _library_identity(path: str) -> list[Any] | None:
     return [path, st.st_size, st.st_mtime_ns]
 
 
-def _read(path: Path, env: dict[str, Any]) -> tuple[tuple[int, int], tuple[int, ...]] | None:
+def _read(path: Path, env: dict[str, Any]) -> Facts | None:
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
     except FileNotFoundError:
@@ -117,6 +139,13 @@ def _read(path: Path, env: dict[str, Any]) -> tuple[tuple[int, int], tuple[int, 
             raise ValueError("bad version or archs")
         if not isinstance(lib, list) or len(lib) != 3 or not isinstance(lib[0], str):
             raise ValueError("bad library identity")
+        dirs = rec["include_dirs"]
+        if (
+            not isinstance(dirs, list)
+            or len(dirs) > _MAX_DIRS
+            or not all(isinstance(d, str) and os.path.isabs(d) for d in dirs)
+        ):
+            raise ValueError("bad include directories")
     except (OSError, ValueError, KeyError, TypeError) as e:
         warnings.warn(f"kernelkit: discarding {path} ({e}); NVRTC is asked again", stacklevel=4)
         return None
@@ -124,17 +153,21 @@ def _read(path: Path, env: dict[str, Any]) -> tuple[tuple[int, int], tuple[int, 
         os.close(fd)
     if rec.get("environment") != env or _library_identity(lib[0]) != lib:
         return None  # another NVRTC may load now: ask it (and rewrite the record)
-    return (major, minor), tuple(archs)
+    return (major, minor), tuple(archs), tuple(dirs)
 
 
-def _write(path: Path, env: dict[str, Any], v: tuple[int, int], archs: tuple[int, ...]) -> None:
+def _write(path: Path, env: dict[str, Any], facts: Facts) -> None:
     """Atomically (temporary file, rename); a failure to write only costs the next start."""
     lib = _library_identity(nvrtc.library_path())
     if lib is None:
         return
+    (v, archs, dirs) = facts
     rec = {"schema": _SCHEMA, "version": list(v), "archs": list(archs), "library": lib,
-           "environment": env}  # fmt: skip
+           "include_dirs": list(dirs), "environment": env}  # fmt: skip
     try:
         write_atomic(path, json.dumps(rec).encode())
     except OSError:
         pass
+
+
+nvrtc.INCLUDE_DIRS.append(include_dirs)  # nvrtc.include_dirs() asks the record first

@@ -34,6 +34,9 @@
 //    reuses its scratch across a grid sync). grid_group::sync() is a block barrier, then the
 //    block's first thread through it arrives at the grid barrier and passes the turn until
 //    every block that has not finished has arrived.
+//  * Cluster launches (cluster_dims): one cluster after another, each a cooperative launch of
+//    its own blocks (kk_run_clusters); cluster_group::sync() is its barrier, map_shared_rank
+//    finds another block's shared memory by offset (kk_cluster_map).
 //  * Stopping: a launch from Python's main thread (or with a time limit) routes SIGINT through
 //    kk_on_signal while it runs: the first signal marks the launch stopped, is passed on to the
 //    handler it replaced (so Python raises KeyboardInterrupt), and is sent to every other
@@ -65,6 +68,7 @@
 #ifndef KK_CPU_MAX_COOPERATIVE_BLOCKS
 #define KK_CPU_MAX_COOPERATIVE_BLOCKS 256  // an OS thread each; 132 SMs x 1 block is ggml's launch
 #endif
+#define KK_CPU_MAX_CLUSTER_BLOCKS 16  // sm_90's non-portable maximum (kernel() allows 8)
 
 struct kk_fault {};  // thrown once the fault message is recorded; unwinds to the block's worker
 
@@ -94,10 +98,22 @@ struct kk_launch {
   unsigned long long turn = 0;       // the block (linear index) whose fibers may run now
   std::vector<unsigned char> ended;  // per block: finished
   std::unique_ptr<std::condition_variable[]> turn_cv;  // per block: woken when its turn comes
+  // cluster launches (kk_run_clusters): this launch is one cluster of the grid, its blocks
+  // numbered by their rank in the cluster, from `cluster_origin`; each block records where its
+  // shared memory is (its thread's TLS anchor and dynamic buffer) when it starts
+  bool clustered = false;
+  dim3 cluster{1, 1, 1};
+  uint3 cluster_origin{0, 0, 0};
+  std::atomic<char*> cl_anchor[KK_CPU_MAX_CLUSTER_BLOCKS];
+  std::atomic<unsigned char*> cl_dsmem[KK_CPU_MAX_CLUSTER_BLOCKS];
 };
 
 static thread_local kk_launch* kk_cur_launch;
 static thread_local unsigned char* kk_dsmem;
+// Where this thread's copy of the kernel library's TLS block is: `__shared__` arrays are
+// thread_locals of the same library, at the same offset from it in every thread's copy, so a
+// block's array is found in another block of its cluster (map_shared_rank) by that offset.
+static thread_local char kk_tls_anchor;
 static thread_local char kk_last_fault[1024];
 
 // Records the launch's first fault (later ones are dropped); the caller throws kk_fault.
@@ -542,6 +558,10 @@ static inline void kk_grid_release_if_ready(kk_launch& L) {
 }
 
 static inline unsigned long long kk_block_index(const kk_launch& L, uint3 bid) {
+  if (L.clustered) {  // the block's rank in its cluster
+    const uint3 o = L.cluster_origin;
+    return (bid.x - o.x) + L.cluster.x * ((bid.y - o.y) + L.cluster.y * (bid.z - o.z));
+  }
   return bid.x + (unsigned long long)L.grid.x * (bid.y + (unsigned long long)L.grid.y * bid.z);
 }
 
@@ -699,14 +719,60 @@ static void kk_tile_sync(int first, int count) {
 // cooperative_groups::grid_group::sync(): the block's threads meet at a block barrier; the first
 // of them through it arrives at the grid barrier and passes the turn until every unfinished
 // block has arrived (its other fibers, released, run after it).
+static void kk_turns_barrier(kk_block* b, kk_launch& L, const char* file, int line);
 static void kk_grid_sync(const char* file, int line) {
   kk_block* b = kk_fiber_block("grid_group::sync");
   kk_launch& L = *kk_cur_launch;
-  if (!L.cooperative) {
+  if (!L.cooperative || L.clustered) {
     kk_fault_record("cooperative_groups::grid_group::sync() at %s:%d needs a cooperative launch "
                     "(kernel(..., cooperative=True)), which keeps every block resident", file, line);
     throw kk_fault{};
   }
+  kk_turns_barrier(b, L, file, line);
+}
+
+// cluster_group::sync(): as grid_group::sync() over the blocks of the cluster (a launch of its
+// own, see kk_run_clusters); a kernel without clusters is a cluster of one block.
+static void kk_cluster_sync(const char* file, int line) {
+  kk_block* b = kk_fiber_block("cluster_group::sync");
+  kk_launch& L = *kk_cur_launch;
+  if (!L.clustered) {
+    kk_syncthreads_in(b, file, line);
+    return;
+  }
+  kk_turns_barrier(b, L, file, line);
+}
+
+// A block of the caller's cluster by rank: a pointer into the caller's shared memory (static
+// `__shared__` or the dynamic buffer) -> the same place in that block's.
+static void* kk_cluster_map(const void* p, unsigned rank) {
+  kk_launch* L = kk_cur_launch;
+  const unsigned long long n = L && L->clustered ? (unsigned long long)L->cluster.x *
+                                                       L->cluster.y * L->cluster.z : 1;
+  if (rank >= n) {
+    kk_fault_record("cluster_group::map_shared_rank: rank %u of a cluster of %llu block(s), in "
+                    "block (%u,%u,%u)", rank, n, blockIdx.x, blockIdx.y, blockIdx.z);
+    throw kk_fault{};
+  }
+  if (!L || !L->clustered) return (void*)p;
+  // as on the GPU, another block's shared memory is there only once the cluster has met
+  char* peer = L->cl_anchor[rank].load(std::memory_order_acquire);
+  if (!peer || !kk_cur_block || kk_cur_block->grid_syncs == 0) {
+    kk_fault_record("cluster_group::map_shared_rank(rank %u) in block (%u,%u,%u) before its first "
+                    "cluster.sync(): the other block may not have started", rank, blockIdx.x,
+                    blockIdx.y, blockIdx.z);
+    throw kk_fault{};
+  }
+  const char* q = (const char*)p;
+  const unsigned char* d = kk_dsmem;
+  if (d && (const unsigned char*)q >= d && (const unsigned char*)q < d + L->shmem_bytes)
+    return L->cl_dsmem[rank].load(std::memory_order_acquire) + ((const unsigned char*)q - d);
+  return peer + (q - &kk_tls_anchor);
+}
+
+// The block barrier, then the block's first thread through it arrives at the launch-wide
+// barrier and passes the turn until every unfinished block has arrived.
+static void kk_turns_barrier(kk_block* b, kk_launch& L, const char* file, int line) {
   kk_syncthreads_in(b, file, line);
   if (++b->fibers[b->cur].grid_syncs <= b->grid_syncs) return;  // the block already waited
   ++b->grid_syncs;
@@ -795,6 +861,11 @@ static kk_pool& kk_the_pool() {
 }
 
 static inline uint3 kk_block_of(const kk_launch& L, unsigned long long b) {
+  if (L.clustered) {
+    const uint3 o = L.cluster_origin;
+    return uint3{o.x + (unsigned)(b % L.cluster.x), o.y + (unsigned)((b / L.cluster.x) % L.cluster.y),
+                 o.z + (unsigned)(b / ((unsigned long long)L.cluster.x * L.cluster.y))};
+  }
   return uint3{(unsigned)(b % L.grid.x), (unsigned)((b / L.grid.x) % L.grid.y),
                (unsigned)(b / ((unsigned long long)L.grid.x * L.grid.y))};
 }
@@ -824,6 +895,10 @@ static void kk_work(kk_launch& L) {
         const unsigned long long b1 = b0 + L.chunk < L.nblocks ? b0 + L.chunk : L.nblocks;
         for (unsigned long long b = b0; b < b1; ++b) {
           blockIdx = kk_block_of(L, b);
+          if (L.clustered) {  // where this block's shared memory is, for map_shared_rank
+            L.cl_dsmem[b].store(kk_dsmem, std::memory_order_release);
+            L.cl_anchor[b].store(&kk_tls_anchor, std::memory_order_release);
+          }
           L.run_block(L, blockIdx);
           if (L.cooperative) {  // a finished block no longer holds the grid barrier back
             std::lock_guard<std::mutex> lk(L.grid_mu);
@@ -860,14 +935,25 @@ static void kk_work(kk_launch& L) {
 }
 
 // A cooperative launch: one OS thread per block (this one included), all live at once.
-static void kk_run_cooperative(kk_launch& L) {
+// `own_workers`: the threads free their worker state when done (a cluster launch starts
+// threads for every cluster).
+static void kk_run_cooperative(kk_launch& L, bool own_workers = false) {
   L.chunk = 1;
   L.grid_live = L.nblocks;
   L.ended.assign(L.nblocks, 0);
   L.turn_cv.reset(new std::condition_variable[L.nblocks]);
   std::vector<std::thread> threads;
   try {
-    for (unsigned long long i = 1; i < L.nblocks; ++i) threads.emplace_back(kk_work, std::ref(L));
+    for (unsigned long long i = 1; i < L.nblocks; ++i) {
+      if (own_workers) {
+        threads.emplace_back([&L] {
+          kk_work(L);
+          kk_free_my_worker();
+        });
+      } else {
+        threads.emplace_back(kk_work, std::ref(L));
+      }
+    }
   } catch (...) {  // could not start a thread: the blocks could never all be resident
     kk_cur_launch = &L;
     kk_fault_record("cooperative launch: could not start a thread for each of %llu blocks",
@@ -878,6 +964,39 @@ static void kk_run_cooperative(kk_launch& L) {
   }
   if (!L.faulted.load()) kk_work(L);
   for (std::thread& t : threads) t.join();
+}
+
+// A cluster launch (a kernel with cluster dims): one cluster after another, each run as a
+// cooperative launch of its own blocks (an OS thread each, taking turns), so that
+// cluster_group::sync() is that launch's barrier and every block of the cluster is live while
+// another reads its shared memory. No parallelism across clusters. Returns as kk_launch_grid.
+static int kk_run_clusters(const kk_launch& G, dim3 cl) {
+  for (unsigned z = 0; z < G.grid.z; z += cl.z)
+    for (unsigned y = 0; y < G.grid.y; y += cl.y)
+      for (unsigned x = 0; x < G.grid.x; x += cl.x) {
+        kk_launch C;
+        C.args = G.args;
+        C.run_block = G.run_block;
+        C.run_thread = G.run_thread;
+        C.grid = G.grid;
+        C.block = G.block;
+        C.nblocks = (unsigned long long)cl.x * cl.y * cl.z;
+        C.shmem_bytes = G.shmem_bytes;
+        C.message[0] = 0;
+        C.cooperative = C.clustered = true;
+        C.cluster = cl;
+        C.cluster_origin = uint3{x, y, z};
+        for (int i = 0; i < KK_CPU_MAX_CLUSTER_BLOCKS; ++i) {
+          C.cl_anchor[i].store(nullptr);
+          C.cl_dsmem[i].store(nullptr);
+        }
+        kk_run_cooperative(C, true);
+        if (C.faulted.load()) {
+          memcpy(kk_last_fault, C.message, sizeof(kk_last_fault));
+          return 1;
+        }
+      }
+  return 0;
 }
 
 static void kk_helper_main(kk_pool* p, kk_helper* self) {
@@ -959,7 +1078,8 @@ struct kk_watchdog {
 // 2 for a launch CUDA would refuse, 3 when SIGINT stopped it, 4 when its time limit did.
 static int kk_launch_grid(const void* args, kk_block_fn rb, kk_thread_fn rt, long long gx,
                           long long gy, long long gz, long long bx, long long by, long long bz,
-                          long long shmem, int nthreads, bool cooperative = false) {
+                          long long shmem, int nthreads, bool cooperative = false,
+                          long long cx = 1, long long cy = 1, long long cz = 1) {
   kk_launch L;
   L.args = args;
   L.run_block = rb;
@@ -989,6 +1109,21 @@ static int kk_launch_grid(const void* args, kk_block_fn rb, kk_thread_fn rt, lon
              "resident at once (an OS thread each); launch fewer blocks, as a GPU also fits only "
              "so many", L.nblocks, KK_CPU_MAX_COOPERATIVE_BLOCKS);
     return 2;
+  }
+  const long long ncl = cx * cy * cz;
+  if (ncl > 1 && (cooperative || ncl > KK_CPU_MAX_CLUSTER_BLOCKS || gx % cx || gy % cy ||
+                  gz % cz || limit_ns > 0)) {
+    snprintf(kk_last_fault, sizeof(kk_last_fault),
+             "cpu: invalid cluster launch: clusters of (%lld,%lld,%lld) blocks (at most %d) must "
+             "divide the grid (%lld,%lld,%lld), and the CPU backend runs them neither "
+             "cooperatively nor with timeout=", cx, cy, cz, KK_CPU_MAX_CLUSTER_BLOCKS, gx, gy, gz);
+    return 2;
+  }
+  if (ncl > 1) {  // not routed through kk_signals_on: Ctrl-C waits for the launch to end
+    std::lock_guard<std::mutex> serial(kk_the_pool().launch_mu);
+    const int rc = kk_run_clusters(L, dim3((unsigned)cx, (unsigned)cy, (unsigned)cz));
+    fflush(stdout);
+    return rc;
   }
   L.cooperative = cooperative;
   if (cooperative && limit_ns > 0) {

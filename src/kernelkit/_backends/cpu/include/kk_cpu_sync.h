@@ -282,6 +282,40 @@ struct grid_group {
 };
 static inline grid_group this_grid() { return grid_group{}; }
 
+// The thread-block cluster (a kernel with cluster_dims; without, a cluster of one block): its
+// blocks run as one cooperative launch of their own (kk_run_clusters), so sync() meets every
+// thread of the cluster and map_shared_rank() reaches a live block's shared memory.
+#define KK_CPU_CLUSTERS 1
+struct cluster_group {
+  static const kk_launch& launch() { return *kk_cur_launch; }
+  static dim3 dim_blocks() { return launch().clustered ? launch().cluster : dim3(1, 1, 1); }
+  static unsigned num_blocks() {
+    const dim3 d = dim_blocks();
+    return d.x * d.y * d.z;
+  }
+  static unsigned block_rank() {
+    return launch().clustered ? (unsigned)kk_block_index(launch(), blockIdx) : 0u;
+  }
+  static dim3 block_index() {
+    const dim3 d = dim_blocks();
+    return dim3(blockIdx.x % d.x, blockIdx.y % d.y, blockIdx.z % d.z);
+  }
+  static unsigned thread_rank() {
+    return block_rank() * (blockDim.x * blockDim.y * blockDim.z) + kk_linear_tid();
+  }
+  static unsigned num_threads() { return num_blocks() * blockDim.x * blockDim.y * blockDim.z; }
+  static unsigned size() { return num_threads(); }
+  static bool is_valid() { return true; }
+  static void sync(const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
+    kk_cluster_sync(file, line);
+  }
+  template <class T>
+  static T* map_shared_rank(T* addr, unsigned rank) {
+    return (T*)kk_cluster_map(addr, rank);
+  }
+};
+static inline cluster_group this_cluster() { return cluster_group{}; }
+
 // Lane of the rank-th set bit of `m`.
 static inline int kk_nth_lane(unsigned m, unsigned rank) {
   for (; rank && m; --rank) m &= m - 1;

@@ -1,0 +1,190 @@
+"""Long rows read once (``rows_smem``: a row in one block's shared memory; ``rows_cluster``: a
+row over a thread-block cluster) against float64: every op and dtype, odd lengths (the scalar
+path) and odd row counts, NaN-poisoned outputs, non-contiguous and 3-D inputs, softmax's -inf,
+NaN and +inf rows, a constant row's layer_norm. On the CPU backend (clusters where it emulates
+them) and on CUDA when present; each case is forced onto its implementation and config."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from kernelkit import ops
+from kernelkit._select.override import force
+from kernelkit.ops import _rows_long
+
+torch = pytest.importorskip("torch")
+RNG = np.random.default_rng(28)
+TOL = {"float32": 2e-5, "float16": 2e-3, "bfloat16": 1.6e-2}
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+@pytest.fixture
+def dev(backend):
+    if backend == "cpu":
+        return "cpu"
+    if backend == "cuda":
+        return "cuda"
+    pytest.skip(f"{backend}: these tests use torch tensors")
+
+
+def put(a, dtype, dev):
+    return torch.from_numpy(np.ascontiguousarray(a, np.float32)).to(DTYPES[dtype]).to(dev)
+
+
+def f64(t):
+    return t.detach().float().cpu().numpy().astype(np.float64)
+
+
+def _refs(xd, wd, bd):
+    return _refs_of(xd, wd, bd) if np.isfinite(xd).all() else _quiet(xd, wd, bd)
+
+
+def _quiet(xd, wd, bd):
+    with np.errstate(invalid="ignore"):
+        return _refs_of(xd, wd, bd)
+
+
+def _refs_of(xd, wd, bd):
+    e = np.exp(xd - xd.max(-1, keepdims=True))
+    rms = xd / np.sqrt((xd**2).mean(-1, keepdims=True) + 1e-5) * wd
+    mu, var = xd.mean(-1, keepdims=True), xd.var(-1, keepdims=True)
+    return {
+        "softmax": e / e.sum(-1, keepdims=True),
+        "rms_norm": rms,
+        "layer_norm": (xd - mu) / np.sqrt(var + 1e-5) * wd + bd,
+    }
+
+
+def _target(dev):
+    return ops.softmax.explain(torch.ones(1, 8, device=dev)).target
+
+
+def _clusters(dev) -> bool:
+    return "clusters" in _target(dev).features
+
+
+def _cl_for(n, dtype, dev):
+    """The fewest blocks a row of ``n`` takes here (None: none fits)."""
+    sizes = (1, *_rows_long.CLUSTER_SIZES) if _clusters(dev) else (1,)
+    room = min(_target(dev).max_shared_memory_optin_bytes, 227 * 1024)
+    room -= _rows_long.STATIC_SHARED
+    return next((cl for cl in sizes if _rows_long.slice_bytes(n, cl, dtype) <= room), None)
+
+
+def run_all(x, w, b, cl, block, out_dtype, dev):
+    """Each op forced onto rows_smem / rows_cluster with (block, cl), into a poisoned out."""
+    impl = "rows_smem" if cl == 1 else "rows_cluster"
+    forced = {"BLOCK": block, "CL": cl, "threadgroup": (block,)}
+    got = {}
+    for name, fn, args in (
+        ("softmax", ops.softmax, (x,)),
+        ("rms_norm", ops.rms_norm, (x, w, 1e-5)),
+        ("layer_norm", ops.layer_norm, (x, w, b, 1e-5)),
+    ):
+        out = torch.full(x.shape, float("nan"), dtype=out_dtype, device=dev)
+        with force(name, impl, forced):
+            assert fn(*args, out=out) is out
+        got[name] = f64(out)
+    return got
+
+
+def check(got, refs, dtype, what):
+    for name, ref in refs.items():
+        g = got[name]
+        assert np.isfinite(g).all(), (name, what, "unwritten or non-finite elements")
+        err = np.abs(g - ref).max() / max(1.0, np.abs(ref).max())
+        assert err <= TOL[dtype], (name, what, err)
+
+
+# (rows, n, block): odd lengths take the element path, multiples of 8 the vector path
+CASES = [(3, 1, 32), (5, 7, 64), (3, 1000, 256), (3, 32001, 512), (2, 65536, 1024),
+         (2, 65537, 512), (1, 131073, 1024)]  # fmt: skip
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+@pytest.mark.parametrize(("rows", "n", "block"), CASES, ids=str)
+def test_long_rows_match_float64_into_poisoned_outputs(dev, dtype, rows, n, block):
+    if dev == "cpu":
+        block = 256  # one build per op, dtype and cluster size (a g++ run each)
+    cl = _cl_for(n, dtype, dev)
+    if cl is None:
+        pytest.skip(f"a row of {n} {dtype} needs a cluster, which {dev} does not run")
+    a = RNG.standard_normal((rows, n)) * 3 + 2
+    w, b = RNG.standard_normal(n), RNG.standard_normal(n)
+    x, wx, bx = put(a, dtype, dev), put(w, dtype, dev), put(b, dtype, dev)
+    got = run_all(x, wx, bx, cl, block, x.dtype, dev)
+    check(got, _refs(f64(x), f64(wx), f64(bx)), dtype, (rows, n, cl))
+
+
+@pytest.mark.parametrize("cl", _rows_long.CLUSTER_SIZES)
+def test_every_cluster_size_on_short_rows(dev, cl):
+    """Each cluster size splits a row into slices that leave the last blocks part or wholly
+    empty (n = 7 over 8 blocks: ranks 2-7 hold nothing); one op a size on the CPU backend."""
+    if not _clusters(dev):
+        pytest.skip("no clusters here")
+    names = ["softmax", "rms_norm", "layer_norm"]
+    if dev == "cpu":
+        names = [names[_rows_long.CLUSTER_SIZES.index(cl) % 3]]
+    forced = {"BLOCK": 64, "CL": cl, "threadgroup": (64,)}
+    for n in (7, 1000, 4099):
+        a = RNG.standard_normal((3, n)) * 2 + 1
+        w, b = RNG.standard_normal(n), RNG.standard_normal(n)
+        x, wx, bx = (put(v, "float32", dev) for v in (a, w, b))
+        refs = _refs(f64(x), f64(wx), f64(bx))
+        args = {"softmax": (x,), "rms_norm": (x, wx, 1e-5), "layer_norm": (x, wx, bx, 1e-5)}
+        for name in names:
+            out = torch.full(x.shape, float("nan"), device=dev)
+            with force(name, "rows_cluster", forced):
+                getattr(ops, name)(*args[name], out=out)
+            check({name: f64(out)}, {name: refs[name]}, "float32", (n, cl))
+
+
+def test_non_contiguous_and_3d_inputs_and_weights_of_another_dtype(dev):
+    n = 20000  # 78 KiB of float32: one block a row on every target
+    base = RNG.standard_normal((3, 2 * n)) * 2
+    x = put(base, "float32", dev)[:, ::2]  # a strided view
+    assert not x.is_contiguous()
+    x3 = put(RNG.standard_normal((2, 3, n)), "bfloat16", dev)
+    w32 = put(RNG.standard_normal(n), "float32", dev)  # float32 weight, bfloat16 x
+    forced = {"BLOCK": 256, "CL": 1, "threadgroup": (256,)}
+    with force("softmax", "rows_smem", forced):
+        y = ops.softmax(x)
+    np.testing.assert_allclose(f64(y), _refs(f64(x), 1.0, 0.0)["softmax"], atol=2e-6)
+    with force("rms_norm", "rows_smem", forced):
+        y3 = ops.rms_norm(x3, w32, 1e-5)
+    ref = _refs(f64(x3), f64(w32), 0.0)["rms_norm"]
+    assert np.abs(f64(y3) - ref).max() <= TOL["bfloat16"] * np.abs(ref).max()
+    with force("layer_norm", "rows_smem", forced):
+        y3 = ops.layer_norm(x3, w32, w32, 1e-5)
+    ref = _refs(f64(x3), f64(w32), f64(w32))["layer_norm"]
+    assert np.abs(f64(y3) - ref).max() <= TOL["bfloat16"] * np.abs(ref).max()
+
+
+def test_softmax_special_rows_and_a_constant_layer_norm_row(dev):
+    """-inf entries give zeros, a row of only -inf or holding NaN/+inf gives NaN (as torch);
+    a constant row's layer_norm is exactly the bias; the vector and the element path."""
+    for n in (20000, 20001):
+        a = RNG.standard_normal((5, n)) * 4
+        a[0, ::3] = -np.inf
+        a[1, :] = 3e4 - RNG.random(n) * 8
+        a[2, :] = -np.inf
+        a[3, n // 2] = np.nan
+        a[4, -1] = np.inf
+        x = put(a, "float32", dev)
+        with force("softmax", "rows_smem", {"BLOCK": 512, "CL": 1, "threadgroup": (512,)}):
+            got = f64(ops.softmax(x))
+        assert np.isnan(got[2:]).all()
+        assert (got[0, ::3] == 0).all()
+        np.testing.assert_allclose(got[:2], _refs(f64(x)[:2], 1, 0)["softmax"], atol=2e-6)
+        c = put(np.full((2, n), 1234.5), "float32", dev)
+        w, b = (put(RNG.standard_normal(n), "float32", dev) for _ in range(2))
+        with force("layer_norm", "rows_smem", {"BLOCK": 256, "CL": 1, "threadgroup": (256,)}):
+            y = ops.layer_norm(c, w, b)
+        assert (f64(y) == f64(b)[None, :]).all()
+
+
+def test_long_rows_are_chosen_by_the_heuristic(dev):
+    x = put(RNG.standard_normal((2, 40000)), "bfloat16", dev)
+    choice = ops.softmax.explain(x).choice
+    assert choice.impl in ("softmax/rows_smem", "softmax/rows_cluster")

@@ -1,0 +1,244 @@
+"""What Dynamo traces for the built-in ops (``_integrations/torch_traced``, issue 26): never the
+ops' eager bodies, so a compiled block does not recompile when eager calls fill kernelkit's
+tables, and a second weight size recompiles only as torch's own block does; the rows ops as
+their inference twins where no gradient is needed; matmul decomposed by Inductor into
+``F.linear`` where the tables choose the framework's kernel; elementwise traced into torch
+operations, checked against the eager kernel for every function of the expression language."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import kernelkit  # noqa: E402
+from kernelkit import ops  # noqa: E402
+from kernelkit.ops import _matmul  # noqa: E402
+
+F = torch.nn.functional
+SILU_MUL = ops.elementwise("y = a * silu(b)")
+ADD = ops.elementwise("y = a + b")
+
+
+def _kk_block(x, p):
+    h = ops.rms_norm(x, p["norm"], 1e-6)
+    gate = ops.matmul(h, p["gate"], transpose_b=True)
+    up = ops.matmul(h, p["up"], transpose_b=True)
+    return ADD(x, ops.matmul(SILU_MUL(up, gate), p["down"], transpose_b=True))
+
+
+def _torch_block(x, p):
+    h = F.rms_norm(x, (x.shape[-1],), p["norm"], 1e-6)
+    return x + F.linear(F.linear(h, p["up"]) * F.silu(F.linear(h, p["gate"])), p["down"])
+
+
+def _params(d, h, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return {
+        "norm": torch.rand(d, generator=g) + 0.5,
+        "gate": torch.randn(h, d, generator=g) / d**0.5,
+        "up": torch.randn(h, d, generator=g) / d**0.5,
+        "down": torch.randn(d, h, generator=g) / h**0.5,
+    }
+
+
+def _graphs():
+    return torch._dynamo.utils.counters["stats"]["unique_graphs"]
+
+
+def _compiles(block, calls):
+    """Graphs compiled over ``calls`` (callables given the compiled block), no recompile
+    allowed where a call is marked ``frozen``."""
+    torch._dynamo.reset()
+    compiled = torch.compile(block, fullgraph=True, backend="eager")  # guards: Dynamo's own
+    before = _graphs()
+    for frozen, call in calls:
+        with torch._dynamo.config.patch(error_on_recompile=frozen):
+            call(compiled)
+    return _graphs() - before
+
+
+def test_eager_calls_and_a_second_weight_size_recompile_no_more_than_torch():
+    x = torch.randn(1, 32)
+    small, large, third = _params(32, 48), _params(32, 64, 1), _params(32, 80, 2)
+
+    def eager_calls(block):  # new signatures in every table: dtypes, rows, weight sizes
+        def run(compiled):
+            block(torch.randn(3, 32), small)
+            block(torch.randn(2, 32).half(), {k: v.half() for k, v in large.items()})
+            block(x, third)
+
+        return run
+
+    def sequence(block):
+        return [
+            (False, lambda c: c(x, small)),
+            (False, eager_calls(block)),
+            (True, lambda c: c(x, small)),  # nothing kernelkit keeps is guarded
+            (False, lambda c: c(x, large)),  # a second weight size: torch recompiles too
+            (True, lambda c: c(x, third)),  # then the graph is dynamic in it
+            (True, lambda c: c(x, small)),
+        ]
+
+    want = _compiles(_torch_block, sequence(_torch_block))
+    got = _compiles(_kk_block, sequence(_kk_block))
+    assert got == want == 2
+    torch.testing.assert_close(
+        torch.compile(_kk_block, fullgraph=True, backend="eager")(x, large),
+        _torch_block(x, large), atol=1e-4, rtol=1e-4,
+    )  # fmt: skip
+
+
+def test_a_process_that_imports_kernelkit_before_torch_compiles_first_without_recompiles():
+    """The torch integration is set up when Dynamo is imported (``torch.compile``), so even
+    the first trace never enters an op's eager body (whose tables it would guard on)."""
+    code = textwrap.dedent(
+        """
+        import sys
+        sys.path.insert(0, %r)
+        import kernelkit
+        import torch
+        from test_torch_compile_traced import _kk_block, _params
+        x, p = torch.randn(1, 32), _params(32, 48)
+        c = torch.compile(_kk_block, fullgraph=True, backend="eager")
+        y = c(x, p)
+        _kk_block(x, p), _kk_block(torch.randn(2, 32), p)  # eager: fills the tables
+        with torch._dynamo.config.patch(error_on_recompile=True):
+            torch.testing.assert_close(c(x, p), y)
+        print("ok")
+        """
+        % str(Path(__file__).parent)
+    )
+    src = str(Path(kernelkit.__file__).parent.parent)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=600, env=env
+    )
+    assert done.returncode == 0 and "ok" in done.stdout, done.stderr[-3000:]
+
+
+def _targets(fn, *args):
+    found = []
+
+    def backend(gm, example):
+        found.extend(str(n.target) for n in gm.graph.nodes if n.op == "call_function")
+        return gm.forward
+
+    torch._dynamo.reset()
+    torch.compile(fn, fullgraph=True, backend=backend)(*args)
+    return found
+
+
+@pytest.mark.parametrize(
+    ("name", "call"),
+    [
+        ("softmax", lambda x, w, m: ops.softmax(x, -1)),
+        ("rms_norm", lambda x, w, m: ops.rms_norm(x, w, 1e-6)),
+        ("layer_norm", lambda x, w, m: ops.layer_norm(x, w, w, 1e-5)),
+        ("matmul", lambda x, w, m: ops.matmul(x, m, transpose_b=True)),
+    ],
+)
+def test_an_op_is_one_node_its_inference_twin_unless_a_gradient_is_needed(name, call):
+    x, w, m = torch.randn(2, 16), torch.rand(16) + 0.5, torch.randn(4, 16)
+    assert _targets(call, x, w, m) == [f"kernelkit.{name}_inference.default"]
+    assert _targets(call, x.requires_grad_(), w, m) == [f"kernelkit.{name}.default"]
+    with torch.no_grad():
+        assert _targets(call, x, w, m) == [f"kernelkit.{name}_inference.default"]
+
+
+def _code(fn, *args):
+    """(result, Inductor's code) compiled anew: the choice is made when a graph is compiled,
+    and Inductor's caches key on the graph, which does not change with the tables."""
+    from torch._inductor.utils import run_and_get_code
+
+    torch._dynamo.reset()
+    with (
+        torch._inductor.config.patch(fx_graph_cache=False),
+        torch._functorch.config.patch(enable_autograd_cache=False),
+    ):
+        result, sources = run_and_get_code(torch.compile(fn, fullgraph=True), *args)
+    return result, "\n".join(sources)
+
+
+def _linear(x, w, b):
+    y = ops.matmul(x, w, bias=b, activation="silu", transpose_b=True)
+    return y + ops.matmul(x, w.t().contiguous(), bias=b, activation="relu")
+
+
+def _linear_reference(x, w, b):
+    return F.silu(F.linear(x, w, b)) + F.relu(x @ w.t() + b)
+
+
+def test_inductor_calls_the_framework_matmul_where_the_tables_choose_it(monkeypatch):
+    x, w, b = torch.randn(3, 16), torch.randn(8, 16) / 4, torch.randn(8)
+    y, code = _code(_linear, x, w, b)  # the CPU backend: the tables choose kernelkit's kernels
+    assert "torch.ops.kernelkit.matmul_runtime" in code
+    torch.testing.assert_close(y, _linear_reference(x, w, b), atol=1e-4, rtol=1e-4)
+    monkeypatch.setattr(_matmul, "routes", lambda *a: frozenset({"framework"}))
+    y, code = _code(_linear, x, w, b)
+    assert "torch.ops.kernelkit" not in code and "addmm" in code
+    torch.testing.assert_close(y, _linear_reference(x, w, b), atol=1e-5, rtol=1e-5)
+    torch._dynamo.mark_dynamic(x, 0)  # a symbolic M: decided per call, by the torch op
+    y, code = _code(_linear, x, w, b)
+    assert "torch.ops.kernelkit.matmul_runtime" in code
+    torch.testing.assert_close(y, _linear_reference(x, w, b), atol=1e-4, rtol=1e-4)
+
+
+# every function and operator of the expression language, one output each
+EVERY = ops.elementwise(
+    "; ".join(
+        f"y{i} = {e}"
+        for i, e in enumerate(
+            [
+                "a * silu(b)", "sigmoid(a) - b", "relu(b - 0.25)", "gelu(b)", "gelu_tanh(b)",
+                "exp(b)", "exp2(b)", "log(a)", "log2(a)", "log1p(a)", "sqrt(a)", "rsqrt(a)",
+                "tanh(b)", "erf(b)", "sin(b * 3)", "cos(b * 3)", "abs(b)", "floor(b * 7)",
+                "ceil(b * 7)", "min(a, b)", "max(a, b)", "pow(a, b)", "fma(a, b, s)",
+                "-a + b * s / 2 - (a - -b) * 1.5e-1", "2 / 4 + s",
+            ]
+        )
+    )
+)  # fmt: skip
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_the_traced_expression_matches_the_kernel_for_every_function(dtype):
+    g = torch.Generator().manual_seed(1)
+    a = (torch.rand(3, 1, 8, generator=g) * 2 + 0.25).to(dtype)  # > 0: log, sqrt, pow
+    b = (torch.randn(5, 8, generator=g)).to(dtype)  # broadcast against a: [3, 5, 8]
+    want = EVERY(a, b, 0.75)
+    torch._dynamo.reset()
+    got = torch.compile(lambda a, b: EVERY(a, b, 0.75), fullgraph=True)(a, b)
+    assert len(got) == len(want) == 25
+    for i, (y, w) in enumerate(zip(got, want)):
+        assert y.dtype == w.dtype == dtype and y.shape == w.shape == (3, 5, 8), i
+        assert y.is_contiguous(), i
+        torch.testing.assert_close(y, w, msg=lambda m, i=i: f"y{i}: {m}")
+
+
+def test_traced_elementwise_out_kwargs_mixed_dtypes_and_refusals():
+    two, same_op = ops.elementwise("y = a * 2 + b; z = a - b"), ops.elementwise("y = a")
+    x, h = torch.randn(4, 6), torch.randn(6).half()
+    outs = [torch.empty(4, 6), torch.empty(4, 6)]
+
+    def f(x, h, outs):
+        two(x, 0.5, out=outs)
+        return two(a=h, b=x), same_op(x)
+
+    torch._dynamo.reset()
+    (y, z), same = torch.compile(f, fullgraph=True)(x, h, outs)
+    torch.testing.assert_close(outs, [x * 2 + 0.5, x - 0.5])
+    torch.testing.assert_close([y, z], two(a=h, b=x))  # half and float32: float32 out
+    assert y.dtype == torch.float32 and same.data_ptr() != x.data_ptr()
+    torch._dynamo.reset()
+    with pytest.raises(Exception, match="requires grad"):
+        torch.compile(lambda x: SILU_MUL(x, x), fullgraph=True)(x.requires_grad_())
+    torch._dynamo.reset()
+    with pytest.raises(Exception, match="out"):
+        torch.compile(lambda x, o: two(x, x, out=o), fullgraph=True)(x, [torch.empty(3)] * 2)

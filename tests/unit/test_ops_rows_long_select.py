@@ -1,0 +1,125 @@
+"""``rows_smem`` and ``rows_cluster`` (long rows read once) without a device: which rows they
+take (those the register kernel would read twice), the cluster size and block each heuristic
+gives, configs refused where the slice does not fit, the fallback before sm_90; and every kernel
+compiled by NVRTC for sm_90 (clusters) and sm_80 (one block a row) without spills."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from kernelkit._records import ArgFacts, Problem, Target
+from kernelkit._select.select import select
+from kernelkit.ops import _norms, _rows_long, _softmax
+from kernelkit.ops._rows_long import config
+
+FEATURES = frozenset({"fp16", "bf16", "cp_async", "mma_sync"})
+H100 = Target("cuda", 0, "sm_90", "H100", 1024, (1024, 1024, 64), (2**31 - 1, 65535, 65535),
+              49152, 232448, 32, FEATURES | {"tma", "clusters"})  # fmt: skip
+A100 = dataclasses.replace(H100, arch="sm_80", name="A100", features=FEATURES,
+                           max_shared_memory_optin_bytes=166912)  # fmt: skip
+
+
+def problem(rows: int, n: int, dtype: str = "bfloat16") -> Problem:
+    args = (ArgFacts("x", "array", dtype, (rows, n), (n, 1)),)
+    return Problem("softmax", args, (("N", n), ("rows", rows)))
+
+
+@pytest.mark.parametrize(
+    ("shape", "dtype", "impl", "cl"),
+    [
+        ((4096, 4096), "float32", "rows", None),  # in registers: read once already
+        ((1024, 16384), "bfloat16", "rows", None),
+        ((1024, 32000), "bfloat16", "rows_smem", 1),  # 62.5 KiB a row
+        ((1024, 32000), "float32", "rows_cluster", 2),
+        ((512, 65536), "bfloat16", "rows_cluster", 2),
+        ((512, 65536), "float32", "rows_cluster", 4),
+        ((4096, 128256), "bfloat16", "rows_cluster", 4),
+        ((4096, 128256), "float32", "rows_cluster", 8),
+        ((64, 262144), "float32", "rows_cluster", 8),  # 128 KiB slices: the largest cluster
+        ((4, 1 << 21), "float32", "rows", None),  # 8 MiB rows: more than a cluster holds
+        ((1, 128256), "bfloat16", "rows_cluster", 8),  # few rows: each over 8 SMs
+        ((32, 32000), "float32", "rows_cluster", 8),
+        ((33, 32000), "float32", "rows_cluster", 2),
+    ],
+    ids=str,
+)
+def test_long_rows_go_to_shared_memory_or_a_cluster(shape, dtype, impl, cl):
+    choice = select(_softmax.OP, problem(*shape, dtype), H100).choice
+    assert choice.impl == f"softmax/{impl}", choice
+    if cl is not None:
+        assert choice.config.values["CL"] == cl
+        assert choice.grid == (shape[0] * cl * choice.config.values["BLOCK"], 1, 1)
+        assert _rows_long.slice_bytes(shape[1], cl, dtype) <= 227 * 1024 - 1024
+
+
+def test_before_sm_90_one_block_a_row_or_the_register_kernel():
+    assert select(_softmax.OP, problem(1024, 32000), A100).choice.impl == "softmax/rows_smem"
+    # 125 KiB of float32 fits an A100's 163 KiB
+    assert select(_softmax.OP, problem(1024, 32000, "float32"), A100).choice.impl.endswith("smem")
+    sel = select(_softmax.OP, problem(512, 65536, "float32"), A100)
+    assert sel.choice.impl == "softmax/rows"
+    assert any("needs clusters" in c.verdict for c in sel.considered)
+
+
+def test_the_cpu_backend_runs_clusters_only_when_forced():
+    cpu = dataclasses.replace(
+        H100, backend="cpu", arch="x86_64", features=frozenset({"cpu", "clusters"})
+    )
+    assert select(_softmax.OP, problem(4, 32000, "float32"), cpu).choice.impl == "softmax/rows_smem"
+    assert select(_softmax.OP, problem(4, 65536, "float32"), cpu).choice.impl == "softmax/rows"
+
+
+def test_configs_whose_slice_does_not_fit_are_refused():
+    fits = _rows_long.fits
+    assert fits(problem(8, 65536, "float32"), config(512, 1)) is not None  # 256 KiB
+    assert fits(problem(8, 65536, "float32"), config(512, 2)) is None
+    assert "CL = 5" in fits(problem(8, 65536), config(512, 5))
+    assert fits(problem(8, 262144, "float32"), config(512, 8)) is None
+    assert fits(problem(8, 1 << 20, "float32"), config(512, 8)) is not None
+
+
+def test_slices_cover_the_row_in_whole_vectors():
+    for n in (1, 7, 1000, 32001, 65537, 131073):
+        for cl in (1, *_rows_long.CLUSTER_SIZES):
+            for dtype, vec, size in (("float32", 4, 4), ("bfloat16", 8, 2)):
+                s = _rows_long.slice_bytes(n, cl, dtype) // size
+                assert s % vec == 0 and s * cl >= n and (s - vec) * cl < n
+
+
+def _ops():
+    return [
+        (_softmax.OP, _softmax._RUNNER.spec, ()),
+        (_norms.RMS_OP, _norms._RMS.spec, ("w",)),
+        (_norms.LAYER_OP, _norms._LAYER.spec, ("w", "b")),
+    ]
+
+
+def _row_problem(spec, dtype, n, wdtype):
+    args = [ArgFacts("x", "array", dtype, (4, n), (n, 1))]
+    for name in spec.input_names[1:]:
+        if name == "eps":
+            args.append(ArgFacts("eps", "scalar", "float32"))
+        else:
+            args.append(ArgFacts(name, "array", wdtype, (n,), (1,)))
+    args.append(ArgFacts("y", "array", dtype, is_output=True))
+    return Problem(spec.name, tuple(args), (("N", n), ("rows", 4)))
+
+
+@pytest.mark.parametrize("arch", ["sm_90", "sm_80"])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+def test_every_kernel_compiles_with_nvrtc_without_spills(cuda, arch, dtype):
+    from test_ops_matmul_mma import ptxas_report
+
+    for op, spec, _ in _ops():
+        wdtype = "float32" if spec.name == "ops_rms_norm" and dtype != "float32" else dtype
+        p = _row_problem(spec, dtype, 65536, wdtype)
+        cl = 8 if arch == "sm_90" else 1
+        k = _rows_long.KERNELS[op.name][cl]
+        template = [("BLOCK", 1024), ("CL", cl), ("ND", 2), ("T", dtype), ("WT", wdtype)]
+        _, report = ptxas_report(cuda, k, p, template, arch)
+        assert report.get("bytes spill stores", 0) == 0, (spec.name, report)
+        assert report.get("bytes stack frame", 0) == 0, (spec.name, report)
+        assert report["registers"] <= 64, (spec.name, report)  # 1024 threads a block
+        assert k.spec.cluster_dims == ((cl, 1, 1) if cl > 1 else ())
