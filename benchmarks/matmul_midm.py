@@ -29,7 +29,7 @@ import time
 import torch
 
 from kernelkit import ops
-from kernelkit._select.override import force
+from kernelkit._choices import force
 from kernelkit.ops import _matmul_midm as MID
 
 WEIGHTS = [(4096, 4096), (11008, 4096), (4096, 11008), (14336, 4096)]  # (N, K)

@@ -11,7 +11,7 @@ import pytest
 
 import kernelkit
 from kernelkit import ops
-from kernelkit._select.override import force
+from kernelkit._choices import force
 from kernelkit._select.records import Config
 from kernelkit.ops import _matmul_mma as MMA
 
