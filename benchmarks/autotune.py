@@ -28,7 +28,7 @@ from _common import cuda_or_skip
 
 import kernelkit
 from kernelkit import _config
-from kernelkit._tune import db as tuning
+from kernelkit._select.tuning import db as tuning
 from kernelkit._tune import timing
 
 BODY = """

@@ -37,7 +37,8 @@ KK_CHILD = textwrap.dedent("""
     import json, sys, time
     t_import = time.perf_counter()
     import numpy as np, kernelkit
-    from kernelkit import _bind, _launch, _render, _registry
+    from kernelkit._pipeline import bind as _bind, load as _launch, render as _render
+    from kernelkit._backends import registry as _registry
     t_import = time.perf_counter() - t_import
     stages = {}  # where the first call's time goes (seconds, first call of each)
     def timed(module, attr, stage):
@@ -236,7 +237,7 @@ def _importable(module: str) -> bool:
 
 def _pick_backend() -> str:
     sys.path.insert(0, str(SRC))
-    from kernelkit._registry import get_backend
+    from kernelkit._backends.registry import get_backend
 
     try:
         return "cuda" if get_backend("cuda").targets() else "cpu"

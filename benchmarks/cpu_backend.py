@@ -16,7 +16,7 @@ import time
 import numpy as np
 
 from kernelkit._backends.cpu import CPUBackend
-from kernelkit._codegen import make_source
+from kernelkit._pipeline.codegen import make_source
 from kernelkit._records import KernelSpec, Param
 
 BE = CPUBackend()

@@ -26,7 +26,7 @@ from _common import copy_rate_gbs, cuda_or_skip, graph_us, rotating
 
 import kernelkit
 from kernelkit import ops
-from kernelkit._select.override import force
+from kernelkit._choices import force
 from kernelkit.ops import _matmul as MM
 from kernelkit.ops import _matmul_slab_tc as STC
 from kernelkit.ops import _matmul_wgmma as W

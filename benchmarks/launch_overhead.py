@@ -22,6 +22,7 @@ import numpy as np
 from _common import cuda_or_skip, interleaved_us, table
 
 import kernelkit
+from kernelkit._pipeline.load import loaded_count
 
 N = 1024
 SRC = (
@@ -156,7 +157,7 @@ def cpu_main() -> int:
     if "torch op, eager, out=" in us:
         above = us["torch op, eager, out="] - us["kernelkit cpu, torch tensors, out="]
         print(f"torch op over the bare call (torch tensors, out=): +{above:.2f} us per call")
-    print(f"programs loaded: {kernelkit._launch.loaded_count()}; specializations: {len(k._plans)}")
+    print(f"programs loaded: {loaded_count()}; specializations: {len(k._plans)}")
     return 0
 
 
@@ -274,7 +275,7 @@ def main() -> int:
         versus = f"{ours / theirs:.2f}x the Triton op" if theirs else "no Triton op to compare"
         print(f"torch op, {form}: +{ours - us[f'kernelkit, {form}']:.2f} us over the bare call; "
               f"{versus}")  # fmt: skip
-    print(f"programs loaded: {kernelkit._launch.loaded_count()}; specializations: {len(k._plans)}")
+    print(f"programs loaded: {loaded_count()}; specializations: {len(k._plans)}")
     return 0
 
 

@@ -24,7 +24,7 @@ from _common import cuda_or_skip, graph_us
 
 import kernelkit
 from kernelkit import ops
-from kernelkit._select.override import force
+from kernelkit._choices import force
 from kernelkit.ops._rows_long import CLUSTER_CONFIGS, SMEM_CONFIGS
 
 SHAPES = [(1024, 32000), (512, 65536), (4096, 128256), (64, 262144)]

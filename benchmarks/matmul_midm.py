@@ -30,7 +30,7 @@ import torch
 from _common import cuda_or_skip
 
 from kernelkit import ops
-from kernelkit._select.override import force
+from kernelkit._choices import force
 from kernelkit.ops import _matmul_midm as MID
 
 WEIGHTS = [(4096, 4096), (11008, 4096), (4096, 11008), (14336, 4096)]  # (N, K)

@@ -48,7 +48,7 @@ import torch
 from _common import time_us
 
 from kernelkit import ops
-from kernelkit._select.override import force
+from kernelkit._choices import force
 from kernelkit._select.records import Config
 from kernelkit._select.select import select
 from kernelkit.ops import _matmul as MM

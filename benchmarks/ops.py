@@ -33,7 +33,7 @@ from _common import copy_rate_gbs, cuda_or_skip, graph_us, rotating, time_us
 
 import kernelkit
 from kernelkit import ops
-from kernelkit._select.override import force
+from kernelkit._choices import force
 from kernelkit.ops._rowops import CONFIGS
 
 SHAPES = [

@@ -19,7 +19,7 @@ from _common import cuda_or_skip, graph_us, interleaved_us
 
 import kernelkit
 from kernelkit import ops
-from kernelkit._select.override import force
+from kernelkit._choices import force
 from kernelkit.ops import _matmul as MM
 from kernelkit.ops import _matmul_wgmma as W
 

@@ -21,8 +21,14 @@ if "KERNELKIT_CACHE_DIR" not in os.environ:
     _dir = Path(tempfile.gettempdir()) / f"kernelkit-tests-{os.getuid()}"
     os.environ["KERNELKIT_CACHE_DIR"] = str(_dir)
     shutil.rmtree(_dir / "tuning", ignore_errors=True)
+# Child processes (python -c scripts, the CLI, the benchmarks) import this checkout's kernelkit,
+# as the tests themselves do (pytest's pythonpath), not whichever one is installed.
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    [str(Path(__file__).resolve().parents[1] / "src"), os.environ.get("PYTHONPATH", "")]
+).rstrip(os.pathsep)
 
-from kernelkit import _config, _registry
+from kernelkit import _config
+from kernelkit._backends import registry as _registry
 
 
 def _loads(name: str) -> bool:
@@ -181,7 +187,7 @@ def pytest_configure(config: pytest.Config) -> None:
 @pytest.fixture
 def own_tuning_db(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
     """A tuning database of this test's own (records it stores steer no other test)."""
-    from kernelkit._tune import db
+    from kernelkit._select.tuning import db
 
     fresh = db.TuningDB(tmp_path / "tuning")
     monkeypatch.setattr(db, "_current", (_config.config, fresh))

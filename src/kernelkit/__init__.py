@@ -8,10 +8,11 @@ Nothing here touches a GPU or loads a compiler at import (the CUDA backend's Pyt
 imported when installed: ``KERNELKIT_PRELOAD=0`` defers them to the first call).
 """
 
-from . import _integrations, _registry
+from . import _integrations
 from ._api import Kernel, cuda_kernel, kernel
+from ._backends import registry as _registry
 from ._cache import add_bundle, cache_stats
-from ._codegen import cxx, struct
+from ._choices import explain, force
 from ._errors import (
     ArgumentError,
     ArgumentTypeError,
@@ -27,10 +28,10 @@ from ._integrations.jax_ffi import JaxCallable
 from ._integrations.torch_op import TorchOp
 from ._integrations.torch_vjp import custom_vjp
 from ._metal_api import MetalKernel, metal_kernel
-from ._select.override import force
+from ._pipeline.codegen import cxx, struct
 from ._select.records import Config, KernelChoice
 from ._tensor_map import TensorMap, tensor_map
-from ._tune.autotune import AutotunedKernel, autotune, explain
+from ._tune.autotune import AutotunedKernel, autotune
 from ._version import __version__
 from ._workflows.tune_op import tune_op
 from ._workflows.tune_run import tune_spec

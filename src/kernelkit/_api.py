@@ -1,9 +1,9 @@
 """``kernelkit.kernel``: define once (validates, compiles nothing), call many times.
 
 The hot path of a repeated call is the last plan's guard, else one key built from the
-arguments' types and dtypes (both derived from ``_key.KEY``) and one dictionary lookup, then
+arguments' types and dtypes (both derived from ``key.KEY``) and one dictionary lookup, then
 ``LaunchPlan.run`` (pack pointers, launch). Everything else runs once per specialization in
-``_plan`` (bind, render, compile, load).
+``_pipeline.plan`` (bind, render, compile, load).
 """
 
 from __future__ import annotations
@@ -13,15 +13,15 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from . import _plan
-from ._arrays import adapter_for
-from ._bind import bind
-from ._codegen import check_identifier, scan_body
+from ._arrays.lookup import adapter_for
 from ._dtypes import normalize_dtype
 from ._errors import ArgumentError, ArgumentTypeError
-from ._key import MISS, CallArgs, call_key, guard_of
-from ._launch import require_geometry
 from ._limits import LAUNCH, TIME_LIMIT_FEATURE
+from ._pipeline import plan as _plan
+from ._pipeline.bind import bind
+from ._pipeline.codegen import check_identifier, scan_body
+from ._pipeline.key import MISS, CallArgs, call_key, guard_of
+from ._pipeline.load import require_geometry
 from ._records import KernelSpec, StructType
 
 if TYPE_CHECKING:
@@ -185,7 +185,7 @@ class Kernel:
             >>> k.precompile(["float32"], ["float32"])  # doctest: +ELLIPSIS
             Declaration(...)
         """
-        from ._declare import declare
+        from ._pipeline.declare import declare
 
         return declare(self, inputs, output_dtypes, template)
 

@@ -14,11 +14,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ._api import Kernel
-from ._bind import _is_scalar
-from ._codegen import check_identifier, scan_body
 from ._dialects import metal as _metal
 from ._errors import ArgumentError, ArgumentTypeError, CompileError
-from ._launch import require_geometry
+from ._pipeline.bind import is_scalar
+from ._pipeline.codegen import check_identifier, scan_body
+from ._pipeline.load import require_geometry
 from ._records import KernelSpec
 
 __all__ = ["MetalKernel", "metal_kernel"]
@@ -149,7 +149,7 @@ class MetalKernel:
                 zero_d = tuple(
                     n
                     for n, x in zip(self.input_names, inputs)
-                    if getattr(x, "ndim", 1) == 0 and not _is_scalar(x)
+                    if getattr(x, "ndim", 1) == 0 and not is_scalar(x)
                 )
                 key = (self.input_names, self.output_names, zero_d, self.ensure_row_contiguous)
                 kernel = self._kernels.get(key)
@@ -198,7 +198,7 @@ class MetalKernel:
         if mlx:
             ins = [_from_mlx(x) if _is_mlx(x) else x for x in ins]
         zero_d = tuple(
-            n for n, x in zip(in_names, ins) if getattr(x, "ndim", 1) == 0 and not _is_scalar(x)
+            n for n, x in zip(in_names, ins) if getattr(x, "ndim", 1) == 0 and not is_scalar(x)
         )
         contiguous = (
             self.ensure_row_contiguous if ensure_row_contiguous is None else ensure_row_contiguous

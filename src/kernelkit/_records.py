@@ -113,7 +113,7 @@ class KernelSource:
     body: str
     # (parameter declaration, argument) per template value, e.g. ("int block_size", "32"),
     # ("typename T", "float"), ("auto order", "ggml_sort_order::ASC"): the body is a function
-    # template instantiated with them (see _codegen.template_head / template_args)
+    # template instantiated with them (see _abi.template_head / template_args)
     template: tuple[tuple[str, str], ...] = ()
     cooperative: bool = False  # launched with every block resident (grid-wide sync)
     needs: frozenset[str] = frozenset()  # prelude parts: "fp16", "bf16", "cg", "metal"

@@ -18,10 +18,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._arrays import CLASS, Adapter, adapter_for, register
+from ._arrays import CLASS, Adapter, register
+from ._arrays.lookup import adapter_for
+from ._backends.registry import backend_call, backend_for_device_type
 from ._errors import ArgumentError, ArgumentTypeError
 from ._records import MAP_BYTES, TensorMapRequest
-from ._registry import backend_call, backend_for_device_type
 
 __all__ = ["MAP_BYTES", "SWIZZLES", "TensorMap", "TensorMapAdapter", "tensor_map"]
 

@@ -19,9 +19,9 @@ from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any, ClassVar
 
-from ._codegen import signature as _signature
-from ._codegen import template_args as _template_args
-from ._codegen import template_head as _template_head
+from ._abi import signature as _signature
+from ._abi import template_args as _template_args
+from ._abi import template_head as _template_head
 from ._dtypes import DTYPES
 from ._records import (
     MAX_NDIM,

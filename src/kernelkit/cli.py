@@ -15,7 +15,8 @@ __all__ = ["main"]
 
 
 def _info(args: argparse.Namespace) -> int:
-    from . import _config, _registry
+    from . import _config
+    from ._backends import registry as _registry
     from ._version import __version__
 
     report: dict = {"kernelkit": __version__, "python": sys.version.split()[0], "backends": {}}
@@ -84,7 +85,7 @@ def _demo(args: argparse.Namespace) -> int:
 
     import kernelkit
 
-    from . import _registry
+    from ._backends import registry as _registry
 
     k = kernelkit.kernel("demo_scaled_exp", ["x", "scale"], ["y"], DEMO_SOURCE)
     n = 100_003

@@ -5,9 +5,11 @@ bucketing; bad input (empty configs, a key the arguments lack, a corrupt record)
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,9 +17,9 @@ from conftest import CPU_AVAILABLE
 
 import kernelkit
 from kernelkit import _config
-from kernelkit._tune import db as tuning
+from kernelkit._select.tuning import db as tuning
+from kernelkit._select.tuning.records import Environment
 from kernelkit._tune import timing
-from kernelkit._tune.records import Environment
 
 pytestmark = pytest.mark.skipif(not CPU_AVAILABLE, reason="the CPU backend does not load here")
 
@@ -160,7 +162,8 @@ def test_serving_process_replays_the_database_without_timing(db, tmp_path):
         import sys, numpy as np
         sys.path.insert(0, {str(tmp_path)!r})
         from kernelkit import _config
-        from kernelkit._tune import db, timing
+        from kernelkit._select.tuning import db
+        from kernelkit._tune import timing
         db._current = (_config.config, db.TuningDB({str(tmp_path / "tuning")!r}))
         import kmod
         x = np.arange(1000, dtype=np.float32)
@@ -172,9 +175,11 @@ def test_serving_process_replays_the_database_without_timing(db, tmp_path):
     )
     runs = []
     for _ in range(2):
+        src = str(Path(kernelkit.__file__).parents[1])  # this checkout's, not the installed one
         out = subprocess.run(
-            [sys.executable, "-c", script], capture_output=True, text=True, timeout=300
-        )
+            [sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
+            env=dict(os.environ, PYTHONPATH=src),
+        )  # fmt: skip
         assert out.returncode == 0, out.stderr[-3000:]
         runs.append(out.stdout.split()[-5:])
     assert runs[0][1] == "2" and runs[0][3] == "1"  # first process: tuned (2 candidates timed)
@@ -263,16 +268,21 @@ def test_grid_forms():
         grid_rule(0.5, ["x"])
 
 
-def test_explain_prints_and_returns(db, capsys):
+def test_explain_returns_and_prints_only_when_asked(db, capsys):
     tuned = make("at_explain", [cfg(0, 64, 64)])
     x = np.arange(10, dtype=np.float32)
     sel = kernelkit.explain(tuned, [x], output_shapes=[x.shape], output_dtypes=[x.dtype])
-    assert "at_explain/generic" in capsys.readouterr().out
     assert sel.choice.impl == "at_explain/generic"
+    assert capsys.readouterr().out == ""  # the record, no report unless asked
+    again = kernelkit.explain(
+        tuned, [x], output_shapes=[x.shape], output_dtypes=[x.dtype], print=True
+    )
+    assert again.choice == sel.choice
+    assert "at_explain/generic" in capsys.readouterr().out
 
 
 def test_environment_of_cpu_names_the_backend():
-    from kernelkit import _registry
+    from kernelkit._backends import registry as _registry
 
     backend = _registry.get_backend("cpu")
     env = Environment.of(backend, backend.targets()[0])

@@ -19,7 +19,7 @@ from conftest import CPU_AVAILABLE
 import kernelkit
 from kernelkit import _config
 from kernelkit._select.records import Config
-from kernelkit._tune import db as tuning
+from kernelkit._select.tuning import db as tuning
 
 pytestmark = pytest.mark.skipif(not CPU_AVAILABLE, reason="the CPU backend does not load here")
 
@@ -171,7 +171,7 @@ def test_a_damaged_record_file_is_a_warning_and_a_new_tuning(db, damage, why) ->
 def _tune_in_child(root: str, barrier, results) -> None:
     """One of several processes calling one autotuned kernel on one key at once."""
     from kernelkit import _config
-    from kernelkit._tune import db as tuning
+    from kernelkit._select.tuning import db as tuning
 
     tuning._current = (_config.config, tuning.TuningDB(root))
     tuned = strided("at_flight", 64, [64, 128])

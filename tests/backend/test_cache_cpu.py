@@ -25,13 +25,13 @@ from test_cache_support import SRC, isolated_cache, reset_caches
 
 import kernelkit
 from kernelkit import _config
-from kernelkit._cache import clear_memory, disk, stats
+from kernelkit._cache import clear_memory, disk, files, stats
 from kernelkit.cli import main
 
 
 def _cpu_ready() -> str | None:
     try:
-        from kernelkit._registry import get_backend
+        from kernelkit._backends.registry import get_backend
 
         return None if get_backend("cpu").targets() else "the cpu backend sees no device"
     except Exception as e:  # noqa: BLE001 - any failure means: not ready yet
@@ -131,7 +131,7 @@ def test_loaded_artifact_equals_the_compiled_one(cache) -> None:
     x = np.ones(1024, np.float32)
     k([x], [x.shape], [np.float32], grid=(1024, 1, 1), threadgroup=(256, 1, 1))
     (plan,) = k._plans.values()
-    backend = kernelkit._registry.get_backend(plan.request.backend)
+    backend = kernelkit._backends.registry.get_backend(plan.request.backend)
     compiled = compile_cached(backend, plan.request)  # from memory: what compile returned
     clear_memory()
     loaded = compile_cached(backend, plan.request)
@@ -187,7 +187,7 @@ def test_full_disk_simulated(cache, monkeypatch) -> None:
     def full(fd: int, data: bytes) -> None:
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(disk, "_write_all", full)
+    monkeypatch.setattr(files, "write_all", full)
     with pytest.warns(RuntimeWarning, match="ENOSPC"):
         assert check(2)
     monkeypatch.undo()
@@ -198,10 +198,10 @@ def test_a_writer_killed_mid_write(cache, tmp_path) -> None:
     ready = tmp_path / "ready"
     code = f"""
         import os, time
-        from kernelkit._cache import disk
+        from kernelkit._cache import files
         def slow(fd, data):
             os.write(fd, data[: len(data) // 2]); open({str(ready)!r}, "w").close(); time.sleep(600)
-        disk._write_all = slow
+        files.write_all = slow
         check(3)
     """
     full = dict(os.environ, KERNELKIT_CACHE_DIR=str(cache), PYTHONPATH=str(SRC))
@@ -278,7 +278,7 @@ def bundle(warm_template: Path, tmp_path_factory) -> Path:
     """A bundle of kernel 0 (float32) built by `kernelkit precompile` for the cpu arch."""
     where = tmp_path_factory.mktemp("bundle")
     (where / "decl.py").write_text(KERNELS + "make(0).precompile(['float32'], ['float32'])\n")
-    arch = kernelkit._registry.get_backend("cpu").targets()[0].arch
+    arch = kernelkit._backends.registry.get_backend("cpu").targets()[0].arch
     out = subprocess.run(
         [
             sys.executable,

@@ -98,7 +98,7 @@ def test_threads_that_returned_do_not_make_a_barrier_divergent():
 
 
 def test_cuda_backend_refuses_checked_mode_clearly():
-    from kernelkit._registry import get_backend
+    from kernelkit._backends.registry import get_backend
 
     cuda = get_backend("cuda")
     with pytest.raises(NotImplementedError, match="no checked mode"):

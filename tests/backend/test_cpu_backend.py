@@ -11,9 +11,9 @@ import pytest
 
 from kernelkit import _config
 from kernelkit._backends.cpu import CPUBackend
-from kernelkit._codegen import make_source, scan_body
 from kernelkit._errors import BackendError, CompileError, KernelFault
-from kernelkit._pack import _SCALAR_CTYPES
+from kernelkit._pipeline.codegen import make_source, scan_body
+from kernelkit._pipeline.pack import _SCALAR_CTYPES
 from kernelkit._records import KernelSpec, Param
 
 pytestmark = pytest.mark.skipif(

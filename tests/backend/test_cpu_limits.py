@@ -102,7 +102,7 @@ def test_the_launch_entry_refuses_what_a_gpu_refuses():
     import ctypes
 
     from kernelkit._backends.cpu import CPUBackend
-    from kernelkit._codegen import make_source
+    from kernelkit._pipeline.codegen import make_source
     from kernelkit._records import KernelSpec
 
     be = CPUBackend()

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import kernelkit
-from kernelkit import _registry
+from kernelkit._backends import registry as _registry
 
 N = 40
 COPY = kernelkit.kernel(

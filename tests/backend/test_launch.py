@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 import kernelkit
-from kernelkit import _api, _registry
+from kernelkit import _api
+from kernelkit._backends import registry as _registry
 
 COPY = (
     "uint i = blockIdx.x * blockDim.x + threadIdx.x;"

@@ -363,7 +363,7 @@ NVRTC_CASES = {
 @pytest.mark.parametrize("case", sorted(NVRTC_CASES))
 def test_catalog_kernel_compiles_with_nvrtc(cuda, case):
     from kernelkit._dtypes import DTYPES
-    from kernelkit._render import render_request
+    from kernelkit._pipeline.render import render_request
 
     source, header, ins, outs, in_types, out_types, template = NVRTC_CASES[case]
     if source in ("FEATURES", "COND_SIZES", "BITLINEAR_SCALE"):  # defined below the table

@@ -463,7 +463,7 @@ NVRTC = {  # var: (input kinds, output dtypes, template); "H" is the 16-bit type
 @pytest.mark.parametrize("var", sorted(NVRTC))
 def test_ported_kernel_compiles_with_nvrtc(cuda, var, h):
     from kernelkit._dtypes import DTYPES as KK_DTYPES
-    from kernelkit._render import render_request
+    from kernelkit._pipeline.render import render_request
 
     in_kinds, out_types, template = NVRTC[var]
     sub = lambda t: h if t == "H" else t

@@ -1215,7 +1215,7 @@ NVRTC_CASES = {
 
 def _nvrtc_compile(cuda, case, h):
     from kernelkit._dtypes import DTYPES
-    from kernelkit._render import render_request
+    from kernelkit._pipeline.render import render_request
 
     source, header, ins, outs, in_types, out_types, template = NVRTC_CASES[case]
     sub = lambda t: h if t == "H" else t

@@ -10,7 +10,7 @@ import pytest
 
 import kernelkit
 from kernelkit import ops
-from kernelkit._select.override import force
+from kernelkit._choices import force
 from kernelkit.ops import _matmul_rules as R
 
 RNG = np.random.default_rng(21)

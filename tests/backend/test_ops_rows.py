@@ -9,7 +9,7 @@ import pytest
 
 import kernelkit
 from kernelkit import ops
-from kernelkit._select.override import force
+from kernelkit._choices import force
 
 RNG = np.random.default_rng(11)
 TOL = {"float32": 2e-6, "float16": 2e-3, "bfloat16": 1.6e-2}

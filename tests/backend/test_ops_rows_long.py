@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from kernelkit import ops
-from kernelkit._select.override import force
+from kernelkit._choices import force
 from kernelkit.ops import _rows_long
 
 torch = pytest.importorskip("torch")

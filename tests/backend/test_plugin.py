@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import kernelkit
-from kernelkit import _registry
+from kernelkit._backends import registry as _registry
 
 pytest.importorskip(
     "kk_sim_backend",

@@ -13,7 +13,7 @@ import pytest
 from conftest import CPU_AVAILABLE
 
 import kernelkit
-from kernelkit import _registry
+from kernelkit._backends import registry as _registry
 
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.skipif(not CPU_AVAILABLE, reason="the CPU backend does not load here")

@@ -9,9 +9,14 @@ import json
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 from conftest import CPU_AVAILABLE
+
+import kernelkit
+
+SRC = str(Path(kernelkit.__file__).parents[1])  # this checkout's, in child processes too
 
 pytestmark = pytest.mark.skipif(not CPU_AVAILABLE, reason="the CPU backend does not load here")
 
@@ -49,8 +54,9 @@ def test_tune_isolates_faults_crashes_and_hangs(tmp_path):
     script = textwrap.dedent(
         f"""
         import sys
+        sys.path.insert(0, {SRC!r})
         from kernelkit import _config
-        from kernelkit._tune import db
+        from kernelkit._select.tuning import db
         db._current = (_config.config, db.TuningDB({str(tmp_path / "tuning")!r}))
         from kernelkit.cli import main
         sys.exit(main(sys.argv[1:]))

@@ -10,7 +10,7 @@ import kernelkit
 
 def _cpu_ready() -> str | None:
     try:
-        from kernelkit._registry import get_backend
+        from kernelkit._backends.registry import get_backend
 
         return None if get_backend("cpu").targets() else "the cpu backend sees no device"
     except Exception as e:  # noqa: BLE001 - any failure means: not ready yet
@@ -23,8 +23,8 @@ BODY = "uint i = blockIdx.x * blockDim.x + threadIdx.x; if (i < inp_shape[0]) ou
 
 
 def _declaration(body: str = BODY.format(expr="inp[i]")):
-    from kernelkit._declare import Declaration
     from kernelkit._dtypes import DTYPES
+    from kernelkit._pipeline.declare import Declaration
 
     f32 = DTYPES["float32"]
     k = kernelkit.kernel("pre_k", ["inp"], ["out"], body)
@@ -32,9 +32,9 @@ def _declaration(body: str = BODY.format(expr="inp[i]")):
 
 
 def test_precompile_for_the_cpu_when_another_backend_cannot_list_its_archs(monkeypatch) -> None:
-    from kernelkit import _declare
+    from kernelkit._backends.registry import get_backend
     from kernelkit._errors import BackendError
-    from kernelkit._registry import get_backend
+    from kernelkit._pipeline import declare as _declare
     from kernelkit._workflows import precompile
 
     class Broken(type(get_backend("cpu"))):
@@ -58,7 +58,7 @@ def test_precompile_for_the_cpu_when_another_backend_cannot_list_its_archs(monke
 
 
 def test_precompile_names_the_declaration_arch_and_stage_that_failed(monkeypatch) -> None:
-    from kernelkit._registry import get_backend
+    from kernelkit._backends.registry import get_backend
     from kernelkit._workflows import precompile
 
     cpu = get_backend("cpu")

@@ -22,10 +22,12 @@ from kernelkit import _config, ops
 from kernelkit._select import tables
 from kernelkit._select.decide import decide
 from kernelkit._select.tables import Table
-from kernelkit._tune import db as tuning
+from kernelkit._select.tuning import db as tuning
 from kernelkit._tune import timing
 from kernelkit._workflows.op_cases import make_case, op_object
 from kernelkit.cli import main
+
+SRC = str(Path(kernelkit.__file__).parents[1])  # this checkout's, in child processes too
 
 pytestmark = pytest.mark.skipif(not CPU_AVAILABLE, reason="the CPU backend does not load here")
 
@@ -57,7 +59,7 @@ def shipped(monkeypatch):
 def decision(op: str, dims: tuple, dtype="float32", framework=None, transpose_b=True):
     """What ``decide`` chooses (through the stores) for a problem, as the op's calls would."""
     sel = make_case(op, dims, dtype, framework=framework, transpose_b=transpose_b).explain()
-    from kernelkit import _registry
+    from kernelkit._backends import registry as _registry
 
     return decide(op_object(op), sel.problem, sel.target, _registry.get_backend("cpu"))
 
@@ -199,8 +201,9 @@ def test_tune_command_end_to_end(tmp_path):
     script = textwrap.dedent(
         f"""
         import sys
+        sys.path.insert(0, {SRC!r})
         from kernelkit import _config
-        from kernelkit._tune import db
+        from kernelkit._select.tuning import db
         db._current = (_config.config, db.TuningDB({str(tmp_path / "tuning")!r}))
         from kernelkit.cli import main
         sys.exit(main(sys.argv[1:]))

@@ -18,7 +18,7 @@ import torch
 
 import kernelkit
 from kernelkit import ops
-from kernelkit._select.override import force
+from kernelkit._choices import force
 from kernelkit.ops._matmul_midm import midm_config
 from kernelkit.ops._matmul_wgmma import wgmma_config
 from kernelkit.ops._rowops import config as row_config

@@ -14,7 +14,7 @@ import sys
 import torch
 
 from kernelkit import ops
-from kernelkit._select.override import force
+from kernelkit._choices import force
 from kernelkit.ops._rows_long import CLUSTER_SIZES
 
 F = torch.nn.functional

@@ -161,7 +161,7 @@ def test_call_from_a_new_thread_without_a_current_context():
 
 
 def test_target_arch_is_the_device_arch():
-    from kernelkit._registry import get_backend
+    from kernelkit._backends.registry import get_backend
 
     major, minor = torch.cuda.get_device_capability()
     target = get_backend("cuda").targets()[0]

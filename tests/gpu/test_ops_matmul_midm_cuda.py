@@ -10,8 +10,8 @@ from __future__ import annotations
 import pytest
 
 from kernelkit import ops
+from kernelkit._choices import force
 from kernelkit._records import Problem
-from kernelkit._select.override import force
 from kernelkit.ops import _matmul_midm as MID
 
 torch = pytest.importorskip("torch")

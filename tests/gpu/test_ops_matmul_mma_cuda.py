@@ -11,7 +11,7 @@ import pytest
 
 import kernelkit
 from kernelkit import ops
-from kernelkit._select.override import force
+from kernelkit._choices import force
 from kernelkit._select.records import Config
 from kernelkit.ops import _matmul_mma as MMA
 
@@ -37,8 +37,8 @@ def reference(a, b, bias, activation, transpose_b):
 
 def heuristic_config(m: int, n: int) -> Config | None:
     """The config mma's heuristic gives an (m, n) problem on this GPU (tables aside)."""
+    from kernelkit._backends.registry import get_backend
     from kernelkit._records import Problem
-    from kernelkit._registry import get_backend
 
     target = get_backend("cuda").targets()[torch.cuda.current_device()]
     return MMA.mma_heuristic(Problem("matmul", attrs=(("M", m), ("N", n))), target)
@@ -177,7 +177,7 @@ def test_batched_input_and_an_output_view():
 def test_no_local_memory_in_the_loaded_kernels():
     """What the driver reports for every mma kernel this process loaded: registers within the
     block's share of the register file, no local memory (no spills)."""
-    from kernelkit import _launch
+    from kernelkit._pipeline import load as _launch
 
     for config in MMA.MMA_CONFIGS:
         a, b = operands(256, 256, 64, torch.bfloat16, True)

@@ -15,7 +15,7 @@ import pytest
 
 import kernelkit
 from kernelkit import ops
-from kernelkit._select.override import force
+from kernelkit._choices import force
 from kernelkit.ops import _matmul as MM
 from kernelkit.ops import _matmul_cublaslt as LT
 

@@ -21,7 +21,7 @@ pytestmark = [
 ]
 
 from kernelkit import ops  # noqa: E402
-from kernelkit._select.override import force  # noqa: E402
+from kernelkit._choices import force  # noqa: E402
 from kernelkit.ops._rows_long import CLUSTER_CONFIGS, SMEM_CONFIGS  # noqa: E402
 
 F = torch.nn.functional

@@ -120,7 +120,7 @@ def test_matmul_through_tma_with_new_inputs_and_in_a_graph():
     arrays of one shape (more than the 64 pairs it keeps), then a CUDA graph replayed on new
     values, each against float64, outputs poisoned."""
     from kernelkit import ops
-    from kernelkit._select.override import force
+    from kernelkit._choices import force
     from kernelkit.ops._matmul_wgmma import wgmma_config
 
     w = torch.randn(200, 520, device="cuda", dtype=torch.bfloat16)

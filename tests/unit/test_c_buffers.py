@@ -23,7 +23,7 @@ _SCRIPT = textwrap.dedent(
     import kernelkit
     from kernelkit._backends.cuda import CUDABackend, nvrtc
     from kernelkit._dtypes import DTYPES
-    from kernelkit._render import render_request
+    from kernelkit._pipeline.render import render_request
 
     before = [bytes([i]) for i in range(256)]
     cuda = CUDABackend()

@@ -19,7 +19,7 @@ from test_cache_support import SRC, cache_dir  # noqa: F401
 import kernelkit
 from kernelkit._cache import bundles, cache_stats, compile_cached
 from kernelkit._dtypes import DTYPES
-from kernelkit._render import render_request
+from kernelkit._pipeline.render import render_request
 
 pytest.importorskip("cuda.bindings.nvrtc", reason="cuda-bindings (NVRTC) is not installed")
 
@@ -134,8 +134,8 @@ SERVE = textwrap.dedent("""
     import kernelkit
     from kernelkit._backends.cuda import CUDABackend, nvrtc
     from kernelkit._cache import compile_cached
-    from kernelkit._declare import declared
-    from kernelkit._registry import get_backend
+    from kernelkit._pipeline.declare import declared
+    from kernelkit._backends.registry import get_backend
 
     real = nvrtc.header_digests
     CUDABackend.compiler_identity = lambda self: "nvrtc-13.0"  # an older node

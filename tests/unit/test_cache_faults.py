@@ -26,7 +26,7 @@ from test_cache_support import (  # noqa: F401
     worker_env,
 )
 
-from kernelkit._cache import cache_stats, clear_memory, compile_cached, disk, keys, stats
+from kernelkit._cache import cache_stats, clear_memory, compile_cached, disk, files, keys, stats
 from kernelkit.cli import main
 
 
@@ -80,7 +80,7 @@ def test_full_disk_simulated(cache_dir, monkeypatch) -> None:  # noqa: F811
         os.write(fd, data[:10])
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(disk, "_write_all", full)
+    monkeypatch.setattr(files, "write_all", full)
     messages = _compile_twice_collecting_warnings()
     assert len([m for m in messages if "ENOSPC" in m and "memory only" in m]) == 1, messages
     assert list((cache_dir / "entries").iterdir()) == []  # the partial temp file is gone

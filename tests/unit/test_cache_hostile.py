@@ -25,6 +25,7 @@ from test_cache_support import (  # noqa: F401
 from kernelkit import _config
 from kernelkit._cache import clear_memory, compile_cached, disk, files, products
 from kernelkit._cache.keys import cache_key
+from kernelkit._cache.lookup import get_product
 from kernelkit.cli import main
 
 _AS_LIMIT_BYTES = 1 << 30  # an unbounded read of /dev/zero dies here instead of taking the host
@@ -150,13 +151,13 @@ def _no_large_reads(read):
 @pytest.mark.parametrize("garbage", [b"\xff\xfe not utf-8\n", b"\x00" * 64, b"a b\n" * 3])
 def test_a_garbled_checksum_list_is_a_rebuild(cache_dir, capsys, garbage) -> None:  # noqa: F811
     build = Builder()
-    got = products.get("cpu-pch", "p1", build)
+    got = get_product("cpu-pch", "p1", build)
     (got / products.SUMS).write_bytes(garbage)
     assert products.verify(got) is not None
     assert main(["cache", "verify", "--keep"]) == 1
     out = capsys.readouterr()
     assert "build product" in out.out and "Traceback" not in out.err
-    assert products.get("cpu-pch", "p1", build) == got and build.calls == 2
+    assert get_product("cpu-pch", "p1", build) == got and build.calls == 2
     assert products.verify(got) is None
 
 
@@ -165,12 +166,12 @@ def test_a_garbled_checksum_list_is_a_rebuild(cache_dir, capsys, garbage) -> Non
 
 def test_a_file_planted_in_a_product_is_a_rebuild(cache_dir, capsys) -> None:  # noqa: F811
     build = Builder()
-    got = products.get("cpu-pch", "p1", build)
+    got = get_product("cpu-pch", "p1", build)
     (got / "kk_cpu.h").write_text("__attribute__((constructor)) void planted() {}\n")
     assert "kk_cpu.h" in str(products.verify(got))
     assert main(["cache", "verify", "--keep"]) == 1
     assert "does not name: kk_cpu.h" in capsys.readouterr().out
-    assert products.get("cpu-pch", "p1", build) == got and build.calls == 2
+    assert get_product("cpu-pch", "p1", build) == got and build.calls == 2
     assert not (got / "kk_cpu.h").exists()
 
 
@@ -232,10 +233,10 @@ def test_an_entry_another_user_could_write_is_compiled_again(cache_dir, change) 
 
 def test_a_product_dir_writable_by_others_is_a_rebuild(cache_dir) -> None:  # noqa: F811
     build = Builder()
-    got = products.get("cpu-pch", "p1", build)
+    got = get_product("cpu-pch", "p1", build)
     os.chmod(got, 0o777)
     assert "writable by its group or others" in str(products.verify(got))
-    assert products.get("cpu-pch", "p1", build) == got and build.calls == 2
+    assert get_product("cpu-pch", "p1", build) == got and build.calls == 2
     assert got.stat().st_mode & 0o777 == 0o755
 
 
@@ -243,7 +244,7 @@ def test_what_kernelkit_makes_under_umask_002_is_trusted(cache_dir) -> None:  # 
     old = os.umask(0o002)
     try:
         compile_cached(FakeBackend(), make_request(0))
-        got = products.get("cpu-pch", "p1", Builder())
+        got = get_product("cpu-pch", "p1", Builder())
     finally:
         os.umask(old)
     made = [cache_dir, cache_dir / "entries", _entry_path(cache_dir), got.parent, got]

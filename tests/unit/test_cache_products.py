@@ -16,6 +16,7 @@ from test_cache_support import SRC, FakeBackend, cache_dir, make_request  # noqa
 
 from kernelkit import _config
 from kernelkit._cache import compile_cached, disk, products
+from kernelkit._cache.lookup import get_product
 from kernelkit.cli import main
 
 BLOB = bytes(range(256)) * 64  # 16 KiB
@@ -39,18 +40,18 @@ class Builder:
 
 def test_a_product_is_published_whole_and_reused(cache_dir) -> None:  # noqa: F811
     build = Builder()
-    got = products.get("test-area", "p1", build)
+    got = get_product("test-area", "p1", build)
     assert got == cache_dir / "test-area" / "p1"
     assert sorted(p.name for p in got.iterdir()) == ["SHA256SUMS", "blob.bin", "note.txt"]
     assert products.verify(got) is None
-    assert products.get("test-area", "p1", build) == got and build.calls == 1
+    assert get_product("test-area", "p1", build) == got and build.calls == 1
     assert [p.name for p in (cache_dir / "test-area").iterdir()] == ["p1"]  # no temp left
 
 
 @pytest.mark.parametrize("damage", ["truncate", "flip", "delete", "no list", "empty"])
 def test_a_damaged_product_is_rebuilt(cache_dir, damage) -> None:  # noqa: F811
     build = Builder()
-    got = products.get("test-area", "p1", build)
+    got = get_product("test-area", "p1", build)
     blob = got / "blob.bin"
     if damage == "truncate":  # a crash or a full disk while it was written, before the fix
         blob.write_bytes(BLOB[:1000])
@@ -63,12 +64,12 @@ def test_a_damaged_product_is_rebuilt(cache_dir, damage) -> None:  # noqa: F811
     else:
         (got / products.SUMS).write_text("")
     assert products.verify(got) is not None
-    assert products.get("test-area", "p1", build) == got
+    assert get_product("test-area", "p1", build) == got
     assert build.calls == 2 and blob.read_bytes() == BLOB and products.verify(got) is None
 
 
 def test_a_failed_build_publishes_nothing(cache_dir) -> None:  # noqa: F811
-    assert products.get("test-area", "p1", Builder(ok=False)) is None
+    assert get_product("test-area", "p1", Builder(ok=False)) is None
     assert list((cache_dir / "test-area").iterdir()) == []
 
 
@@ -76,7 +77,7 @@ def test_threads_build_a_product_once(cache_dir) -> None:  # noqa: F811
     build = Builder()
     results: list[Path | None] = []
     threads = [
-        threading.Thread(target=lambda: results.append(products.get("test-area", "p", build)))
+        threading.Thread(target=lambda: results.append(get_product("test-area", "p", build)))
         for _ in range(6)
     ]
     for t in threads:
@@ -89,12 +90,12 @@ def test_threads_build_a_product_once(cache_dir) -> None:  # noqa: F811
 def test_names_cannot_leave_the_area(cache_dir) -> None:  # noqa: F811
     for area, name in (("..", "p"), ("a", "../p"), ("a/b", "p"), ("entries", "p"), ("a", ".p")):
         with pytest.raises(ValueError, match="must match"):
-            products.get(area, name, Builder())
+            get_product(area, name, Builder())
 
 
 def test_cache_commands_count_verify_and_clear_products(cache_dir, capsys) -> None:  # noqa: F811
     compile_cached(FakeBackend(), make_request(0))
-    got = products.get("test-area", "p1", Builder())
+    got = get_product("test-area", "p1", Builder())
     size = sum(f.stat().st_size for f in got.iterdir())
     capsys.readouterr()
     assert main(["cache", "info", "--json"]) == 0
@@ -106,7 +107,7 @@ def test_cache_commands_count_verify_and_clear_products(cache_dir, capsys) -> No
     (got / "blob.bin").write_bytes(b"damaged")
     assert main(["cache", "verify"]) == 1
     assert "build product" in capsys.readouterr().out and not got.exists()
-    products.get("test-area", "p1", Builder())
+    get_product("test-area", "p1", Builder())
     assert main(["cache", "clear"]) == 0
     assert not got.exists() and disk.DiskCache(cache_dir, 1 << 30).products() == []
 
@@ -120,7 +121,7 @@ def test_products_count_in_the_size_cap(cache_dir, monkeypatch) -> None:  # noqa
     monkeypatch.setenv("KERNELKIT_CACHE_MAX_BYTES", str(len(BLOB) + entry_bytes))
     _config.reload()
     disk._current = None
-    got = products.get("test-area", "p1", Builder())  # entry + product > cap: the entry goes
+    got = get_product("test-area", "p1", Builder())  # entry + product > cap: the entry goes
     assert got is not None and got.parent.parent == cache_dir
     assert list((cache_dir / "entries").glob("*.kke")) == []
     cache = disk.current()
@@ -131,7 +132,7 @@ def test_a_product_larger_than_the_cap_stays_in_the_process(cache_dir, monkeypat
     monkeypatch.setenv("KERNELKIT_CACHE_MAX_BYTES", str(len(BLOB) // 2))
     _config.reload()
     disk._current = None
-    got = products.get("test-area", "p1", Builder())
+    got = get_product("test-area", "p1", Builder())
     assert got is not None and got.parent.parent == products.process_dir()
     assert list((cache_dir / "test-area").iterdir()) == []
 
@@ -141,14 +142,14 @@ def test_a_read_only_cache_builds_in_the_process(cache_dir, monkeypatch) -> None
         raise PermissionError(13, "Permission denied")
 
     monkeypatch.setattr(products.os, "rename", refuse)
-    got = products.get("test-area", "p1", Builder())
+    got = get_product("test-area", "p1", Builder())
     assert got is not None and got.parent.parent == products.process_dir()
 
 
 CACHE_OFF = """
 import json, os, sys
-from kernelkit._cache import products
-got = products.get("test-area", "p1", lambda d: (d / "f").write_bytes(b"x" * 100) > 0)
+from kernelkit._cache.lookup import get_product
+got = get_product("test-area", "p1", lambda d: (d / "f").write_bytes(b"x" * 100) > 0)
 print(json.dumps({"path": str(got), "exists": got.is_dir()}))
 """
 

@@ -19,7 +19,7 @@ if str(SRC) not in sys.path:
 import pytest  # noqa: E402
 
 from kernelkit import _config  # noqa: E402
-from kernelkit._cache import bundles, clear_memory, disk, stats  # noqa: E402
+from kernelkit._cache import bundles, clear_memory, disk, files, stats  # noqa: E402
 from kernelkit._records import Artifact, CompileRequest, KernelSource, Target  # noqa: E402
 from kernelkit.backend import Backend  # noqa: E402
 
@@ -161,7 +161,7 @@ def _slow_write(ready: str) -> None:
         Path(ready).write_text("half")
         time.sleep(600)
 
-    disk._write_all = half_then_hang
+    files.write_all = half_then_hang
     compile_cached(FakeBackend(), make_request(0))
 
 

@@ -16,7 +16,7 @@ from test_tune_db import ENV, rec
 
 from kernelkit import _config
 from kernelkit._cache import bundles, clear_memory, compile_cached
-from kernelkit._tune import db as tdb
+from kernelkit._select.tuning import db as tdb
 from kernelkit._workflows import precompile
 from kernelkit.cli import main
 

@@ -6,19 +6,17 @@ import numpy as np
 import pytest
 
 import kernelkit
-from kernelkit._codegen import (
+from kernelkit._abi import signature, template_args, template_head
+from kernelkit._dtypes import DTYPES
+from kernelkit._pipeline.codegen import (
     METAL_ATTRIBUTES,
     check_identifier,
     make_source,
     scan_body,
-    signature,
-    template_args,
-    template_head,
     template_params,
 )
-from kernelkit._dtypes import DTYPES
+from kernelkit._pipeline.render import make_params
 from kernelkit._records import Param
-from kernelkit._render import make_params
 
 F32, F16, BF16, I32 = (DTYPES[n] for n in ("float32", "float16", "bfloat16", "int32"))
 

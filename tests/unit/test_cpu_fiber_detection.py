@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from kernelkit._backends.cpu import _source
-from kernelkit._codegen import make_source
+from kernelkit._pipeline.codegen import make_source
 from kernelkit._records import KernelSpec
 
 INCLUDE = Path(_source.__file__).parent / "include"

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 import kernelkit
-from kernelkit._codegen import make_source
 from kernelkit._dtypes import DTYPES
-from kernelkit._render import render_request
+from kernelkit._pipeline.codegen import make_source
+from kernelkit._pipeline.render import render_request
 
 pytest.importorskip("cuda.bindings.nvrtc", reason="cuda-bindings (NVRTC) is not installed")
 

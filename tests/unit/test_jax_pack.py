@@ -13,8 +13,8 @@ import pytest
 import kernelkit
 from kernelkit._dtypes import DTYPES
 from kernelkit._integrations import jax_pack
+from kernelkit._pipeline.render import make_params
 from kernelkit._records import MAX_NDIM
-from kernelkit._render import make_params
 
 F32, I32 = DTYPES["float32"], DTYPES["int32"]
 BODY = "y[0] = alpha * x[0] + x_shape[0] + x_ndim + b[0] + y_strides[0];"

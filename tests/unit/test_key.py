@@ -1,4 +1,4 @@
-"""The specialization key is described once (``_key.KEY`` and each adapter's ``key_fields``):
+"""The specialization key is described once (``key.KEY`` and each adapter's ``key_fields``):
 the plan dictionary's key (``call_key``) and a plan's generated guard must agree on every
 adapter, for matching and non-matching calls alike."""
 
@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from kernelkit._api import Kernel
-from kernelkit._arrays import adapter_for
 from kernelkit._arrays._abstract import AbstractArray
-from kernelkit._key import CALL_ARGS, KEY, CallArgs, call_key, guard_function, guard_of
+from kernelkit._arrays.lookup import adapter_for
+from kernelkit._pipeline.key import CALL_ARGS, KEY, CallArgs, call_key, guard_function, guard_of
 
 
 def _call(inputs, out=None, output_dtypes=("float32",), template=None, backend="cpu", check=None):

@@ -21,9 +21,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from kernelkit import _render
-from kernelkit._codegen import make_source, template_params
 from kernelkit._errors import KernelkitError
+from kernelkit._pipeline import render as _render
+from kernelkit._pipeline.codegen import make_source, template_params
 from kernelkit._records import ArgFacts, Problem, Target
 from kernelkit._select.records import Config
 from kernelkit._select.select import Override, select

@@ -236,7 +236,7 @@ def test_every_config_compiles_without_spills(cuda, arch, config, dtype, transpo
 def ptxas_report(cuda, k, p, template, arch: str = "sm_90") -> tuple:
     """Kernel ``k`` rendered for ``p`` and compiled by NVRTC for ``arch``: the artifact (checked
     to be a cubin) and ptxas's resource report (registers, stack frame, spill bytes)."""
-    from kernelkit._render import arg_types, render_request
+    from kernelkit._pipeline.render import arg_types, render_request
 
     inputs, outputs = arg_types(p)
     _, req = render_request(

@@ -126,7 +126,7 @@ def _variants() -> list:
 
 @pytest.mark.parametrize("config", _variants(), ids=lambda c: c.describe().split(" thr")[0])
 def test_every_config_compiles_without_spills(cuda, config):
-    from kernelkit._render import arg_types, render_request
+    from kernelkit._pipeline.render import arg_types, render_request
 
     p = problem(128, 4096, 4096, bias="float32", activation="silu")
     ws = config.values["WS"]

@@ -10,18 +10,13 @@ from pathlib import Path
 import pytest
 
 import kernelkit
-from kernelkit import _pack, _records
-from kernelkit._codegen import (
-    METADATA,
-    abi_options,
-    extent_param,
-    make_source,
-    metadata_param,
-    scan_body,
-)
+from kernelkit import _records
+from kernelkit._abi import METADATA, abi_options, extent_param, metadata_param
 from kernelkit._dtypes import DTYPES
+from kernelkit._pipeline import pack as _pack
+from kernelkit._pipeline.codegen import make_source, scan_body
+from kernelkit._pipeline.render import make_params, render_request
 from kernelkit._records import MAX_NDIM
-from kernelkit._render import make_params, render_request
 
 SRC = Path(kernelkit.__file__).parent
 TESTS = Path(__file__).resolve().parents[1]
@@ -62,7 +57,7 @@ def _request(backend, target, expect: int):
 def test_cpu_render_passes_the_define_and_the_kernel_sees_it(
     monkeypatch: pytest.MonkeyPatch, max_ndim: int
 ) -> None:
-    from kernelkit._registry import get_backend
+    from kernelkit._backends.registry import get_backend
 
     cpu = get_backend("cpu")
     monkeypatch.setattr(_records, "MAX_NDIM", max_ndim)
@@ -72,7 +67,7 @@ def test_cpu_render_passes_the_define_and_the_kernel_sees_it(
 
 
 def test_cpu_prelude_refuses_to_compile_without_the_define() -> None:
-    from kernelkit._registry import get_backend
+    from kernelkit._backends.registry import get_backend
 
     cpu = get_backend("cpu")
     request = _request(cpu, cpu.targets()[0], MAX_NDIM)

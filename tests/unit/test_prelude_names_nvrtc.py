@@ -8,7 +8,7 @@ import pytest
 
 import kernelkit
 from kernelkit._dtypes import DTYPES
-from kernelkit._render import render_request
+from kernelkit._pipeline.render import render_request
 
 F32 = DTYPES["float32"]
 

@@ -127,7 +127,7 @@ def test_preload_imports_the_cuda_modules_but_touches_no_device():
     pytest.importorskip("cuda.bindings.driver")
     code = (
         "import json, sys, kernelkit\n"
-        "from kernelkit import _registry\n"
+        "from kernelkit._backends import registry as _registry\n"
         "from kernelkit._backends.cuda import driver\n"
         "print(json.dumps({'driver': 'cuda.bindings.driver' in sys.modules,\n"
         "    'nvrtc': 'cuda.bindings.nvrtc' in sys.modules, 'torch': 'torch' in sys.modules,\n"

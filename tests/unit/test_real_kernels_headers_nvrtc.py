@@ -8,7 +8,7 @@ import real_kernels_headers as rk
 
 import kernelkit
 from kernelkit._dtypes import DTYPES
-from kernelkit._render import render_request
+from kernelkit._pipeline.render import render_request
 
 
 def compile_for_sm90(cuda, k: rk.RealKernel, kinds, template=()):

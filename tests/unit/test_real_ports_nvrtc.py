@@ -10,7 +10,7 @@ import pytest
 
 import kernelkit
 from kernelkit._dtypes import DTYPES
-from kernelkit._render import render_request
+from kernelkit._pipeline.render import render_request
 
 pytest.importorskip("cuda.bindings.nvrtc", reason="cuda-bindings (NVRTC) is not installed")
 sys.path.insert(0, str(Path(__file__).parents[1] / "backend"))

@@ -11,7 +11,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from kernelkit import BackendError, _config, _registry
+from kernelkit import BackendError, _config
+from kernelkit._backends import registry as _registry
 from kernelkit.backend import BACKEND_API_VERSION, Backend, Target
 
 HOST = 1

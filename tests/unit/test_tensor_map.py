@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 import kernelkit
-from kernelkit._codegen import signature
-from kernelkit._pack import ArgPack
+from kernelkit._abi import signature
+from kernelkit._pipeline.pack import ArgPack
+from kernelkit._pipeline.render import make_params
 from kernelkit._records import Param
-from kernelkit._render import make_params
 
 
 def test_the_signature_takes_it_by_value_as_a_grid_constant():
@@ -98,7 +98,7 @@ def _fake_map(dtype="float32", device_index=0):
 
 def test_the_key_holds_the_maps_dtype_and_device():
     """A plan made for a map of one device's (or dtype's) memory is not reused for another."""
-    from kernelkit._key import call_key
+    from kernelkit._pipeline.key import call_key
 
     x = np.zeros(8, np.float32)
 

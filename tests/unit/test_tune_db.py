@@ -17,10 +17,10 @@ import pytest
 from test_cache_support import SRC, FakeBackend, cache_dir  # noqa: F401
 
 from kernelkit import _config
-from kernelkit._cache import disk
+from kernelkit._cache import files
 from kernelkit._select.records import Config
-from kernelkit._tune import db as tdb
-from kernelkit._tune.db import (
+from kernelkit._select.tuning import db as tdb
+from kernelkit._select.tuning.db import (
     BadRecord,
     Environment,
     TuningDB,
@@ -285,7 +285,7 @@ def test_full_disk_is_one_warning_and_memory_still_serves(tmp_path, monkeypatch)
         os.write(fd, data[:10])
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(disk, "_write_all", full)
+    monkeypatch.setattr(files, "write_all", full)
     db = TuningDB(tmp_path)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -322,8 +322,8 @@ import os, sys, time
 from pathlib import Path
 sys.path.insert(0, {src!r})
 sys.path.insert(0, {tests!r})
-from kernelkit._cache import disk
-from kernelkit._tune.db import TuningDB
+from kernelkit._cache import files
+from kernelkit._select.tuning.db import TuningDB
 from test_tune_db import rec
 
 def half_then_hang(fd, data):
@@ -331,7 +331,7 @@ def half_then_hang(fd, data):
     Path({ready!r}).write_text("half")
     time.sleep(600)
 
-disk._write_all = half_then_hang
+files.write_all = half_then_hang
 TuningDB({root!r}).put(rec(impl="scale/new"))
 """
 
@@ -488,7 +488,7 @@ def test_serve_mode_replays_in_a_fresh_process(cache_dir) -> None:  # noqa: F811
     current_db().put(rec(impl="scale/winner"))
     code = (
         "import sys; sys.path.insert(0, sys.argv[1]); sys.path.insert(0, sys.argv[2])\n"
-        "from kernelkit._tune.db import current_db, tune_mode\n"
+        "from kernelkit._select.tuning.db import current_db, tune_mode\n"
         "from test_tune_db import ENV, rec\n"
         "print(tune_mode(), current_db().get('scale', ENV, rec().key).impl)\n"
     )

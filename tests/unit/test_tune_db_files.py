@@ -17,8 +17,8 @@ from test_cache_support import cache_dir  # noqa: F401
 from test_tune_db import ENV, _kill_mid_write, files_under, rec
 
 from kernelkit._cache.disk import DiskCache
-from kernelkit._tune import files
-from kernelkit._tune.db import TuningDB, current_db
+from kernelkit._select.tuning import files
+from kernelkit._select.tuning.db import TuningDB, current_db
 from kernelkit.cli import main
 
 

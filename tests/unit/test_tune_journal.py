@@ -11,7 +11,7 @@ import warnings
 import numpy as np
 import pytest
 
-from kernelkit._tune.records import Environment
+from kernelkit._select.tuning.records import Environment
 from kernelkit._workflows.tune import load_spec
 from kernelkit._workflows.tune_journal import Journal
 from kernelkit._workflows.tune_tasks import Measured, Measurement

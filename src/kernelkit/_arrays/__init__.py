@@ -4,6 +4,9 @@ An adapter answers, for arrays of its framework: a small hashable key for the sp
 (dtype, device, 0-d: described once as ``key_fields``, from which both the key function and the
 hot path's inline test are derived), full facts (shape, strides in elements, device) on the slow
 path, the data pointer on the hot path, allocation of outputs, and the framework's current stream.
+
+This module is the base every framework's module imports; ``lookup.adapter_for`` finds an
+array's adapter and imports the framework's module on first sight of its type.
 """
 
 from __future__ import annotations
@@ -15,9 +18,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._dtypes import DType
-from .._errors import ArgumentTypeError
+from .._generated import execute
 
-__all__ = ["DLPACK_CPU", "DLPACK_CUDA", "NULL", "Adapter", "ArrayInfo", "adapter_for"]
+__all__ = [
+    "BY_TYPE",
+    "DLPACK_CPU",
+    "DLPACK_CUDA",
+    "KEY_FN",
+    "NULL",
+    "Adapter",
+    "ArrayInfo",
+    "register",
+]
 
 DLPACK_CPU = 1
 DLPACK_CUDA = 2
@@ -61,8 +73,8 @@ class Adapter:
         super().__init_subclass__(**kwargs)
         fields = cls.__dict__.get("key_fields")
         if fields is not None:  # a plain function: no bound method on the hot path
-            text = f"lambda x: ({''.join(_key_expr(f) + ', ' for f in fields)})"
-            cls.key = staticmethod(eval(text, {}))  # type: ignore[method-assign]  # noqa: S307 - the class's own field names
+            text = f"def key(x):\n    return ({''.join(_key_expr(f) + ', ' for f in fields)})\n"
+            cls.key = staticmethod(execute(text, {}, "adapter key")["key"])  # type: ignore[method-assign]
 
     def key(self, x: Any) -> Any:
         raise NotImplementedError
@@ -216,7 +228,7 @@ class NullAdapter(Adapter):
 
 NULL = NullAdapter()
 
-_BY_TYPE: dict[type, Adapter] = {
+BY_TYPE: dict[type, Adapter] = {
     type(None): NULL,
     bool: ScalarAdapter(),
     int: ScalarAdapter(),
@@ -225,70 +237,10 @@ _BY_TYPE: dict[type, Adapter] = {
 
 
 # type -> adapter.key, for the hot path's one-call-per-argument key (no bound-method creation)
-_KEY_FN: dict[type, Callable[[Any], Any]] = {t: a.key for t, a in _BY_TYPE.items()}
+KEY_FN: dict[type, Callable[[Any], Any]] = {t: a.key for t, a in BY_TYPE.items()}
 
 
 def register(tp: type, adapter: Adapter) -> None:
     """Make ``adapter`` the one for arguments of type ``tp`` (kernelkit's own argument types)."""
-    _BY_TYPE[tp] = adapter
-    _KEY_FN[tp] = adapter.key
-
-
-def adapter_for(x: Any, what: str) -> Adapter:
-    """The adapter for ``x``'s type (cached per type); TypeError naming ``what`` if none fits."""
-    adapter = _BY_TYPE.get(type(x))
-    if adapter is None:
-        adapter = _resolve(type(x), x, what)
-        _BY_TYPE[type(x)] = adapter
-        _KEY_FN[type(x)] = adapter.key
-        sign = adapter.signer(type(x))
-        if sign is not None:
-            SIGNERS.setdefault(type(x), sign)
-    return adapter
-
-
-def _is_numpy_scalar(x: Any) -> bool:
-    import numpy as np
-
-    return isinstance(x, np.generic)
-
-
-def _resolve(tp: type, x: Any, what: str) -> Adapter:
-    module = tp.__module__.split(".")[0]
-    if _is_numpy_scalar(x):
-        return NumpyScalarAdapter()
-    if module == "torch":
-        from ._torch import TorchAdapter
-
-        return TorchAdapter()
-    if module == "cupy":
-        from ._cupy import CupyAdapter
-
-        return CupyAdapter()
-    if module in ("jax", "jaxlib"):
-        from ._jax import JaxAdapter
-
-        return JaxAdapter()
-    if tp.__module__ == f"{__name__}._abstract":
-        from ._abstract import AbstractAdapter
-
-        return AbstractAdapter()
-    import numpy as np
-
-    if issubclass(tp, np.ndarray):
-        from ._numpy import NumpyAdapter
-
-        return NumpyAdapter()
-    if (
-        hasattr(x, "__cuda_array_interface__")
-        or hasattr(x, "__dlpack__")
-        or hasattr(x, "__array_interface__")
-    ):
-        from ._generic import GenericAdapter
-
-        return GenericAdapter()
-    raise ArgumentTypeError(
-        f"{what} has type {tp.__module__}.{tp.__qualname__}, which is not an array "
-        "kernelkit understands (torch, CuPy, JAX, NumPy, or anything with __dlpack__, "
-        "__cuda_array_interface__ or __array_interface__)"
-    )
+    BY_TYPE[tp] = adapter
+    KEY_FN[tp] = adapter.key

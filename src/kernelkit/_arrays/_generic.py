@@ -4,9 +4,10 @@ results then are."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
-from . import DLPACK_CPU, Adapter, adapter_for
+from . import DLPACK_CPU, Adapter
 
 
 def view(x: Any) -> Any:
@@ -43,13 +44,16 @@ class GenericAdapter(Adapter):
     framework = "generic"
     shape_attribute = False
 
+    def __init__(self, adapter_for: Callable[[Any, str], Adapter]) -> None:
+        self._adapter_for = adapter_for  # lookup.adapter_for (which imports this module)
+
     def layout(self, x: Any) -> Any:
         a, v = self._inner(x)
         return a.layout(v)
 
     def _inner(self, x: Any) -> tuple[Adapter, Any]:
         v = view(x)
-        return adapter_for(v, "array"), v
+        return self._adapter_for(v, "array"), v
 
     def key(self, x: Any) -> Any:
         a, v = self._inner(x)

@@ -12,7 +12,7 @@ from .._dtypes import DType, normalize_dtype
 from .._errors import ArgumentTypeError
 from . import DLPACK_CPU, DLPACK_CUDA, Adapter, ArrayInfo
 
-_TORCH_DTYPES = {
+TORCH_DTYPES = {
     "bool": torch.bool,
     "int8": torch.int8,
     "int16": torch.int16,
@@ -26,7 +26,7 @@ _TORCH_DTYPES = {
 }
 for _name in ("uint16", "uint32", "uint64"):
     if hasattr(torch, _name):
-        _TORCH_DTYPES[_name] = getattr(torch, _name)
+        TORCH_DTYPES[_name] = getattr(torch, _name)
 
 _CPU = torch.device("cpu")
 _EMPTY_LIKE = functools.partial(torch.empty_like, memory_format=torch.contiguous_format)
@@ -76,7 +76,7 @@ class TorchAdapter(Adapter):
     contiguous = staticmethod(torch.Tensor.contiguous)  # type: ignore[assignment]
 
     def allocator(self, dtype: DType, device_type: int, device_index: int) -> Callable[[Any], Any]:
-        tdt = _TORCH_DTYPES.get(dtype.name)
+        tdt = TORCH_DTYPES.get(dtype.name)
         if tdt is None:
             raise ArgumentTypeError(f"[kernel] torch has no dtype {dtype.name} for an output")
         device = torch.device("cuda", device_index) if device_type == DLPACK_CUDA else _CPU
@@ -85,7 +85,7 @@ class TorchAdapter(Adapter):
         return torch.empty(0, dtype=tdt, device=device).new_empty
 
     def like(self, dtype: DType) -> tuple[Any, Callable[[Any], Any]] | None:
-        tdt = _TORCH_DTYPES.get(dtype.name)
+        tdt = TORCH_DTYPES.get(dtype.name)
         # contiguous_format: standard strides even where the input's size-1 dims have others
         return None if tdt is None else (tdt, _EMPTY_LIKE)
 

@@ -40,7 +40,7 @@ from .. import _config
 from .._errors import BundleError
 from .._records import Artifact
 from .._version import __version__
-from . import stats
+from . import files, stats
 from .entry import ENTRY_FORMAT_VERSION, BadEntry, decode, read_header
 from .keys import (
     KEY_SCHEMA_VERSION,
@@ -350,25 +350,23 @@ def write_bundle(path: str | os.PathLike[str], entries: Iterable[tuple[str, byte
         if digest not in blobs:
             items.append(_manifest_item(digest, data))
             blobs[digest] = data
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as zf:
-            for item in items:
-                zf.writestr(item["file"], blobs[item["key"]])
-            manifest = {
-                "format": BUNDLE_FORMAT,
-                "format_version": BUNDLE_FORMAT_VERSION,
-                "kernelkit": __version__,
-                "key_schema": KEY_SCHEMA_VERSION,
-                "entry_format": ENTRY_FORMAT_VERSION,
-                "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                "entries": items,
-            }
-            zf.writestr(MANIFEST, json.dumps(manifest, indent=1, sort_keys=True))
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+    with (
+        files.atomic_writer(path) as fd,
+        os.fdopen(fd, "wb", closefd=False) as f,
+        zipfile.ZipFile(f, "w", zipfile.ZIP_DEFLATED) as zf,
+    ):
+        for item in items:
+            zf.writestr(item["file"], blobs[item["key"]])
+        manifest = {
+            "format": BUNDLE_FORMAT,
+            "format_version": BUNDLE_FORMAT_VERSION,
+            "kernelkit": __version__,
+            "key_schema": KEY_SCHEMA_VERSION,
+            "entry_format": ENTRY_FORMAT_VERSION,
+            "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "entries": items,
+        }
+        zf.writestr(MANIFEST, json.dumps(manifest, indent=1, sort_keys=True))
     return manifest
 
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import errno
 import os
-import secrets
 import threading
 import time
 import warnings
@@ -59,34 +58,9 @@ def cache_dir() -> Path:
     return Path(platformdirs.user_cache_dir("kernelkit"))
 
 
-def _write_all(fd: int, data: bytes) -> None:
-    """Write every byte (a separate function so tests can slow it down and kill the writer)."""
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
-
-
-def _unlink(path: Path) -> bool:
-    try:
-        path.unlink()
-        return True
-    except OSError:
-        return False
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except (PermissionError, OverflowError):
-        return True
-    return True
-
-
 def tuning_records(root: Path) -> list[EntryFile]:
     """The tuning database's record files, ``tuning/<env digest>/<record digest>.json``
-    (``_tune/db.py``): they count in the size cap, least recently used going first."""
+    (``_select/tuning/db.py``): they count in the size cap, least recently used going first."""
     found = []
     for env in _listing(root / "tuning"):
         if _digest_name(env.name, "") and env.is_dir(follow_symlinks=False):
@@ -194,17 +168,9 @@ class DiskCache:
         check_digest(digest, "disk cache")  # before it names even the temp file
         if self.write_error is not None or len(data) > self.max_bytes:
             return False
-        tmp = self.entries / f".{digest}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
-        try:
-            files.make_dirs(self.entries)
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-            try:
-                _write_all(fd, data)
-            finally:
-                os.close(fd)
-            os.replace(tmp, self.path(digest))
+        try:  # the temp file is .<digest>.<pid>.<token>.tmp (stale_temps reads its pid)
+            files.write_atomic(self.path(digest), data, temp_stem=digest)
         except OSError as e:
-            _unlink(tmp)
             self.disable(e)
             return False
         stats.record("writes", self._label)
@@ -305,7 +271,7 @@ class DiskCache:
                         age = now - d.stat().st_mtime
                     except OSError:
                         continue
-                    if age > STALE_TMP_S or not _pid_alive(pid):
+                    if age > STALE_TMP_S or not files.pid_alive(pid):
                         stale.append(Path(d.path))
         except OSError:
             pass
@@ -314,14 +280,14 @@ class DiskCache:
     def evict(self, keep: str | None = None) -> int:
         """Remove least recently used entries and build products while the total is over the
         cap; ``keep`` (a digest, or a product's path) stays."""
-        files = self.scan() + tuning_records(self.root)
+        kept = self.scan() + tuning_records(self.root)
         made = products.scan(self.root)
-        total = sum(f.size_bytes for f in files) + sum(p.size_bytes for p in made)
+        total = sum(f.size_bytes for f in kept) + sum(p.size_bytes for p in made)
         if total <= self.max_bytes:
             return 0
         goal = int(self.max_bytes * _LOW_WATER)
         items: list[tuple[float, str, EntryFile | products.Product]] = [
-            (f.mtime, f.digest, f) for f in files
+            (f.mtime, f.digest, f) for f in kept
         ]
         items += [(p.mtime, str(p.path), p) for p in made]
         removed = 0
@@ -332,14 +298,14 @@ class DiskCache:
                 continue
             total -= item.size_bytes
             if isinstance(item, EntryFile):
-                if _unlink(item.path):
+                if files.unlink(item.path):
                     removed += 1
-                    _unlink(self.locks / f"{item.digest}.lock")
+                    files.unlink(self.locks / f"{item.digest}.lock")
             else:
                 products.discard(item.path)
                 removed += 1
         for tmp in self.stale_temps():
-            _unlink(tmp)
+            files.unlink(tmp)
         if removed:
             stats.record("evictions", self._label, removed)
         return removed
@@ -383,7 +349,7 @@ class DiskCache:
         bad += [(t, "temp file of a writer that died") for t in self.stale_temps()]
         bad += [
             (d, "build product directory left by a writer that died")
-            for d in products.leftovers(self.root, _pid_alive, STALE_TMP_S)
+            for d in products.leftovers(self.root, files.pid_alive, STALE_TMP_S)
         ]
         bad += [(f, "not a cache entry (its name is not a key digest)") for f in self._foreign()]
         if remove:
@@ -393,7 +359,7 @@ class DiskCache:
                 if path.is_dir() and not path.is_symlink():
                     products.discard(path)
                 else:
-                    _unlink(path)
+                    files.unlink(path)
         return good, bad
 
     def refusals(self) -> list[tuple[Path, str]]:
@@ -424,7 +390,7 @@ class DiskCache:
     def clear(self) -> int:
         """Remove every entry, build product, temp file, lock and the lifetime counts; returns
         the number of entries and products removed."""
-        removed = sum(_unlink(f.path) for f in self.scan())
+        removed = sum(files.unlink(f.path) for f in self.scan())
         for p in products.scan(self.root):
             products.discard(p.path)
             removed += 1
@@ -434,10 +400,10 @@ class DiskCache:
             try:
                 with os.scandir(folder) as it:
                     for item in it:
-                        _unlink(Path(item.path))
+                        files.unlink(Path(item.path))
             except OSError:
                 pass
-        _unlink(self.root / stats.STATS_FILE)
+        files.unlink(self.root / stats.STATS_FILE)
         return removed
 
 

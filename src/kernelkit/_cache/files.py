@@ -1,4 +1,6 @@
-"""Reading cache files as untrusted data, and deciding whether a cache path may be trusted.
+"""Reading cache files as untrusted data, deciding whether a cache path may be trusted, and the
+one atomic writer of every file kernelkit keeps (cache entries, bundles, statistics, tuning
+records, tables).
 
 Everything under the cache directory may have been planted or damaged, so a read opens with
 ``O_NONBLOCK`` (a FIFO cannot block it), ``fstat``s the open file (only regular files are read:
@@ -7,11 +9,16 @@ larger file is refused before a byte is read). A cache directory or file is code
 this process (a CPU kernel is ``dlopen``ed, the precompiled prelude is compiled into every
 kernel), so one owned by another user (root excepted), or writable by the group or others, is
 refused unless ``KERNELKIT_CACHE_TRUST_SHARED=1`` accepts it (with one warning per path).
+
+A file is written whole or not at all: into ``.<name>.<pid>.<token>.tmp`` beside it (created
+exclusively, mode 0o644), then renamed over it, so a reader sees the old file or the new one and
+a writer that dies leaves only a temp file, which its pid tells is stale (``pid_alive``).
 """
 
 from __future__ import annotations
 
 import os
+import secrets
 import stat
 import threading
 import warnings
@@ -22,7 +29,19 @@ from typing import BinaryIO
 
 from .. import _config
 
-__all__ = ["Unreadable", "distrust", "make_dirs", "open_regular", "read_regular", "trust_refusal"]
+__all__ = [
+    "Unreadable",
+    "atomic_writer",
+    "distrust",
+    "make_dirs",
+    "open_regular",
+    "pid_alive",
+    "read_regular",
+    "trust_refusal",
+    "unlink",
+    "write_all",
+    "write_atomic",
+]
 
 _warned: set[str] = set()
 _lock = threading.Lock()
@@ -51,6 +70,59 @@ def make_dirs(path: Path) -> None:
         except FileExistsError:
             if not d.is_dir():
                 raise
+
+
+def write_all(fd: int, data: bytes) -> None:
+    """Write every byte (a separate function so tests can slow it down and kill the writer)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def unlink(path: Path) -> bool:
+    """Remove ``path``; False when it could not be (missing, or no permission)."""
+    try:
+        path.unlink()
+        return True
+    except OSError:
+        return False
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists on this host (whoever owns it)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):
+        return True
+    return True
+
+
+@contextmanager
+def atomic_writer(path: Path, temp_stem: str | None = None) -> Iterator[int]:
+    """A descriptor of a new temp file beside ``path`` (``.<temp_stem or name>.<pid>.<token>.tmp``,
+    its folders made as needed), renamed over ``path`` when the block ends without an error;
+    the temp file is removed on any error, which propagates (OSError for the file's own)."""
+    tmp = path.parent / f".{temp_stem or path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+    try:
+        make_dirs(path.parent)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o644)
+        try:
+            yield fd
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        unlink(tmp)
+        raise
+
+
+def write_atomic(path: Path, data: bytes, temp_stem: str | None = None) -> None:
+    """Publish ``data`` as ``path``, whole or not at all (``atomic_writer``); OSError when it
+    could not be written, with nothing left behind."""
+    with atomic_writer(path, temp_stem) as fd:
+        write_all(fd, data)
 
 
 def _open_checked(

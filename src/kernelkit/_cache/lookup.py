@@ -1,19 +1,22 @@
 """``compile_cached``: memory, then disk, then bundles, then compile (once per key across threads
 and processes), writing what was compiled to disk. ``recompile_refused``: the way back when the
-backend cannot load what a bundle or the disk cache served."""
+backend cannot load what a bundle or the disk cache served. ``get_product``: a backend's build
+product (``products``) from the disk cache, built once when missing or damaged."""
 
 from __future__ import annotations
 
 import warnings
 import weakref
+from collections.abc import Callable
+from pathlib import Path
 
+from .._backends.registry import backend_call
 from .._records import Artifact, CompileRequest
-from .._registry import backend_call
 from ..backend import Backend
-from . import bundles, disk, memory, stats
+from . import bundles, disk, files, memory, products, stats
 from .keys import CacheKey, cache_key
 
-__all__ = ["compile_cached", "recompile_refused"]
+__all__ = ["compile_cached", "get_product", "recompile_refused"]
 
 # key digest -> the artifact the disk cache served for it (weak: gone with the artifact), so a
 # load failure of what was read from disk is told from one of what was compiled here
@@ -119,7 +122,7 @@ def _replace_on_disk(
     )
     stats.record("corrupt", str(cache.root))
     with cache.lock(key.digest):
-        disk._unlink(path)
+        files.unlink(path)
         artifact = _compile(backend, request, str(cache.root))
         cache.write(key, request.kernel, request.backend, artifact)
     return artifact
@@ -131,3 +134,38 @@ def _compile(backend: Backend, request: CompileRequest, directory: str | None) -
         artifact = backend.compile(request)
     stats.record("compiles", directory)
     return artifact
+
+
+def get_product(area: str, name: str, build: Callable[[Path], bool]) -> Path | None:
+    """The checked directory of product ``name`` in ``area``, built by ``build(directory)`` (which
+    writes the files into ``directory`` and returns whether it succeeded) when missing or damaged.
+    In the disk cache when it is on and writable, else in this process's temporary directory;
+    None when the build fails."""
+    products.check_name("area", area)
+    products.check_name("name", name)
+    cache = disk.current()
+    if cache is not None:
+        found = _cached_product(cache, cache.root / area, name, build)
+        if found is not None:
+            return found
+    return products.build_in_process(area, name, build)
+
+
+def _cached_product(
+    cache: disk.DiskCache, where: Path, name: str, build: Callable[[Path], bool]
+) -> Path | None:
+    target = where / name
+    if products.usable(target):
+        return target
+    if cache.write_error is not None:
+        return None
+    with cache.lock_named(f"product-{where.name}-{name}"):
+        if products.usable(target):  # another process built it while this one waited
+            return target
+        if not products.build_into(where, name, build):
+            return None
+        if products.size_bytes(target) > cache.max_bytes:  # alone it would push every entry out
+            products.discard(target)
+            return None
+        cache.evict(keep=str(target))
+        return target

@@ -28,22 +28,22 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from . import files
-
-if TYPE_CHECKING:
-    from .disk import DiskCache
 
 __all__ = [
     "SUMS",
     "Product",
+    "build_in_process",
+    "build_into",
+    "check_name",
     "discard",
-    "get",
     "is_area",
     "leftovers",
     "process_dir",
     "scan",
+    "size_bytes",
+    "usable",
     "verify",
 ]
 
@@ -52,7 +52,7 @@ _MAX_SUMS_BYTES = 1 << 20  # a list is a few lines
 _MAX_FILE_BYTES = 4 << 30  # a precompiled header is ~40 MB
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,127}")
 _FILE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")  # no separator, never "." or ".."
-_NOT_AREAS = frozenset({"entries", "locks", "tuning"})  # tuning/: _tune/db.py, not products
+_NOT_AREAS = frozenset({"entries", "locks", "tuning"})  # tuning/: the tuning db, not products
 _lock = threading.Lock()
 _process_dir: tuple[int, Path] | None = None
 
@@ -71,7 +71,7 @@ def is_area(name: str) -> bool:
     return name not in _NOT_AREAS and _NAME.fullmatch(name) is not None
 
 
-def _check_name(what: str, name: str) -> str:
+def check_name(what: str, name: str) -> str:
     if not _NAME.fullmatch(name) or (what == "area" and not is_area(name)):
         raise ValueError(
             f"[cache] product {what} {name!r} must match {_NAME.pattern}"
@@ -96,47 +96,16 @@ def _remove_process_dir(pid: int, path: Path) -> None:
         shutil.rmtree(path, ignore_errors=True)
 
 
-def get(area: str, name: str, build: Callable[[Path], bool]) -> Path | None:
-    """The checked directory of product ``name`` in ``area``, built by ``build(directory)`` (which
-    writes the files into ``directory`` and returns whether it succeeded) when missing or damaged.
-    In the disk cache when it is on and writable, else in this process's temporary directory;
-    None when the build fails."""
-    from . import disk
-
-    _check_name("area", area)
-    _check_name("name", name)
-    cache = disk.current()
-    if cache is not None:
-        found = _get_cached(cache, cache.root / area, name, build)
-        if found is not None:
-            return found
+def build_in_process(area: str, name: str, build: Callable[[Path], bool]) -> Path | None:
+    """Product ``name`` of ``area`` in this process's temporary directory (the disk cache off or
+    not writable), built by ``build`` when missing; None when the build fails."""
     where = process_dir() / area
     target = where / name
     with _lock:  # threads of this process build it once
-        return target if _usable(target) or _build(where, name, build) else None
+        return target if usable(target) or build_into(where, name, build) else None
 
 
-def _get_cached(
-    cache: DiskCache, where: Path, name: str, build: Callable[[Path], bool]
-) -> Path | None:
-    target = where / name
-    if _usable(target):
-        return target
-    if cache.write_error is not None:
-        return None
-    with cache.lock_named(f"product-{where.name}-{name}"):
-        if _usable(target):  # another process built it while this one waited
-            return target
-        if not _build(where, name, build):
-            return None
-        if _size(target) > cache.max_bytes:  # it alone would push every entry out
-            discard(target)
-            return None
-        cache.evict(keep=str(target))
-        return target
-
-
-def _usable(target: Path) -> bool:
+def usable(target: Path) -> bool:
     """Whether ``target`` is a complete, undamaged product; a damaged one is moved aside."""
     try:
         if not target.is_dir():
@@ -153,7 +122,7 @@ def _usable(target: Path) -> bool:
     return True
 
 
-def _build(where: Path, name: str, build: Callable[[Path], bool]) -> bool:
+def build_into(where: Path, name: str, build: Callable[[Path], bool]) -> bool:
     """Build into a temp directory, list its checksums last, and publish it by one rename."""
     tmp = where / f".{name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
     try:
@@ -179,7 +148,7 @@ def _build(where: Path, name: str, build: Callable[[Path], bool]) -> bool:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _size(target: Path) -> int:
+def size_bytes(target: Path) -> int:
     try:
         return sum(f.stat().st_size for f in target.iterdir())
     except OSError:

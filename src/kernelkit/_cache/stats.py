@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import atexit
 import json
-import os
 import threading
 from collections import Counter
 from pathlib import Path
 
-from .files import Unreadable, read_regular
+from .files import Unreadable, read_regular, write_atomic
 
 __all__ = ["NAMES", "STATS_FILE", "cache_stats", "flush", "lifetime", "record"]
 
@@ -101,8 +100,6 @@ def flush() -> None:
             with FileLock(str(path) + ".lock", timeout=5):
                 total = _read(path)
                 total.update(counts)
-                tmp = path.with_name(f".{STATS_FILE}.{os.getpid()}.tmp")
-                tmp.write_text(json.dumps(dict(total), sort_keys=True))
-                os.replace(tmp, path)
+                write_atomic(path, json.dumps(dict(total), sort_keys=True).encode())
         except (OSError, Timeout):
             continue  # a read-only or vanished directory keeps no lifetime counts

@@ -24,7 +24,7 @@ from typing import Any
 from .._arrays import DLPACK_CPU, DLPACK_CUDA, NULL
 from .._dtypes import DTYPES
 from .._errors import KernelkitError
-from .._key import MISS, guard_function
+from .._pipeline.key import MISS, guard_function
 from . import jax_pack, jax_shim
 
 __all__ = ["EAGER_PLATFORMS", "MAX_VARIANTS", "EagerRoute", "run_for"]

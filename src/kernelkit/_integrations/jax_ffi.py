@@ -80,7 +80,7 @@ class TracedCall:
     def _plan(self, platform: str, device: int) -> Any:
         """The kernel specialized on ``platform``'s backend for ``device`` (a LaunchPlan)."""
         from .._arrays._abstract import AbstractArray
-        from .._key import CallArgs
+        from .._pipeline.key import CallArgs
 
         backend, device_type, _ = PLATFORMS[platform]
         pinned = self.kernel.spec.backend

@@ -2,7 +2,7 @@
 that is fixed when the call is lowered (or, for an eager call, first seen).
 
 The argument pack is CUDA's kernelParams layout, the one every backend launches from, built
-with ``_pack.ArgPack`` and flattened into int64 words: each slot 8-byte aligned at
+with ``_pipeline.pack.ArgPack`` and flattened into int64 words: each slot 8-byte aligned at
 ``offsets[i]``, constant slots (shapes, strides, ndim, extents, scalars) filled in, and array
 slots named by ``buffers[i]``, the index of the XLA buffer whose address the handler writes
 there (inputs in call order, then outputs; -1 for a constant slot). Launch geometry and what to
@@ -19,10 +19,10 @@ from typing import Any
 
 import numpy as np
 
-from .._codegen import extent_param, metadata_param
+from .._abi import extent_param, metadata_param
 from .._errors import ArgumentError
-from .._hotpath import extent
-from .._pack import ArgPack, scalar_bits
+from .._pipeline.launch import extent
+from .._pipeline.pack import ArgPack, scalar_bits
 from .._records import MAX_NDIM, Param
 
 __all__ = ["Packed", "attributes", "cpu_attributes", "cuda_attributes", "pack"]

@@ -82,11 +82,11 @@ def ensure_registered() -> None:
             raise BackendError(_failure)
         import jax
 
-        from .._cache import products
+        from .._cache.lookup import get_product
 
         try:
             include = jax.ffi.include_dir()
-            found = products.get(AREA, _shim_name(include), lambda d: _build_shim(include, d))
+            found = get_product(AREA, _shim_name(include), lambda d: _build_shim(include, d))
             if found is None:
                 raise BackendError("[jax] the XLA FFI shim could not be built or stored")
             shim = ctypes.CDLL(str(found / "shim.so"))

@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from ..ops._elementwise_parse import _MATH, _OWN
+from ..ops._elementwise_parse import MATH_FUNCTIONS, OWN_FUNCTIONS
 
 __all__ = ["FUNCTIONS", "evaluate", "traced"]
 
@@ -86,7 +86,7 @@ FUNCTIONS: dict[str, Callable[..., Any]] = {
     "fmaf": lambda a, b, c: a * b + c,
 }
 # every function the expression language has is translated (checked at import)
-if set(FUNCTIONS) != {f"kk_ew_{n}" for n in _OWN} | set(_MATH.values()):
+if set(FUNCTIONS) != {f"kk_ew_{n}" for n in OWN_FUNCTIONS} | set(MATH_FUNCTIONS.values()):
     raise ImportError("[elementwise] the torch translation does not cover the expression language")
 
 

@@ -1,5 +1,5 @@
 """The CPU/CUDA implementations of a kernel's torch op, generated per op as straight-line
-Python, as ``_hotpath`` does for a kernel call: the op's eager call should cost the dispatcher
+Python, as the launch stage does for a kernel call: the op's eager call should cost the dispatcher
 and little more. Constant rules are bound as values, only the rules that depend on the inputs
 are called, the gradient tests are inline attribute reads, and the kernel is called with its
 arguments in ``Kernel.__call__``'s order. The text is built from kernelkit's own fragments only
@@ -7,9 +7,10 @@ arguments in ``Kernel.__call__``'s order. The text is built from kernelkit's own
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from typing import Any
+
+from .._generated import execute
 
 __all__ = ["Constant", "generate"]
 
@@ -72,7 +73,7 @@ def generate(
         *(f"    _bump(args[{n_in + j}])" for j in range(outs)),
     ]
     source = "\n".join(lines) + "\n"
-    exec(_compiled(source), ns)  # noqa: S102 - kernelkit's own text only
+    execute(source, ns, "torch op")
     op.impl_source = source
     return ns["impl"], ns["impl_out"]
 
@@ -81,9 +82,3 @@ def _requires_grad(i: int, op: Any) -> str:
     optional = op.schema.params[i][1].endswith("?")
     test = f"args[{i}].requires_grad"
     return f"(args[{i}] is not None and {test})" if optional else test
-
-
-@functools.lru_cache(maxsize=256)
-def _compiled(source: str) -> Any:
-    """Ops of the same shape share one code object."""
-    return compile(source, "<kernelkit torch op>", "exec")

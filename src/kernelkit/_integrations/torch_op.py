@@ -332,9 +332,9 @@ def torch_dtype(value: Any, where: str) -> Any:
 
     if isinstance(value, torch.dtype):
         return value
-    from .._arrays._torch import _TORCH_DTYPES
+    from .._arrays._torch import TORCH_DTYPES
 
     name = normalize_dtype(value, f"{where} output dtype").name
-    if name not in _TORCH_DTYPES:
+    if name not in TORCH_DTYPES:
         raise ArgumentTypeError(f"{where}: torch has no dtype {name}")
-    return _TORCH_DTYPES[name]
+    return TORCH_DTYPES[name]

@@ -19,6 +19,7 @@ from typing import Any
 
 from .. import _arrays
 from .._errors import ArgumentError
+from .torch_grad import needs_grad, no_gradient, refuse_functorch, requires_grad
 
 __all__ = ["call", "hook", "install", "install_torch", "needs_grad", "no_gradient", "wants"]
 
@@ -95,26 +96,6 @@ def install_torch(torch: Any) -> None:
         from . import torch_traced  # noqa: F401
 
 
-def _signature(arrays: tuple) -> tuple:
-    """Torch tensors (or None): class, dtype, shape, strides, layout (a sparse COO tensor has
-    strides too), device, and whether autograd
-    needs it now (such a signature is never prepared: it goes through the torch op). Inside a
-    torch.func transform none (its tensors have no storage: the validating path refuses)."""
-    torch = sys.modules["torch"]
-    if torch._C._functorch.peek_interpreter_stack() is not None:
-        raise TypeError("inside a torch.func transform")
-    grad = torch.is_grad_enabled()
-    sig = []
-    for a in arrays:
-        sig.append(
-            None
-            if a is None
-            else (a.__class__, a.dtype, a.shape, a.stride(), a.layout, a.device,
-                  grad and a.requires_grad)
-        )  # fmt: skip
-    return tuple(sig)
-
-
 def wants(*arrays: Any) -> bool:
     """True when ``arrays[0]`` is a torch tensor and torch must see the op: while
     ``torch.compile`` traces, when autograd needs a gradient, or for tensor subclasses
@@ -124,7 +105,7 @@ def wants(*arrays: Any) -> bool:
         return False
     if torch.compiler.is_compiling():
         return True
-    _refuse_functorch(torch)
+    refuse_functorch(torch)
     grad = torch.is_grad_enabled()
     for a in arrays:
         if isinstance(a, torch.Tensor):
@@ -136,48 +117,12 @@ def wants(*arrays: Any) -> bool:
     return False
 
 
-def no_gradient(name: str) -> ArgumentError:
-    """The error of an op without a gradient called on inputs that need one."""
-    return ArgumentError(
-        f"[{name}] has no gradient, and an input requires grad: call it under "
-        "torch.no_grad() or on detached tensors (a kernel with a gradient: "
-        "Kernel.as_torch_op and kernelkit.custom_vjp)"
-    )
-
-
-def needs_grad(arrays: Any) -> bool:
-    """True when autograd is on and one of ``arrays`` is a torch tensor that requires grad
-    (for ops without a gradient, which must refuse such calls rather than drop it)."""
-    torch = sys.modules.get("torch")
-    if torch is None:
-        return False
-    if any(isinstance(a, torch.Tensor) for a in arrays):
-        _refuse_functorch(torch)
-    return _requires_grad(torch, arrays)
-
-
-def _requires_grad(torch: Any, arrays: Any) -> bool:
-    return torch.is_grad_enabled() and any(
-        isinstance(a, torch.Tensor) and a.requires_grad for a in arrays
-    )
-
-
-def _refuse_functorch(torch: Any) -> None:
-    """ArgumentError inside a torch.func transform: its tensors are wrappers with no storage."""
-    peek = getattr(getattr(torch._C, "_functorch", None), "peek_interpreter_stack", None)
-    if peek is not None and peek() is not None:
-        raise ArgumentError(
-            "[kernelkit.ops] torch.func transforms (vmap, grad, jacrev, ...) are not supported: "
-            "call the op outside the transform, or use torch.autograd / a loop over the batch"
-        )
-
-
 def call(name: str, *args: Any, out: Any = None) -> Any:
     """Run built-in op ``name`` through its torch op (defined on first use). Like torch's
     own ops, an ``out=`` call refuses inputs that need a gradient (its result has none)."""
     from . import torch_ops
 
-    if out is not None and _requires_grad(sys.modules["torch"], args):
+    if out is not None and requires_grad(sys.modules["torch"], args):
         raise ArgumentError(
             f"[{name}] out= does not take part in autograd, and an input requires grad: "
             "call without out= (or under torch.no_grad())"

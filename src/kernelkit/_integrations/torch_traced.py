@@ -33,8 +33,7 @@ from .._errors import ArgumentError
 from ..ops import _elementwise, _matmul, _matmul_args, _norms, _softmax
 from ..ops._common import move_last, row_contiguous
 from . import torch_elementwise, torch_ops  # noqa: F401 - torch_ops defines the torch ops
-from .torch_route import _signature as torch_signature
-from .torch_route import no_gradient
+from .torch_grad import no_gradient, torch_signature
 
 __all__ = ["INSTALLED"]
 

@@ -19,7 +19,7 @@ __all__ = ["decide", "explain_selection"]
 def _database(op: Op, backend: Backend) -> Any:
     """A lookup into the tuning database for this backend, or None when the database is off.
     A record ``op`` cannot serve as it is now (``unservable``) is discarded with one warning."""
-    from .._tune import db as tuning
+    from .tuning import db as tuning
 
     if tuning.tune_mode() == "off":
         return None

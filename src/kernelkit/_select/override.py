@@ -1,12 +1,12 @@
-"""Forcing a choice, for debugging and benchmarks: ``kernelkit.force(...)`` in code, or
-``KERNELKIT_SELECT_FORCE`` for a whole process. A forced choice beats every other rule, and one
-that cannot run the problem is an error (never silently replaced)."""
+"""Forcing a choice, for debugging and benchmarks: ``kernelkit.force(...)`` in code (defined in
+``kernelkit._choices``; it sets ``FORCED``), or ``KERNELKIT_SELECT_FORCE`` for a whole process.
+A forced choice beats every other rule, and one that cannot run the problem is an error (never
+silently replaced)."""
 
 from __future__ import annotations
 
 import contextvars
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from typing import Any
 
 from .. import _config
@@ -14,15 +14,17 @@ from .._errors import ArgumentError
 from .records import Config
 from .select import Override
 
-__all__ = ["force", "forced", "parse_force"]
+__all__ = ["FORCED", "config_of", "forced", "parse_force"]
 
-_forced: contextvars.ContextVar[tuple[tuple[str, Override], ...]] = contextvars.ContextVar(
+FORCED: contextvars.ContextVar[tuple[tuple[str, Override], ...]] = contextvars.ContextVar(
     "kernelkit_forced", default=()
 )
 _env_cache: dict[str, dict[str, Override]] = {}
 
 
-def _config_of(config: Any, where: str) -> Config | None:
+def config_of(config: Any, where: str) -> Config | None:
+    """A ``Config`` from a ``Config`` or a dict of template values, ``threadgroup`` and
+    ``shared_memory`` (None stays None); ArgumentError naming ``where`` otherwise."""
     if config is None or isinstance(config, Config):
         return config
     if isinstance(config, Mapping):
@@ -31,29 +33,6 @@ def _config_of(config: Any, where: str) -> Config | None:
         shared = values.pop("shared_memory", 0)
         return Config(template=tuple(values.items()), threadgroup=threadgroup, shared_memory=shared)
     raise ArgumentError(f"[{where}] config must be a Config or a dict, got {config!r}")
-
-
-@contextmanager
-def force(op: Any, impl: str, config: Config | Mapping[str, Any] | None = None) -> Iterator[None]:
-    """Within the ``with`` block (this thread or task), ``op`` runs ``impl`` with ``config``
-    (default: the config the implementation's heuristic gives the problem, else its default
-    config).
-
-    Example::
-
-        >>> import kernelkit
-        >>> with kernelkit.force("matmul", "tiled", {"BLOCK_M": 64, "threadgroup": (128,)}):
-        ...     pass  # every matmul in here runs matmul/tiled with BLOCK_M=64
-    """
-    name = op if isinstance(op, str) else getattr(op, "name", None)
-    if not isinstance(name, str) or not isinstance(impl, str):
-        raise ArgumentError("[force] needs an op (or its name) and an implementation name")
-    entry = (name, Override(impl, _config_of(config, "force"), "kernelkit.force"))
-    token = _forced.set((*_forced.get(), entry))
-    try:
-        yield
-    finally:
-        _forced.reset(token)
 
 
 def parse_force(text: str) -> dict[str, Override]:
@@ -74,7 +53,7 @@ def parse_force(text: str) -> dict[str, Override]:
                     f"[KERNELKIT_SELECT_FORCE] {item!r} in {entry!r} is not NAME=VALUE"
                 )
             values[name.strip()] = _value(name.strip(), value.strip())
-        config = _config_of(values, "KERNELKIT_SELECT_FORCE") if values else None
+        config = config_of(values, "KERNELKIT_SELECT_FORCE") if values else None
         out[op.strip()] = Override(impl.strip(), config, "KERNELKIT_SELECT_FORCE")
     return out
 
@@ -93,7 +72,7 @@ def _value(name: str, text: str) -> Any:
 def forced(op_name: str) -> Override | None:
     """The override in force for ``op_name``: the innermost ``force`` block, else the
     environment variable, else None."""
-    for name, override in reversed(_forced.get()):
+    for name, override in reversed(FORCED.get()):
         if name == op_name:
             return override
     text = _config.config.select_force

@@ -71,7 +71,7 @@ class Selection:
         return "\n".join(lines)
 
 
-def _limits(config: Config, target: Target) -> str | None:
+def exceeded_limit(config: Config, target: Target) -> str | None:
     threads = config.threadgroup[0] * config.threadgroup[1] * config.threadgroup[2]
     if threads > target.max_threads_per_block:
         limit = target.max_threads_per_block
@@ -118,7 +118,7 @@ def _offers(impl: Implementation, config: Config) -> bool:
     return any(c == config and typed(c) == typed(config) for c in (impl.default, *impl.configs))
 
 
-def _legal(
+def legal_choice(
     op: Op,
     impl_id: str,
     config: Config | None,
@@ -142,7 +142,7 @@ def _legal(
         assert config is not None  # noqa: S101 - for mypy: generic implementations have a default
         if listed and not _offers(impl, config):
             return None, None, f"config [{config.describe()}] is not one of {impl.name}'s"
-        why = _limits(config, target) or impl.check_config(problem, config)
+        why = exceeded_limit(config, target) or impl.check_config(problem, config)
         if why is not None:
             return None, None, why
     else:
@@ -181,7 +181,7 @@ def select(
         return Selection(choice, tuple(seen), problem, target)
 
     if override is not None:
-        impl, config, why = _legal(op, override.impl, override.config, problem, target)
+        impl, config, why = legal_choice(op, override.impl, override.config, problem, target)
         if impl is None or config is None:
             raise ArgumentError(f"[{op.name}] forced {override.impl!r} ({override.where}): {why}")
         return choose(impl, config, "override", f"forced by {override.where}")
@@ -192,7 +192,7 @@ def select(
             seen.append(Considered(source, None, "no entry" if lookup else "not consulted"))
             continue
         for impl_id, wanted, where in [found] if isinstance(found, tuple) else found:
-            impl, config, why = _legal(op, impl_id, wanted, problem, target, listed=True)
+            impl, config, why = legal_choice(op, impl_id, wanted, problem, target, listed=True)
             if impl is None or config is None:
                 seen.append(Considered(source, impl_id, f"refused: {why} ({where})"))
                 continue
@@ -214,13 +214,13 @@ def select(
         why = impl.check(problem, target)
         config = impl.heuristic(problem, target) if why is None else None
         if config is not None:
-            why = _limits(config, target) or impl.check_config(problem, config)
+            why = exceeded_limit(config, target) or impl.check_config(problem, config)
             if why is None:
                 return choose(impl, config, "heuristic", "")
         seen.append(Considered("heuristic", op.impl_id(impl), why or "no config for this problem"))
 
     for impl in generic:
-        got, config, why = _legal(op, impl.name, None, problem, target)
+        got, config, why = legal_choice(op, impl.name, None, problem, target)
         if got is not None and config is not None:
             return choose(got, config, "default", "")
         seen.append(Considered("default", op.impl_id(impl), f"does not match: {why}"))

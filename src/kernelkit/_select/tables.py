@@ -48,6 +48,7 @@ from importlib.resources import files
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from .._cache.files import write_atomic
 from .._errors import ArgumentError
 from .._records import Problem, Target
 from .keys import Feature
@@ -467,9 +468,7 @@ class Table:
             text = yaml.safe_dump(doc, sort_keys=False, default_flow_style=None)
         else:
             text = json.dumps(doc, indent=1) + "\n"
-        from .._tune.db import _publish  # the same temp-file-and-rename writer
-
-        _publish(path.parent, path.name, text.encode())
+        write_atomic(path, text.encode())
 
 
 _shipped: Table | None = None

@@ -26,16 +26,16 @@ from .._api import Kernel
 from .._errors import ArgumentError, ArgumentTypeError
 from .._records import Problem
 from .._select.decide import decide, explain_selection
-from .._select.override import _config_of, _forced, forced
+from .._select.override import FORCED, config_of, forced
 from .._select.records import Config, KernelChoice
 from .._select.registry import Implementation, Op
 from .._select.select import Selection, unservable
-from . import db as tuning
+from .._select.tuning import db as tuning
 from .calls import KernelCall, grid_rule, identity, launch_settings, run_choice
-from .keyfn import _compile_key, _is_int_scalar, _no_key, _pattern, _row_strides
+from .keyfn import call_pattern, compile_key, is_int_scalar, no_key, row_strides
 from .tuner import Session, TuneResult, tune_session
 
-__all__ = ["AutotunedKernel", "KernelCall", "autotune", "explain"]
+__all__ = ["AutotunedKernel", "KernelCall", "autotune"]
 
 MAX_FAST = 4096  # distinct argument layouts remembered per kernel (then forgotten at once)
 
@@ -54,7 +54,7 @@ class _AutotunedOp(Op):
 def _configs(configs: Any, name: str) -> tuple[Config, ...]:
     if configs is None or isinstance(configs, Config | Mapping | str):
         raise ArgumentTypeError(f"[{name}] configs must be a list of Config or dicts")
-    return tuple(_config_of(c, name) for c in configs)  # type: ignore[misc]
+    return tuple(config_of(c, name) for c in configs)  # type: ignore[misc]
 
 
 class AutotunedKernel:
@@ -83,7 +83,7 @@ class AutotunedKernel:
         spec = kernel.spec
         args = (*spec.input_names, *spec.output_names)
         tuned = _configs(configs, self.name)
-        fallback = _config_of(default, self.name) if default is not None else None
+        fallback = config_of(default, self.name) if default is not None else None
         if not tuned:
             warnings.warn(
                 f"[{self.name}] autotune got an empty config list: every call runs the default "
@@ -103,7 +103,7 @@ class AutotunedKernel:
             )
         )
         self._fast: dict[Any, tuple] = {}
-        self._fast_key: Callable[..., Any] = _no_key
+        self._fast_key: Callable[..., Any] = no_key
         self._keys: dict[tuple, Callable[..., Any]] = {}  # argument pattern -> key function
         self._locks: dict[Any, threading.Lock] = {}
         self._lock = threading.Lock()
@@ -139,7 +139,7 @@ class AutotunedKernel:
             hit = None
         if hit is None and len(self._keys) > 1:
             hit = self._other_pattern(inputs, out, output_shapes, output_dtypes, backend)
-        if hit is None or _forced.get():
+        if hit is None or FORCED.get():
             hit = self._settle(
                 inputs, output_shapes, output_dtypes, out, init_value, backend, check
             )
@@ -171,14 +171,14 @@ class AutotunedKernel:
     ) -> tuple[Problem, Any]:
         """The call's ``Problem`` (named after this op; int/bool scalars are attributes, so a
         key or a grid rule can read them) and the bind result (backend, target, adapters)."""
-        from .._bind import bind
+        from .._pipeline.bind import bind
 
         bound = bind(self.kernel.spec, inputs, output_dtypes, out, backend)
         p = bound.problem
         attrs = tuple(
             (n, x if isinstance(x, bool) else int(x))
             for n, x in zip(self.kernel.spec.input_names, inputs)
-            if _is_int_scalar(x)
+            if is_int_scalar(x)
         )
         args = list(p.args)
         if out is None and output_shapes is not None:
@@ -186,7 +186,7 @@ class AutotunedKernel:
             if len(outs) == len(output_shapes):
                 for i, shape in zip(outs, output_shapes):
                     s = tuple(int(v) for v in shape)
-                    args[i] = replace(args[i], shape=s, strides=_row_strides(s))
+                    args[i] = replace(args[i], shape=s, strides=row_strides(s))
         return replace(p, name=self.name, args=tuple(args), attrs=p.attrs + attrs), bound
 
     def _settle(
@@ -355,14 +355,14 @@ class AutotunedKernel:
     def _remember(
         self, inputs: Any, out: Any, shapes: Any, dtypes: Any, backend: Any, s: tuple
     ) -> None:
-        pattern = _pattern(inputs, out, shapes, dtypes)
+        pattern = call_pattern(inputs, out, shapes, dtypes)
         fn = self._keys.get(pattern)
         if fn is None:
             if len(self._keys) >= 8:  # call patterns are few; more means something odd
                 self._keys.clear()
                 self._fast.clear()
             texts = self.op.key.texts  # type: ignore[union-attr]
-            fn = self._keys[pattern] = _compile_key(pattern, texts, len(self._keys))
+            fn = self._keys[pattern] = compile_key(pattern, texts, len(self._keys))
         self._fast_key = fn
         try:
             k = self._fast_key(inputs, out, shapes, dtypes, backend)
@@ -483,24 +483,3 @@ def known(ops: Mapping[str, AutotunedKernel]) -> Callable[[str, str], bool]:
         return obj is not None and obj.op.get(impl) is not None
 
     return check
-
-
-def explain(obj: Any, *args: Any, **kwargs: Any) -> Any:
-    """Print and return what ``obj.explain(*args, **kwargs)`` gives: for an autotuned kernel,
-    the ``Selection`` a call with these arguments gets (the choice, its source, every rule and
-    candidate considered). A ``Selection`` itself is printed as it is.
-
-    Example::
-
-        >>> import numpy as np, kernelkit
-        >>> k = kernelkit.kernel("inc", ["x"], ["y"], "uint i = blockIdx.x * blockDim.x"
-        ...     " + threadIdx.x; if (i < x_shape[0]) y[i] = x[i] + 1;")
-        >>> inc = kernelkit.autotune(k, configs=[{"threadgroup": (64,)}], grid="x")
-        >>> x = np.zeros(10, np.float32)
-        >>> sel = kernelkit.explain(inc, [x], output_shapes=[x.shape], output_dtypes=[x.dtype])
-        ... # doctest: +ELLIPSIS
-        inc: inc/generic [threadgroup=64x1x1] grid=10x1x1 from ...
-    """
-    found = obj if isinstance(obj, Selection) else obj.explain(*args, **kwargs)
-    print(found.explain() if hasattr(found, "explain") else found)  # noqa: T201 - explain prints
-    return found

@@ -8,8 +8,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from .._generated import execute
 
-def _is_int_scalar(x: Any) -> bool:
+
+def is_int_scalar(x: Any) -> bool:
     if type(x) in (int, bool):
         return True
     import numpy as np
@@ -17,11 +19,11 @@ def _is_int_scalar(x: Any) -> bool:
     return isinstance(x, np.integer | np.bool_)
 
 
-def _no_key(*args: Any) -> Any:
+def no_key(*args: Any) -> Any:
     raise LookupError
 
 
-def _row_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+def row_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
     strides, acc = [], 1
     for d in reversed(shape):
         strides.append(acc)
@@ -41,7 +43,7 @@ def _kind(x: Any) -> str:
     return "value"  # a NumPy scalar: its dtype is its type
 
 
-def _pattern(inputs: Any, out: Any, shapes: Any, dtypes: Any) -> tuple:
+def call_pattern(inputs: Any, out: Any, shapes: Any, dtypes: Any) -> tuple:
     """What the compiled key function is specialized for: each argument's kind and counts."""
     return (
         tuple(_kind(x) for x in inputs),
@@ -51,10 +53,10 @@ def _pattern(inputs: Any, out: Any, shapes: Any, dtypes: Any) -> tuple:
     )
 
 
-def _compile_key(pattern: tuple, features: Sequence[str], tag: int) -> Callable[..., Any]:
+def compile_key(pattern: tuple, features: Sequence[str], tag: int) -> Callable[..., Any]:
     """Generated code (kept in ``run_source``): the tuple of everything a decision and its grid
     can depend on, for calls of this pattern; anything else raises (slow path)."""
-    from .._arrays import _KEY_FN
+    from .._arrays import KEY_FN
 
     kinds, n_out, n_shapes, n_dtypes = pattern
     layout = any(f.split(":")[0].endswith(".contiguous") for f in features)
@@ -91,14 +93,14 @@ def _compile_key(pattern: tuple, features: Sequence[str], tag: int) -> Callable[
     parts.append("backend")
     lines.append(f"    return ({', '.join(parts)},)")
     source = "\n".join(lines) + "\n"
-    namespace: dict[str, Any] = {"kf": _KEY_FN, "contig": _contiguous}
-    exec(compile(source, "<kernelkit autotune key>", "exec"), namespace)  # noqa: S102 - generated from counts and indices
+    namespace: dict[str, Any] = {"kf": KEY_FN, "contig": _contiguous}
+    execute(source, namespace, "autotune key")
     fn = namespace["key"]
     fn.run_source = source
     return fn
 
 
 def _contiguous(x: Any) -> Any:
-    from .._arrays import adapter_for
+    from .._arrays.lookup import adapter_for
 
     return adapter_for(x, "argument").is_contiguous(x)

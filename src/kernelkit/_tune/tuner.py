@@ -29,9 +29,9 @@ from .._errors import ArgumentError
 from .._records import Problem, Target
 from .._select.records import Config, KernelChoice
 from .._select.registry import Implementation, Op
-from .._select.select import _limits
+from .._select.select import exceeded_limit
+from .._select.tuning.records import Environment, TuningRecord
 from ..backend import Backend
-from .records import Environment, TuningRecord
 from .timing import ArgumentSets, TimingPolicy, copies_for, measure, to_host
 
 __all__ = [
@@ -126,7 +126,7 @@ def compile_candidates(
         try:
             compile_one(i)
         except Exception as e:  # noqa: BLE001 - a bad candidate is a result, never a crash
-            return i, _reason(e)
+            return i, failure_reason(e)
         return i, None
 
     workers = threads or min(len(indices), os.cpu_count() or 1, 8) or 1
@@ -199,7 +199,7 @@ class Session:
 
     def legal(self, config: Config) -> str | None:
         """None when ``config`` may run this problem on this target, else why not."""
-        return self.impl.check(self.problem, self.target) or _limits(config, self.target)
+        return self.impl.check(self.problem, self.target) or exceeded_limit(config, self.target)
 
     def choice(self, config: Config) -> KernelChoice:
         return KernelChoice(
@@ -234,13 +234,13 @@ class Session:
         return measure(self.runner(config), self.sets, self.timer, self.policy)
 
 
-def _reason(e: BaseException) -> str:
+def failure_reason(e: BaseException) -> str:
     text = str(e).strip().splitlines()
     first = text[0] if text else ""
     return f"{type(e).__name__}: {first[:300]}"
 
 
-def _progress(total: int, label: str, quiet: bool) -> Any:
+def progress_bar(total: int, label: str, quiet: bool) -> Any:
     from tqdm import tqdm
 
     off = quiet or not (hasattr(sys.stderr, "isatty") and sys.stderr.isatty())
@@ -303,7 +303,7 @@ def tune_session(
         else:
             results[i] = Candidate(c, "skipped", detail=why)
 
-    bar = _progress(len(configs), f"tuning {s.op.name}", quiet)
+    bar = progress_bar(len(configs), f"tuning {s.op.name}", quiet)
     bar.update(len(configs) - len(legal))
     compiled = compile_candidates(lambda i: s.compile(configs[i]), legal, threads)
     ref, note, timed = None, "", 0
@@ -330,7 +330,7 @@ def tune_session(
                 results[i] = Candidate(c, "ok", seconds, how)
                 timed += 1
         except Exception as e:  # noqa: BLE001
-            results[i] = Candidate(c, "failed", detail=_reason(e))
+            results[i] = Candidate(c, "failed", detail=failure_reason(e))
         bar.update(1)
     bar.close()
     candidates = tuple(results[i] for i in range(len(configs)))

@@ -113,7 +113,7 @@ def _clear(args: argparse.Namespace) -> int:  # noqa: ARG001  every command take
 
 
 def _verify(args: argparse.Namespace) -> int:
-    from .._tune.db import TuningDB
+    from .._select.tuning.db import TuningDB
 
     disk = _disk()
     good, bad = disk.verify(remove=not args.keep)

@@ -14,7 +14,7 @@ from .._errors import ArgumentError
 from .._records import Target
 from .._select.records import Config
 from .._select.tables import TableEntry
-from .._tune.records import Key, TuningRecord
+from .._select.tuning.records import Key, TuningRecord
 from .._tune.tuner import candidate_line, fastest
 
 __all__ = ["OpCandidate", "OpTuneResult", "OpTuning"]

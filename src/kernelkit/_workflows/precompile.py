@@ -11,14 +11,14 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+from .._backends.registry import backends
 from .._cache.bundles import write_bundle
 from .._cache.entry import encode
 from .._cache.keys import cache_key
-from .._declare import Declaration, declared
 from .._errors import CompileError
+from .._pipeline.declare import Declaration, declared
+from .._pipeline.render import render_request
 from .._records import Target
-from .._registry import backends
-from .._render import render_request
 from ..backend import Backend
 
 __all__ = ["BuiltEntry", "PrecompileFailed", "build_entries", "load_declarations", "precompile"]

@@ -25,12 +25,12 @@ import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .._cache import disk
-from .._tune.files import names, publish, read_regular
+from .._cache.files import unlink, write_atomic
+from .._select.tuning.files import names, read_regular
 from .tune_tasks import Measured, Measurement
 
 if TYPE_CHECKING:
-    from .tune import TuneSpec
+    from .tune_spec import TuneSpec
 
 __all__ = ["Journal", "run_digest"]
 
@@ -74,7 +74,7 @@ class Journal:
     @classmethod
     def of(cls, spec: TuneSpec, source: bytes | None, fresh: bool = False) -> Journal:
         """The journal of ``spec`` in the current tuning database (``fresh``: emptied first)."""
-        from .._tune import db
+        from .._select.tuning import db
 
         root = db.current_db().root
         journal = cls(None if root is None else root / "runs" / run_digest(spec, source))
@@ -85,7 +85,7 @@ class Journal:
     def clear(self) -> None:
         if self.folder is not None:
             for name in names(self.folder):
-                disk._unlink(self.folder / name)
+                unlink(self.folder / name)
 
     def load(self, m: Measurement) -> Measured | None:
         """The stored result of ``m``, or None (never stored, or unreadable: then deleted)."""
@@ -120,11 +120,11 @@ class Journal:
 
                 buf = io.BytesIO()
                 np.savez(buf, *result.outputs)
-                publish(self.folder, base.name + ".npz", buf.getvalue())
+                write_atomic(self.folder / (base.name + ".npz"), buf.getvalue())
             text = json.dumps(result.to_dict(), sort_keys=True, allow_nan=False)
-            publish(self.folder, base.name + ".json", text.encode())
+            write_atomic(self.folder / (base.name + ".json"), text.encode())
             if result.judged:
-                disk._unlink(_file(base, ".npz"))
+                unlink(_file(base, ".npz"))
         except (OSError, ValueError) as e:
             if not self._warned:
                 self._warned = True
@@ -142,8 +142,8 @@ class Journal:
             RuntimeWarning,
             stacklevel=3,
         )
-        disk._unlink(_file(base, ".json"))
-        disk._unlink(_file(base, ".npz"))
+        unlink(_file(base, ".json"))
+        unlink(_file(base, ".npz"))
 
 
 def _file(base: Path, suffix: str) -> Path:

@@ -37,7 +37,7 @@ from typing import Any
 from .._errors import ArgumentError
 from .._records import Target
 from .._select.records import Config
-from .._tune.records import Key, TuningRecord
+from .._select.tuning.records import Key, TuningRecord
 from .op_results import OpCandidate, OpTuneResult, OpTuning
 
 __all__ = [
@@ -71,7 +71,7 @@ def candidates(
 ) -> list[_Plan]:
     """Every implementation and config of ``op`` to consider for ``problem``; ``limit``: at most
     that many runnable configs of each generic implementation, its default first."""
-    from .._select.select import _legal
+    from .._select.select import legal_choice
 
     plans = []
     for impl in op.implementations:
@@ -91,7 +91,7 @@ def candidates(
         for config in configs:
             if limit is not None and taken >= limit:
                 break
-            _, _, why = _legal(op, impl.name, config, problem, target)
+            _, _, why = legal_choice(op, impl.name, config, problem, target)
             plans.append(_Plan(impl, ident, f"{ident} {config.describe()}", config, why))
             taken += why is None
     return plans
@@ -139,7 +139,7 @@ class _Bench:
         self.timer.stop()
 
     def runner(self, op: str, plan: _Plan) -> Callable[[list[Any], list[Any], int], Any]:
-        from .._select.override import force
+        from .._choices import force
 
         case, impl, config = self.case, plan.impl.name, plan.config
 
@@ -183,7 +183,7 @@ def _tune_case(
     policy: Any,
     bar: Any,
 ) -> OpTuneResult:
-    from .. import _registry
+    from .._backends import registry as _registry
     from .._tune.tuner import compile_candidates
 
     t0 = time.perf_counter()
@@ -256,7 +256,7 @@ def _check_and_time(
 ) -> str:
     """Step 3 for each compiled candidate: compare with the reference, then time. Returns a
     note (the budget spent) or ""."""
-    from .._tune.tuner import _reason, compare_outputs
+    from .._tune.tuner import compare_outputs, failure_reason
 
     expected = case.expected() if any(f is None for _, f in compiled) else None
     note, timed = "", 0
@@ -277,7 +277,7 @@ def _check_and_time(
                     seconds, detail = bench.time(runs[i])
                     status, timed = "ok", timed + 1
             except Exception as e:  # noqa: BLE001
-                detail = _reason(e)
+                detail = failure_reason(e)
         results[i] = OpCandidate(p.ident, p.label, p.config, status, seconds, detail)
         bar.update(1)
     return note
@@ -286,7 +286,7 @@ def _check_and_time(
 def _record(
     op: Any, key: Key, backend: Any, target: Target, found: tuple[OpCandidate, ...], spent: float
 ) -> TuningRecord | None:
-    from .._tune.records import Environment
+    from .._select.tuning.records import Environment
     from .._tune.tuner import fastest
 
     best = fastest(found)
@@ -348,8 +348,8 @@ def tune_op(
         >>> t.results[0].record.impl
         'softmax/rows'
     """
-    from .._tune import db
-    from .._tune.tuner import _progress
+    from .._select.tuning import db
+    from .._tune.tuner import progress_bar
     from .op_cases import make_case, op_object, parse_dims, parse_dtypes
 
     shapes = parse_dims(op, dims, "tune")
@@ -363,7 +363,7 @@ def tune_op(
         implementations = [n.removeprefix(f"{op}/") for n in implementations]
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
         raise ArgumentError(f"[tune] limit must be a positive int, got {limit!r}")
-    bar = _progress(0, f"tuning {op}", quiet)
+    bar = progress_bar(0, f"tuning {op}", quiet)
     results = []
     try:
         for dt in dtypes:
@@ -411,7 +411,7 @@ def add_arguments(p: Any) -> None:
 
 def main_tune_op(args: Any) -> int:
     """``kernelkit tune OP[,OP...] --dims ... [--dtype ...] [--device ...] [--table ...]``."""
-    from .._tune import db
+    from .._select.tuning import db
 
     names = [n.strip() for n in args.spec.split(",") if n.strip()]
     if not args.dims:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from .tune_tasks import Measured, Measurement
 
 if TYPE_CHECKING:
-    from .tune import TuneSpec
+    from .tune_spec import TuneSpec
 
 __all__ = ["run_pool"]
 

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from .tune_tasks import Bench, Measured, Measurement, local_spec
 
 if TYPE_CHECKING:
-    from .tune import TuneSpec
+    from .tune_spec import TuneSpec
 
 __all__ = ["import_ray", "run_ray"]
 

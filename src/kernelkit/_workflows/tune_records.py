@@ -34,7 +34,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _db():
-    from .._tune import db
+    from .._select.tuning import db
 
     store = db.current_db()
     if store.root is None:

@@ -109,9 +109,9 @@ def run_tune(
     by kind (the caller stores and reports), and how many candidates this call measured.
     ``ray``: None for the local pool, True for Ray (``RAY_ADDRESS`` or a new local cluster), a
     string for the cluster at that address."""
-    from .._tune.tuner import _progress
-    from .tune import load_object
+    from .._tune.tuner import progress_bar as _progress
     from .tune_journal import Journal, run_digest
+    from .tune_spec import load_object
     from .tune_tasks import module_source
 
     obj = load_object(spec)
@@ -182,7 +182,7 @@ def _result(run: _Run, group: list[Measurement], configs: Any, spent: float) -> 
 
 def record_of(obj: Any, result: ShapeResult) -> Any:
     """The ``TuningRecord`` of one shape's result (None without a winner)."""
-    from .._tune.records import TuningRecord
+    from .._select.tuning.records import TuningRecord
 
     if result.winner is None or result.env is None:
         return None
@@ -284,7 +284,7 @@ def write_outputs(
 ) -> tuple[tuple[Path, ...], Path | None]:
     """One table file per device kind (``table``) and one export of the run's records."""
     from .._select.tables import Table
-    from .._tune.db import TuningDB
+    from .._select.tuning.db import TuningDB
 
     written = []
     if table is not None:
@@ -348,7 +348,7 @@ def tune_spec(
         >>> t.records[0].op, t.measured
         ('doc_tune_spec', 2)
     """
-    from .tune import load_object, load_spec
+    from .tune_spec import load_object, load_spec
 
     parsed = load_spec(os.fspath(spec))
     if timeout_s is not None:
@@ -380,7 +380,7 @@ def tune_parsed(
     quiet: bool,
 ) -> SpecTuning:
     """``tune_spec`` on a parsed spec and its loaded kernel."""
-    from .._tune import db
+    from .._select.tuning import db
 
     results, measured = run_tune(spec, devices, quiet, ray=ray, fresh=fresh)
     records = tuple(r for r in (record_of(obj, x) for x in results) if r is not None)

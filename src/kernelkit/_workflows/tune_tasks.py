@@ -19,9 +19,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .._cache.files import write_atomic
+
 if TYPE_CHECKING:
-    from .._tune.records import Environment
-    from .tune import TuneSpec
+    from .._select.tuning.records import Environment
+    from .tune_spec import TuneSpec
 
 __all__ = ["Bench", "Measured", "Measurement"]
 
@@ -82,7 +84,7 @@ class Measured:
     def from_dict(cls, d: Any, outputs: tuple[Any, ...] | None = None) -> Measured:
         """Read back ``to_dict``'s form (from disk: every field checked, ``ValueError`` naming
         the first bad one)."""
-        from .._tune.records import Environment, _key, _us
+        from .._select.tuning.records import Environment, checked_key, checked_us
 
         fields = {"status", "seconds", "detail", "key", "env", "where", "judged"}
         if not isinstance(d, dict) or set(d) != fields:
@@ -93,10 +95,10 @@ class Measured:
             raise ValueError("'judged' must be true or false")
         return cls(
             status=str(d["status"]),
-            seconds=_us(d["seconds"], "'seconds'"),
+            seconds=checked_us(d["seconds"], "'seconds'"),
             detail=d["detail"],
             outputs=outputs,
-            key=None if d["key"] is None else _key(d["key"], "measurement"),
+            key=None if d["key"] is None else checked_key(d["key"], "measurement"),
             env=None if d["env"] is None else Environment.from_dict(d["env"]),
             where=d["where"],
             judged=d["judged"],
@@ -137,9 +139,7 @@ def local_spec(spec: TuneSpec, source: bytes | None) -> TuneSpec:
         raise OSError(f"{folder} is not a folder of this user's: the module is not written there")
     copy = folder / here.name
     if not (copy.is_file() and copy.read_bytes() == source):
-        tmp = folder / f".{here.name}.{os.getpid()}.tmp"
-        tmp.write_bytes(source)
-        os.replace(tmp, copy)
+        write_atomic(copy, source)
     return replace(spec, module=str(copy))
 
 
@@ -147,7 +147,7 @@ class Bench:
     """A worker's state: the spec's autotuned kernel and one tuning session per shape."""
 
     def __init__(self, spec: TuneSpec, where: str = "") -> None:
-        from .tune import load_object
+        from .tune_spec import load_object
 
         self.spec, self.where = spec, where
         self.obj = load_object(spec)
@@ -155,7 +155,7 @@ class Bench:
 
     def measure(self, m: Measurement) -> Measured:
         """Run one candidate; never raises for a bad candidate or shape."""
-        from .._tune.tuner import _reason
+        from .._tune.tuner import failure_reason as _reason
 
         try:
             session = self._session(m.shape)
@@ -177,7 +177,7 @@ class Bench:
 
     def _session(self, shape: int) -> Any:
         from .._tune.autotune import KernelCall
-        from .tune import make_call
+        from .tune_spec import make_call
 
         session = self.sessions.get(shape)
         if session is None:
@@ -196,6 +196,6 @@ class Bench:
 
 
 def _environment(session: Any) -> Environment:
-    from .._tune.records import Environment
+    from .._select.tuning.records import Environment
 
     return Environment.of(session.backend, session.target)

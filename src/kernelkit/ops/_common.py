@@ -10,10 +10,10 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .._arrays import adapter_for
-from .._bind import bind
+from .._arrays.lookup import adapter_for
 from .._errors import ArgumentError, ArgumentTypeError
-from .._key import MISS
+from .._pipeline.bind import bind
+from .._pipeline.key import MISS
 from .._records import KernelSpec, Problem
 from .._select.decide import decide, explain_selection
 from .._select.override import forced

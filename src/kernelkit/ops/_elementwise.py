@@ -37,7 +37,7 @@ from ._common import (
     vec_width,
 )
 from ._elementwise_kernels import HEADER, body
-from ._elementwise_parse import _parse, tree
+from ._elementwise_parse import parse_expression, tree
 from ._prepared import FORCED, SIGNERS, routed, signature, store
 
 __all__ = ["Elementwise", "elementwise"]
@@ -48,7 +48,7 @@ class Elementwise:
 
     def __init__(self, expression: str, output_dtype: Any = None) -> None:
         self.expression = expression
-        self.outputs, inputs, self._exprs = _parse(expression)
+        self.outputs, inputs, self._exprs = parse_expression(expression)
         self.trees = tuple(tree(x) for x in self._exprs)  # for tracers (torch.compile)
         self.inputs = list(inputs)
         self.output_dtype = (
@@ -204,7 +204,7 @@ class Elementwise:
         if not arrays:
             raise ArgumentError(f"[{self}] at least one input must be an array")
         dtypes = [str(getattr(a, "dtype", "")).split(".")[-1] for a in arrays]
-        return values, arrays, self.output_dtype or _promote(dtypes, str(self))
+        return values, arrays, self.output_dtype or promote_dtypes(dtypes, str(self))
 
     def _bind_args(self, args: tuple, kwargs: dict[str, Any], out: Any) -> tuple:
         """(views broadcast to the output shape, output dtype, problem attributes, outs)."""
@@ -369,7 +369,7 @@ def _broadcast_shape(shapes: list[tuple[int, ...]], what: str) -> tuple[int, ...
     return tuple(out)
 
 
-def _promote(dtypes: list[str], what: str) -> str:
+def promote_dtypes(dtypes: list[str], what: str) -> str:
     order = ["bfloat16", "float16", "float32", "float64"]
     floats = [d for d in dtypes if d in order]
     if not floats:

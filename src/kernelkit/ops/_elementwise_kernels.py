@@ -11,7 +11,8 @@ from ._kernel_files import source
 
 __all__ = ["HEADER", "body"]
 
-# the row ops' vector helpers, then the expression's own functions (_elementwise_parse._OWN)
+# the row ops' vector helpers, then the expression's own functions
+# (_elementwise_parse.OWN_FUNCTIONS)
 HEADER = source("rows", "rows") + source("elementwise", "functions")
 
 

@@ -1,7 +1,7 @@
 """The expression language of ``elementwise``: ``;``-separated ``out = expr`` statements over
 named float inputs, where an expression is numbers (float32), input names, ``+ - * /``,
-parentheses and calls of an allowlisted set of math functions. ``_parse`` checks it token by token
-and translates it to C++ over the kernel's float locals ``v0, v1, ...``."""
+parentheses and calls of an allowlisted set of math functions. ``parse_expression`` checks it
+token by token and translates it to C++ over the kernel's float locals ``v0, v1, ...``."""
 
 from __future__ import annotations
 
@@ -14,14 +14,16 @@ from ._kernel_files import source
 # Functions an expression may call (all take and return float). The first group are kernelkit's
 # own, ``kk_ew_<name>`` in elementwise/kernels/functions.cuh (the names are read from there); the
 # second are CUDA's float math, which both backends provide.
-_OWN = frozenset(re.findall(r"\bfloat kk_ew_(\w+)\(float x\)", source("elementwise", "functions")))
-_MATH = {
+OWN_FUNCTIONS = frozenset(
+    re.findall(r"\bfloat kk_ew_(\w+)\(float x\)", source("elementwise", "functions"))
+)
+MATH_FUNCTIONS = {
     "exp": "expf", "exp2": "exp2f", "log": "logf", "log2": "log2f", "log1p": "log1pf",
     "sqrt": "sqrtf", "rsqrt": "rsqrtf", "tanh": "tanhf", "erf": "erff", "sin": "sinf",
     "cos": "cosf", "abs": "fabsf", "floor": "floorf", "ceil": "ceilf", "min": "fminf",
     "max": "fmaxf", "pow": "powf", "fma": "fmaf",
 }  # fmt: skip
-FUNCTIONS = frozenset(_OWN) | frozenset(_MATH)
+FUNCTIONS = frozenset(OWN_FUNCTIONS) | frozenset(MATH_FUNCTIONS)
 # Tokens: a number-like run (checked against _NUMBER afterwards, so ``0x10``, ``1f`` or ``1.2.3``
 # are refused whole rather than split), a name, an operator (C's multi-character ones whole, so an
 # error names ``**`` or ``==``, not half of it), or any other character (refused as unexpected).
@@ -110,7 +112,7 @@ def _translate(expr: str, inputs: dict[str, int], where: str) -> str:
                     raise ArgumentError(
                         f"{where} unknown function {text!r}; known: {', '.join(sorted(FUNCTIONS))}"
                     )
-                out += [f"kk_ew_{text}" if text in _OWN else _MATH[text], "("]
+                out += [f"kk_ew_{text}" if text in OWN_FUNCTIONS else MATH_FUNCTIONS[text], "("]
                 stack.append([text, 0])
                 i += 1  # its '(' is taken
             elif kind == "name":
@@ -159,7 +161,7 @@ def _translate(expr: str, inputs: dict[str, int], where: str) -> str:
     return " ".join(out)
 
 
-def _parse(text: str) -> tuple[list[str], dict[str, int], list[str]]:
+def parse_expression(text: str) -> tuple[list[str], dict[str, int], list[str]]:
     """(output names, input names -> index, C++ expressions) of ``"y = ...; z = ..."``."""
     if not isinstance(text, str):
         raise ArgumentTypeError(f"[elementwise] the expression must be a str, got {text!r}")

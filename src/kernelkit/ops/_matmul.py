@@ -34,7 +34,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .. import _config
-from .._arrays import adapter_for
+from .._arrays.lookup import adapter_for
 from .._records import Problem
 from .._select.select import Selection
 from . import _matmul_mma as MMA

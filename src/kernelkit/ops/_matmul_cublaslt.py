@@ -237,7 +237,8 @@ def launcher(lt: Any, problem: Any) -> Any:
     """``launch(arrays, out)`` for one matmul signature (CUDA arrays of CuPy or anything
     viewed through an installed framework): inputs whose layout cuBLASLt cannot read are
     copied, an out= it cannot write is written through a temporary."""
-    from .._arrays import DLPACK_CUDA, adapter_for
+    from .._arrays import DLPACK_CUDA
+    from .._arrays.lookup import adapter_for
     from .._dtypes import normalize_dtype
 
     m, n, k, tb = (problem.attr(a) for a in ("M", "N", "K", "transpose_b"))

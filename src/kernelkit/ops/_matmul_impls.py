@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .._api import kernel
-from .._arrays import adapter_for
+from .._arrays.lookup import adapter_for
 from .._records import Problem
 from .._select.records import Config, KernelChoice
 from .._select.registry import Implementation, Op

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._arrays import adapter_for
+from .._arrays.lookup import adapter_for
 from .._records import Problem, Target
 from .._select.records import Config
 from ._matmul_rules import cuda_cc

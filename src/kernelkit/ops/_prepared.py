@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from .. import _arrays
-from .._select.override import _forced
+from .._select.override import FORCED
 
 __all__ = [
     "FORCED",
@@ -43,7 +43,7 @@ HOOKS = _arrays.OP_HOOKS
 
 # kernelkit.force's context variable: its .get() and KERNELKIT_SELECT_FORCE's text (as read by
 # _config) are part of every prepared key, as selection reads both
-FORCED = _forced
+FORCED = FORCED
 _LIMIT = 4096  # prepared signatures kept per op (a table past it starts over)
 
 

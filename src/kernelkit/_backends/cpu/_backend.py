@@ -6,7 +6,7 @@ import platform
 import threading
 from typing import Any, ClassVar
 
-from ..._codegen import abi_options
+from ..._abi import abi_options
 from ..._errors import CompileError
 from ..._limits import TIME_LIMIT_FEATURE
 from ..._records import Artifact, CompileRequest, KernelSource, Target

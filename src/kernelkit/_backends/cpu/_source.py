@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from ..._codegen import (
+from ..._abi import (
     extent_param,
     launch_bounds,
     prelude_undefs,

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import logging
 import os
 import shutil
 import subprocess
 import tempfile
 import threading
+import time
 from pathlib import Path
 
 from ... import _config
@@ -27,6 +29,8 @@ INCLUDE_DIR = Path(__file__).parent / "include"
 PRELUDE = "kk_cpu.h"
 PCH_AREA = "cpu-pch"  # <cache dir>/cpu-pch/<digest>/kk_cpu.h.gch
 PCH_FILE = PRELUDE + ".gch"
+_log = logging.getLogger("kernelkit")
+_announced = False  # the first build of a precompiled header in this process is said once
 _INSTALL_HINT = "install a C++17 compiler (e.g. `apt install g++`) or set KERNELKIT_CXX"
 _lock = threading.Lock()
 _identities: dict[str, str] = {}
@@ -92,12 +96,12 @@ def precompiled_header_dir(cxx: str, options: tuple[str, ...]) -> Path | None:
             if known is None or _is_file(known / PCH_FILE):
                 return known
             del _pch_dirs[key]  # removed since (cache clear, eviction): build it again
-    from ..._cache import products
+    from ..._cache.lookup import get_product
 
     name = hashlib.sha256(
         repr((compiler_identity(cxx), options, header_hashes())).encode()
     ).hexdigest()[:24]
-    found = products.get(PCH_AREA, name, lambda d: _build_pch(cxx, options, d / PCH_FILE))
+    found = get_product(PCH_AREA, name, lambda d: _build_pch_once(cxx, options, d / PCH_FILE))
     with _lock:
         _pch_dirs[key] = found
     return found
@@ -110,6 +114,24 @@ def _forget_pch(cxx: str, options: tuple[str, ...], directory: Path) -> None:
     with _lock:
         _pch_dirs.pop((cxx, options), None)
     products.discard(directory)
+
+
+def _build_pch_once(cxx: str, options: tuple[str, ...], out: Path) -> bool:
+    """``_build_pch``, saying (once per process, through the ``kernelkit`` logger) that the
+    first compile builds the precompiled prelude, how big it is and how long it took."""
+    global _announced
+    start = time.perf_counter()
+    built = _build_pch(cxx, options, out)
+    with _lock:
+        first, _announced = not _announced and built, _announced or built
+    if first:
+        _log.warning(
+            "kernelkit: the CPU backend built its precompiled prelude header (%.0f MB, %.1f s); "
+            "later compiles with the same compiler and options reuse it",
+            out.stat().st_size / 1e6,
+            time.perf_counter() - start,
+        )
+    return built
 
 
 def _build_pch(cxx: str, options: tuple[str, ...], out: Path) -> bool:

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from importlib.resources import files
 from typing import Any, ClassVar
 
-from ..._codegen import (
+from ..._abi import (
     abi_options,
     cluster_dims,
     launch_bounds,

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ... import _config
+from ..._cache.files import write_atomic
 from . import nvrtc
 
 __all__ = ["include_dirs", "supported_archs", "version"]
@@ -163,16 +164,10 @@ def _write(path: Path, env: dict[str, Any], facts: Facts) -> None:
     (v, archs, dirs) = facts
     rec = {"schema": _SCHEMA, "version": list(v), "archs": list(archs), "library": lib,
            "include_dirs": list(dirs), "environment": env}  # fmt: skip
-    tmp = path.with_name(f"{RECORD}.{os.getpid()}.tmp")
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(json.dumps(rec))
-        os.replace(tmp, path)
+        write_atomic(path, json.dumps(rec).encode())
     except OSError:
-        try:
-            tmp.unlink()
-        except OSError:
-            pass
+        pass
 
 
 nvrtc.INCLUDE_DIRS.append(include_dirs)  # nvrtc.include_dirs() asks the record first

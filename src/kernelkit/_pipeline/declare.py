@@ -7,14 +7,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ._dtypes import PY_SCALAR_DTYPES, DType, normalize_dtype
-from ._errors import ArgumentError
-from ._records import CompileRequest
-from ._registry import backends
-from ._render import render_request
+from .._backends.registry import backends
+from .._dtypes import PY_SCALAR_DTYPES, DType, normalize_dtype
+from .._errors import ArgumentError
+from .._records import CompileRequest
+from .render import render_request
 
 if TYPE_CHECKING:
-    from ._api import Kernel
+    from .._api import Kernel
 
 
 @dataclass(frozen=True)

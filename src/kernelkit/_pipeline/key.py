@@ -12,7 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from ._arrays import _BY_TYPE, _KEY_FN
+from .._arrays import BY_TYPE, KEY_FN
+from .._generated import execute
 
 __all__ = [
     "CALL_ARGS",
@@ -77,8 +78,8 @@ _KEY_EXPR = {
 def _make_call_key() -> Callable[..., tuple]:
     parts = "".join(f"\n        {_KEY_EXPR[kind].format(v=name)}," for name, kind in KEY)
     source = f"def call_key({CALL_ARGS}):\n    return ({parts}\n    )\n"
-    ns: dict[str, Any] = {"_key_fn": _KEY_FN}
-    exec(compile(source, "<kernelkit call_key>", "exec"), ns)  # noqa: S102 - our own text
+    ns: dict[str, Any] = {"_key_fn": KEY_FN}
+    execute(source, ns, "call_key")
     fn = ns["call_key"]
     fn.source = source
     return fn
@@ -164,18 +165,18 @@ def guard_function(guard: Guard) -> Callable[..., bool]:
     ns: dict[str, Any] = {}
     source = f"def matches({CALL_ARGS}):\n" + "\n".join(guard_lines(guard, ns))
     source += "\n    return True\n"
-    exec(compile(source, "<kernelkit guard>", "exec"), ns)  # noqa: S102 - our own text
+    execute(source, ns, "guard")
     return lambda *args: ns["matches"](*args) is True
 
 
 def _arg_test(var: str, tp: type, key: Any, tag: str, ns: dict[str, Any]) -> str:
     """For the type seen at build time, the adapter's own inline test; any other type is
     compared the generic way (its adapter's key), exactly as the dictionary would."""
-    expr, extra = _BY_TYPE[tp].guard(var, key, tag)
+    expr, extra = BY_TYPE[tp].guard(var, key, tag)
     ns.update(extra)
     ns[f"{tag}t"], ns[f"{tag}k"] = tp, key
     return f"(({expr}) if {var}.__class__ is {tag}t else _key_of({var}) == {tag}k)"
 
 
 def _key_of(x: Any) -> Any:
-    return _KEY_FN[type(x)](x)
+    return KEY_FN[type(x)](x)

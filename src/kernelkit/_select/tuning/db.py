@@ -38,21 +38,14 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from .. import _config
-from .._cache import disk
-from .._cache.keys import BadKey, check_digest
+from ... import _config
+from ..._cache import disk
+from ..._cache import files as cache_files
+from ..._cache.keys import BadKey, check_digest
 from .exchange import FORMAT, check_item, read_export
 from .files import names as _names
-from .files import publish as _publish
 from .files import read_regular, stale_temps
-from .records import (
-    TUNING_SCHEMA_VERSION,
-    BadRecord,
-    Environment,
-    Key,
-    TuningRecord,
-    record_digest,
-)
+from .records import TUNING_SCHEMA_VERSION, BadRecord, Environment, Key, TuningRecord, record_digest
 
 __all__ = [
     "TUNING_SCHEMA_VERSION",
@@ -262,7 +255,7 @@ class TuningDB:
             return
         self._swept.add(folder.name)
         for tmp in stale_temps(folder):
-            disk._unlink(tmp)
+            cache_files.unlink(tmp)
 
     def refresh(self) -> None:
         """Forget what was read (hits and misses); the files are read again when asked for."""
@@ -284,7 +277,8 @@ class TuningDB:
             return False
         try:
             self._sweep(self.root / env_digest)
-            _publish(self.root / env_digest, record.digest() + SUFFIX, encode(record))
+            path = self.root / env_digest / (record.digest() + SUFFIX)
+            cache_files.write_atomic(path, encode(record))
         except OSError as e:
             self._disable(e)
             return False
@@ -310,7 +304,7 @@ class TuningDB:
             self._memory[(op, env.digest(), key)] = None
         if self.root is None:
             return had
-        return disk._unlink(self.path(op, env, key)) or had
+        return cache_files.unlink(self.path(op, env, key)) or had
 
     def clear(self, env: Environment | None = None) -> int:
         """Remove every record (of ``env`` only, if given) and leftover temp files; returns the
@@ -327,7 +321,7 @@ class TuningDB:
         removed = 0
         for folder in self._env_dirs(env):  # ours: everything in it goes (temps, strays too)
             for name in _names(folder):
-                if disk._unlink(folder / name) and _is_record_name(name):
+                if cache_files.unlink(folder / name) and _is_record_name(name):
                     removed += 1
             try:
                 folder.rmdir()
@@ -335,7 +329,7 @@ class TuningDB:
                 pass
         if env is None:
             for name in _names(self.root / "locks"):
-                disk._unlink(self.root / "locks" / name)
+                cache_files.unlink(self.root / "locks" / name)
         return removed
 
     def verify(self, remove: bool = True) -> tuple[int, list[tuple[Path, str]]]:
@@ -358,7 +352,7 @@ class TuningDB:
         if remove:
             for path, _ in bad:
                 if not path.is_dir() or path.is_symlink():
-                    disk._unlink(path)
+                    cache_files.unlink(path)
         return good, bad
 
     # list, export, import ------------------------------------------------------------------
@@ -407,7 +401,7 @@ class TuningDB:
         }
         path = Path(path)
         data = (json.dumps(doc, sort_keys=True, indent=1, allow_nan=False) + "\n").encode()
-        _publish(path.parent, path.name, data)
+        cache_files.write_atomic(path, data)
         return len(records)
 
     def import_file(
@@ -457,7 +451,7 @@ def _is_record_name(name: str) -> bool:
 
 def current_environments() -> list[Environment]:
     """The environment of every device of every installed backend (probes them: slow path)."""
-    from .. import _registry
+    from ..._backends import registry as _registry
 
     out = []
     for backend in _registry.backends().values():

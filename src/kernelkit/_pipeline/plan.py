@@ -1,6 +1,6 @@
 """The slow path, run once per specialization, as a composition of the stages: bind
-(``_bind``), render (``_render``), compile through the caches and load (``_launch``), then a
-``LaunchPlan`` whose ``run`` is the hot path (``_hotpath``): pack pointers, launch."""
+(``bind``), render (``render``), compile through the caches and load (``load``), then a
+``LaunchPlan`` whose ``run`` is the hot path (``launch``): pack pointers, launch."""
 
 from __future__ import annotations
 
@@ -8,16 +8,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from . import _config, _render
-from ._arrays import Adapter
-from ._bind import Bound
-from ._codegen import METADATA, extent_param, metadata_param
-from ._dtypes import DTYPES
-from ._hotpath import ArgRoute, generate_run
-from ._key import Guard
-from ._launch import LoadedProgram, load
-from ._records import CompileRequest, KernelSpec, Param
-from ._registry import backend_call
+from .. import _config
+from .._abi import METADATA, extent_param, metadata_param
+from .._arrays import Adapter
+from .._backends.registry import backend_call
+from .._dtypes import DTYPES
+from .._records import CompileRequest, KernelSpec, Param
+from . import render as _render
+from .bind import Bound
+from .key import Guard
+from .launch import ArgRoute, HotPath, generate_run
+from .load import LoadedProgram, load
 
 __all__ = ["LaunchPlan", "build"]
 
@@ -30,7 +31,7 @@ class LaunchPlan:
     request: CompileRequest
     params: tuple[Param, ...]
     loaded: LoadedProgram  # shared with every plan of the same binary and device
-    run: Callable[..., Any]  # the call's arguments (_key.CallArgs) -> outputs, or _key.MISS
+    run: Callable[..., Any]  # the call's arguments (key.CallArgs) -> outputs, or key.MISS
     guarded: bool  # run checks that a call is this specialization's (else it never returns MISS)
     run_source: str
     # run without that check, for callers that already know a call is this specialization's
@@ -83,21 +84,21 @@ def build(
     where = problem.device_type, problem.device_index
     outputs = [a for a in problem.args if a.is_output]
     allocators = [_lazy_allocator(adapters.result, a.dtype, *where) for a in outputs]
-    hot_path = (
-        spec.name,
-        params,
-        ins,
-        outs,
-        adapters.outputs is not None,
-        allocators,
-        adapters.result,
-        loaded,
-        (problem.device_type, target.device),
-        backend.synchronize,
-        backend.name,
+    hot = HotPath(
+        kernel=spec.name,
+        params=params,
+        ins=tuple(ins),
+        outs=tuple(outs),
+        has_out=adapters.outputs is not None,
+        allocators=tuple(allocators),
+        out_adapter=adapters.result,
+        loaded=loaded,
+        where=(problem.device_type, target.device),
+        synchronize=backend.synchronize,
+        backend=backend.name,
     )
-    run, run_source = generate_run(*hot_path, guard)
-    direct = run if guard is None else generate_run(*hot_path, None)[0]
+    run, run_source = generate_run(hot, guard)
+    direct = run if guard is None else generate_run(hot, None)[0]
     plan = LaunchPlan(
         kernel=spec.name,
         request=request,

@@ -2,7 +2,7 @@
 running it needs: the array adapters, the backend and the target. Errors name the argument.
 
 Runs once per specialization (the slow path). The ``Problem`` is what later stages decide on;
-the adapters (``Adapters``) are only for the hot path that ``_plan`` builds.
+the adapters (``Adapters``) are only for the hot path that ``plan`` builds.
 """
 
 from __future__ import annotations
@@ -10,15 +10,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ._arrays import NULL, Adapter, ArrayInfo, adapter_for
-from ._dtypes import PY_SCALAR_DTYPES, normalize_dtype
-from ._errors import ArgumentError, ArgumentTypeError
-from ._records import ArgFacts, KernelSpec, Problem, Target
-from ._registry import backend_call, backend_for_device_type, get_backend
-from ._structs import key_struct_type
-from ._tensor_map import ADAPTER as TENSOR_MAP_ADAPTER
-from ._tensor_map import TensorMap
-from .backend import Backend
+from .._arrays import NULL, Adapter, ArrayInfo
+from .._arrays.lookup import adapter_for
+from .._backends.registry import backend_call, backend_for_device_type, get_backend
+from .._dtypes import PY_SCALAR_DTYPES, normalize_dtype
+from .._errors import ArgumentError, ArgumentTypeError
+from .._records import ArgFacts, KernelSpec, Problem, Target
+from .._tensor_map import ADAPTER as TENSOR_MAP_ADAPTER
+from .._tensor_map import TensorMap
+from ..backend import Backend
+from .structs import key_struct_type
 
 __all__ = ["Adapters", "Bound", "bind"]
 
@@ -42,7 +43,7 @@ class Bound:
     target: Target
 
 
-def _is_scalar(x: Any) -> bool:
+def is_scalar(x: Any) -> bool:
     if type(x) in PY_SCALAR_DTYPES:
         return True
     import numpy as np
@@ -90,7 +91,7 @@ def bind(
             in_adapters.append(TENSOR_MAP_ADAPTER)
             maps.append((what, x))
             continue
-        if _is_scalar(x):
+        if is_scalar(x):
             dt = normalize_dtype(PY_SCALAR_DTYPES.get(type(x)) or x.dtype, f"[{name}] {what}")
             if type(x) is int and not -(2**31) <= x < 2**31:
                 raise ArgumentError(

@@ -16,17 +16,25 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
-from .._cache.keys import digest_of
-from .._errors import ArgumentError
-from .._select.keys import Feature
-from .._select.records import Config
-from .._version import __version__
+from ..._cache.keys import digest_of
+from ..._errors import ArgumentError
+from ..._version import __version__
+from ..keys import Feature
+from ..records import Config
 
 if TYPE_CHECKING:
-    from .._records import Target
-    from ..backend import Backend
+    from ..._records import Target
+    from ...backend import Backend
 
-__all__ = ["TUNING_SCHEMA_VERSION", "BadRecord", "Environment", "TuningRecord", "record_digest"]
+__all__ = [
+    "TUNING_SCHEMA_VERSION",
+    "BadRecord",
+    "Environment",
+    "TuningRecord",
+    "checked_key",
+    "checked_us",
+    "record_digest",
+]
 
 # 1: keys are (feature, label) pairs as _select.keys spells and buckets them. Bump it when that
 # spelling or bucketing changes: records made under another schema are then never served.
@@ -54,7 +62,8 @@ def _int(d: dict[str, Any], name: str, where: str) -> int:
     return v
 
 
-def _us(v: Any, what: str) -> float | None:
+def checked_us(v: Any, what: str) -> float | None:
+    """A stored time in µs (None allowed), or BadRecord naming ``what``."""
     if v is None:
         return None
     try:
@@ -180,7 +189,8 @@ class Environment:
 _environments: dict[tuple[Backend, Target], Environment] = {}  # backends hash by identity
 
 
-def _key(value: Any, where: str) -> Key:
+def checked_key(value: Any, where: str) -> Key:
+    """A stored key (a list of [feature, label] pairs), or BadRecord naming ``where``."""
     if not isinstance(value, list | tuple):
         raise BadRecord(f"{where}: 'key' must be a list of [feature, label] pairs")
     out = []
@@ -249,15 +259,15 @@ class TuningRecord:
                 raise BadRecord("identity must be a string (a digest)")
             if not isinstance(self.config, Config) or not isinstance(self.env, Environment):
                 raise BadRecord("config must be a Config and env an Environment")
-            object.__setattr__(self, "key", _key(self.key, "key"))
+            object.__setattr__(self, "key", checked_key(self.key, "key"))
             ms = []
             for m in self.measurements:
                 if not (isinstance(m, list | tuple) and len(m) == 2 and isinstance(m[0], str)):
                     raise BadRecord(f"measurement {m!r} is not a (config, µs) pair")
-                ms.append((m[0], _us(m[1], f"measurement of {m[0]!r}")))
+                ms.append((m[0], checked_us(m[1], f"measurement of {m[0]!r}")))
             object.__setattr__(self, "measurements", tuple(ms))
-            object.__setattr__(self, "best_us", _us(self.best_us, "best_us"))
-            tuning = _us(self.tuning_s, "tuning_s")
+            object.__setattr__(self, "best_us", checked_us(self.best_us, "best_us"))
+            tuning = checked_us(self.tuning_s, "tuning_s")
             object.__setattr__(self, "tuning_s", 0.0 if tuning is None else tuning)
             c = self.candidates
             if not isinstance(c, int) or isinstance(c, bool) or c < 0:
@@ -313,7 +323,7 @@ class TuningRecord:
             raise BadRecord(f"{where}: 'measurements' must be a list")
         return cls(
             op=_str(d, "op", where),
-            key=_key(d["key"], where),
+            key=checked_key(d["key"], where),
             impl=_str(d, "impl", where),
             config=config,
             env=Environment.from_dict(d["env"]),

@@ -16,8 +16,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ._arrays import Adapter
-from ._errors import ArgumentError
+from .._arrays import Adapter
+from .._errors import ArgumentError
 
 __all__ = ["overlap_check"]
 

@@ -12,8 +12,8 @@ import ctypes
 from collections.abc import Callable
 from typing import Any
 
-from ._arrays import _BY_TYPE, CLASS, Adapter, register
-from ._errors import ArgumentError, ArgumentTypeError
+from .._arrays import BY_TYPE, CLASS, Adapter, register
+from .._errors import ArgumentError, ArgumentTypeError
 
 __all__ = ["STRUCT_ADAPTER", "StructAdapter", "key_struct_type", "struct_copier"]
 
@@ -46,7 +46,7 @@ for _tp in (bytes, bytearray, memoryview):
 def key_struct_type(x: Any) -> None:
     """Give ``x``'s type a specialization key (its class) unless it already has one (NumPy
     types: their dtype), so that a call passing it takes the hot path's lookup."""
-    if type(x) not in _BY_TYPE:
+    if type(x) not in BY_TYPE:
         register(type(x), STRUCT_ADAPTER)
 
 

@@ -9,22 +9,23 @@ indices and helper names, never user text) and kept on the plan as ``run_source`
 from __future__ import annotations
 
 import ctypes
-import functools
 import numbers
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._arrays import NULL, Adapter, adapter_for
-from ._dtypes import DTYPES
-from ._errors import ArgumentError, ArgumentTypeError, KernelkitError, LaunchError
-from ._key import CALL_ARGS, Guard, guard_lines
-from ._launch import LoadedProgram
-from ._overlap import overlap_check
-from ._pack import ArgPack, scalar_bits
-from ._records import MAP_BYTES, MAX_NDIM, Param
-from ._structs import struct_copier
+from .._arrays import NULL, Adapter
+from .._arrays.lookup import adapter_for
+from .._dtypes import DTYPES
+from .._errors import ArgumentError, ArgumentTypeError, KernelkitError, LaunchError
+from .._generated import execute
+from .._records import MAP_BYTES, MAX_NDIM, Param
+from .key import CALL_ARGS, Guard, guard_lines
+from .load import LoadedProgram
+from .overlap import overlap_check
+from .pack import ArgPack, scalar_bits
+from .structs import struct_copier
 
 
 @dataclass
@@ -112,40 +113,47 @@ def stream_handle(stream: Any) -> int:
     )
 
 
-def generate_run(
-    kernel: str,
-    params: tuple[Param, ...],
-    ins: list[ArgRoute],
-    outs: list[ArgRoute],
-    has_out: bool,
-    allocators: list[Callable[[Any], Any]],
-    out_adapter: Adapter,
-    loaded: LoadedProgram,
-    where: tuple[int, int],
-    synchronize: Callable[[int], None],
-    backend: str,
-    guard: Guard | None,
-) -> tuple[Callable, str]:
+@dataclass(frozen=True, eq=False)
+class HotPath:
+    """Everything one specialization's hot path is generated from (``plan.build`` makes it)."""
+
+    kernel: str
+    params: tuple[Param, ...]
+    ins: tuple[ArgRoute, ...]
+    outs: tuple[ArgRoute, ...]
+    has_out: bool  # the caller passes out= arrays (else outputs are allocated: ``allocators``)
+    allocators: tuple[Callable[[Any], Any], ...]
+    out_adapter: Adapter  # the result's framework: stream, wrapping, synchronous or not
+    loaded: LoadedProgram
+    where: tuple[int, int]  # the (DLPack device type, index) the plan runs on
+    synchronize: Callable[[int], None]
+    backend: str
+
+
+def generate_run(hot: HotPath, guard: Guard | None) -> tuple[Callable, str]:
     """Write and compile ``run(*CallArgs) -> outputs``, which first checks that the call is
-    this plan's specialization (``_key.guard_lines``: the same test as ``_key.call_key``'s
+    this plan's specialization (``key.guard_lines``: the same test as ``key.call_key``'s
     dictionary lookup) and returns ``MISS`` if not. Without a guard (unhashable arguments) the
-    check is left out. ``where`` is the (DLPack device type, index) the plan runs on."""
+    check is left out."""
+    kernel, ins, outs, out_adapter = hot.kernel, hot.ins, hot.outs, hot.out_adapter
+    params = hot.params  # not ``hot`` itself in the namespace: it holds the loaded program,
+    # which must go with its plan, not wait for the collector (run and its namespace are a cycle)
     local = threading.local()
     ns: dict[str, Any] = {
         "_local": local,
         "_new_pack": lambda: ArgPack(params),
-        "_launch": loaded.launch,
-        "_geo": loaded.geometries.table,
-        "_new_geo": loaded.geometries,
-        "_stream": out_adapter.stream_getter(*where),
+        "_launch": hot.loaded.launch,
+        "_geo": hot.loaded.geometries.table,
+        "_new_geo": hot.loaded.geometries,
+        "_stream": out_adapter.stream_getter(*hot.where),
         "_stream_handle": stream_handle,
-        "_synchronize": synchronize,
+        "_synchronize": hot.synchronize,
         "_wrap": out_adapter.wrap,
         "_fill": _filler(kernel),
         "_bad_shapes": _shape_error(kernel, len(outs), out_adapter.framework),
         "_check_shapes": _shape_check(kernel),
         "_KernelkitError": KernelkitError,
-        "_launch_failed": _launch_error(kernel, backend),
+        "_launch_failed": _launch_error(kernel, hot.backend),
         "_not_contiguous": _contiguity_error(outs),
     }
     code = [
@@ -163,8 +171,8 @@ def generate_run(
     ]
     for i, r in enumerate(ins):
         code += _input_lines(i, r, ns)
-    code += _output_lines(outs, has_out, allocators, ns, _like_inputs(ins, outs))
-    if has_out:
+    code += _output_lines(outs, hot.has_out, hot.allocators, ns, _like_inputs(ins, outs))
+    if hot.has_out:
         code += _overlap_lines(kernel, ins, outs, ns)
     code += [
         "    if stream is None:",
@@ -184,14 +192,8 @@ def generate_run(
     else:
         code.append(f"    return [{names}]")
     source = "\n".join(code) + "\n"
-    exec(_compiled(source), ns)  # noqa: S102 - kernelkit's own text only
+    execute(source, ns, "hot path")
     return ns["run"], source
-
-
-@functools.lru_cache(maxsize=256)
-def _compiled(source: str) -> Any:
-    """Plans of the same shape share one code object (compiling costs ~0.5 ms)."""
-    return compile(source, "<kernelkit hot path>", "exec")
 
 
 def _input_lines(i: int, r: ArgRoute, ns: dict[str, Any]) -> list[str]:
@@ -226,7 +228,9 @@ def _input_lines(i: int, r: ArgRoute, ns: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _like_inputs(ins: list[ArgRoute], outs: list[ArgRoute]) -> dict[int, tuple[int, Any, Any]]:
+def _like_inputs(
+    ins: Sequence[ArgRoute], outs: Sequence[ArgRoute]
+) -> dict[int, tuple[int, Any, Any]]:
     """Output j -> (input i, the framework's dtype, empty_like) where output j may be made as
     ``empty_like(input i)`` when a call asks for input i's shape: an array input of the output's
     framework, made row-contiguous by the run, whose adapter has a cheaper ``like``."""
@@ -243,9 +247,9 @@ def _like_inputs(ins: list[ArgRoute], outs: list[ArgRoute]) -> dict[int, tuple[i
 
 
 def _output_lines(
-    outs: list[ArgRoute],
+    outs: Sequence[ArgRoute],
     has_out: bool,
-    allocators: list[Callable[[Any], Any]],
+    allocators: Sequence[Callable[[Any], Any]],
     ns: dict[str, Any],
     likes: dict[int, tuple[int, Any, Any]],
 ) -> list[str]:
@@ -300,11 +304,11 @@ def _output_lines(
 
 
 def _overlap_lines(
-    kernel: str, ins: list[ArgRoute], outs: list[ArgRoute], ns: dict[str, Any]
+    kernel: str, ins: Sequence[ArgRoute], outs: Sequence[ArgRoute], ns: dict[str, Any]
 ) -> list[str]:
-    """A call with ``out=``: refuse outputs that overlap an input or each other (``_overlap``).
+    """A call with ``out=``: refuse outputs that overlap an input or each other (``overlap``).
     Row-contiguous arrays (the common case) are compared inline by ``nbytes``; others, or an
-    array without ``nbytes``, through ``_overlap``'s check."""
+    array without ``nbytes``, through ``overlap``'s check."""
     arrays = [
         (i, r)
         for i, r in enumerate(ins)
@@ -437,7 +441,7 @@ def _launch_error(kernel: str, backend: str) -> Callable[[Exception], None]:
     return fail
 
 
-def _contiguity_error(outs: list[ArgRoute]) -> Callable[[int], None]:
+def _contiguity_error(outs: Sequence[ArgRoute]) -> Callable[[int], None]:
     def fail(j: int) -> None:
         name = outs[j].what
         raise ArgumentError(f"{name} must be row-contiguous (or the body must read its strides)")

@@ -1,5 +1,6 @@
-"""The tuning database's file handling: bounded reads of regular files only, atomic publishing
-through a temp file, and finding the temp files of writers that died.
+"""The tuning database's file handling: bounded reads of regular files only (through the cache's
+reader) and finding the temp files of writers that died; records are written by the cache's
+atomic writer (``_cache.files.write_atomic``).
 
 A temp file is named ``.<final name>.<pid>.<token>.tmp`` beside its final name. It is stale
 (its writer is gone) when its pid is not alive on this host or it is older than
@@ -10,15 +11,13 @@ from __future__ import annotations
 
 import errno
 import os
-import secrets
 import stat
 import time
 from pathlib import Path
 
-from .._cache import disk
-from .._cache import files as cache_files
+from ..._cache import files as cache_files
 
-__all__ = ["STALE_TMP_S", "NotRegular", "names", "publish", "read_regular", "stale_temps"]
+__all__ = ["STALE_TMP_S", "NotRegular", "names", "read_regular", "stale_temps"]
 
 STALE_TMP_S = 300.0
 
@@ -41,23 +40,6 @@ def read_regular(path: Path, limit: int, follow: bool = True) -> bytes:
         if why.startswith("larger than"):
             raise ValueError(why) from None
         raise NotRegular(0, why) from None
-
-
-def publish(folder: Path, name: str, data: bytes) -> None:
-    """Write ``folder/name`` atomically: a temp file beside it, then a rename (OSError on
-    failure, the temp file removed)."""
-    tmp = folder / f".{name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        try:
-            disk._write_all(fd, data)  # the disk cache's writer (tests slow it down and kill it)
-        finally:
-            os.close(fd)
-        os.replace(tmp, folder / name)
-    except OSError:
-        disk._unlink(tmp)
-        raise
 
 
 def names(folder: Path) -> list[str]:
@@ -85,6 +67,6 @@ def stale_temps(folder: Path, max_age_s: float = STALE_TMP_S) -> list[Path]:
         if not stat.S_ISREG(st.st_mode):
             continue
         pid = int(parts[-3]) if parts[-3].isdigit() and len(parts[-3]) < 10 else 0
-        if now - st.st_mtime > max_age_s or (pid > 0 and not disk._pid_alive(pid)):
+        if now - st.st_mtime > max_age_s or (pid > 0 and not cache_files.pid_alive(pid)):
             out.append(path)
     return out

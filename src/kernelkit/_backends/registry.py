@@ -13,9 +13,9 @@ from contextlib import contextmanager
 from importlib import import_module
 from typing import Any
 
-from . import _config
-from ._errors import BackendError, KernelkitError
-from .backend import BACKEND_API_VERSION, Backend
+from .. import _config
+from .._errors import BackendError, KernelkitError
+from ..backend import BACKEND_API_VERSION, Backend
 
 __all__ = [
     "backend_call",

@@ -14,11 +14,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._cache import compile_cached, recompile_refused
-from ._errors import ArgumentError, KernelkitError
-from ._records import CompileRequest, Target
-from ._registry import backend_call
-from .backend import Backend, Geometry, Launcher
+from .._backends.registry import backend_call
+from .._cache import compile_cached, recompile_refused
+from .._errors import ArgumentError, KernelkitError
+from .._records import CompileRequest, Target
+from ..backend import Backend, Geometry, Launcher
 
 __all__ = ["Geometries", "LoadedProgram", "geometry", "load", "require_geometry"]
 

@@ -11,12 +11,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ._codegen import METADATA, extent_param, make_source, metadata_param
-from ._dtypes import DTYPES, DType
-from ._errors import ArgumentError, ArgumentTypeError, KernelkitError
-from ._records import CompileRequest, KernelSpec, Param, Problem, Target
-from ._registry import backend_call
-from .backend import Backend
+from .._abi import METADATA, extent_param, metadata_param
+from .._backends.registry import backend_call
+from .._dtypes import DTYPES, DType
+from .._errors import ArgumentError, ArgumentTypeError, KernelkitError
+from .._records import CompileRequest, KernelSpec, Param, Problem, Target
+from ..backend import Backend
+from .codegen import make_source
 
 __all__ = ["arg_types", "make_params", "render_request"]
 

@@ -11,7 +11,7 @@ import struct
 from collections.abc import Sequence
 from typing import Any
 
-from ._records import MAP_BYTES, MAX_NDIM, Param
+from .._records import MAP_BYTES, MAX_NDIM, Param
 
 _SCALAR_CTYPES: dict[str, Any] = {
     "bool": ctypes.c_bool,

@@ -1,0 +1,71 @@
+"""An array's adapter, found by its type with one dictionary lookup (``BY_TYPE``); the module of
+a framework is imported the first time an array of that framework is seen."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .._errors import ArgumentTypeError
+from . import BY_TYPE, KEY_FN, SIGNERS, Adapter, NumpyScalarAdapter
+
+__all__ = ["adapter_for"]
+
+
+def adapter_for(x: Any, what: str) -> Adapter:
+    """The adapter for ``x``'s type (cached per type); TypeError naming ``what`` if none fits."""
+    adapter = BY_TYPE.get(type(x))
+    if adapter is None:
+        adapter = _resolve(type(x), x, what)
+        BY_TYPE[type(x)] = adapter
+        KEY_FN[type(x)] = adapter.key
+        sign = adapter.signer(type(x))
+        if sign is not None:
+            SIGNERS.setdefault(type(x), sign)
+    return adapter
+
+
+def _is_numpy_scalar(x: Any) -> bool:
+    import numpy as np
+
+    return isinstance(x, np.generic)
+
+
+def _resolve(tp: type, x: Any, what: str) -> Adapter:
+    module = tp.__module__.split(".")[0]
+    if _is_numpy_scalar(x):
+        return NumpyScalarAdapter()
+    if module == "torch":
+        from ._torch import TorchAdapter
+
+        return TorchAdapter()
+    if module == "cupy":
+        from ._cupy import CupyAdapter
+
+        return CupyAdapter()
+    if module in ("jax", "jaxlib"):
+        from ._jax import JaxAdapter
+
+        return JaxAdapter()
+    if tp.__module__ == "kernelkit._arrays._abstract":
+        from ._abstract import AbstractAdapter
+
+        return AbstractAdapter()
+    import numpy as np
+
+    if issubclass(tp, np.ndarray):
+        from ._numpy import NumpyAdapter
+
+        return NumpyAdapter()
+    if (
+        hasattr(x, "__cuda_array_interface__")
+        or hasattr(x, "__dlpack__")
+        or hasattr(x, "__array_interface__")
+    ):
+        from ._generic import GenericAdapter
+
+        return GenericAdapter(adapter_for)
+    raise ArgumentTypeError(
+        f"{what} has type {tp.__module__}.{tp.__qualname__}, which is not an array "
+        "kernelkit understands (torch, CuPy, JAX, NumPy, or anything with __dlpack__, "
+        "__cuda_array_interface__ or __array_interface__)"
+    )

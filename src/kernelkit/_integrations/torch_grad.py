@@ -1,0 +1,68 @@
+"""Whether autograd needs a built-in op's torch tensors, and the errors of ops without a
+gradient: asked by the route (``torch_route``) and by the traced ops (``torch_ops``,
+``torch_elementwise``). It imports no framework."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from .._errors import ArgumentError
+
+__all__ = ["needs_grad", "no_gradient", "refuse_functorch", "requires_grad", "torch_signature"]
+
+
+def no_gradient(name: str) -> ArgumentError:
+    """The error of an op without a gradient called on inputs that need one."""
+    return ArgumentError(
+        f"[{name}] has no gradient, and an input requires grad: call it under "
+        "torch.no_grad() or on detached tensors (a kernel with a gradient: "
+        "Kernel.as_torch_op and kernelkit.custom_vjp)"
+    )
+
+
+def needs_grad(arrays: Any) -> bool:
+    """True when autograd is on and one of ``arrays`` is a torch tensor that requires grad
+    (for ops without a gradient, which must refuse such calls rather than drop it)."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return False
+    if any(isinstance(a, torch.Tensor) for a in arrays):
+        refuse_functorch(torch)
+    return requires_grad(torch, arrays)
+
+
+def requires_grad(torch: Any, arrays: Any) -> bool:
+    return torch.is_grad_enabled() and any(
+        isinstance(a, torch.Tensor) and a.requires_grad for a in arrays
+    )
+
+
+def refuse_functorch(torch: Any) -> None:
+    """ArgumentError inside a torch.func transform: its tensors are wrappers with no storage."""
+    peek = getattr(getattr(torch._C, "_functorch", None), "peek_interpreter_stack", None)
+    if peek is not None and peek() is not None:
+        raise ArgumentError(
+            "[kernelkit.ops] torch.func transforms (vmap, grad, jacrev, ...) are not supported: "
+            "call the op outside the transform, or use torch.autograd / a loop over the batch"
+        )
+
+
+def torch_signature(arrays: tuple) -> tuple:
+    """Torch tensors (or None): class, dtype, shape, strides, layout (a sparse COO tensor has
+    strides too), device, and whether autograd
+    needs it now (such a signature is never prepared: it goes through the torch op). Inside a
+    torch.func transform none (its tensors have no storage: the validating path refuses)."""
+    torch = sys.modules["torch"]
+    if torch._C._functorch.peek_interpreter_stack() is not None:
+        raise TypeError("inside a torch.func transform")
+    grad = torch.is_grad_enabled()
+    sig = []
+    for a in arrays:
+        sig.append(
+            None
+            if a is None
+            else (a.__class__, a.dtype, a.shape, a.stride(), a.layout, a.device,
+                  grad and a.requires_grad)
+        )  # fmt: skip
+    return tuple(sig)

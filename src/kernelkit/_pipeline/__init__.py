@@ -1,0 +1,9 @@
+"""The stages a kernel call goes through, one module each, run in this order:
+
+``declare`` (``Kernel.precompile``'s declarations) · ``bind`` (call arguments -> ``Problem`` and
+``Target``) · ``key`` (the plan dictionary's key and guard) · selection (``kernelkit._select``) ·
+``codegen`` and ``render`` (body -> ``CompileRequest``) · compile through the caches
+(``kernelkit._cache``) · ``load`` (artifact -> loaded program, launch geometry) · ``launch`` (the
+generated hot path: pack, launch). ``plan`` composes them once per specialization; ``pack``,
+``structs`` and ``overlap`` serve the launch.
+"""
