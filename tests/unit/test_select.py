@@ -9,9 +9,10 @@ import json
 import pytest
 
 import kernelkit
-from kernelkit._choices import force, forced, parse_force
+from kernelkit._choices import force
 from kernelkit._records import ArgFacts, Problem, Target
 from kernelkit._select.keys import Feature, KeySpec
+from kernelkit._select.override import forced, parse_force
 from kernelkit._select.records import PROVENANCE, Config, KernelChoice
 from kernelkit._select.registry import Implementation, Op
 from kernelkit._select.select import Override, select
