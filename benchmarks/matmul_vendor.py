@@ -270,6 +270,9 @@ def main() -> int:
     parser.add_argument("--frameworks", default="cupy,jax")
     parser.add_argument("--table", type=Path, help="add vendor rows to this table file")
     args = parser.parse_args()
+    if not torch.cuda.is_available():
+        print("skip: matmul_vendor.py needs a CUDA GPU")
+        return 0
     frameworks = args.frameworks.split(",")
     name = torch.cuda.get_device_name()
     short = next((s for s in ("H100", "H200") if s in name), name)

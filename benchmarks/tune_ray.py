@@ -90,6 +90,15 @@ def run(spec: Path, how: str, workers: int, backend: str, cache: str) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
 
+def _cuda_devices() -> int:
+    """CUDA devices this process sees (0 without torch's CUDA)."""
+    try:
+        import torch
+    except ImportError:
+        return 0
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--backend", default="cuda", choices=("cuda", "cpu"))
@@ -100,6 +109,9 @@ def main() -> int:
     args = p.parse_args()
     if args.child:
         child(args.spec, args.child, args.workers, args.backend)
+        return 0
+    if args.backend == "cuda" and not _cuda_devices():
+        print("skip: tune_ray.py needs a CUDA GPU (or --backend cpu for the smoke run)")
         return 0
     shapes = args.shapes or (CPU_SHAPES if args.backend == "cpu" else GPU_SHAPES)
     with tempfile.TemporaryDirectory() as tmp:

@@ -30,16 +30,19 @@ CPU_RUNS = {
     "cpu_cooperative.py": (["--tiny"], "grid reduction, cooperative,    8 blocks"),
     "kernel_churn.py": (["--kernels", "6", "--distinct", "2", "--every", "3"], "6 kernels  rss"),
     "ops_host_cost.py": (["--tiny"], "matmul M=1, out="),
+    "compiled_op_cost.py": (["--calls", "3"], "ops.elementwise (traced)"),
 }
 # GPU-only scripts (with their arguments, if any): skipped where torch sees no GPU
 GPU_ONLY = {
     "compile_time.py": [],
     "decode_sweep.py": [],
     "long_rows.py": [],
+    "matmul_vendor.py": [],
     "matmul_midm.py": [],
     "op_call_frameworks.py": [],
     "ops.py": ["--quick"],
     "tensor_map_cost.py": [],
+    "tune_ray.py": [],
     "weight_stream.py": [],
 }
 
