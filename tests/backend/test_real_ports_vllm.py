@@ -17,103 +17,17 @@ import math
 
 import numpy as np
 import pytest
+import real_kernels_headers as rk
 from real_ports import Port, Ports, close
 
 import kernelkit
 from kernelkit._dtypes import DTYPES
 
-COMMIT = "00ccbd42dc1f40412cc711c5737cc4be0e7a8145"
+COMMIT = rk.VLLM_ACT
 RNG = np.random.default_rng(17)
 DTYPES3 = ("float32", "float16", "bfloat16")
 
-HEADER = """
-#include <cmath>
-
-// csrc/cuda_compat.h (CUDA branch)
-#define VLLM_LDG(arg) __ldg(arg)
-
-namespace vllm {
-
-template <typename scalar_t, scalar_t (*ACT_FN)(const scalar_t&),
-          bool act_first>
-__device__ __forceinline__ scalar_t compute(const scalar_t& x,
-                                            const scalar_t& y) {
-  return act_first ? ACT_FN(x) * y : x * ACT_FN(y);
-}
-
-template <typename scalar_t, scalar_t (*ACT_FN)(const scalar_t&),
-          bool act_first>
-__device__ void _act_and_mul_kernel(
-    scalar_t* __restrict__ out,          // [..., d]
-    const scalar_t* __restrict__ input,  // [..., 2, d]
-    const int d, const int64_t token_idx) {
-  for (int64_t idx = threadIdx.x; idx < d; idx += blockDim.x) {
-    const scalar_t x = VLLM_LDG(&input[token_idx * 2 * d + idx]);
-    const scalar_t y = VLLM_LDG(&input[token_idx * 2 * d + d + idx]);
-    out[token_idx * d + idx] = compute<scalar_t, ACT_FN, act_first>(x, y);
-  }
-}
-
-template <typename T>
-__device__ __forceinline__ T silu_kernel(const T& x) {
-  // x * sigmoid(x)
-  return (T)(((float)x) / (1.0f + expf((float)-x)));
-}
-
-template <typename T>
-__device__ __forceinline__ T gelu_kernel(const T& x) {
-  // Equivalent to PyTorch GELU with 'none' approximation.
-  // Refer to:
-  // https://github.com/pytorch/pytorch/blob/8ac9b20d4b090c213799e81acf48a55ea8d437d6/aten/src/ATen/native/cuda/ActivationGeluKernel.cu#L36-L38
-  const float f = (float)x;
-  constexpr float ALPHA = M_SQRT1_2;
-  return (T)(f * 0.5f * (1.0f + ::erf(f * ALPHA)));
-}
-
-template <typename T>
-__device__ __forceinline__ T gelu_tanh_kernel(const T& x) {
-  // Equivalent to PyTorch GELU with 'tanh' approximation.
-  // Refer to:
-  // https://github.com/pytorch/pytorch/blob/8ac9b20d4b090c213799e81acf48a55ea8d437d6/aten/src/ATen/native/cuda/ActivationGeluKernel.cu#L25-L30
-  const float f = (float)x;
-  constexpr float BETA = M_SQRT2 * M_2_SQRTPI * 0.5f;
-  constexpr float KAPPA = 0.044715;
-  float x_cube = f * f * f;
-  float inner = BETA * (f + KAPPA * x_cube);
-  return (T)(0.5f * f * (1.0f + ::tanhf(inner)));
-}
-
-template <typename T>
-__device__ __forceinline__ T fatrelu_kernel(const T& x, const float threshold) {
-  const float f = (float)x;
-  return (T)(f > threshold ? f : 0.0f);
-}
-
-template <typename T>
-__device__ __forceinline__ T gelu_new_kernel(const T& x) {
-  const float x3 = (float)(x * x * x);
-  const T t = (T)tanhf((T)(0.79788456f * (float)(x + (T)(0.044715f * x3))));
-  return ((T)0.5) * x * (((T)1.0) + t);
-}
-
-template <typename T>
-__device__ __forceinline__ T gelu_fast_kernel(const T& x) {
-  const float f = (float)x;
-  const T t =
-      (T)tanhf(((T)(f * 0.79788456f)) * (((T)1.0) + (T)(0.044715f * f) * x));
-  return ((T)0.5) * x * (((T)1.0) + t);
-}
-
-template <typename T>
-__device__ __forceinline__ T gelu_quick_kernel(const T& x) {
-  // x * sigmoid(1.702 * x)
-  return (T)(((float)x) / (1.0f + expf(-1.702f * (float)x)));
-}
-
-}  // namespace vllm
-
-using namespace vllm;  // kernelkit port: the bodies below were in namespace vllm
-"""
+HEADER = rk.VLLM_ACT_HEADER  # the file's device helpers, shared with the #include ports
 
 ACT_AND_MUL = """
   const int64_t token_idx = blockIdx.x;
