@@ -109,6 +109,7 @@ def main() -> int:
                 print_row(op, rows[-1])
             report["ops"][op] = {"rows": rows, "wall_s": round(wall, 1), "summed_s": round(spent)}
             if args.out:
+                Path(args.out).mkdir(parents=True, exist_ok=True)
                 path = Path(args.out) / "tables_vs_sweep.json"
                 path.write_text(json.dumps(report, indent=1))
         summarize(op, rows, wall, spent)
