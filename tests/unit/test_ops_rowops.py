@@ -50,6 +50,19 @@ def test_the_heuristic_packs_short_rows_and_keeps_long_ones_alone():
     assert huge is not None and huge.values["ITEMS"] == 0
 
 
+@pytest.mark.parametrize(("n", "block"), [(4096, 256), (8192, 512), (3584, 256), (1024, 64)])
+def test_fewer_rows_than_multiprocessors_spread_a_row_over_more_threads(n, block):
+    from dataclasses import replace
+
+    h100 = replace(TARGET, multiprocessor_count=132)
+    for rows in (1, 16, 131):
+        c = _rowops.heuristic(problem(rows, n), h100)
+        assert c is not None and c.values == {"BLOCK": block, "ITEMS": 2, "ROWS": 1}, rows
+        assert _rowops.fits(problem(rows, n), c) is None
+    many = _rowops.heuristic(problem(132, n), h100)  # a row per multiprocessor and more: 4 each
+    assert many is not None and (many.values["BLOCK"], many.values["ITEMS"]) == (block // 2, 4)
+
+
 def test_a_forced_config_without_rows_means_one_row_per_block():
     from kernelkit._select.records import Config
 

@@ -60,10 +60,16 @@ def fits(problem: Problem, config: Config) -> str | None:
 
 def heuristic(problem: Problem, target: Target) -> Config | None:
     """The smallest block that keeps the row in at most 8 vectors per thread, at least 4 per
-    thread where the row allows (fewer, wider threads reduce faster), with rows sharing a block
-    up to 128 threads when there are thousands of rows; else the loop."""
+    thread where the row allows (fewer, wider threads reduce faster), 2 where there are fewer
+    rows than multiprocessors (each row's latency is then the op's: more threads share it), with
+    rows sharing a block up to 128 threads when there are thousands of rows; else the loop.
+
+    The 2 comes from an exhaustive sweep on an H100 (``benchmarks/tables_vs_sweep.py``): at
+    1-128 rows of 3584-8192 bf16 elements layer_norm's best kept 2 vectors a thread in 9 of 12
+    problems, and 4 a thread was 1.03-1.32x the best; from 2048 rows on, 4 was the best."""
     vectors = -(-problem.attr("N") // vec_width(problem.arg("x").dtype))
-    block = min(1024, max(32, _pow2_at_least(-(-vectors // 4))))
+    per = 2 if problem.attr("rows") < target.multiprocessor_count else 4
+    block = min(1024, max(32, _pow2_at_least(-(-vectors // per))))
     items = _pow2_at_least(-(-vectors // block))
     if block * items > 2048:  # more than a block's registers hold (see CONFIGS)
         return config(1024, 0)
