@@ -12,7 +12,7 @@ the worst, the geometric mean, how many miss 1.05, and the sweep's wall and summ
 
 Run (one GPU, or all GPUs through Ray):
     PYTHONPATH=src python3 benchmarks/tables_vs_sweep.py [--ray] [--ops matmul,rms_norm,...]
-        [--models llama3-8b,...] [--m 1,16,128,2048] [--limit N] [--out DIR]
+        [--models llama3-8b,...] [--m 1,16,128,2048] [--hidden 5120,...] [--limit N] [--out DIR]
 CPU smoke test (tiny shapes, one config per implementation):
     PYTHONPATH=src python3 benchmarks/tables_vs_sweep.py --backend cpu
 ``--out DIR`` writes ``DIR/tables_vs_sweep.json`` after each op and M (partial runs keep what
@@ -64,6 +64,11 @@ def main() -> int:
     ap.add_argument("--ops", default=",".join(OPS))
     ap.add_argument("--models", default=",".join(MODELS))
     ap.add_argument("--m", default="1,16,128,2048", help="rows (matmul's M), comma-separated")
+    ap.add_argument(
+        "--hidden",
+        help="row ops: these hidden sizes instead of the models' "
+        "(held-out shapes: no table row covers them)",
+    )
     ap.add_argument("--dtype", default="bfloat16")
     ap.add_argument("--limit", type=int, help="at most N configs per implementation")
     ap.add_argument("--ray", action="store_true", help="each problem a Ray task on one GPU")
@@ -80,6 +85,8 @@ def main() -> int:
     import kernelkit
 
     models = list(TINY.values()) if cpu else [MODELS[n] for n in args.models.split(",")]
+    if args.hidden:
+        models = [(int(h), 0, 0, 0) for h in args.hidden.split(",")]
     ms = [1, 17] if cpu else [int(v) for v in args.m.split(",")]
     limit = 1 if cpu else args.limit
     report: dict = {"dtype": args.dtype, "limit": limit, "ray": args.ray, "ops": {}}
@@ -113,6 +120,13 @@ def main() -> int:
                         "ratio": r.shipped_over_best,
                         "candidates": sum(c.status == "ok" for c in r.candidates),
                         "note": r.note,
+                        "times_us": {  # every timed candidate (row ops: a few dozen)
+                            c.label: round(c.time_s * 1e6, 3)
+                            for c in r.candidates
+                            if c.time_s is not None
+                        }
+                        if len(r.candidates) <= 100
+                        else {},
                     }
                 )
                 print_row(op, rows[-1])
