@@ -39,10 +39,17 @@ class LaunchPlan:
     direct: Callable[..., Any] | None = None
 
 
-def _lazy_allocator(
-    adapter: Adapter, dtype: str, device_type: int, device_index: int
+def _allocator(
+    adapter: Adapter, dtype: str, device_type: int, device_index: int, now: bool
 ) -> Callable[[Any], Any]:
-    """Prepared on first use: a kernel always called with out= never needs an allocator."""
+    """The framework's allocator, made ``now`` (a plan that allocates: no Python frame of ours
+    per call) or on first use (a plan of calls with out= never needs one). One that cannot be
+    made now is left to its first use, which reports why (``launch._shape_error``)."""
+    if now:
+        try:
+            return adapter.allocator(DTYPES[dtype], device_type, device_index)
+        except Exception:  # noqa: BLE001, S110 - raised again, and reported, by its first use
+            pass
     made: list[Callable[[Any], Any]] = []
 
     def alloc(shape: Any) -> Any:
@@ -83,7 +90,8 @@ def build(
     ins, outs = _routes(spec, bound, params)
     where = problem.device_type, problem.device_index
     outputs = [a for a in problem.args if a.is_output]
-    allocators = [_lazy_allocator(adapters.result, a.dtype, *where) for a in outputs]
+    now = adapters.outputs is None
+    allocators = [_allocator(adapters.result, a.dtype, *where, now) for a in outputs]
     hot = HotPath(
         kernel=spec.name,
         params=params,

@@ -29,6 +29,7 @@ from .._select.select import Selection
 from . import _elementwise_rules as rules
 from ._common import (
     OpRunner,
+    direct_of,
     kernel_caller,
     namespace,
     row_contiguous,
@@ -99,7 +100,9 @@ class Elementwise:
                     [f"y{j}" for j in range(len(self.outputs))],
                     body(len(self.inputs), self._exprs, scalars, flat),
                     header=HEADER,
-                    ensure_row_contiguous=False,
+                    # flat: every array is row-contiguous already (the hot path then compares
+                    # an out='s bytes with the inputs' without reading layouts)
+                    ensure_row_contiguous=flat,
                 )
                 self._kernels[key] = k
         return k
@@ -135,23 +138,29 @@ class Elementwise:
         call = kernel_caller(
             k, {"grid": choice.grid, "threadgroup": choice.config.threadgroup, "template": template}
         )
-        # the body reads y0_shape[0] on the flat path: it gets flat views
-        new_shape = (n,) if flat else shape
-        shapes = [new_shape] * len(self.outputs)
+        # the body reads y0_shape[0] on the flat path: its outputs are flat views (inputs are
+        # read through their pointers only, and keep their shapes, but 0-d ones)
+        flat_in = flat and not shape
+        view = shape if flat and len(shape) != 1 else None
+        shapes = [(n,) if flat else shape] * len(self.outputs)
         dtypes = [output_dtype] * len(self.outputs)
         single = len(self.outputs) == 1
 
         def launch(arrays: Any, out: Any) -> Any:
-            if flat:
+            """-> the output (one: ``out`` an array or None) or the list of outputs."""
+            if flat_in:
                 arrays = [a if s else a.reshape(-1) for a, s in zip(arrays, scalars)]
             if out is not None:
-                call(arrays, None, None, [o.reshape(-1) for o in out] if flat else list(out))
-                return list(out)
+                outs = [out] if single else list(out)
+                call(arrays, None, None, outs if view is None else [o.reshape(-1) for o in outs])
+                return out if single else outs
             results = call(arrays, shapes, dtypes, None)
-            if not flat:
-                return results
-            return [results[0].reshape(shape)] if single else [r.reshape(shape) for r in results]
+            if view is not None:
+                results = [r.reshape(view) for r in results]
+            return results[0] if single else results
 
+        if single and not flat_in:
+            launch.direct = direct_of(call, shapes, dtypes, view)  # type: ignore[attr-defined]
         return launch
 
     def _prepare(self, args: tuple, kwargs: dict[str, Any]) -> tuple[list[Any], tuple, str]:
@@ -304,34 +313,26 @@ class Elementwise:
                     raise
             else:
                 views = list(values)
+        # one output: the launchers take and give it as an array, not a list
+        outs = outs[0] if outs is not None and len(self.outputs) == 1 else outs
         try:
             key = None
             if direct and not scalars and args and not kwargs and len(self.outputs) == 1:
                 key = signature((*args, out))
             if key is None:
-                results = self._runner.run(views, dtype, outs, options, signature=sig)
-            else:
-                results, launch = self._runner.first(views, dtype, outs, options)
-                key = (key, self.op.generation, FORCED.get(), _config.config.select_force)
-                store(self._table, key, _single(launch))
+                return self._runner.run(views, dtype, outs, options, signature=sig)
+            result, run = self._runner.first(views, dtype, outs, options)
+            key = (key, self.op.generation, FORCED.get(), _config.config.select_force)
+            store(self._table, key, run)
         except OverflowError:  # an int scalar too large for a float: the same error as above
             self._bind_args(args, kwargs, out)
             raise
-        return results[0] if len(self.outputs) == 1 else results
+        return result
 
     def explain(self, *args: Any, **kwargs: Any) -> Selection:
         """The choice a call with these arguments makes, and why."""
         views, dtype, options, _ = self._bind_args(args, kwargs, None)
         return self._runner.explain(views, dtype, None, options)
-
-
-def _single(launch: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
-    """``run(arrays, out)`` of a one-output expression: its array, into ``out`` or new."""
-
-    def run(arrays: Any, out: Any) -> Any:
-        return launch(arrays, None if out is None else [out])[0]
-
-    return run
 
 
 def elementwise(expression: str, output_dtype: Any = None) -> Elementwise:
