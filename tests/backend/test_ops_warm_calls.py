@@ -187,3 +187,28 @@ def test_a_warm_op_call_on_torch_tensors_counts_its_python_calls(backend, case):
     }[case]
     events = _call_events(fn)
     assert len(events) <= MAX_CALLS[case], f"{case}: {len(events)} Python calls: {events}"
+
+
+def test_a_warm_flat_elementwise_call_on_jax_arrays_reshapes_nothing():
+    """The flat path passes JAX arrays as they are (issue 26: three JAX reshapes per call, each
+    an XLA dispatch): the kernel reads the inputs by pointer and its outputs as flat views."""
+    jnp = pytest.importorskip("jax.numpy")
+    rng = np.random.default_rng(2)
+    a, b = (jnp.asarray(rng.standard_normal((8, 16)).astype(np.float32)) for _ in range(2))
+    silu_mul = ops.elementwise("y = a * b / (1 + exp(-b))")
+    names: list[str] = []
+
+    def profile(frame, event, arg):
+        if event == "call":
+            names.append(frame.f_code.co_name)
+
+    for _ in range(3):
+        silu_mul(a, b)
+    sys.setprofile(profile)
+    try:
+        y = silu_mul(a, b)
+    finally:
+        sys.setprofile(None)
+    assert not [n for n in names if "reshape" in n], names
+    a64, b64 = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    np.testing.assert_allclose(np.asarray(y), a64 * b64 / (1 + np.exp(-b64)), rtol=1e-5)

@@ -9,6 +9,7 @@ indices and helper names, never user text) and kept on the plan as ``run_source`
 from __future__ import annotations
 
 import ctypes
+import math
 import numbers
 import threading
 from collections.abc import Callable, Sequence
@@ -40,12 +41,16 @@ class ArgRoute:
     contiguous: bool = True  # make/require row-contiguous
     meta: dict[str, int] = field(default_factory=dict)  # "shape"/"strides"/"ndim"/"extent" -> slot
     nbytes: int = 0  # struct: the value's size
+    flat: bool = False  # an output whose metadata are its flat view's (``KernelSpec.flat_outputs``)
 
 
 def meta_lines(
-    var: str, meta: dict[str, int], adapter: Adapter, ns: dict[str, Any], what: str
+    var: str, meta: dict[str, int], adapter: Adapter, ns: dict[str, Any], what: str, flat: bool
 ) -> list[str]:
-    """Lines writing shape, strides (elements), ndim and extent of ``var`` into their slots."""
+    """Lines writing shape, strides (elements), ndim and extent of ``var`` into their slots
+    (``flat``: those of its flat view, a row-contiguous array's elements in one dimension)."""
+    if flat:
+        return _flat_meta_lines(var, meta, adapter, ns)
     tag = f"{var}_"
     ns[f"_layout_{var}"] = adapter.layout
     ns[f"_ndim_error_{var}"] = _ndim_error(what)
@@ -66,6 +71,25 @@ def meta_lines(
     if "extent" in meta:
         ns["_extent"] = extent
         lines.append(f"    s[{meta['extent']}].value = _extent({tag}sh, {tag}st)")
+    return lines
+
+
+def _flat_meta_lines(
+    var: str, meta: dict[str, int], adapter: Adapter, ns: dict[str, Any]
+) -> list[str]:
+    """``meta_lines`` of a flat view: shape (elements,), strides (1,), ndim 1, extent."""
+    ns["_prod"] = math.prod
+    ns[f"_layout_{var}"] = adapter.layout
+    shape = f"{var}.shape" if adapter.shape_attribute else f"_layout_{var}({var})[0]"
+    lines = [f"    {var}_n = _prod({shape})"]
+    if "shape" in meta:
+        lines.append(f"    s[{meta['shape']}][0] = {var}_n")
+    if "strides" in meta:
+        lines.append(f"    s[{meta['strides']}][0] = 1")
+    if "ndim" in meta:
+        lines.append(f"    s[{meta['ndim']}].value = 1")
+    if "extent" in meta:
+        lines.append(f"    s[{meta['extent']}].value = {var}_n")
     return lines
 
 
@@ -224,7 +248,7 @@ def _input_lines(i: int, r: ArgRoute, ns: dict[str, Any]) -> list[str]:
     ptr = a.pointer_expr.format(x=f"a{i}") if a.pointer_expr else f"_ptr{i}(a{i})"
     lines.append(f"    s[{r.slot}].value = {ptr}")
     if r.meta:
-        lines += meta_lines(f"a{i}", r.meta, a, ns, r.what)
+        lines += meta_lines(f"a{i}", r.meta, a, ns, r.what, False)
     return lines
 
 
@@ -287,7 +311,7 @@ def _output_lines(
             lines.append(f"    s[{r.slot}].value = _optr{j}(o{j})")
             ns[f"_optr{j}"] = _output_pointer_any(r.what)
             if r.meta:
-                lines += meta_lines(f"o{j}", r.meta, _LookupAdapter(), ns, r.what)
+                lines += meta_lines(f"o{j}", r.meta, _LookupAdapter(), ns, r.what, r.flat)
             continue
         ns.update(
             {
@@ -299,7 +323,7 @@ def _output_lines(
             lines += [f"    if not _oisc{j}(o{j}):", f"        _not_contiguous({j})"]
         lines.append(f"    s[{r.slot}].value = _optr{j}(o{j})")
         if r.meta:
-            lines += meta_lines(f"o{j}", r.meta, a, ns, r.what)
+            lines += meta_lines(f"o{j}", r.meta, a, ns, r.what, r.flat)
     return lines
 
 

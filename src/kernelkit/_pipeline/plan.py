@@ -37,6 +37,7 @@ class LaunchPlan:
     # run without that check, for callers that already know a call is this specialization's
     # (the built-in ops key their calls by the arrays' full signatures): the same arguments
     direct: Callable[..., Any] | None = None
+    flat_outputs: bool = False  # the spec's: outputs' metadata are their flat views'
 
 
 def _allocator(
@@ -116,6 +117,7 @@ def build(
         run_source=run_source,
         guarded=guard is not None,
         direct=direct,
+        flat_outputs=spec.flat_outputs,
     )
     return _framework_run(plan, bound, guard)
 
@@ -162,7 +164,9 @@ def _routes(spec: KernelSpec, bound: Bound, params: tuple[Param, ...]) -> tuple[
             adapter, contiguous = (None if result.synchronous else result), False
         else:
             adapter = adapters.outputs[j]
-            contiguous = metadata_param(oname, "strides") not in spec.metadata_refs
+            contiguous = spec.flat_outputs or (
+                metadata_param(oname, "strides") not in spec.metadata_refs
+            )
             what = f"[{spec.name}] out[{j}] ({oname!r})"
         outs.append(
             ArgRoute(
@@ -173,6 +177,7 @@ def _routes(spec: KernelSpec, bound: Bound, params: tuple[Param, ...]) -> tuple[
                 facts.dtype,
                 contiguous,
                 meta_of(oname),
+                flat=spec.flat_outputs,
             )
         )
     return ins, outs

@@ -393,22 +393,21 @@ def one_output_launch(
             return out
         return call(arrays, shapes, dtypes, None)[0]
 
-    launch.direct = direct_of(call, shapes, dtypes, None)  # type: ignore[attr-defined]
+    launch.direct = direct_of(call, shapes, dtypes)  # type: ignore[attr-defined]
     return launch
 
 
-def direct_of(call: Any, shapes: Any, dtypes: Any, view: Any) -> Callable[[bool], tuple | None]:
+def direct_of(call: Any, shapes: Any, dtypes: Any) -> Callable[[bool], tuple | None]:
     """A launcher's ``direct(has_out)`` for ``_prepared.direct_launch``, over a ``kernel_caller``
     ``call``: (the hot path's unchecked run, shapes, dtypes, grid, threadgroup, template, shared
-    memory, ``view``) once a call with (``has_out``) or without out= has been made, else None.
-    ``view``: None, or the op's output shape where the kernel writes a flat output."""
+    memory) once a call with (``has_out``) or without out= has been made, else None."""
 
     def direct(has_out: bool) -> tuple | None:
         run = call.direct.get(not has_out)
         if run is None:
             return None
         grid, group, template, smem = call.fixed
-        return run, shapes, dtypes, grid, group, template, smem, view
+        return run, shapes, dtypes, grid, group, template, smem
 
     return direct
 

@@ -14,12 +14,13 @@ allows), ``strided`` otherwise (broadcasting of size-1 dims through stride-0 vie
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Callable
 from typing import Any
 
 from .. import _config
-from .._api import kernel
+from .._api import Kernel, kernel
 from .._dtypes import normalize_dtype
 from .._errors import ArgumentError, ArgumentTypeError
 from .._records import Problem
@@ -104,6 +105,8 @@ class Elementwise:
                     # an out='s bytes with the inputs' without reading layouts)
                     ensure_row_contiguous=flat,
                 )
+                if flat:  # the body reads y0_shape[0] as the element count: flat views
+                    k = Kernel(dataclasses.replace(k.spec, flat_outputs=True))
                 self._kernels[key] = k
         return k
 
@@ -138,11 +141,11 @@ class Elementwise:
         call = kernel_caller(
             k, {"grid": choice.grid, "threadgroup": choice.config.threadgroup, "template": template}
         )
-        # the body reads y0_shape[0] on the flat path: its outputs are flat views (inputs are
-        # read through their pointers only, and keep their shapes, but 0-d ones)
+        # the flat body reads y0_shape[0] as the element count: the kernel sees its outputs as
+        # flat views (KernelSpec.flat_outputs), and the inputs only through their pointers (but
+        # 0-d ones, passed as 1-element arrays)
         flat_in = flat and not shape
-        view = shape if flat and len(shape) != 1 else None
-        shapes = [(n,) if flat else shape] * len(self.outputs)
+        shapes = [shape] * len(self.outputs)
         dtypes = [output_dtype] * len(self.outputs)
         single = len(self.outputs) == 1
 
@@ -152,15 +155,13 @@ class Elementwise:
                 arrays = [a if s else a.reshape(-1) for a, s in zip(arrays, scalars)]
             if out is not None:
                 outs = [out] if single else list(out)
-                call(arrays, None, None, outs if view is None else [o.reshape(-1) for o in outs])
+                call(arrays, None, None, outs)
                 return out if single else outs
             results = call(arrays, shapes, dtypes, None)
-            if view is not None:
-                results = [r.reshape(view) for r in results]
             return results[0] if single else results
 
         if single and not flat_in:
-            launch.direct = direct_of(call, shapes, dtypes, view)  # type: ignore[attr-defined]
+            launch.direct = direct_of(call, shapes, dtypes)  # type: ignore[attr-defined]
         return launch
 
     def _prepare(self, args: tuple, kwargs: dict[str, Any]) -> tuple[list[Any], tuple, str]:

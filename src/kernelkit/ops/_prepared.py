@@ -110,16 +110,9 @@ def direct_launch(
     direct = None if found is None else found(has_out)
     if direct is None:
         return launch
-    run, shapes, dtypes, grid, group, template, smem, view = direct
+    run, shapes, dtypes, grid, group, template, smem = direct
     if has_out:
-        return _run_out(run, grid, group, template, smem, view is not None, refuse, same)
-    if view is not None:  # a flat kernel's output, reshaped to the op's
-
-        def run_view(arrays: Any, out: Any) -> Any:
-            return run(arrays, shapes, dtypes, grid, group, template, None, None, None, None,
-                       None, smem)[0].reshape(view)  # fmt: skip
-
-        return run_view
+        return _run_out(run, grid, group, template, smem, refuse, same)
 
     def run_new(arrays: Any, out: Any) -> Any:
         return run(arrays, shapes, dtypes, grid, group, template, None, None, None, None, None,
@@ -129,16 +122,14 @@ def direct_launch(
 
 
 def _run_out(
-    run: Any, grid: Any, group: Any, template: Any, smem: Any, flat: bool, refuse: Any,
-    same: tuple,
-) -> Callable[[Any, Any], Any]:  # fmt: skip
-    """``direct_launch``'s ``run(arrays, out)`` with an ``out=`` (``flat``: passed as a flat
-    view, for a flat kernel)."""
+    run: Any, grid: Any, group: Any, template: Any, smem: Any, refuse: Any, same: tuple
+) -> Callable[[Any, Any], Any]:
+    """``direct_launch``'s ``run(arrays, out)`` with an ``out=``."""
     if refuse is None:
 
         def run_out(arrays: Any, out: Any) -> Any:
             run(arrays, None, None, grid, group, template, None, None,
-                [out.reshape(-1) if flat else out], None, None, smem)  # fmt: skip
+                [out], None, None, smem)  # fmt: skip
             return out
 
         return run_out
@@ -150,7 +141,7 @@ def _run_out(
                     refuse(arrays, out)
             try:
                 run(arrays, None, None, grid, group, template, None, None,
-                    [out.reshape(-1) if flat else out], None, None, smem)  # fmt: skip
+                    [out], None, None, smem)  # fmt: skip
             except ArgumentError:  # the op's own error names its arguments
                 refuse(arrays, out)
                 raise
@@ -161,7 +152,7 @@ def _run_out(
     def run_checked(arrays: Any, out: Any) -> Any:
         try:
             run(arrays, None, None, grid, group, template, None, None,
-                [out.reshape(-1) if flat else out], None, None, smem)  # fmt: skip
+                [out], None, None, smem)  # fmt: skip
         except ArgumentError:  # the op's own error names its arguments
             refuse(arrays, out)
             raise
