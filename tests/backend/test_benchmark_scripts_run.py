@@ -31,6 +31,7 @@ CPU_RUNS = {
     "kernel_churn.py": (["--kernels", "6", "--distinct", "2", "--every", "3"], "6 kernels  rss"),
     "ops_host_cost.py": (["--tiny"], "matmul M=1, out="),
     "compiled_op_cost.py": (["--calls", "3"], "ops.elementwise (traced)"),
+    "tables_vs_sweep.py": (["--backend", "cpu"], "== softmax: 2 problems, shipped over best"),
 }
 # GPU-only scripts (with their arguments, if any): skipped where torch sees no GPU
 GPU_ONLY = {

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -234,3 +235,54 @@ def test_the_cli_tunes_on_ray_exports_and_resumes(cluster, tmp_path, own_tuning_
     assert len(json.loads((tmp_path / "r.json").read_text())["records"]) == 2
     assert main(args) == 0  # the same spec again: every result read back, none measured
     assert "8 candidate result(s) read back from an earlier run" in capsys.readouterr().out
+
+
+def _dies_on_3x100(op, dims, dtype, device, settings):
+    """``tune_problem``, except that the worker of problem 3x100 dies (as a GPU fault ends it)."""
+    if tuple(dims) == (3, 100):
+        os._exit(1)
+    from kernelkit._workflows.tune_op import tune_problem
+
+    return tune_problem(op, dims, dtype, device, settings)
+
+
+def _outline(tuning):
+    """What a tuning found, less its timings: per problem the key, the candidates and statuses."""
+    return [
+        (r.label, r.key, [(c.label, c.status) for c in r.candidates], r.shipped)
+        for r in tuning.results
+    ]
+
+
+def test_built_in_op_problems_run_as_ray_tasks(cluster, own_tuning_db, capsys):
+    import kernelkit
+    from kernelkit.cli import main
+
+    local = kernelkit.tune_op("softmax", "8x64,3x100,5x33", limit=1, quiet=True, store=False)
+    on_ray = kernelkit.tune_op("softmax", "8x64,3x100,5x33", limit=1, quiet=True, ray=True)
+    assert _outline(on_ray) == _outline(local)  # in the order asked for
+    assert all(r.record is not None and r.shipped_over_best for r in on_ray.results)
+    stored = {(r.op, r.key, r.impl, r.config) for r in own_tuning_db.records()}
+    assert stored == {(r.op, r.key, r.impl, r.config) for r in on_ray.records}
+    with pytest.raises(kernelkit.ArgumentError, match="dtype"):  # raised as a local run does
+        kernelkit.tune_op("softmax", "8x64", "bfloat16", framework="numpy", quiet=True, ray=True)
+    args = ["tune", "softmax", "--dims", "8x64", "--limit", "1", "--ray", "--quiet"]
+    assert main([*args, "--no-database"]) == 0
+    assert "shipped choice (heuristic): softmax/rows" in capsys.readouterr().out
+
+
+def test_a_problem_whose_worker_dies_costs_only_itself(cluster):
+    from kernelkit._workflows import tune_op as T
+    from kernelkit._workflows.tune_op_ray import run_problems
+
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    settings = T._Settings(None, True, None, 1, None, 0, None)
+    shapes = [(3, 100), (8, 64), (5, 33), (2, 16)]
+    calls = [("softmax", dims, "float32", "cpu", settings) for dims in shapes]
+    seen = []
+    results = run_problems(_dies_on_3x100, calls, T._died, "cpu", None, seen.append)
+    assert len(seen) == 4 and [r.label for r in results] == [f"{m}x{n} float32" for m, n in shapes]
+    # the dead worker's place is taken: every other problem is tuned
+    assert results[0].record is None and all(r.record is not None for r in results[1:])
+    assert results[0].target is None and "its Ray task died" in results[0].note
+    assert "(no device: the task died)" in results[0].report()

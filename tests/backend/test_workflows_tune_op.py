@@ -270,8 +270,41 @@ def test_the_fastest_candidates_are_timed_again_before_one_is_recorded(db):
     ok = [c for c in r.candidates if c.status == "ok"]
     finals = [c for c in ok if "final round" in c.detail]
     assert len(ok) >= 3, r.report()
-    # the FINALISTS fastest, plus any microkernel outside them (none on the CPU backend)
-    assert len(finals) == min(len(ok), T.FINALISTS), r.report()
+    # the FINALISTS fastest, plus the shipped choice and any microkernel outside them (none on
+    # the CPU backend)
+    top = sorted(ok, key=lambda c: c.time_s)[: T.FINALISTS]
+    shipped = [c for c in ok if c.label == r.shipped]
+    assert len(shipped) == 1, r.report()
+    assert {c.label for c in finals} == {c.label for c in top} | {r.shipped}, r.report()
     assert all(f"median of {T.FINAL_ROUNDS + 1} timings" in c.detail for c in finals)
     assert timing.count() - before == len(ok) + T.FINAL_ROUNDS * len(finals)
     assert r.winner in finals and r.record.best_us == round(r.winner.time_s * 1e6, 4)
+
+
+def test_each_problem_times_the_shipped_choice_against_the_best(db, shipped, tmp_path):
+    """A table row names a config that ``limit=1`` leaves out: it is added, timed (in the final
+    round), and the result says how it compares with the best; without the table, the rules'
+    choice is the one compared."""
+    from dataclasses import replace
+
+    from kernelkit._workflows.op_results import OpTuning
+
+    two = kernelkit.tune_op("softmax", "8x64", limit=2, quiet=True, store=False)
+    r = two.results[0]
+    rows = [c for c in r.candidates if c.impl == "softmax/rows" and c.status == "ok"]
+    default = op_object("softmax").get("rows").default
+    other = next(c for c in rows if c.config != default)
+    row = replace(r, record=replace(r.record, impl=other.impl, config=other.config))
+    path = OpTuning("softmax", (row,)).write_table(tmp_path / "softmax.yaml")
+    shipped(path)
+    r = kernelkit.tune_op("softmax", "8x64", limit=1, quiet=True, store=False).results[0]
+    assert (r.shipped, r.shipped_from) == (other.label, "table"), r.report()
+    mine = next(c for c in r.candidates if c.label == other.label)
+    assert mine.status == "ok" and "final round" in mine.detail, r.report()
+    assert r.shipped_over_best == mine.time_s / r.winner.time_s >= 1.0
+    assert f"shipped choice (table): {other.label}: {r.shipped_over_best:.3f}x" in r.report()
+    shipped(None)
+    r = kernelkit.tune_op("softmax", "8x64", limit=1, quiet=True, store=False).results[0]
+    choice = decision("softmax", (8, 64))
+    assert r.shipped_from == choice.source == "heuristic"
+    assert r.shipped == f"softmax/rows {choice.config.describe()}", r.report()

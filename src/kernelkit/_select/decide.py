@@ -13,7 +13,7 @@ from .records import Config, KernelChoice
 from .registry import Op
 from .select import Selection, select, unservable
 
-__all__ = ["decide", "explain_selection"]
+__all__ = ["decide", "explain_selection", "shipped_selection"]
 
 
 def _database(op: Op, backend: Backend) -> Any:
@@ -82,3 +82,9 @@ def decide(op: Op, problem: Problem, target: Target, backend: Backend) -> Kernel
 def explain_selection(op: Op, problem: Problem, target: Target, backend: Backend) -> Selection:
     """What ``decide`` would choose, with every rule and candidate considered."""
     return selection(op, problem, target, backend)
+
+
+def shipped_selection(op: Op, problem: Problem, target: Target) -> Selection:
+    """What kernelkit chooses as shipped: the tables, then the rules, with no tuning database
+    and no override (``kernelkit tune`` reports how that choice times against the best)."""
+    return select(op, problem, target, override=None, database=None, table=_table())

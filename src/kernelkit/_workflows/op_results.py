@@ -41,27 +41,45 @@ class OpCandidate:
 @dataclass(frozen=True)
 class OpTuneResult:
     """The tuning of one problem: its key, every candidate, and the record stored (None when no
-    candidate ran correctly)."""
+    candidate ran correctly). ``target`` is None (and ``candidates`` empty) for a problem whose
+    Ray task died before it said where it ran (``note`` says why)."""
 
     op: str
     label: str
     key: Key
-    target: Target
+    target: Target | None
     candidates: tuple[OpCandidate, ...]
     record: TuningRecord | None
     tuning_s: float
     note: str = ""
+    shipped: str = ""  # the label of the candidate kernelkit chooses untuned (tables, rules)
+    shipped_from: str = ""  # which rule chose it: "table", "heuristic", ...
 
     @property
     def winner(self) -> OpCandidate | None:
         return fastest(self.candidates)
 
+    @property
+    def shipped_over_best(self) -> float | None:
+        """The shipped choice's time over the winner's (1.0: the shipped choice is the best);
+        None when either was not timed."""
+        best = self.winner
+        mine = next((c for c in self.candidates if c.label == self.shipped), None)
+        if best is None or mine is None or not mine.time_s or not best.time_s:
+            return None
+        return mine.time_s / best.time_s
+
     def report(self) -> str:
         """The problem and its key, how the candidates were timed, then one line per
         candidate, the winner starred."""
         key = ", ".join(f"{f}={v}" for f, v in self.key)
-        lines = [f"{self.op} {self.label} on {self.target.name} (tuned in {self.tuning_s:.2f} s)"]
+        where = self.target.name if self.target is not None else "(no device: the task died)"
+        lines = [f"{self.op} {self.label} on {where} (tuned in {self.tuning_s:.2f} s)"]
         lines.append(f"  key: {key}")
+        if self.shipped:
+            ratio = self.shipped_over_best
+            how = "not timed" if ratio is None else f"{ratio:.3f}x the best"
+            lines.append(f"  shipped choice ({self.shipped_from}): {self.shipped}: {how}")
         timed = [c for c in self.candidates if c.status == "ok"]
         graphs = sum("graph" in c.detail for c in timed)
         if timed:  # graph replays leave the host's launch gaps out; runs one by one do not
@@ -91,6 +109,10 @@ class OpTuning:
     def report(self) -> str:
         return "\n".join(r.report() for r in self.results)
 
+    def device_name(self) -> str:
+        """The name of the device the first problem ran on ("" if none ran)."""
+        return next((r.target.name for r in self.results if r.target is not None), "")
+
     def entries(self, device_name: str | None = None) -> list[TableEntry]:
         """One table row per tuned key bucket (the last problem tuned in a bucket wins), for
         the device the tuning ran on: its arch and ``device_name``, a substring of the
@@ -98,7 +120,7 @@ class OpTuning:
         rows: dict[Any, TableEntry] = {}
         for r in self.results:
             rec = r.record
-            if rec is None:
+            if rec is None or r.target is None:
                 continue
             name = device_name or r.target.name
             if name not in r.target.name:
@@ -121,7 +143,7 @@ class OpTuning:
         the device named by ``device_name`` (default: the device's name) in lower case."""
         text = os.fspath(path)
         if text.endswith(("/", os.sep)) or Path(text).is_dir():
-            name = device_name or self.results[0].target.name
+            name = device_name or self.device_name()
             return Path(text) / f"{self.op}.{_slug(name)}.yaml"
         return Path(text)
 
@@ -183,7 +205,7 @@ class OpTuning:
         ax.set_xticklabels(list(labels), rotation=90, fontsize=6)
         ax.set_ylabel("time per launch (us, log scale)")
         ax.set_yscale("log")
-        name = self.results[0].target.name if self.results else ""
+        name = self.device_name()
         ax.set_title(f"{self.op} on {name}: time per candidate and problem (star: chosen)")
         ax.legend(fontsize=7)
         fig.tight_layout()

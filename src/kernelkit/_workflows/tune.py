@@ -87,8 +87,7 @@ def main_tune(args: Any) -> int:
     if all(n in OPS for n in names):
         from .tune_op import main_tune_op
 
-        given = [f for f, on in (("--ray", args.ray is not None), ("--fresh", args.fresh),
-                                 ("--export", args.export)) if on]  # fmt: skip
+        given = [f for f, on in (("--fresh", args.fresh), ("--export", args.export)) if on]
         if given:
             print(f"kernelkit tune: {', '.join(given)} are for tune specs", file=sys.stderr)
             return 2
@@ -195,8 +194,9 @@ def register(subparsers: Any) -> None:
         nargs="?",
         const="",
         metavar="ADDRESS",
-        help="tune specs: each candidate a Ray task holding one GPU, on the cluster at ADDRESS "
-        "(default: RAY_ADDRESS, else a new local one); needs pip install kernelkit[ray]",
+        help="each candidate (tune specs) or problem (built-in ops) a Ray task holding one GPU, "
+        "on the cluster at ADDRESS (default: RAY_ADDRESS, else a new local one); needs "
+        "pip install kernelkit[ray]",
     )
     p.add_argument(
         "--fresh",

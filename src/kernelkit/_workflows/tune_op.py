@@ -36,6 +36,7 @@ from typing import Any
 
 from .._errors import ArgumentError
 from .._records import Target
+from .._select.decide import shipped_selection
 from .._select.records import Config
 from .._select.tuning.records import Key, TuningRecord
 from .op_results import OpCandidate, OpTuneResult, OpTuning
@@ -192,6 +193,8 @@ def _tune_case(
     backend = _registry.get_backend(target.backend)
     key = op.key.of(problem)
     plans = candidates(op, problem, target, implementations, limit)
+    shipped = shipped_selection(op, problem, target).choice
+    at = _shipped_plan(op, plans, shipped, problem, target)
     results: dict[int, OpCandidate] = {}
     runnable = []
     for i, p in enumerate(plans):
@@ -206,31 +209,58 @@ def _tune_case(
         runs = {i: bench.runner(op.name, plans[i]) for i in runnable}
         compiled = compile_candidates(lambda i: bench.compile(runs[i]), runnable)
         note = _check_and_time(bench, case, plans, runs, compiled, results, budget_s, t0, bar)
-        _final_round(bench, runs, results)
+        _final_round(bench, runs, results, at)
     finally:
         bench.close()
     found = tuple(results[i] for i in range(len(plans)))
     spent = time.perf_counter() - t0
     record = _record(op, key, backend, target, found, spent)
     note = note or ("" if record is not None else "no candidate ran correctly")
-    return OpTuneResult(op.name, case.label, key, target, found, record, spent, note)
+    shipped_label = found[at].label
+    return OpTuneResult(
+        op.name, case.label, key, target, found, record, spent, note, shipped_label, shipped.source
+    )
+
+
+def _shipped_plan(op: Any, plans: list[_Plan], shipped: Any, problem: Any, target: Target) -> int:
+    """The index in ``plans`` of the shipped choice (``shipped``, a ``KernelChoice``), appended
+    when ``implementations`` or ``limit`` left it out: every tuning reports how it times
+    against the best."""
+    from .._select.select import legal_choice
+
+    impl = op.get(shipped.impl)
+    for i, p in enumerate(plans):
+        if p.impl is impl and (p.config is None or p.config == shipped.config):
+            return i
+    ident = op.impl_id(impl)
+    if impl.kind == "microkernel":
+        plans.append(_Plan(impl, ident, ident, None, impl.check(problem, target)))
+    else:
+        config = shipped.config
+        _, _, why = legal_choice(op, impl.name, config, problem, target)
+        plans.append(_Plan(impl, ident, f"{ident} {config.describe()}", config, why))
+    return len(plans) - 1
 
 
 FINALISTS = 4  # the fastest candidates timed again before one is recorded
 FINAL_ROUNDS = 3  # ... this many more times each, interleaved
 
 
-def _final_round(bench: _Bench, runs: dict[int, Any], results: dict[int, OpCandidate]) -> None:
+def _final_round(
+    bench: _Bench, runs: dict[int, Any], results: dict[int, OpCandidate], shipped: int
+) -> None:
     """Time the FINALISTS fastest candidates (and every timed microkernel, e.g. the framework's
-    matmul) FINAL_ROUNDS more times, interleaved so that drift hits them alike, and keep the
-    median of each one's timings: candidates within a few percent of each other are ranked by
-    more than one sample (one sample each picked a kernel 0.2% "faster" than cuBLAS that then
-    ran 6% slower)."""
+    matmul, and the ``shipped`` choice) FINAL_ROUNDS more times, interleaved so that drift hits
+    them alike, and keep the median of each one's timings: candidates within a few percent of
+    each other are ranked by more than one sample (one sample each picked a kernel 0.2%
+    "faster" than cuBLAS that then ran 6% slower)."""
     timed = sorted(
         (i for i, c in results.items() if c.status == "ok" and c.time_s is not None),
         key=lambda i: results[i].time_s or 0.0,
     )
-    chosen = timed[:FINALISTS] + [i for i in timed[FINALISTS:] if results[i].config is None]
+    chosen = timed[:FINALISTS] + [
+        i for i in timed[FINALISTS:] if results[i].config is None or i == shipped
+    ]
     if len(chosen) < 2:
         return
     samples = {i: [results[i].time_s or 0.0] for i in chosen}
@@ -308,6 +338,57 @@ def _record(
     )
 
 
+@dataclass(frozen=True)
+class _Settings:
+    """What every problem of one tuning shares (sent with each problem to a Ray task)."""
+
+    framework: str | None
+    transpose_b: bool
+    implementations: tuple[str, ...] | None
+    limit: int | None
+    budget_s: float | None
+    seed: int
+    policy: Any
+
+
+def tune_problem(
+    op: str, dims: tuple[int, ...], dtype: str, device: str, settings: _Settings, bar: Any = None
+) -> OpTuneResult:
+    """Tune one problem of ``op`` in this process (a local run's step, or one Ray task)."""
+    from .._tune.tuner import progress_bar
+    from .op_cases import make_case, op_object
+
+    s = settings
+    case = make_case(
+        op, dims, dtype, device, framework=s.framework, transpose_b=s.transpose_b, seed=s.seed
+    )
+    quiet = progress_bar(0, "", True) if bar is None else bar
+    try:
+        return _tune_case(
+            op_object(op), case, s.implementations, s.limit, s.budget_s, s.policy, quiet
+        )
+    finally:
+        if bar is None:
+            quiet.close()
+
+
+def _died(call: tuple[Any, ...], why: str) -> OpTuneResult:
+    """The result of a problem whose Ray task died (``call``: tune_problem's arguments)."""
+    op, dims, dtype = call[:3]
+    label = f"{'x'.join(map(str, dims))} {dtype}"
+    return OpTuneResult(op, label, (), None, (), None, 0.0, f"its Ray task died: {why}")
+
+
+def _checked_implementations(op: str, the_op: Any, implementations: Any) -> tuple[str, ...] | None:
+    if implementations is None:
+        return None
+    names = [i.name for i in the_op.implementations]
+    unknown = [n for n in implementations if n.removeprefix(f"{op}/") not in names]
+    if unknown:
+        raise ArgumentError(f"[tune] {op} has no implementation {unknown} (it has {names})")
+    return tuple(n.removeprefix(f"{op}/") for n in implementations)
+
+
 def tune_op(
     op: str,
     dims: str | Sequence[Any],
@@ -326,6 +407,7 @@ def tune_op(
     seed: int = 0,
     quiet: bool = False,
     policy: Any = None,
+    ray: bool | str = False,
 ) -> OpTuning:
     """Tune built-in ``op`` (``matmul``, ``softmax``, ``rms_norm``, ``layer_norm``) for every
     problem of ``dims`` in every dtype of ``dtype``, as ``kernelkit tune OP --dims ...`` does.
@@ -335,11 +417,14 @@ def tune_op(
     4096)]``); ``device`` is ``cpu`` (NumPy arrays, torch CPU tensors for bfloat16 or with
     ``framework="torch"``) or ``cuda`` (torch). Every runnable config of every implementation
     that matches (``implementations`` to name some, ``limit`` configs of each, the default
-    first) and every matching microkernel is checked against a float64 reference and timed.
-    With ``store`` the winners go to the tuning database (replayed from then on); ``table``
-    writes or updates a table file (a folder: ``<folder>/<op>.<device>.yaml``) whose rows
-    match devices whose name contains ``device_name`` (default: this device's whole name);
-    ``plot`` draws the times (needs matplotlib). ``budget_s`` caps the timing per problem.
+    first) and every matching microkernel is checked against a float64 reference and timed;
+    so is the shipped choice (tables, then rules), and each result says how it times against
+    the best (``shipped_over_best``). With ``store`` the winners go to the tuning database
+    (replayed from then on); ``table`` writes or updates a table file (a folder:
+    ``<folder>/<op>.<device>.yaml``) whose rows match devices whose name contains
+    ``device_name`` (default: this device's whole name); ``plot`` draws the times (needs
+    matplotlib). ``budget_s`` caps the timing per problem. ``ray``: True or a cluster address
+    runs each problem as a Ray task holding one GPU (``pip install kernelkit[ray]``).
 
     Example::
 
@@ -350,33 +435,34 @@ def tune_op(
     """
     from .._select.tuning import db
     from .._tune.tuner import progress_bar
-    from .op_cases import make_case, op_object, parse_dims, parse_dtypes
+    from .op_cases import op_object, parse_dims, parse_dtypes
 
     shapes = parse_dims(op, dims, "tune")
     dtypes = parse_dtypes(dtype, "tune")
     the_op = op_object(op)
-    if implementations is not None:
-        names = [i.name for i in the_op.implementations]
-        unknown = [n for n in implementations if n.removeprefix(f"{op}/") not in names]
-        if unknown:
-            raise ArgumentError(f"[tune] {op} has no implementation {unknown} (it has {names})")
-        implementations = [n.removeprefix(f"{op}/") for n in implementations]
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
         raise ArgumentError(f"[tune] limit must be a positive int, got {limit!r}")
-    bar = progress_bar(0, f"tuning {op}", quiet)
-    results = []
-    try:
-        for dt in dtypes:
-            for shape in shapes:
-                case = make_case(
-                    op, shape, dt, device, framework=framework, transpose_b=transpose_b, seed=seed
-                )
-                results.append(
-                    _tune_case(the_op, case, implementations, limit, budget_s, policy, bar)
-                )
-                del case  # its arrays go before the next problem's are made
-    finally:
-        bar.close()
+    impls = _checked_implementations(op, the_op, implementations)
+    settings = _Settings(framework, transpose_b, impls, limit, budget_s, seed, policy)
+    calls = [(op, shape, dt, device, settings) for dt in dtypes for shape in shapes]
+    if ray is False:
+        bar = progress_bar(0, f"tuning {op}", quiet)
+        try:
+            results = [tune_problem(*call, bar=bar) for call in calls]
+        finally:
+            bar.close()
+    else:
+        from .tune_op_ray import run_problems
+
+        address = None if ray is True else str(ray)
+        bar = progress_bar(len(calls), f"tuning {op} on Ray", quiet)
+        bar.unit = "problem"
+        try:
+            results = run_problems(
+                tune_problem, calls, _died, device, address, lambda _r: bar.update(1)
+            )
+        finally:
+            bar.close()
     tuning = OpTuning(op, tuple(results))
     if store and tuning.records:
         store_ = db.current_db()
@@ -439,6 +525,7 @@ def main_tune_op(args: Any) -> int:
                 store=not args.no_database,
                 budget_s=args.budget,
                 quiet=args.quiet,
+                ray=False if args.ray is None else (args.ray or True),
             )
             print(tuning.report())
             records = tuning.records
