@@ -109,6 +109,12 @@ def _ndim_error(what: str) -> Callable[[int], None]:
     return fail
 
 
+# scalars of these dtypes are range-checked (int32, int64) or converted to raw bits (half
+# types, ``pack.scalar_bits``) by their setter; any other dtype's setter returns its value
+# unchanged, so the hot path stores it without calling one
+_SET_THROUGH = frozenset({"int32", "int64", "float16", "bfloat16"})
+
+
 def _scalar_setter(route: ArgRoute) -> Callable[[Any], Any]:
     dtype, what = route.dtype, route.what
     lo, hi = {"int32": (-(2**31), 2**31), "int64": (-(2**63), 2**63)}.get(dtype, (None, None))
@@ -222,6 +228,8 @@ def generate_run(hot: HotPath, guard: Guard | None) -> tuple[Callable, str]:
 
 def _input_lines(i: int, r: ArgRoute, ns: dict[str, Any]) -> list[str]:
     if r.kind == "scalar":
+        if r.dtype not in _SET_THROUGH:
+            return [f"    s[{r.slot}].value = inputs[{i}]"]
         ns[f"_scalar{i}"] = _scalar_setter(r)
         return [f"    s[{r.slot}].value = _scalar{i}(inputs[{i}])"]
     if r.kind == "struct":  # its bytes into the slot, size checked
