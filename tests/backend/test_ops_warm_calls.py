@@ -144,6 +144,7 @@ MAX_CALLS = {
     "softmax out=": 6,
     "elementwise": 6,
     "elementwise out=": 6,
+    "elementwise by name": 6,  # f(a=..., b=...): the same prepared call as f(..., ...)
     "matmul": 6,
     "matmul out=": 6,
     "rms_norm": 6,  # its eps (a float32 scalar) stored without a setter
@@ -185,6 +186,7 @@ def test_a_warm_op_call_on_torch_tensors_counts_its_python_calls(backend, case):
         "softmax out=": lambda: ops.softmax(x, out=out),
         "elementwise": lambda: swiglu(x, x),
         "elementwise out=": lambda: swiglu(x, x, out=out),
+        "elementwise by name": lambda: swiglu(b=x, a=x),
         "matmul": lambda: ops.matmul(row, weight, transpose_b=True),
         "matmul out=": lambda: ops.matmul(row, weight, transpose_b=True, out=out_row),
         "rms_norm": lambda: ops.rms_norm(x, weight[0], 1e-6),

@@ -261,6 +261,11 @@ class Elementwise:
     def __call__(self, *args: Any, out: Any = None, **kwargs: Any) -> Any:
         """Run on arrays of one framework (and Python scalars); returns the output, or a list
         when the expression has several."""
+        if kwargs and not args and len(kwargs) == len(self.inputs):
+            try:  # every input by name: the same call as in order
+                args, kwargs = tuple(map(kwargs.__getitem__, self.inputs)), {}
+            except KeyError:  # a name that is no input's: _call says which
+                pass
         if args and not kwargs:  # a prepared signature: arrays in order, one out= or none
             sign = SIGNERS.get(args[0].__class__)
             if sign is not None:
