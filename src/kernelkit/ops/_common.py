@@ -227,7 +227,8 @@ class OpRunner:
         """(the result of this call, ``run(arrays, out)`` for later calls of the same
         signature): validates, decides and launches once; ``run`` goes straight to the
         launcher's prepared hot path (``_prepared.direct_launch``), reading per call only what
-        no signature holds (the pointers, for out='s overlap check)."""
+        no signature holds (the pointers, for out='s overlap check: the hot path's own where it
+        covers the op's, ``_same_pointers``, else ``_refuse_overlap`` first)."""
         problem, choice = self.choose(inputs, output_dtype, out, options)
         launch = self._launcher(choice, problem, output_dtype)
         spans = None if out is None else _spans(inputs, _as_list(out))
