@@ -16,7 +16,8 @@ Run (one GPU, or all GPUs through Ray):
 CPU smoke test (tiny shapes, one config per implementation):
     PYTHONPATH=src python3 benchmarks/tables_vs_sweep.py --backend cpu
 ``--out DIR`` writes ``DIR/tables_vs_sweep.json`` after each op and M (partial runs keep what
-they measured).
+they measured); ``--table DIR [--device-name H100]`` writes or updates the winners as table
+files there (``kernelkit tune --table``), ready to ship.
 """
 
 from __future__ import annotations
@@ -67,6 +68,8 @@ def main() -> int:
     ap.add_argument("--limit", type=int, help="at most N configs per implementation")
     ap.add_argument("--ray", action="store_true", help="each problem a Ray task on one GPU")
     ap.add_argument("--out", help="a folder for tables_vs_sweep.json")
+    ap.add_argument("--table", help="a folder: the winners written as <op>.<device>.yaml rows")
+    ap.add_argument("--device-name", help="table rows match devices whose name has this")
     args = ap.parse_args()
     cpu = args.backend == "cpu"
     if not cpu:
@@ -80,6 +83,10 @@ def main() -> int:
     ms = [1, 17] if cpu else [int(v) for v in args.m.split(",")]
     limit = 1 if cpu else args.limit
     report: dict = {"dtype": args.dtype, "limit": limit, "ray": args.ray, "ops": {}}
+    if args.ray:  # one cluster for every tune_op call (each would start and stop its own)
+        import ray
+
+        ray.init(include_dashboard=False, log_to_driver=False)
     for op in args.ops.split(","):
         rows, spent, wall = [], 0.0, 0.0
         for m in ms:
@@ -90,6 +97,8 @@ def main() -> int:
                 ray=args.ray,
             )  # fmt: skip
             wall += time.perf_counter() - t0
+            if args.table:
+                tuning.write_table(args.table + "/", args.device_name)
             for r in tuning.results:
                 spent += r.tuning_s
                 best = r.winner

@@ -120,7 +120,10 @@ def main() -> int:
         n = args.workers
         unit = "CPU" if args.backend == "cpu" else "GPU"
         order = [("pool", 1), ("ray", 1), ("ray", n), ("pool", n)]
-        results = {(how, w): run(spec, how, w, args.backend, cache) for how, w in order}
+        results = {}
+        for how, w in order:  # each run's line as it ends (a cut-off session keeps them)
+            results[(how, w)] = r = run(spec, how, w, args.backend, cache)
+            print(f"done: {how} on {w} {unit}(s) in {r['seconds']:.1f} s", flush=True)
     print(f"sweep: {shapes} ({args.backend}), every candidate measured once per run")
     for (how, w), r in results.items():
         name = f"{'Ray' if how == 'ray' else 'local pool'}, {w} {unit}{'s' if w > 1 else ''}"

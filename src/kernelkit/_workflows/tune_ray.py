@@ -1,15 +1,17 @@
-"""``kernelkit tune SPEC --ray [ADDRESS]``: each candidate measurement a Ray task holding one GPU
-(``num_gpus=1``; on the CPU backend ``num_cpus=1``), on a node of the measurement's device kind
-when it names one (``accelerator_type``: Ray's ``accelerator_type:<kind>`` resource, which a
-GPU node advertises for its GPUs and which any node can be given with ``ray start --resources``).
+"""``kernelkit tune SPEC --ray [ADDRESS]``: each candidate measurement a Ray task on a worker
+(an actor) holding one GPU (``num_gpus=1``; on the CPU backend ``num_cpus=1``), on a node of the
+measurement's device kind when it names one (``accelerator_type``: Ray's
+``accelerator_type:<kind>`` resource, which a GPU node advertises for its GPUs and which any node
+can be given with ``ray start --resources``).
 
-The policy is the local pool's, through Ray's own means: at most as many tasks in flight per
-kind as the cluster has slots for them, so a task starts when it is submitted and its clock
-(``timeout_s``) runs from then; one that takes longer is cancelled (``ray.cancel(force=True)``
-kills its worker) and recorded as timed out; one whose worker dies is recorded as failed, after
-``retries`` retries (``max_retries``, 0 by default: a candidate that crashes crashes again).
-GPU tasks keep Ray's default of one task per worker process, so each candidate has its own CUDA
-context (a fault cannot poison the next one); CPU tasks reuse their workers.
+The policy is the local pool's, through Ray's own means: one worker process per slot (a GPU of
+the kind) measuring one candidate after another, at most as many in flight per kind as the
+cluster has slots for them, so a measurement starts when it is submitted and its clock
+(``timeout_s``) runs from then; one that takes longer has its worker killed (``ray.kill``) and
+is recorded as timed out; one whose worker dies is recorded as failed, after ``retries``
+retries on a fresh worker (0 by default: a candidate that crashes crashes again). Workers live
+as long as the run, as the local pool's do: a new process per candidate would pay for a Python
+start, the framework's import and a CUDA context each time.
 
 Ray is optional (``pip install kernelkit[ray]``) and imported only here, only when asked for.
 """
@@ -85,62 +87,98 @@ def _kinds_here(ray: Any) -> list[str]:
     return sorted(found)
 
 
+class _Measurer:
+    """A Ray actor: one worker process holding one GPU (or CPU) for its life, measuring the
+    candidates given to it one after another, as a local pool's worker does (a Ray task may be
+    given another GPU than its worker process first had; an actor keeps its own)."""
+
+    def measure(self, spec: TuneSpec, source: bytes | None, run: str, m: Measurement) -> Measured:
+        return _measure(spec, source, run, m)
+
+
 class _Dispatch:
-    """Tasks in flight: submitted at most ``slots[kind]`` at a time, timed from submission."""
+    """Measurements in flight: at most ``slots[kind]`` at a time, one per worker (an actor of
+    the measurement's kind), each timed from its submission. A worker whose candidate hangs is
+    killed; one that dies is replaced, and its candidate submitted again while ``retries``
+    allow."""
 
     def __init__(self, ray: Any, spec: TuneSpec, source: bytes | None, run: str) -> None:
         gpu = spec.backend != "cpu"
         self.ray, self.spec = ray, spec
         self.resource = "GPU" if gpu else "CPU"
         options: dict[str, Any] = {"num_gpus": 1} if gpu else {"num_cpus": 1}
-        # max_calls=0 lets CPU workers run many candidates; GPU tasks keep one per process
-        self.task = ray.remote(max_calls=1 if gpu else 0, **options)(_measure)
+        self.worker = ray.remote(**options)(_Measurer)
         self.args = (ray.put(spec), ray.put(source), run)
-        self.flying: dict[Any, tuple[Measurement, float]] = {}
+        self.flying: dict[Any, tuple[Measurement, float, Any]] = {}
+        self.idle: dict[str | None, list[Any]] = {}
         self.busy: dict[str | None, int] = {}
+        self.tries: dict[Measurement, int] = {}
+        self.again: list[Measurement] = []  # to submit again: their worker died, retries left
 
     def submit(self, m: Measurement) -> None:
-        options: dict[str, Any] = {"max_retries": self.spec.retries, "retry_exceptions": False}
-        if m.kind is not None:
-            options["accelerator_type"] = m.kind
-        ref = self.task.options(**options).remote(*self.args, m)
-        self.flying[ref] = (m, time.monotonic())
+        idle = self.idle.setdefault(m.kind, [])
+        if idle:
+            actor = idle.pop()
+        else:
+            where = {"accelerator_type": m.kind} if m.kind is not None else {}
+            actor = self.worker.options(**where).remote()
+        ref = actor.measure.remote(*self.args, m)
+        self.flying[ref] = (m, time.monotonic(), actor)
         self.busy[m.kind] = self.busy.get(m.kind, 0) + 1
 
     def collect(self, arrived: Callable[[Measurement, Measured], None]) -> None:
         ray = self.ray
         ready, _ = ray.wait(list(self.flying), num_returns=1, timeout=0.2)
         for ref in ready:
-            m, _ = self._done(ref)
+            m, actor = self._done(ref)
             try:
                 result = ray.get(ref)
+            except ray.exceptions.RayActorError as e:  # the worker died (a fault, a signal)
+                ray.kill(actor)
+                if self.tries.get(m, 0) < self.spec.retries:
+                    self.tries[m] = self.tries.get(m, 0) + 1
+                    self.again.append(m)
+                    continue
+                result = Measured.failure(_why(e))
             except ray.exceptions.RayError as e:
                 result = Measured.failure(_why(e))
+            else:
+                self.idle[m.kind].append(actor)
             arrived(m, result)
         now, limit = time.monotonic(), self.spec.timeout_s
-        for ref, (m, t0) in list(self.flying.items()):
+        for ref, (m, t0, _) in list(self.flying.items()):
             if now - t0 > limit:
-                ray.cancel(ref, force=True)  # kills the worker: a hung kernel stops with it
-                self._done(ref)
+                _, actor = self._done(ref)
+                ray.kill(actor)  # a hung kernel stops with its process
                 arrived(m, Measured.failure(f"timed out after {limit:g} s"))
 
-    def _done(self, ref: Any) -> tuple[Measurement, float]:
-        m, t0 = self.flying.pop(ref)
+    def _done(self, ref: Any) -> tuple[Measurement, Any]:
+        m, _, actor = self.flying.pop(ref)
         self.busy[m.kind] -= 1
-        return m, t0
+        return m, actor
 
     def cancel_all(self) -> None:
-        for ref in list(self.flying):
-            self.ray.cancel(ref, force=True)
+        for _, _, actor in self.flying.values():
+            self.ray.kill(actor)
+        for actors in self.idle.values():
+            for actor in actors:
+                self.ray.kill(actor)
         self.flying.clear()
+        self.idle.clear()
 
 
 def _why(e: BaseException) -> str:
     name = type(e).__name__
-    if name in ("WorkerCrashedError", "TaskCancelledError"):
+    if isinstance(e, _actor_error()):
         return f"worker died ({name})"
     text = str(e).strip().splitlines()
     return f"{name}: {text[-1][:300] if text else ''}"
+
+
+def _actor_error() -> type:
+    import ray
+
+    return ray.exceptions.RayActorError
 
 
 def run_ray(
@@ -172,7 +210,11 @@ def run_ray(
                 )
         pending = list(todo)
         try:
-            while pending or dispatch.flying:
+            while pending or dispatch.flying or dispatch.again:
+                for m in list(dispatch.again):
+                    if dispatch.busy.get(m.kind, 0) < slots[m.kind]:
+                        dispatch.again.remove(m)
+                        dispatch.submit(m)  # admitted before: it runs again, budget or not
                 for m in list(pending):
                     if dispatch.busy.get(m.kind, 0) < slots[m.kind]:
                         pending.remove(m)
