@@ -6,10 +6,12 @@ runs), timing the Python path alone: binding, the per-signature caches, the sele
 the argument packing. ``--backend cuda``: real launches on tiny CUDA tensors; a call then costs
 its host path plus the launch itself (nothing synchronizes in the loop).
 
-    PYTHONPATH=src python3 benchmarks/ops_host_cost.py [--backend cpu|cuda] [--tiny]
+    PYTHONPATH=src python3 benchmarks/ops_host_cost.py [--backend cpu|cuda] [--tiny] [--jax]
 
 Prints µs per call (median of 7 rounds of 5,000 calls) for the bare kernel call and each op,
-next to torch's own call where there is one.
+next to torch's own call where there is one. ``--jax`` adds the ops on JAX eager arrays of the
+same shapes (the direct path: inputs waited for, the output allocated by torch and handed to JAX),
+next to the same expression jitted (a call of a compiled XLA function, waited for).
 """
 
 from __future__ import annotations
@@ -53,10 +55,36 @@ def per_call_us(fn, calls: int = 5000, rounds: int = 7, sync=None) -> float:
     return statistics.median(samples)
 
 
+def jax_cases(device: str, swiglu) -> list:
+    """(name, kernelkit call, reference) on JAX arrays of the torch cases' shapes."""
+    import jax
+    import jax.numpy as jnp
+
+    from kernelkit import ops
+
+    platform = "gpu" if device == "cuda" else "cpu"
+    try:
+        jax.devices(platform)
+    except RuntimeError:
+        print(f"JAX sees no {platform} device: no JAX rows")
+        return []
+    put = lambda x: jax.device_put(jnp.asarray(x.cpu().numpy()), jax.devices(platform)[0])
+    a = put(torch.randn(64, 64))
+    v = put(torch.randn(4096))
+    ew = jax.jit(lambda a, b: a * jax.nn.silu(b))
+    sm = jax.jit(lambda a: jax.nn.softmax(a, -1))
+    return [
+        ("JAX elementwise 64x64", lambda: swiglu(a, a), lambda: ew(a, a).block_until_ready()),
+        ("JAX elementwise 4096", lambda: swiglu(v, v), lambda: ew(v, v).block_until_ready()),
+        ("JAX softmax 64x64", lambda: ops.softmax(a), lambda: sm(a).block_until_ready()),
+    ]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--backend", choices=("cpu", "cuda"), default="cpu")
     parser.add_argument("--tiny", action="store_true", help="one round of 50 calls (a smoke run)")
+    parser.add_argument("--jax", action="store_true", help="also the ops on JAX eager arrays")
     args = parser.parse_args()
     calls, rounds = (50, 1) if args.tiny else (5000, 7)
     if args.backend == "cpu":
@@ -94,9 +122,11 @@ def main() -> int:
         ("matmul M=1", lambda: ops.matmul(x, w, transpose_b=True), lambda: F.linear(x, w)),
         ("matmul M=1, out=", lambda: ops.matmul(x, w, transpose_b=True, out=o_mm), None),
     ]
+    if args.jax:
+        cases += jax_cases(device, swiglu)
     what = "launch stubbed" if args.backend == "cpu" else "real launches"
     print(f"backend {args.backend} ({what}); torch {torch.__version__}; µs per call")
-    print(f"{'call':<26}{'kernelkit':>10}{'torch':>8}")
+    print(f"{'call':<26}{'kernelkit':>10}{'torch':>8}  (JAX rows: jitted JAX)")
     for name, kk, ref in cases:
         t_kk = per_call_us(kk, calls, rounds, sync)
         t_ref = f"{per_call_us(ref, calls, rounds, sync):8.1f}" if ref else f"{'-':>8}"

@@ -68,6 +68,9 @@ class KernelSpec:
     cluster_dims: tuple[int, ...] = ()  # thread-block cluster shape (x[, y[, z]]), () for none
     struct_inputs: tuple[tuple[str, StructType], ...] = ()  # (input, its type): by value
     cooperative: bool = False  # launched so that all blocks are resident (grid-wide sync)
+    # the outputs reach the body as their flat views (shape (elements,), strides (1,), ndim 1;
+    # row-contiguous): for the built-in ops' flat kernels, so no output is reshaped per call
+    flat_outputs: bool = False
 
 
 @dataclass(frozen=True)

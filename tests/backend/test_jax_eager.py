@@ -164,3 +164,22 @@ def test_optional_inputs_and_0d_arrays(route_on_cpu):
              threadgroup=(4, 1, 1))  # fmt: skip
     np.testing.assert_array_equal(np.asarray(y), np.arange(4) * 3.0)
     assert any(isinstance(p.run, jax_eager.EagerRoute) for p in k._plans.values())
+
+
+def test_elementwise_flat_outputs_through_the_ffi(route_on_cpu):
+    """The flat elementwise kernel sees its outputs as flat views (``KernelSpec.flat_outputs``:
+    the body reads y0_shape[0] as the element count) without a reshape of the JAX arrays: the
+    FFI route packs the flat view's metadata too (issue 26)."""
+    from kernelkit import ops
+
+    rng = np.random.default_rng(3)
+    f = ops.elementwise("y = a * b + 1; z = a - b")
+    for shape in [(8, 16), (3, 5, 7), (40,)]:
+        a, b = (rng.standard_normal(shape).astype(np.float32) for _ in range(2))
+        for _ in range(2):  # the first call prepares, the second takes the prepared run
+            y, z = f(_cpu(a), _cpu(b))
+        assert y.shape == z.shape == shape
+        np.testing.assert_allclose(np.asarray(y), a * b + 1, rtol=1e-6, atol=1e-6)
+        np.testing.assert_allclose(np.asarray(z), a - b, rtol=1e-6, atol=1e-6)
+    runs = [p.run for k in f._kernels.values() for p in k._plans.values()]
+    assert runs and all(isinstance(r, jax_eager.EagerRoute) for r in runs)

@@ -6,11 +6,12 @@ from __future__ import annotations
 import cProfile
 import gc
 import pstats
+import sys
 
 import numpy as np
 import pytest
 
-from kernelkit import ops
+from kernelkit import ArgumentError, ops
 
 MAX_PYTHON_CALLS = 10
 
@@ -97,3 +98,124 @@ def test_a_warm_op_call_on_jax_arrays_is_prepared(op):
     names = _kernelkit_calls(fn, *args, **kwargs)
     assert not [n for n in names if "_first" in n or ":_call" in n or "_bind" in n], names
     assert len(names) <= 20, names
+
+
+def test_a_warm_out_call_refuses_overlaps_as_the_first_call_does(arrays):
+    """A prepared out= call leaves the overlap check to the kernel's hot path (issue 26): its
+    signature holds no pointers, so a warm call whose out= meets an input must still be refused
+    with the op's error, and an out= that is the input itself allowed where the op allows it."""
+    rng = np.random.default_rng(1)
+    buf = arrays.put(rng.standard_normal((9, 64)).astype(np.float32))
+    sep_x = arrays.put(rng.standard_normal((8, 64)).astype(np.float32))
+    sep_o = arrays.put(np.zeros((8, 64), np.float32))
+    flat = arrays.put(rng.standard_normal(1001).astype(np.float32))
+    sep_f, out_f = (arrays.put(np.ones(1000, np.float32)) for _ in range(2))
+    double = ops.elementwise("y = a * 2")
+    for _ in range(3):  # prepared with separate arrays of the same signatures
+        ops.softmax(sep_x, out=sep_o)
+        double(sep_f, out=out_f)
+    with pytest.raises(ArgumentError, match="out= overlaps input 'x'"):
+        ops.softmax(buf[:8], out=buf[1:])
+    with pytest.raises(ArgumentError, match="out= overlaps input 'a'"):
+        double(flat[:1000], out=flat[1:])
+    x = rng.standard_normal((8, 64)).astype(np.float32)
+    xd = arrays.put(x.copy())
+    ops.softmax(xd, out=xd)  # in place: each element read before it is written
+    e = np.exp(x - x.max(-1, keepdims=True))
+    np.testing.assert_allclose(arrays.get(xd), e / e.sum(-1, keepdims=True), rtol=1e-5)
+    double(out_f, out=out_f)
+    np.testing.assert_allclose(arrays.get(out_f), 4.0)  # ones, doubled twice
+    a, w, o = (arrays.put(rng.standard_normal((1, 64)).astype(np.float32)) for _ in range(3))
+    weight = arrays.put(rng.standard_normal((64, 64)).astype(np.float32))
+    for _ in range(3):
+        ops.matmul(a, weight, transpose_b=True, out=o)
+    before = arrays.get(w).copy()
+    with pytest.raises(ArgumentError, match="out= overlaps input 'a'"):
+        ops.matmul(w, weight, transpose_b=True, out=w)  # never in place
+    np.testing.assert_array_equal(arrays.get(w), before)  # refused before the launch
+
+
+# Python-level function calls ('call' events of sys.setprofile: the op's own functions, the
+# generated hot path, and the launch itself) of one warm call on CPU torch tensors; set at the
+# counts of issue 26's work (5: the op, the signer, the prepared run, the hot path,
+# the launch; +1 slack), so that a call that grows fails here
+MAX_CALLS = {
+    "softmax": 6,
+    "softmax out=": 6,
+    "elementwise": 6,
+    "elementwise out=": 6,
+    "elementwise by name": 6,  # f(a=..., b=...): the same prepared call as f(..., ...)
+    "matmul": 6,
+    "matmul out=": 6,
+    "rms_norm": 6,  # its eps (a float32 scalar) stored without a setter
+    "matmul float16": 7,  # + the run that reads the 16-byte alignment (which picks a kernel)
+}
+
+
+def _call_events(fn) -> list[str]:
+    for _ in range(3):  # prepared at the first, its unchecked run made at its first use
+        fn()
+    events: list[str] = []
+
+    def profile(frame, event, arg):
+        if event == "call":
+            events.append(f"{frame.f_code.co_filename.rsplit('/', 1)[-1]}:{frame.f_code.co_name}")
+
+    gc.disable()  # a collection would run callbacks of other libraries inside the count
+    try:
+        sys.setprofile(profile)
+        fn()
+    finally:
+        sys.setprofile(None)
+        gc.enable()
+    return events[1:]  # the first: fn itself (the lambda)
+
+
+@pytest.mark.parametrize("case", sorted(MAX_CALLS))
+def test_a_warm_op_call_on_torch_tensors_counts_its_python_calls(backend, case):
+    if backend != "cpu":
+        pytest.skip("counted on the CPU backend")
+    torch = pytest.importorskip("torch")
+    gen = torch.Generator().manual_seed(0)
+    x, out = torch.randn(64, 64, generator=gen), torch.empty(64, 64)
+    row, weight, out_row = torch.randn(1, 64), torch.randn(64, 64), torch.empty(1, 64)
+    swiglu = ops.elementwise("y = a * silu(b)")
+    half_row, half_weight = row.half(), weight.half()
+    fn = {
+        "softmax": lambda: ops.softmax(x),
+        "softmax out=": lambda: ops.softmax(x, out=out),
+        "elementwise": lambda: swiglu(x, x),
+        "elementwise out=": lambda: swiglu(x, x, out=out),
+        "elementwise by name": lambda: swiglu(b=x, a=x),
+        "matmul": lambda: ops.matmul(row, weight, transpose_b=True),
+        "matmul out=": lambda: ops.matmul(row, weight, transpose_b=True, out=out_row),
+        "rms_norm": lambda: ops.rms_norm(x, weight[0], 1e-6),
+        "matmul float16": lambda: ops.matmul(half_row, half_weight, transpose_b=True),
+    }[case]
+    events = _call_events(fn)
+    assert len(events) <= MAX_CALLS[case], f"{case}: {len(events)} Python calls: {events}"
+
+
+def test_a_warm_flat_elementwise_call_on_jax_arrays_reshapes_nothing():
+    """The flat path passes JAX arrays as they are (issue 26: three JAX reshapes per call, each
+    an XLA dispatch): the kernel reads the inputs by pointer and its outputs as flat views."""
+    jnp = pytest.importorskip("jax.numpy")
+    rng = np.random.default_rng(2)
+    a, b = (jnp.asarray(rng.standard_normal((8, 16)).astype(np.float32)) for _ in range(2))
+    silu_mul = ops.elementwise("y = a * b / (1 + exp(-b))")
+    names: list[str] = []
+
+    def profile(frame, event, arg):
+        if event == "call":
+            names.append(frame.f_code.co_name)
+
+    for _ in range(3):
+        silu_mul(a, b)
+    sys.setprofile(profile)
+    try:
+        y = silu_mul(a, b)
+    finally:
+        sys.setprofile(None)
+    assert not [n for n in names if "reshape" in n], names
+    a64, b64 = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    np.testing.assert_allclose(np.asarray(y), a64 * b64 / (1 + np.exp(-b64)), rtol=1e-5)

@@ -175,7 +175,7 @@ def test_the_op_reads_pointers_only_for_the_dtypes_mma_takes(monkeypatch):
     run = MM._prepared_run((4,), 3, 8, MM._prepare(a16[:32].reshape(4, 8), w16, None, None,
                            True)[3], True, a16, w16)  # fmt: skip
     for view in (a16[:32], a16[1:33], a16[:32]):  # aligned, 2 bytes off, aligned again
-        run(view.reshape(4, 8), w16, None, None)
+        run([view.reshape(4, 8), w16, None], None)
     # one run per alignment, each prepared once (w16 itself is aligned where NumPy aligns)
     assert seen == ([True, False] if MMA.aligned16(w16) else [False])
 

@@ -91,6 +91,8 @@ class EagerRoute:
         self._outputs = tuple(
             (a.name, np.dtype(numpy_dtype(DTYPES[a.dtype]))) for a in problem.args if a.is_output
         )
+        # outputs whose metadata are their flat views' (``KernelSpec.flat_outputs``)
+        self._flat = tuple(name for name, _ in self._outputs) if plan.flat_outputs else ()
         self._calls: dict[Any, Callable[..., Any]] = {}
         self._lock = threading.Lock()
 
@@ -176,7 +178,7 @@ class EagerRoute:
             arrays[name] = tuple(int(n) for n in shape)
             results.append(jax.ShapeDtypeStruct(arrays[name], dtype))
         attributes = jax_pack.attributes(
-            self._platform, [self._plan], arrays, scalars, (grid, threadgroup, shared)
+            self._platform, [self._plan], arrays, scalars, (grid, threadgroup, shared), self._flat
         )
         call = jax.ffi.ffi_call(_TARGET_OF[self._platform], results)
         return jax.jit(lambda *xs: call(*xs, **attributes))

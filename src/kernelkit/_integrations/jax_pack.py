@@ -13,7 +13,8 @@ loaded ``CUfunction`` in each CUDA context the call may run in.
 from __future__ import annotations
 
 import ctypes
-from collections.abc import Mapping, Sequence
+import math
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,14 +51,18 @@ def _row_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
 
 
 def _metadata(
-    kernel: str, arrays: Mapping[str, tuple[int, ...] | None], params: Sequence[Param]
+    kernel: str,
+    arrays: Mapping[str, tuple[int, ...] | None],
+    params: Sequence[Param],
+    flat: Collection[str],
 ) -> dict[str, Any]:
     """Parameter name -> value of every shape/strides/ndim/extent parameter. XLA's arrays are
-    row-contiguous; an absent optional input looks as the direct path passes it: shape (0,)."""
+    row-contiguous; an absent optional input looks as the direct path passes it: shape (0,);
+    the arrays named in ``flat`` as their flat views (``KernelSpec.flat_outputs``)."""
     wanted = {p.name for p in params}
     meta: dict[str, Any] = {}
     for array, shape in arrays.items():
-        shape = (0,) if shape is None else shape
+        shape = (0,) if shape is None else (math.prod(shape),) if array in flat else shape
         strides = _row_strides(shape)
         fields = {
             metadata_param(array, "shape"): shape,
@@ -79,15 +84,17 @@ def pack(
     params: Sequence[Param],
     arrays: Mapping[str, tuple[int, ...] | None],
     scalars: Mapping[str, Any],
+    flat: Collection[str] = (),
 ) -> Packed:
     """The pack for one call. ``arrays`` maps each array argument's name to its shape (None:
     an absent optional input, a null pointer), in XLA's buffer order: array inputs as the call
-    passes them, then the outputs; ``scalars`` maps each scalar input's name to its value."""
+    passes them, then the outputs; ``scalars`` maps each scalar input's name to its value;
+    ``flat`` names the arrays whose metadata are their flat views'."""
     buffer_of, n = {}, 0
     for name, shape in arrays.items():
         if shape is not None:
             buffer_of[name], n = n, n + 1
-    meta = _metadata(kernel, arrays, params)
+    meta = _metadata(kernel, arrays, params, flat)
     slots = ArgPack(params).slots
     buffers = []
     for p, slot in zip(params, slots):
@@ -168,15 +175,17 @@ def attributes(
     arrays: Mapping[str, tuple[int, ...] | None],
     scalars: Mapping[str, Any],
     launch: tuple[Any, Any, Any],
+    flat: Collection[str] = (),
 ) -> dict[str, Any]:
     """The attributes for ``platform`` ("cpu" or "cuda") from the plans (``_plan.LaunchPlan``)
     of one specialization, one per device it may run on, and ``launch``: the call's grid,
-    threadgroup and shared memory, checked (and shared memory reserved) on every device."""
+    threadgroup and shared memory, checked (and shared memory reserved) on every device;
+    ``flat``: as for ``pack``."""
     first = plans[0]
     geometry = first.loaded.geometries(*launch)
     for plan in plans[1:]:
         plan.loaded.geometries(*launch)
-    packed = pack(first.kernel, first.params, arrays, scalars)
+    packed = pack(first.kernel, first.params, arrays, scalars, flat)
     if platform == "cpu":
         return cpu_attributes(first.loaded, geometry, packed)
     return cuda_attributes([_cuda_handles(p.loaded) for p in plans], geometry, packed)

@@ -5,11 +5,12 @@ gradient: asked by the route (``torch_route``) and by the traced ops (``torch_op
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from .._errors import ArgumentError
 
-__all__ = ["needs_grad", "no_gradient", "refuse_functorch", "requires_grad", "torch_signature"]
+__all__ = ["needs_grad", "no_gradient", "refuse_functorch", "requires_grad", "torch_signer"]
 
 
 def no_gradient(name: str) -> ArgumentError:
@@ -48,21 +49,27 @@ def refuse_functorch(torch: Any) -> None:
         )
 
 
-def torch_signature(arrays: tuple) -> tuple:
-    """Torch tensors (or None): class, dtype, shape, strides, layout (a sparse COO tensor has
-    strides too), device, and whether autograd
-    needs it now (such a signature is never prepared: it goes through the torch op). Inside a
-    torch.func transform none (its tensors have no storage: the validating path refuses)."""
-    torch = sys.modules["torch"]
-    if torch._C._functorch.peek_interpreter_stack() is not None:
-        raise TypeError("inside a torch.func transform")
-    grad = torch.is_grad_enabled()
-    sig = []
-    for a in arrays:
-        sig.append(
-            None
-            if a is None
-            else (a.__class__, a.dtype, a.shape, a.stride(), a.layout, a.device,
-                  grad and a.requires_grad)
-        )  # fmt: skip
-    return tuple(sig)
+def torch_signer(torch: Any) -> Callable[[tuple], tuple]:
+    """``signature(arrays)`` of torch tensors (or None): class, dtype, shape, strides, layout
+    (a sparse COO tensor has strides too), device, and whether autograd needs it now (such a
+    signature is never prepared: it goes through the torch op). Inside a torch.func transform
+    none (TypeError: its tensors have no storage, and the validating path refuses them). The
+    torch functions it asks are bound once here (it runs on every warm op call)."""
+    peek = torch._C._functorch.peek_interpreter_stack
+    grad_enabled = torch.is_grad_enabled
+
+    def torch_signature(arrays: tuple) -> tuple:
+        if peek() is not None:
+            raise TypeError("inside a torch.func transform")
+        grad = grad_enabled()
+        sig = []
+        for a in arrays:
+            sig.append(
+                None
+                if a is None
+                else (a.__class__, a.dtype, a.shape, a.stride(), a.layout, a.device,
+                      grad and a.requires_grad)
+            )  # fmt: skip
+        return tuple(sig)
+
+    return torch_signature

@@ -33,7 +33,7 @@ from .._errors import ArgumentError
 from ..ops import _elementwise, _matmul, _matmul_args, _norms, _softmax
 from ..ops._common import move_last, row_contiguous
 from . import torch_elementwise, torch_ops  # noqa: F401 - torch_ops defines the torch ops
-from .torch_grad import no_gradient, torch_signature
+from .torch_grad import no_gradient, torch_signer
 
 __all__ = ["INSTALLED"]
 
@@ -186,4 +186,4 @@ def _install() -> bool:
 # at import, which runs for real even when a trace imports this module (torch_route)
 INSTALLED = _install()
 if INSTALLED:
-    _arrays.SIGNERS[torch.Tensor] = _arrays.SIGNERS[torch.nn.Parameter] = torch_signature
+    _arrays.SIGNERS[torch.Tensor] = _arrays.SIGNERS[torch.nn.Parameter] = torch_signer(torch)

@@ -9,6 +9,7 @@ indices and helper names, never user text) and kept on the plan as ``run_source`
 from __future__ import annotations
 
 import ctypes
+import math
 import numbers
 import threading
 from collections.abc import Callable, Sequence
@@ -40,12 +41,16 @@ class ArgRoute:
     contiguous: bool = True  # make/require row-contiguous
     meta: dict[str, int] = field(default_factory=dict)  # "shape"/"strides"/"ndim"/"extent" -> slot
     nbytes: int = 0  # struct: the value's size
+    flat: bool = False  # an output whose metadata are its flat view's (``KernelSpec.flat_outputs``)
 
 
 def meta_lines(
-    var: str, meta: dict[str, int], adapter: Adapter, ns: dict[str, Any], what: str
+    var: str, meta: dict[str, int], adapter: Adapter, ns: dict[str, Any], what: str, flat: bool
 ) -> list[str]:
-    """Lines writing shape, strides (elements), ndim and extent of ``var`` into their slots."""
+    """Lines writing shape, strides (elements), ndim and extent of ``var`` into their slots
+    (``flat``: those of its flat view, a row-contiguous array's elements in one dimension)."""
+    if flat:
+        return _flat_meta_lines(var, meta, adapter, ns)
     tag = f"{var}_"
     ns[f"_layout_{var}"] = adapter.layout
     ns[f"_ndim_error_{var}"] = _ndim_error(what)
@@ -69,6 +74,25 @@ def meta_lines(
     return lines
 
 
+def _flat_meta_lines(
+    var: str, meta: dict[str, int], adapter: Adapter, ns: dict[str, Any]
+) -> list[str]:
+    """``meta_lines`` of a flat view: shape (elements,), strides (1,), ndim 1, extent."""
+    ns["_prod"] = math.prod
+    ns[f"_layout_{var}"] = adapter.layout
+    shape = f"{var}.shape" if adapter.shape_attribute else f"_layout_{var}({var})[0]"
+    lines = [f"    {var}_n = _prod({shape})"]
+    if "shape" in meta:
+        lines.append(f"    s[{meta['shape']}][0] = {var}_n")
+    if "strides" in meta:
+        lines.append(f"    s[{meta['strides']}][0] = 1")
+    if "ndim" in meta:
+        lines.append(f"    s[{meta['ndim']}].value = 1")
+    if "extent" in meta:
+        lines.append(f"    s[{meta['extent']}].value = {var}_n")
+    return lines
+
+
 def extent(shape: Any, strides: Any) -> int:
     """Elements reachable from an array's pointer (for checked mode's bounds)."""
     if not all(shape):
@@ -83,6 +107,12 @@ def _ndim_error(what: str) -> Callable[[int], None]:
         )
 
     return fail
+
+
+# scalars of these dtypes are range-checked (int32, int64) or converted to raw bits (half
+# types, ``pack.scalar_bits``) by their setter; any other dtype's setter returns its value
+# unchanged, so the hot path stores it without calling one
+_SET_THROUGH = frozenset({"int32", "int64", "float16", "bfloat16"})
 
 
 def _scalar_setter(route: ArgRoute) -> Callable[[Any], Any]:
@@ -198,6 +228,8 @@ def generate_run(hot: HotPath, guard: Guard | None) -> tuple[Callable, str]:
 
 def _input_lines(i: int, r: ArgRoute, ns: dict[str, Any]) -> list[str]:
     if r.kind == "scalar":
+        if r.dtype not in _SET_THROUGH:
+            return [f"    s[{r.slot}].value = inputs[{i}]"]
         ns[f"_scalar{i}"] = _scalar_setter(r)
         return [f"    s[{r.slot}].value = _scalar{i}(inputs[{i}])"]
     if r.kind == "struct":  # its bytes into the slot, size checked
@@ -224,7 +256,7 @@ def _input_lines(i: int, r: ArgRoute, ns: dict[str, Any]) -> list[str]:
     ptr = a.pointer_expr.format(x=f"a{i}") if a.pointer_expr else f"_ptr{i}(a{i})"
     lines.append(f"    s[{r.slot}].value = {ptr}")
     if r.meta:
-        lines += meta_lines(f"a{i}", r.meta, a, ns, r.what)
+        lines += meta_lines(f"a{i}", r.meta, a, ns, r.what, False)
     return lines
 
 
@@ -287,7 +319,7 @@ def _output_lines(
             lines.append(f"    s[{r.slot}].value = _optr{j}(o{j})")
             ns[f"_optr{j}"] = _output_pointer_any(r.what)
             if r.meta:
-                lines += meta_lines(f"o{j}", r.meta, _LookupAdapter(), ns, r.what)
+                lines += meta_lines(f"o{j}", r.meta, _LookupAdapter(), ns, r.what, r.flat)
             continue
         ns.update(
             {
@@ -299,7 +331,7 @@ def _output_lines(
             lines += [f"    if not _oisc{j}(o{j}):", f"        _not_contiguous({j})"]
         lines.append(f"    s[{r.slot}].value = _optr{j}(o{j})")
         if r.meta:
-            lines += meta_lines(f"o{j}", r.meta, a, ns, r.what)
+            lines += meta_lines(f"o{j}", r.meta, a, ns, r.what, r.flat)
     return lines
 
 

@@ -37,12 +37,20 @@ class LaunchPlan:
     # run without that check, for callers that already know a call is this specialization's
     # (the built-in ops key their calls by the arrays' full signatures): the same arguments
     direct: Callable[..., Any] | None = None
+    flat_outputs: bool = False  # the spec's: outputs' metadata are their flat views'
 
 
-def _lazy_allocator(
-    adapter: Adapter, dtype: str, device_type: int, device_index: int
+def _allocator(
+    adapter: Adapter, dtype: str, device_type: int, device_index: int, now: bool
 ) -> Callable[[Any], Any]:
-    """Prepared on first use: a kernel always called with out= never needs an allocator."""
+    """The framework's allocator, made ``now`` (a plan that allocates: no Python frame of ours
+    per call) or on first use (a plan of calls with out= never needs one). One that cannot be
+    made now is left to its first use, which reports why (``launch._shape_error``)."""
+    if now:
+        try:
+            return adapter.allocator(DTYPES[dtype], device_type, device_index)
+        except Exception:  # noqa: BLE001, S110 - raised again, and reported, by its first use
+            pass
     made: list[Callable[[Any], Any]] = []
 
     def alloc(shape: Any) -> Any:
@@ -83,7 +91,8 @@ def build(
     ins, outs = _routes(spec, bound, params)
     where = problem.device_type, problem.device_index
     outputs = [a for a in problem.args if a.is_output]
-    allocators = [_lazy_allocator(adapters.result, a.dtype, *where) for a in outputs]
+    now = adapters.outputs is None
+    allocators = [_allocator(adapters.result, a.dtype, *where, now) for a in outputs]
     hot = HotPath(
         kernel=spec.name,
         params=params,
@@ -108,6 +117,7 @@ def build(
         run_source=run_source,
         guarded=guard is not None,
         direct=direct,
+        flat_outputs=spec.flat_outputs,
     )
     return _framework_run(plan, bound, guard)
 
@@ -154,7 +164,9 @@ def _routes(spec: KernelSpec, bound: Bound, params: tuple[Param, ...]) -> tuple[
             adapter, contiguous = (None if result.synchronous else result), False
         else:
             adapter = adapters.outputs[j]
-            contiguous = metadata_param(oname, "strides") not in spec.metadata_refs
+            contiguous = spec.flat_outputs or (
+                metadata_param(oname, "strides") not in spec.metadata_refs
+            )
             what = f"[{spec.name}] out[{j}] ({oname!r})"
         outs.append(
             ArgRoute(
@@ -165,6 +177,7 @@ def _routes(spec: KernelSpec, bound: Bound, params: tuple[Param, ...]) -> tuple[
                 facts.dtype,
                 contiguous,
                 meta_of(oname),
+                flat=spec.flat_outputs,
             )
         )
     return ins, outs

@@ -25,6 +25,7 @@ from ._prepared import direct_launch
 __all__ = [
     "FLOAT_DTYPES",
     "OpRunner",
+    "direct_of",
     "float_array",
     "kernel_caller",
     "one_output_launch",
@@ -226,7 +227,8 @@ class OpRunner:
         """(the result of this call, ``run(arrays, out)`` for later calls of the same
         signature): validates, decides and launches once; ``run`` goes straight to the
         launcher's prepared hot path (``_prepared.direct_launch``), reading per call only what
-        no signature holds (the pointers, for out='s overlap check)."""
+        no signature holds (the pointers, for out='s overlap check: the hot path's own where it
+        covers the op's, ``_same_pointers``, else ``_refuse_overlap`` first)."""
         problem, choice = self.choose(inputs, output_dtype, out, options)
         launch = self._launcher(choice, problem, output_dtype)
         spans = None if out is None else _spans(inputs, _as_list(out))
@@ -236,6 +238,13 @@ class OpRunner:
         run = direct_launch(launch, out is not None)
         if spans is None:
             return result, run
+
+        def refuse(arrays: Any, out: Any) -> None:
+            self._refuse_overlap(arrays, _as_list(out), spans)
+
+        same = self._same_pointers(inputs, _as_list(out), spans)
+        if run is not launch and same is not None:  # the hot path's check covers the op's
+            return result, direct_launch(launch, True, refuse, same)
         fast = run
 
         def checked(arrays: Any, out: Any) -> Any:
@@ -243,6 +252,27 @@ class OpRunner:
             return fast(arrays, out)
 
         return result, checked
+
+    def _same_pointers(self, inputs: Sequence[Any], outs: list[Any], spans: tuple) -> Any:
+        """Per signature, whether the generated hot path's overlap check (``launch``'s
+        ``_overlap_lines``: any two arrays that meet, unless one is the other with the same
+        bytes) refuses all that ``_refuse_overlap`` refuses, once the inputs that the op refuses
+        even as the out itself are compared by pointer: those (index, pointer getter, out's
+        pointer getter), or None where it does not (several outs, or an array that is not
+        row-contiguous, which the hot path may copy before it compares)."""
+        arrays = [x for x in (*inputs, *outs) if x is not None and hasattr(x, "shape")]
+        if len(outs) != 1 or not all(row_contiguous(x) for x in arrays):
+            return None
+        in_spans, out_spans = spans
+        if not out_spans:
+            return ()
+        _, olo, ohi, olay = out_spans[0]
+        out_ptr = out_spans[0][0]
+        return tuple(
+            (i, ptr, out_ptr)
+            for i, ptr, lo, hi, lay in in_spans
+            if (lo, hi) == (olo, ohi) and not (self.in_place and lay == olay)
+        )
 
     def _refuse_overlap(self, inputs: Sequence[Any], outs: list[Any], spans: tuple) -> None:
         """ArgumentError when an out= array shares memory with an input, other than being that
@@ -346,7 +376,7 @@ def kernel_caller(k: Any, kw: dict[str, Any]) -> Callable[[Any, Any, Any, Any], 
                 direct[outs is None] = found
         return result  # k(...) returns the outputs list; MISS was replaced
 
-    call.direct = direct  # type: ignore[attr-defined]  # read by _prepared.direct_launch
+    call.direct = direct  # type: ignore[attr-defined]  # read by direct_of
     call.fixed = (grid, group, template, smem)  # type: ignore[attr-defined]
     return call
 
@@ -364,17 +394,23 @@ def one_output_launch(
             return out
         return call(arrays, shapes, dtypes, None)[0]
 
+    launch.direct = direct_of(call, shapes, dtypes)  # type: ignore[attr-defined]
+    return launch
+
+
+def direct_of(call: Any, shapes: Any, dtypes: Any) -> Callable[[bool], tuple | None]:
+    """A launcher's ``direct(has_out)`` for ``_prepared.direct_launch``, over a ``kernel_caller``
+    ``call``: (the hot path's unchecked run, shapes, dtypes, grid, threadgroup, template, shared
+    memory) once a call with (``has_out``) or without out= has been made, else None."""
+
     def direct(has_out: bool) -> tuple | None:
-        """(the hot path's unchecked run, shapes, dtypes, grid, threadgroup, template, shared
-        memory) once a call with (``has_out``) or without out= has been made, else None."""
-        run = call.direct.get(not has_out)  # type: ignore[attr-defined]
+        run = call.direct.get(not has_out)
         if run is None:
             return None
-        grid, group, template, smem = call.fixed  # type: ignore[attr-defined]
+        grid, group, template, smem = call.fixed
         return run, shapes, dtypes, grid, group, template, smem
 
-    launch.direct = direct  # type: ignore[attr-defined]  # read by _prepared.direct_launch
-    return launch
+    return direct
 
 
 def run_prepared(

@@ -14,12 +14,13 @@ allows), ``strided`` otherwise (broadcasting of size-1 dims through stride-0 vie
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Callable
 from typing import Any
 
 from .. import _config
-from .._api import kernel
+from .._api import Kernel, kernel
 from .._dtypes import normalize_dtype
 from .._errors import ArgumentError, ArgumentTypeError
 from .._records import Problem
@@ -29,6 +30,7 @@ from .._select.select import Selection
 from . import _elementwise_rules as rules
 from ._common import (
     OpRunner,
+    direct_of,
     kernel_caller,
     namespace,
     row_contiguous,
@@ -99,8 +101,12 @@ class Elementwise:
                     [f"y{j}" for j in range(len(self.outputs))],
                     body(len(self.inputs), self._exprs, scalars, flat),
                     header=HEADER,
-                    ensure_row_contiguous=False,
+                    # flat: every array is row-contiguous already (the hot path then compares
+                    # an out='s bytes with the inputs' without reading layouts)
+                    ensure_row_contiguous=flat,
                 )
+                if flat:  # the body reads y0_shape[0] as the element count: flat views
+                    k = Kernel(dataclasses.replace(k.spec, flat_outputs=True))
                 self._kernels[key] = k
         return k
 
@@ -135,23 +141,27 @@ class Elementwise:
         call = kernel_caller(
             k, {"grid": choice.grid, "threadgroup": choice.config.threadgroup, "template": template}
         )
-        # the body reads y0_shape[0] on the flat path: it gets flat views
-        new_shape = (n,) if flat else shape
-        shapes = [new_shape] * len(self.outputs)
+        # the flat body reads y0_shape[0] as the element count: the kernel sees its outputs as
+        # flat views (KernelSpec.flat_outputs), and the inputs only through their pointers (but
+        # 0-d ones, passed as 1-element arrays)
+        flat_in = flat and not shape
+        shapes = [shape] * len(self.outputs)
         dtypes = [output_dtype] * len(self.outputs)
         single = len(self.outputs) == 1
 
         def launch(arrays: Any, out: Any) -> Any:
-            if flat:
+            """-> the output (one: ``out`` an array or None) or the list of outputs."""
+            if flat_in:
                 arrays = [a if s else a.reshape(-1) for a, s in zip(arrays, scalars)]
             if out is not None:
-                call(arrays, None, None, [o.reshape(-1) for o in out] if flat else list(out))
-                return list(out)
+                outs = [out] if single else list(out)
+                call(arrays, None, None, outs)
+                return out if single else outs
             results = call(arrays, shapes, dtypes, None)
-            if not flat:
-                return results
-            return [results[0].reshape(shape)] if single else [r.reshape(shape) for r in results]
+            return results[0] if single else results
 
+        if single and not flat_in:
+            launch.direct = direct_of(call, shapes, dtypes)  # type: ignore[attr-defined]
         return launch
 
     def _prepare(self, args: tuple, kwargs: dict[str, Any]) -> tuple[list[Any], tuple, str]:
@@ -251,6 +261,11 @@ class Elementwise:
     def __call__(self, *args: Any, out: Any = None, **kwargs: Any) -> Any:
         """Run on arrays of one framework (and Python scalars); returns the output, or a list
         when the expression has several."""
+        if kwargs and not args and len(kwargs) == len(self.inputs):
+            try:  # every input by name: the same call as in order
+                args, kwargs = tuple(map(kwargs.__getitem__, self.inputs)), {}
+            except KeyError:  # a name that is no input's: _call says which
+                pass
         if args and not kwargs:  # a prepared signature: arrays in order, one out= or none
             sign = SIGNERS.get(args[0].__class__)
             if sign is not None:
@@ -304,34 +319,26 @@ class Elementwise:
                     raise
             else:
                 views = list(values)
+        # one output: the launchers take and give it as an array, not a list
+        outs = outs[0] if outs is not None and len(self.outputs) == 1 else outs
         try:
             key = None
             if direct and not scalars and args and not kwargs and len(self.outputs) == 1:
                 key = signature((*args, out))
             if key is None:
-                results = self._runner.run(views, dtype, outs, options, signature=sig)
-            else:
-                results, launch = self._runner.first(views, dtype, outs, options)
-                key = (key, self.op.generation, FORCED.get(), _config.config.select_force)
-                store(self._table, key, _single(launch))
+                return self._runner.run(views, dtype, outs, options, signature=sig)
+            result, run = self._runner.first(views, dtype, outs, options)
+            key = (key, self.op.generation, FORCED.get(), _config.config.select_force)
+            store(self._table, key, run)
         except OverflowError:  # an int scalar too large for a float: the same error as above
             self._bind_args(args, kwargs, out)
             raise
-        return results[0] if len(self.outputs) == 1 else results
+        return result
 
     def explain(self, *args: Any, **kwargs: Any) -> Selection:
         """The choice a call with these arguments makes, and why."""
         views, dtype, options, _ = self._bind_args(args, kwargs, None)
         return self._runner.explain(views, dtype, None, options)
-
-
-def _single(launch: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
-    """``run(arrays, out)`` of a one-output expression: its array, into ``out`` or new."""
-
-    def run(arrays: Any, out: Any) -> Any:
-        return launch(arrays, None if out is None else [out])[0]
-
-    return run
 
 
 def elementwise(expression: str, output_dtype: Any = None) -> Elementwise:

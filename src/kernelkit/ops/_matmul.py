@@ -89,11 +89,11 @@ def matmul(
         except Exception:  # noqa: BLE001, S110 - a new signature: validated below
             pass
         else:
-            return run(a, b, bias, out)
+            return run([a, b, bias], out)
     return _first(a, b, bias, activation, transpose_b, out, True)
 
 
-# (signature, activation, transpose_b, its class, generation, forced) -> run(a, b, bias, out)
+# (signature, activation, transpose_b, its class, generation, forced) -> run([a, b, bias], out)
 _TABLE: dict[Any, Any] = {}
 # the same for the torch op's own calls: a signature kept there was never asked of the
 # integrations (it may need autograd), so the public op never looks it up
@@ -114,7 +114,7 @@ def eager_matmul(
         except Exception:  # noqa: BLE001, S110 - a new signature: validated below
             pass
         else:
-            return run(a, b, bias, out)
+            return run([a, b, bias], out)
     return _first(a, b, bias, activation, transpose_b, out, False)
 
 
@@ -130,33 +130,52 @@ def _first(
             return result
     if out is not None:
         check_out(out, (*lead, n))
-    run = _prepared_run(lead, n, x.shape[1], options, options["aligned16"] is not None, a, b)
     key = signature((a, b, bias, out))
     if key is not None and transpose_b.__class__ is bool:
         key = (key, activation, transpose_b, bool, OP.generation, FORCED.get(),
                _config.config.select_force)  # fmt: skip
+    if len(lead) == 1 and lead[0] and n and options["aligned16"] is None:
+        # 2-d, no alignment to read per call: the runner's prepared run is the whole call
+        y, run = _RUNNER.first([a, b, bias], a.dtype, out, options)
+    else:
+        run = _prepared_run(lead, n, x.shape[1], options, options["aligned16"] is not None, a, b)
+        y = run([a, b, bias], out)
+    if key is not None and transpose_b.__class__ is bool:
         store(_TABLE if route else _EAGER, key, run)
-    return run(a, b, bias, out)
+    return y
 
 
 def _prepared_run(
     lead: tuple, n: int, k: int, options: dict[str, Any], mma_dtype: bool, a: Any, b: Any
-) -> Callable[[Any, Any, Any, Any], Any]:
-    """``run(a, b, bias, out)`` for one signature: the flattening fixed, the 16-byte alignment
-    of x and w (which selects among kernels, and no signature holds) read per call from the
-    pointers, and a run per alignment prepared by the runner on first use."""
+) -> Callable[[Any, Any], Any]:
+    """``run([a, b, bias], out)`` for one signature: the flattening fixed, the 16-byte
+    alignment of x and w (which selects among kernels, and no signature holds) read per call
+    from the pointers, and a run per alignment prepared by the runner on first use."""
     three_d = len(lead) == 2
     rows = lead[0] * lead[1] if three_d else lead[0]
     if rows == 0 or n == 0:  # no elements: nothing to launch
 
-        def run_empty(a: Any, b: Any, bias: Any, out: Any) -> Any:
-            return out if out is not None else empty(a, (*lead, n))
+        def run_empty(arrays: Any, out: Any) -> Any:
+            return out if out is not None else empty(arrays[0], (*lead, n))
 
         return run_empty
     ptr_x, ptr_w = adapter_for(a, "a").pointer, adapter_for(b, "b").pointer
     runs: dict[Any, Any] = {}
+    if not three_d and mma_dtype:  # a 2-d a: the arrays go to the runner's run as they are
 
-    def run(a: Any, b: Any, bias: Any, out: Any) -> Any:
+        def run_aligned(arrays: Any, out: Any) -> Any:
+            aligned = not ((ptr_x(arrays[0]) | ptr_w(arrays[1])) & 15)
+            launch = runs.get(aligned)
+            if launch is None:
+                opts = {**options, "aligned16": aligned}
+                y, runs[aligned] = _RUNNER.first(arrays, arrays[0].dtype, out, opts)
+                return y
+            return launch(arrays, out)
+
+        return run_aligned
+
+    def run(arrays: Any, out: Any) -> Any:
+        a, b, bias = arrays
         x = a.reshape(rows, k) if three_d else a
         flat_out = out.reshape(rows, n) if out is not None and three_d else out
         aligned = not ((ptr_x(x) | ptr_w(b)) & 15) if mma_dtype else None

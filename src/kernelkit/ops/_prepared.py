@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from .. import _arrays
+from .._errors import ArgumentError
 from .._select.override import FORCED
 
 __all__ = [
@@ -94,28 +95,70 @@ def store(table: dict[Any, Any], key: Any, run: Callable[..., Any]) -> None:
         pass
 
 
-def direct_launch(launch: Any, has_out: bool) -> Callable[[Any, Any], Any]:
+def direct_launch(
+    launch: Any, has_out: bool, refuse: Any = None, same: tuple = ()
+) -> Callable[[Any, Any], Any]:
     """``run(arrays, out)`` for a launcher prepared by ``_common.one_output_launch`` that has
     launched once: straight into the kernel's unchecked hot path (the op's signature fixed the
-    specialization). Any other launcher is returned as it is."""
+    specialization). Any other launcher is returned as it is.
+
+    With ``out=`` and ``refuse(arrays, out)`` (the op's overlap check, raising its error), the
+    hot path's own overlap check stands in for the op's, whose error it raises when the hot path
+    refuses a call; ``same`` lists (input index, its pointer getter, out's pointer getter) of the
+    inputs the op refuses even as the out itself (which the hot path allows), compared first."""
     found = getattr(launch, "direct", None)
     direct = None if found is None else found(has_out)
     if direct is None:
         return launch
     run, shapes, dtypes, grid, group, template, smem = direct
     if has_out:
-
-        def run_out(arrays: Any, out: Any) -> Any:
-            run(arrays, None, None, grid, group, template, None, None, [out], None, None, smem)
-            return out
-
-        return run_out
+        return _run_out(run, grid, group, template, smem, refuse, same)
 
     def run_new(arrays: Any, out: Any) -> Any:
         return run(arrays, shapes, dtypes, grid, group, template, None, None, None, None, None,
                    smem)[0]  # fmt: skip
 
     return run_new
+
+
+def _run_out(
+    run: Any, grid: Any, group: Any, template: Any, smem: Any, refuse: Any, same: tuple
+) -> Callable[[Any, Any], Any]:
+    """``direct_launch``'s ``run(arrays, out)`` with an ``out=``."""
+    if refuse is None:
+
+        def run_out(arrays: Any, out: Any) -> Any:
+            run(arrays, None, None, grid, group, template, None, None,
+                [out], None, None, smem)  # fmt: skip
+            return out
+
+        return run_out
+    if same:
+
+        def run_same(arrays: Any, out: Any) -> Any:
+            for i, ptr, out_ptr in same:
+                if ptr(arrays[i]) == out_ptr(out):
+                    refuse(arrays, out)
+            try:
+                run(arrays, None, None, grid, group, template, None, None,
+                    [out], None, None, smem)  # fmt: skip
+            except ArgumentError:  # the op's own error names its arguments
+                refuse(arrays, out)
+                raise
+            return out
+
+        return run_same
+
+    def run_checked(arrays: Any, out: Any) -> Any:
+        try:
+            run(arrays, None, None, grid, group, template, None, None,
+                [out], None, None, smem)  # fmt: skip
+        except ArgumentError:  # the op's own error names its arguments
+            refuse(arrays, out)
+            raise
+        return out
+
+    return run_checked
 
 
 _install_numpy()
