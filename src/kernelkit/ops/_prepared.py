@@ -133,21 +133,6 @@ def _run_out(
             return out
 
         return run_out
-    if same:
-
-        def run_same(arrays: Any, out: Any) -> Any:
-            for i, ptr, out_ptr in same:
-                if ptr(arrays[i]) == out_ptr(out):
-                    refuse(arrays, out)
-            try:
-                run(arrays, None, None, grid, group, template, None, None,
-                    [out], None, None, smem)  # fmt: skip
-            except ArgumentError:  # the op's own error names its arguments
-                refuse(arrays, out)
-                raise
-            return out
-
-        return run_same
 
     def run_checked(arrays: Any, out: Any) -> Any:
         try:
@@ -158,7 +143,16 @@ def _run_out(
             raise
         return out
 
-    return run_checked
+    if not same:
+        return run_checked
+
+    def run_same(arrays: Any, out: Any) -> Any:
+        for i, ptr, out_ptr in same:
+            if ptr(arrays[i]) == out_ptr(out):
+                refuse(arrays, out)
+        return run_checked(arrays, out)
+
+    return run_same
 
 
 _install_numpy()
