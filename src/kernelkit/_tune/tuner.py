@@ -147,21 +147,48 @@ def compare_outputs(ref: Sequence[Any], got: Sequence[Any], dtypes: Sequence[str
                 bad = int(np.count_nonzero(a != b))
                 return f"output {i} differs in {bad} of {a.size} elements"
             continue
-        a64, b64 = a.astype(np.float64), b.astype(np.float64)
-        if not np.array_equal(np.isnan(a64), np.isnan(b64)):
+        why = _compare_floats(i, np.ravel(a), np.ravel(b), dtype)
+        if why is not None:
+            return why
+    return None
+
+
+COMPARE_CHUNK = 1 << 20  # elements compared at a time: float64 copies that stay in cache
+
+
+def _compare_floats(i: int, a: Any, b: Any, dtype: str) -> str | None:
+    """``compare_outputs`` for one floating output, flat, a chunk at a time: the verdict is
+    that of the whole array, and so are the figures of a size error (the largest error and the
+    reference's largest magnitude over every element where both are finite). On 32M float32
+    elements (a 2048 x 128256 softmax has 263M) one pass over float64 copies took 2.5 s on a
+    2-core VM, the chunks 0.22 s."""
+    import numpy as np
+
+    err = scale = 0.0
+    finite_seen = False
+    for start in range(0, a.size, COMPARE_CHUNK):
+        a64 = a[start : start + COMPARE_CHUNK].astype(np.float64)
+        b64 = b[start : start + COMPARE_CHUNK].astype(np.float64)
+        nan = np.isnan(a64)
+        if not np.array_equal(nan, np.isnan(b64)):
             return f"output {i} has NaN where the reference has a number (or the reverse)"
         finite = np.isfinite(a64) & np.isfinite(b64)
-        if not np.array_equal(a64[~finite & ~np.isnan(a64)], b64[~finite & ~np.isnan(b64)]):
+        infinite = ~finite & ~nan  # an infinity in either (NaNs are where they should be)
+        if infinite.any() and not np.array_equal(a64[infinite], b64[infinite]):
             return f"output {i} has infinities where the reference does not"
-        if not finite.any():
-            continue
-        err = float(np.max(np.abs(a64[finite] - b64[finite])))
-        scale = float(np.max(np.abs(a64[finite])))
-        if err > RTOL[dtype] * scale:
-            return (
-                f"output {i} differs from the reference by up to {err:.3g} "
-                f"(tolerance {RTOL[dtype]:g} x {scale:.3g} for {dtype})"
-            )
+        if finite.all():
+            err = max(err, float(np.max(np.abs(a64 - b64), initial=0.0)))
+            scale = max(scale, float(np.max(np.abs(a64), initial=0.0)))
+            finite_seen = finite_seen or a64.size > 0
+        elif finite.any():
+            err = max(err, float(np.max(np.abs(a64[finite] - b64[finite]))))
+            scale = max(scale, float(np.max(np.abs(a64[finite]))))
+            finite_seen = True
+    if finite_seen and err > RTOL[dtype] * scale:
+        return (
+            f"output {i} differs from the reference by up to {err:.3g} "
+            f"(tolerance {RTOL[dtype]:g} x {scale:.3g} for {dtype})"
+        )
     return None
 
 
