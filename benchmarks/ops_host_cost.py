@@ -10,7 +10,8 @@ its host path plus the launch itself (nothing synchronizes in the loop).
 
 Prints µs per call (median of 7 rounds of 5,000 calls) for the bare kernel call and each op,
 next to torch's own call where there is one. ``--jax`` adds the ops on JAX eager arrays of the
-same shapes (the direct path: inputs waited for, the output allocated by torch and handed to JAX),
+same shapes (the route a JAX eager call takes: an XLA FFI call where kernelkit's shim builds,
+else the direct path, inputs waited for and the output allocated by torch and handed to JAX),
 next to the same expression jitted (a call of a compiled XLA function, waited for).
 """
 

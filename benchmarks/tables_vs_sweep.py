@@ -62,8 +62,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--backend", choices=("cuda", "cpu"), default="cuda")
     ap.add_argument("--ops", default=",".join(OPS))
-    ap.add_argument("--models", default=",".join(MODELS))
-    ap.add_argument("--m", default="1,16,128,2048", help="rows (matmul's M), comma-separated")
+    ap.add_argument("--models", help=f"default: {','.join(MODELS)} (CPU: tiny sizes)")
+    ap.add_argument("--m", help="rows (matmul's M), comma-separated (default 1,16,128,2048)")
     ap.add_argument(
         "--hidden",
         help="row ops: these hidden sizes instead of the models' "
@@ -84,17 +84,23 @@ def main() -> int:
             return 0
     import kernelkit
 
-    models = list(TINY.values()) if cpu else [MODELS[n] for n in args.models.split(",")]
+    ops = args.ops.split(",")
+    if args.hidden and not set(ops) <= {"rms_norm", "layer_norm"}:
+        ap.error("--hidden sets the norms' sizes only: give --ops rms_norm,layer_norm")
+    if args.models:
+        models = [MODELS[n] for n in args.models.split(",")]
+    else:  # the CPU smoke run: tiny sizes, one config per implementation
+        models = list(TINY.values()) if cpu else list(MODELS.values())
     if args.hidden:
         models = [(int(h), 0, 0, 0) for h in args.hidden.split(",")]
-    ms = [1, 17] if cpu else [int(v) for v in args.m.split(",")]
-    limit = 1 if cpu else args.limit
+    ms = [int(v) for v in (args.m or ("1,17" if cpu else "1,16,128,2048")).split(",")]
+    limit = args.limit if args.limit is not None or not cpu else 1
     report: dict = {"dtype": args.dtype, "limit": limit, "ray": args.ray, "ops": {}}
     if args.ray:  # one cluster for every tune_op call (each would start and stop its own)
         import ray
 
         ray.init(include_dashboard=False, log_to_driver=False)
-    for op in args.ops.split(","):
+    for op in ops:
         rows, spent, wall = [], 0.0, 0.0
         for m in ms:
             dims = problems(op, models, m)

@@ -152,6 +152,29 @@ def test_a_hanging_candidate_costs_only_its_task(cluster, tmp_path, own_tuning_d
     assert "timed out after 4 s" in t.report()
 
 
+def test_a_candidate_whose_worker_dies_is_retried_on_a_fresh_one(
+    cluster, tmp_path, own_tuning_db, monkeypatch
+):
+    import kernelkit
+    from kernelkit._workflows import tune_ray
+
+    submitted = []
+    submit = tune_ray._Dispatch.submit
+
+    def counting(self, m):
+        submitted.append(m)
+        return submit(self, m)
+
+    monkeypatch.setattr(tune_ray._Dispatch, "submit", counting)
+    spec = _spec(tmp_path, retries=1)
+    t = kernelkit.tune_spec(spec, ray=True, quiet=True, store=False, fresh=True)
+    assert _statuses(t) == [["ok", "ok", "rejected", "failed"]] * 2
+    dies = [m for m in submitted if m.config == 3]  # MODE 5: its worker dies of SIGILL
+    assert len(dies) == 4 and len(set(dies)) == 2  # each of the 2 shapes: once, then retried
+    assert len(submitted) == 2 * 4 + 2
+    assert "worker died" in t.report()
+
+
 @pytest.mark.parametrize("on_ray", [False, True], ids=["pool", "ray"])
 def test_an_interrupted_run_resumes_measuring_no_candidate_twice(
     on_ray, cluster, tmp_path, own_tuning_db, monkeypatch

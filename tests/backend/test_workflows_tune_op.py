@@ -308,3 +308,17 @@ def test_each_problem_times_the_shipped_choice_against_the_best(db, shipped, tmp
     choice = decision("softmax", (8, 64))
     assert r.shipped_from == choice.source == "heuristic"
     assert r.shipped == f"softmax/rows {choice.config.describe()}", r.report()
+
+
+def test_a_shipped_choice_outside_the_implementations_asked_for_is_timed_never_chosen(db):
+    """On the CPU, matmul's shipped choice at M = 4 is gemv; asked for gemv_slab only (which
+    cannot run here: no TMA), gemv is timed for the report and nothing is recorded."""
+    t = kernelkit.tune_op("matmul", "4x64x64", implementations=["matmul/gemv_slab"], limit=1,
+                          quiet=True)  # fmt: skip
+    r = t.results[0]
+    first = r.candidates[0]  # the shipped choice comes first (timed whatever the budget)
+    assert first.label == r.shipped and first.impl != "matmul/gemv_slab", r.report()
+    assert first.status == "ok" and first.compared_only, r.report()
+    assert all(c.impl == "matmul/gemv_slab" for c in r.candidates[1:]), r.report()
+    assert r.winner is None and r.record is None and t.records == [] and db.records() == []
+    assert "(shipped; not asked for, so never chosen)" in r.report()

@@ -119,7 +119,8 @@ class TracedCall:
                     scalars[name] = d
             arrays.update(zip(spec.output_names, self.out_shapes))
             plans = [self._plan(platform, device) for device in devices]
-            found = jax_pack.attributes(platform, plans, arrays, scalars, self.launch)
+            flat = spec.output_names if spec.flat_outputs else ()  # as jax_eager passes them
+            found = jax_pack.attributes(platform, plans, arrays, scalars, self.launch, flat)
             self._lowered[key] = found
         return found
 

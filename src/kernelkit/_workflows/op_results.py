@@ -33,9 +33,11 @@ class OpCandidate:
     status: str
     time_s: float | None = None
     detail: str = ""
+    compared_only: bool = False  # the shipped choice, of an implementation not asked for
 
     def describe(self) -> str:
-        return candidate_line(self.time_s, self.status, self.label, self.detail)
+        line = candidate_line(self.time_s, self.status, self.label, self.detail)
+        return line + ("  (shipped; not asked for, so never chosen)" if self.compared_only else "")
 
 
 @dataclass(frozen=True)
@@ -57,7 +59,8 @@ class OpTuneResult:
 
     @property
     def winner(self) -> OpCandidate | None:
-        return fastest(self.candidates)
+        """The fastest candidate that ran correctly, of the implementations asked for."""
+        return fastest(c for c in self.candidates if not c.compared_only)
 
     @property
     def shipped_over_best(self) -> float | None:

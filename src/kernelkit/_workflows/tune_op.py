@@ -34,7 +34,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from .._errors import ArgumentError
+from .._errors import ArgumentError, LaunchError
 from .._records import Target
 from .._select.decide import shipped_selection
 from .._select.records import Config
@@ -195,6 +195,8 @@ def _tune_case(
     plans = candidates(op, problem, target, implementations, limit)
     shipped = shipped_selection(op, problem, target).choice
     at = _shipped_plan(op, plans, shipped, problem, target)
+    plans.insert(0, plans.pop(at))  # first: timed whatever the budget leaves of the rest
+    asked = implementations is None or plans[0].impl.name in implementations
     results: dict[int, OpCandidate] = {}
     runnable = []
     for i, p in enumerate(plans):
@@ -209,14 +211,16 @@ def _tune_case(
         runs = {i: bench.runner(op.name, plans[i]) for i in runnable}
         compiled = compile_candidates(lambda i: bench.compile(runs[i]), runnable)
         note = _check_and_time(bench, case, plans, runs, compiled, results, budget_s, t0, bar)
-        _final_round(bench, runs, results, at)
+        _final_round(bench, runs, results, 0)
     finally:
         bench.close()
     found = tuple(results[i] for i in range(len(plans)))
+    if not asked:  # timed for the report, never recorded
+        found = (replace(found[0], compared_only=True), *found[1:])
     spent = time.perf_counter() - t0
     record = _record(op, key, backend, target, found, spent)
     note = note or ("" if record is not None else "no candidate ran correctly")
-    shipped_label = found[at].label
+    shipped_label = found[0].label
     return OpTuneResult(
         op.name, case.label, key, target, found, record, spent, note, shipped_label, shipped.source
     )
@@ -225,7 +229,7 @@ def _tune_case(
 def _shipped_plan(op: Any, plans: list[_Plan], shipped: Any, problem: Any, target: Target) -> int:
     """The index in ``plans`` of the shipped choice (``shipped``, a ``KernelChoice``), appended
     when ``implementations`` or ``limit`` left it out: every tuning reports how it times
-    against the best."""
+    against the best (one ``implementations`` left out is timed, never recorded)."""
     from .._select.select import legal_choice
 
     impl = op.get(shipped.impl)
@@ -306,6 +310,8 @@ def _check_and_time(
                 else:
                     seconds, detail = bench.time(runs[i])
                     status, timed = "ok", timed + 1
+            except LaunchError:
+                raise  # a device fault: this process's CUDA context is lost, the run ends
             except Exception as e:  # noqa: BLE001
                 detail = failure_reason(e)
         results[i] = OpCandidate(p.ident, p.label, p.config, status, seconds, detail)
@@ -319,7 +325,7 @@ def _record(
     from .._select.tuning.records import Environment
     from .._tune.tuner import fastest
 
-    best = fastest(found)
+    best = fastest(c for c in found if not c.compared_only)
     if best is None:
         return None
     return TuningRecord(

@@ -45,8 +45,9 @@ def run_problems(
 ) -> list[OpTuneResult]:
     """``tune_problem(*call)`` (a module-level function) for each call of ``problems`` on the
     Ray cluster at ``address`` (None: ``RAY_ADDRESS``, else a new local one; a cluster this
-    process already joined is used as it is): one worker per GPU (or CPU), each taking the
-    next problem when it is done with one. ``failed`` makes the result of a problem whose
+    process already joined is used as it is): one worker per GPU (on the CPU backend, per
+    node: its launches use every core of the node), each taking the next problem when it is
+    done with one. ``failed`` makes the result of a problem whose
     worker died (a new worker takes its place); ``arrived`` sees each result as it comes.
     Results in the order of ``problems``."""
     ray = import_ray()
@@ -56,22 +57,48 @@ def run_problems(
         ray.init(address=address, **({"include_dashboard": False} if local else {}))
     try:
         gpu = device != "cpu"
-        resource = "GPU" if gpu else "CPU"
-        slots = min(capacity(ray, None, resource), len(problems))
-        if slots < 1 and problems:
-            raise ValueError(f"the Ray cluster has no node with a {resource} to tune on")
-        options: dict[str, Any] = {"num_gpus": 1} if gpu else {"num_cpus": 1}
-        worker = ray.remote(**options)(_Worker)
-        return _Drain(ray, worker, tune_problem, slots).run(list(problems), failed, arrived)
+        if gpu:  # one worker per GPU, wherever Ray places it
+            where: list[dict[str, Any]] = [{}] * capacity(ray, None, "GPU")
+            worker = ray.remote(num_gpus=1)(_Worker)
+        else:  # one per node: the CPU backend's launches use every core of theirs
+            where = [{"scheduling_strategy": _on(node)} for node in _cpu_nodes(ray)]
+            worker = ray.remote(num_cpus=1)(_Worker)
+        if not where and problems:
+            what = "GPU" if gpu else "CPU"
+            raise ValueError(f"the Ray cluster has no node with a {what} to tune on")
+        drain = _Drain(ray, worker, tune_problem, where[: len(problems)])
+        return drain.run(list(problems), failed, arrived)
     finally:
         if joined:
             ray.shutdown()
 
 
+def _cpu_nodes(ray: Any) -> list[str]:
+    return [
+        n["NodeID"]
+        for n in ray.nodes()
+        if n.get("Alive") and n.get("Resources", {}).get("CPU", 0) >= 1
+    ]
+
+
+def _on(node: str) -> Any:
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    return NodeAffinitySchedulingStrategy(node, soft=True)  # a lost node: elsewhere
+
+
 class _Drain:
-    def __init__(self, ray: Any, worker: Any, fn: Callable[..., OpTuneResult], slots: int):
-        self.ray, self.worker, self.fn = ray, worker, ray.put(fn)
-        self.idle = [worker.remote() for _ in range(slots)]
+    """Problems handed to one worker per slot (``where``: each slot's actor options), the next
+    one to whichever worker is done first; a dead worker's slot gets a fresh one."""
+
+    def __init__(
+        self, ray: Any, worker: Any, fn: Callable[..., OpTuneResult], where: list[dict[str, Any]]
+    ):
+        self.ray, self.worker, self.fn, self.where = ray, worker, ray.put(fn), where
+        self.idle = [(slot, self._start(slot)) for slot in range(len(where))]
+
+    def _start(self, slot: int) -> Any:
+        return self.worker.options(**self.where[slot]).remote()
 
     def run(
         self,
@@ -81,16 +108,16 @@ class _Drain:
     ) -> list[OpTuneResult]:
         ray = self.ray
         results: dict[int, OpTuneResult] = {}
-        flying: dict[Any, tuple[int, Any]] = {}
+        flying: dict[Any, tuple[int, int, Any]] = {}  # ref -> problem, slot, actor
         pending = list(range(len(problems)))
         try:
             while pending or flying:
                 while pending and self.idle:
-                    i, actor = pending.pop(0), self.idle.pop()
-                    flying[actor.tune.remote(self.fn, problems[i])] = (i, actor)
+                    i, (slot, actor) = pending.pop(0), self.idle.pop()
+                    flying[actor.tune.remote(self.fn, problems[i])] = (i, slot, actor)
                 ready, _ = ray.wait(list(flying), num_returns=1, timeout=0.5)
                 for ref in ready:
-                    i, actor = flying.pop(ref)
+                    i, slot, actor = flying.pop(ref)
                     try:
                         results[i] = ray.get(ref)
                     except ray.exceptions.RayTaskError as e:
@@ -98,14 +125,14 @@ class _Drain:
                     except ray.exceptions.RayError as e:
                         results[i] = failed(problems[i], _why(e))
                         ray.kill(actor)
-                        actor = self.worker.remote()  # a fresh worker on a free device
-                    self.idle.append(actor)
+                        actor = self._start(slot)  # a fresh worker in the dead one's place
+                    self.idle.append((slot, actor))
                     arrived(results[i])
         finally:
-            for ref, (_, actor) in flying.items():
+            for ref, (_, _, actor) in flying.items():
                 ray.cancel(ref, force=True)
                 ray.kill(actor)
-            for actor in self.idle:
+            for _, actor in self.idle:
                 ray.kill(actor)
         return [results[i] for i in range(len(problems))]
 

@@ -112,6 +112,8 @@ def _collect(workers: list[_Worker], arrived: Callable, timeout_s: float) -> Non
         try:
             result = w.conn.recv()
             w.task = None
+            if result.context_lost:  # a device fault: every later CUDA call there would fail
+                w.restart()
         except (EOFError, OSError):
             w.proc.join(1)
             code = w.proc.exitcode

@@ -140,10 +140,14 @@ class _Dispatch:
                     self.again.append(m)
                     continue
                 result = Measured.failure(_why(e))
-            except ray.exceptions.RayError as e:
+            except ray.exceptions.RayError as e:  # the worker's state is unknown: replaced
+                ray.kill(actor)
                 result = Measured.failure(_why(e))
             else:
-                self.idle[m.kind].append(actor)
+                if result.context_lost:  # a device fault: every later CUDA call there fails
+                    ray.kill(actor)
+                else:
+                    self.idle[m.kind].append(actor)
             arrived(m, result)
         now, limit = time.monotonic(), self.spec.timeout_s
         for ref, (m, t0, _) in list(self.flying.items()):

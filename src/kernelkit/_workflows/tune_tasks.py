@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .._cache.files import write_atomic
+from .._errors import LaunchError
 
 if TYPE_CHECKING:
     from .._select.tuning.records import Environment
@@ -57,6 +58,8 @@ class Measured:
     env: Environment | None = None
     where: str = ""
     judged: bool = False
+    # a device fault: the worker's CUDA context is lost, so the worker is replaced
+    context_lost: bool = field(default=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:
@@ -172,7 +175,9 @@ class Bench:
             outputs = tuple(session.outputs(config))
             seconds, how = session.time(config)
         except Exception as e:  # noqa: BLE001
-            return Measured("failed", None, _reason(e), None, key, env, self.where)
+            lost = isinstance(e, LaunchError)  # a device fault
+            why = _reason(e)
+            return Measured("failed", None, why, None, key, env, self.where, context_lost=lost)
         return Measured("ok", seconds, how, outputs, key, env, self.where)
 
     def _session(self, shape: int) -> Any:

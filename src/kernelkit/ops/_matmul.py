@@ -174,10 +174,10 @@ def _prepared_run(
 
         return run_aligned
 
-    def run(arrays: Any, out: Any) -> Any:
+    def run_3d(arrays: Any, out: Any) -> Any:  # a 3-d a (2-d calls take the runs above)
         a, b, bias = arrays
-        x = a.reshape(rows, k) if three_d else a
-        flat_out = out.reshape(rows, n) if out is not None and three_d else out
+        x = a.reshape(rows, k)
+        flat_out = out.reshape(rows, n) if out is not None else None
         aligned = not ((ptr_x(x) | ptr_w(b)) & 15) if mma_dtype else None
         launch = runs.get(aligned)
         if launch is None:
@@ -185,11 +185,9 @@ def _prepared_run(
             y, runs[aligned] = _RUNNER.first([x, b, bias], x.dtype, flat_out, opts)
         else:
             y = launch([x, b, bias], flat_out)
-        if out is not None:
-            return out
-        return y.reshape(*lead, n) if three_d else y
+        return out if out is not None else y.reshape(*lead, n)
 
-    return run
+    return run_3d
 
 
 def _explain(
