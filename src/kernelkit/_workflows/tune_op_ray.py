@@ -47,9 +47,9 @@ def run_problems(
     Ray cluster at ``address`` (None: ``RAY_ADDRESS``, else a new local one; a cluster this
     process already joined is used as it is): one worker per GPU (on the CPU backend, per
     node: its launches use every core of the node), each taking the next problem when it is
-    done with one. ``failed`` makes the result of a problem whose
-    worker died (a new worker takes its place); ``arrived`` sees each result as it comes.
-    Results in the order of ``problems``."""
+    done with one. ``failed`` makes the result of a problem whose worker died (a new worker
+    takes its place); ``arrived`` sees each result as it comes. Results in the order of
+    ``problems``."""
     ray = import_ray()
     joined = not ray.is_initialized()
     if joined:
