@@ -87,24 +87,22 @@ WGMMA_TMA_BODY = source("matmul", "wgmma_tma_body")
 # --- the kernels -------------------------------------------------------------------------------
 
 _INPUTS = ["x", "w", "bias"]
+
+
+def _matmul_kernel(
+    name: str, body: str, header: str, inputs: list[str] = _INPUTS, **kw: Any
+) -> Any:
+    """A matmul kernel: ``inputs`` (x, w and an optional float32 bias by default) to one ``y``."""
+    return kernel(name, inputs, ["y"], body, header=header, optional_inputs={"bias": "float32"},
+                  **kw)  # fmt: skip
+
+
 # At most 64 registers a thread (4 blocks of 256 threads per SM): a profile of the 8192 x 8192,
 # M = 1 case showed 96 registers capping occupancy at 25% and DRAM throughput at 78%.
-GEMV_KERNEL = kernel(
-    "ops_matmul_gemv", _INPUTS, ["y"], GEMV_BODY, header=GEMV,
-    optional_inputs={"bias": "float32"}, launch_bounds=(256, 4),
-)  # fmt: skip
-GEMV_TC_KERNEL = kernel(
-    "ops_matmul_gemv_tc", _INPUTS, ["y"], GEMV_TC_BODY, header=GEMV_TC,
-    optional_inputs={"bias": "float32"}, launch_bounds=(256, 2),
-)  # fmt: skip
-SLAB_KERNEL = kernel(
-    "ops_matmul_gemv_slab", _INPUTS, ["y"], SLAB_BODY, header=SLAB_HEADER,
-    optional_inputs={"bias": "float32"},
-)  # fmt: skip
-SLAB_TC_KERNEL = kernel(
-    "ops_matmul_gemv_slab_tc", _INPUTS, ["y"], SLAB_TC_BODY, header=SLAB_TC,
-    optional_inputs={"bias": "float32"},
-)  # fmt: skip
+GEMV_KERNEL = _matmul_kernel("ops_matmul_gemv", GEMV_BODY, GEMV, launch_bounds=(256, 4))
+GEMV_TC_KERNEL = _matmul_kernel("ops_matmul_gemv_tc", GEMV_TC_BODY, GEMV_TC, launch_bounds=(256, 2))
+SLAB_KERNEL = _matmul_kernel("ops_matmul_gemv_slab", SLAB_BODY, SLAB_HEADER)
+SLAB_TC_KERNEL = _matmul_kernel("ops_matmul_gemv_slab_tc", SLAB_TC_BODY, SLAB_TC)
 
 
 def _per_cluster_size(
@@ -113,9 +111,8 @@ def _per_cluster_size(
     """One kernel per cluster size (the cluster shape is a kernel attribute), named
     ``name`` + size, with at most ``threads`` threads a block (one block an SM)."""
     return {
-        n: kernel(
-            f"{name}{n}", _INPUTS, ["y"], body, header=header,
-            optional_inputs={"bias": "float32"}, launch_bounds=(threads, 1),
+        n: _matmul_kernel(
+            f"{name}{n}", body, header, launch_bounds=(threads, 1),
             cluster_dims=n if n > 1 else None, **kw,
         )
         for n in sizes
@@ -127,29 +124,18 @@ WGMMA_KERNELS = {
     1: _per_cluster_size(
         "ops_matmul_wgmma_ws", WGMMA_BODY, WGMMA_HEADER, WG.SPLITS, WG.threads(2, 1),
         arch_specific=True,
-    )
-}  # fmt: skip
-WGMMA_KERNELS[2] = {  # WS = 2: x and w also as tensor maps (TMA)
-    n: kernel(
-        f"ops_matmul_wgmma_tma{n}", ["x", "w", "x_map", "w_map", "bias"], ["y"],
-        WGMMA_TMA_BODY, header=WGMMA_HEADER, optional_inputs={"bias": "float32"},
-        launch_bounds=(WG.threads(2, 2), 1), cluster_dims=n if n > 1 else None,
-        arch_specific=True,
-    )
-    for n in WG.SPLITS
+    ),
+    2: _per_cluster_size(  # WS = 2: x and w also as tensor maps (TMA)
+        "ops_matmul_wgmma_tma", WGMMA_TMA_BODY, WGMMA_HEADER, WG.SPLITS, WG.threads(2, 2),
+        arch_specific=True, inputs=["x", "w", "x_map", "w_map", "bias"],
+    ),
 }  # fmt: skip
 
 # midm: one kernel per cluster size (SPLIT), at most 256 threads a block
 MIDM_KERNELS = _per_cluster_size("ops_matmul_midm", MIDM_BODY, MIDM_HEADER, MID.SPLITS, 256)
 
-TILED_KERNEL = kernel(
-    "ops_matmul_tiled", _INPUTS, ["y"], TILED_BODY, header=TILED,
-    optional_inputs={"bias": "float32"},
-)  # fmt: skip
-MMA_KERNEL = kernel(
-    "ops_matmul_mma", _INPUTS, ["y"], MMA_BODY, header=MMA_HEADER,
-    optional_inputs={"bias": "float32"},
-)  # fmt: skip
+TILED_KERNEL = _matmul_kernel("ops_matmul_tiled", TILED_BODY, TILED)
+MMA_KERNEL = _matmul_kernel("ops_matmul_mma", MMA_BODY, MMA_HEADER)
 
 
 def common_template(problem: Problem) -> list[tuple[str, Any]]:
