@@ -16,8 +16,10 @@ from kernelkit import ArgumentError, ops
 MAX_PYTHON_CALLS = 10
 
 
-def _python_calls(fn, *args, **kwargs) -> tuple[int, list[str]]:
-    for _ in range(2):  # the first call prepares the signature
+def _profiled(fn, *args, **kwargs) -> list[tuple[str, str, int]]:
+    """(file, function, calls) of one warm call of ``fn``, after three calls that prepare it
+    (prepared at the first, its unchecked run made at its first use)."""
+    for _ in range(3):
         fn(*args, **kwargs)
     profile = cProfile.Profile()
     gc.disable()  # a collection would run callbacks of other libraries (JAX's) inside the count
@@ -27,12 +29,26 @@ def _python_calls(fn, *args, **kwargs) -> tuple[int, list[str]]:
         profile.disable()
     finally:
         gc.enable()
-    calls, names = 0, []
-    for (file, _line, name), (_cc, n, *_rest) in pstats.Stats(profile).stats.items():
-        if file != "~":  # "~": built-ins (C functions and methods)
-            calls += n
-            names.append(f"{file.rsplit('/', 1)[-1]}:{name} x{n}")
-    return calls, names
+    return [(file, name, n) for (file, _, name), (_, n, *_) in pstats.Stats(profile).stats.items()]
+
+
+def _python_calls(fn, *args, **kwargs) -> tuple[int, list[str]]:
+    """Python-level calls of a warm call ("~": built-ins, C functions and methods, not counted)."""
+    found = [(f, name, n) for f, name, n in _profiled(fn, *args, **kwargs) if f != "~"]
+    names = [f"{f.rsplit('/', 1)[-1]}:{name} x{n}" for f, name, n in found]
+    return sum(n for *_, n in found), names
+
+
+def _op_call(op: str, x, w, b, weight):
+    """(fn, args, kwargs) of ``op`` on the arrays of ``_arrays``."""
+    silu_mul = ops.elementwise("y = a * b / (1 + exp(-b))")
+    return {
+        "softmax": (ops.softmax, (x,), {}),
+        "rms_norm": (ops.rms_norm, (x, w), {}),
+        "layer_norm": (ops.layer_norm, (x, w, b), {}),
+        "matmul": (ops.matmul, (x, weight), {"transpose_b": True}),
+        "elementwise": (silu_mul, (x, x), {}),
+    }[op]
 
 
 def _arrays(framework: str):
@@ -52,31 +68,15 @@ def _arrays(framework: str):
 @pytest.mark.parametrize("framework", ["numpy", "torch"])
 @pytest.mark.parametrize("op", ["softmax", "rms_norm", "layer_norm", "matmul", "elementwise"])
 def test_a_warm_op_call_is_a_handful_of_python_calls(framework, op):
-    x, w, b, weight = _arrays(framework)
-    silu_mul = ops.elementwise("y = a * b / (1 + exp(-b))")
-    fn, args, kwargs = {
-        "softmax": (ops.softmax, (x,), {}),
-        "rms_norm": (ops.rms_norm, (x, w), {}),
-        "layer_norm": (ops.layer_norm, (x, w, b), {}),
-        "matmul": (ops.matmul, (x, weight), {"transpose_b": True}),
-        "elementwise": (silu_mul, (x, x), {}),
-    }[op]
+    fn, args, kwargs = _op_call(op, *_arrays(framework))
     calls, names = _python_calls(fn, *args, **kwargs)
     assert calls <= MAX_PYTHON_CALLS, f"{op} on {framework}: {calls} Python calls: {names}"
 
 
 def _kernelkit_calls(fn, *args, **kwargs) -> list[str]:
-    for _ in range(3):  # prepared at the first, its unchecked run made at its first use
-        fn(*args, **kwargs)
-    profile = cProfile.Profile()
-    profile.enable()
-    fn(*args, **kwargs)
-    profile.disable()
-    return [
-        f"{file.rsplit('/', 1)[-1]}:{name}"
-        for (file, _line, name), _ in pstats.Stats(profile).stats.items()
-        if "kernelkit" in file
-    ]
+    """kernelkit's own functions a warm call runs."""
+    found = _profiled(fn, *args, **kwargs)
+    return [f"{f.rsplit('/', 1)[-1]}:{name}" for f, name, _ in found if "kernelkit" in f]
 
 
 @pytest.mark.parametrize("op", ["softmax", "rms_norm", "layer_norm", "matmul", "elementwise"])
@@ -86,15 +86,7 @@ def test_a_warm_op_call_on_jax_arrays_is_prepared(op):
     path waits for the inputs, allocates through another framework, synchronizes and wraps the
     output (``_arrays/_jax.py``): at most 20 of kernelkit's own Python functions (not JAX's)."""
     jnp = pytest.importorskip("jax.numpy")
-    x, w, b, weight = (jnp.asarray(a) for a in _arrays("numpy"))
-    silu_mul = ops.elementwise("y = a * b / (1 + exp(-b))")
-    fn, args, kwargs = {
-        "softmax": (ops.softmax, (x,), {}),
-        "rms_norm": (ops.rms_norm, (x, w), {}),
-        "layer_norm": (ops.layer_norm, (x, w, b), {}),
-        "matmul": (ops.matmul, (x, weight), {"transpose_b": True}),
-        "elementwise": (silu_mul, (x, x), {}),
-    }[op]
+    fn, args, kwargs = _op_call(op, *(jnp.asarray(a) for a in _arrays("numpy")))
     names = _kernelkit_calls(fn, *args, **kwargs)
     assert not [n for n in names if "_first" in n or ":_call" in n or "_bind" in n], names
     assert len(names) <= 20, names

@@ -21,11 +21,12 @@ from typing import Any
 
 import numpy as np
 import pytest
+from test_ops_matmul_mma import problem
 
 from kernelkit._errors import KernelkitError
 from kernelkit._pipeline import render as _render
 from kernelkit._pipeline.codegen import make_source, template_params
-from kernelkit._records import ArgFacts, Problem, Target
+from kernelkit._records import Problem, Target
 from kernelkit._select.records import Config
 from kernelkit._select.select import Override, select
 from kernelkit.ops import _matmul as MM
@@ -46,17 +47,7 @@ TARGETS = {"sm_90": _target("sm_90", SM90), "sm_80": _target("sm_80", SM80)}
 
 def _matmul_problem(m: int, n: int, k: int, dtype: str, bias: str | None, act: str | None,
                     transpose_b: bool = True) -> Problem:  # fmt: skip
-    w_shape = (n, k) if transpose_b else (k, n)
-    args = (
-        ArgFacts("x", "array", dtype, (m, k), (k, 1)),
-        ArgFacts("w", "array", dtype, w_shape, (w_shape[1], 1)),
-        ArgFacts("bias", "null" if bias is None else "array", bias or "float32", (n,), (1,)),
-        ArgFacts("y", "array", dtype, is_output=True),
-    )
-    options = {"transpose_b": transpose_b, "activation": act, "bias": bias,
-               "framework": "cupy", "aligned16": True}  # fmt: skip
-    attrs = {"M": m, "K": k, "N": n, **options}
-    return Problem("matmul", args, tuple(sorted(attrs.items())), device_type=2)
+    return problem(m, n, k, dtype, transpose_b, bias, act)
 
 
 MATMUL_PROBLEMS = {

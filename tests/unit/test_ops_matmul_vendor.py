@@ -16,6 +16,7 @@ from typing import ClassVar
 
 import numpy as np
 import pytest
+from test_ops_matmul_mma import problem as mma_problem
 
 from kernelkit._errors import ArgumentError
 from kernelkit._records import ArgFacts, Problem, Target
@@ -33,19 +34,9 @@ CPU = Target("cpu", 0, "x86_64", "host", 1024, (1024, 1024, 64), (2**31 - 1, 655
              48 * 1024, 227 * 1024, 32, frozenset({"cpu"}))  # fmt: skip
 
 
-def problem(m=3500, n=4096, k=4096, dtype="bfloat16", framework="cupy", bias=None,
-            activation=None, device_type=2, transpose_b=True) -> Problem:  # fmt: skip
-    w_shape = (n, k) if transpose_b else (k, n)
-    args = (
-        ArgFacts("x", "array", dtype, (m, k), (k, 1)),
-        ArgFacts("w", "array", dtype, w_shape, (w_shape[1], 1)),
-        ArgFacts("bias", "null" if bias is None else "array", bias or "float32", (n,), (1,)),
-        ArgFacts("y", "array", dtype, is_output=True),
-    )
-    options = {"transpose_b": transpose_b, "activation": activation, "bias": bias,
-               "framework": framework, "aligned16": True}  # fmt: skip
-    attrs = {"M": m, "K": k, "N": n, **options}
-    return Problem("matmul", args, tuple(sorted(attrs.items())), device_type=device_type)
+def problem(m=3500, **kw) -> Problem:
+    """A matmul problem as ``ops.matmul`` binds it, M = 3500 unless given (the vendor's range)."""
+    return mma_problem(m, **kw)
 
 
 # the row ``benchmarks/matmul_vendor.py --rows`` writes where the route measured ahead
@@ -243,8 +234,8 @@ def test_the_jax_launcher_against_float64(transpose_b, with_bias):
     x = rng.standard_normal((m, k)).astype(np.float32)
     w = rng.standard_normal((n, k) if transpose_b else (k, n)).astype(np.float32)
     b = rng.standard_normal(n).astype(np.float32) if with_bias else None
-    p = problem(m, n, k, "float32", "jaxlib", "float32" if with_bias else None,
-                transpose_b=transpose_b)  # fmt: skip
+    p = problem(m, n=n, k=k, dtype="float32", framework="jaxlib",
+                bias="float32" if with_bias else None, transpose_b=transpose_b)  # fmt: skip
     launch = LIB.vendor_prepare(None, p, np.float32)
     args = [jnp.asarray(x), jnp.asarray(w), None if b is None else jnp.asarray(b)]
     y = launch(args, None)
