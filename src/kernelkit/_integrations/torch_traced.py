@@ -52,34 +52,30 @@ def _refuse_out_grad(name: str, grad: bool) -> None:
         )
 
 
+def _torch_op(name: str, args: tuple, grads: tuple, out: Any) -> Any:
+    """The torch op ``name`` on ``args``: with gradients where one of ``grads`` needs one, else
+    its inference twin (``out=`` only there)."""
+    grad = _grad(*grads)
+    if out is not None:
+        _refuse_out_grad(name, grad)
+        getattr(_K, f"{name}_inference").out(*args, out)
+        return out
+    return getattr(_K, name if grad else f"{name}_inference").default(*args)
+
+
 def softmax(x: Any, dim: int = -1, *, out: Any = None) -> Any:
     move_last(x, dim, "softmax")
-    grad = _grad(x)
-    if out is not None:
-        _refuse_out_grad("softmax", grad)
-        _K.softmax_inference.out(x, int(dim), out)
-        return out
-    return (_K.softmax if grad else _K.softmax_inference).default(x, int(dim))
+    return _torch_op("softmax", (x, int(dim)), (x,), out)
 
 
 def rms_norm(x: Any, weight: Any, eps: float = 1e-6, *, out: Any = None) -> Any:
     eps = _norms._check("rms_norm", x, {"weight": weight}, eps)
-    grad = _grad(x, weight)
-    if out is not None:
-        _refuse_out_grad("rms_norm", grad)
-        _K.rms_norm_inference.out(x, weight, eps, out)
-        return out
-    return (_K.rms_norm if grad else _K.rms_norm_inference).default(x, weight, eps)
+    return _torch_op("rms_norm", (x, weight, eps), (x, weight), out)
 
 
 def layer_norm(x: Any, weight: Any, bias: Any, eps: float = 1e-5, *, out: Any = None) -> Any:
     eps = _norms._check("layer_norm", x, {"weight": weight, "bias": bias}, eps)
-    grad = _grad(x, weight, bias)
-    if out is not None:
-        _refuse_out_grad("layer_norm", grad)
-        _K.layer_norm_inference.out(x, weight, bias, eps, out)
-        return out
-    return (_K.layer_norm if grad else _K.layer_norm_inference).default(x, weight, bias, eps)
+    return _torch_op("layer_norm", (x, weight, bias, eps), (x, weight, bias), out)
 
 
 def matmul(
@@ -92,13 +88,7 @@ def matmul(
     out: Any = None,
 ) -> Any:
     _matmul_args.prepare(a, b, bias, activation, transpose_b)
-    grad = _grad(a, b, bias)
-    if out is not None:
-        _refuse_out_grad("matmul", grad)
-        _K.matmul_inference.out(a, b, bias, activation, transpose_b, out)
-        return out
-    op = _K.matmul if grad else _K.matmul_inference
-    return op.default(a, b, bias, activation, transpose_b)
+    return _torch_op("matmul", (a, b, bias, activation, transpose_b), (a, b, bias), out)
 
 
 def _matmul_decomposed(a: Any, b: Any, bias: Any, activation: Any, transpose_b: bool) -> Any:
