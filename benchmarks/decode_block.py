@@ -128,6 +128,8 @@ def block_rows(res: Results, args: Any, timer: Timer, deadline: float) -> None:
     modes = ["eager", "default"] + (["reduce-overhead"] if timer.cuda else [])
     for h in args.hidden:
         p = _params(args.d, h, args.dtype, args.device)
+        for weight in p.values():  # a model's parameters: reduce-overhead's graphs read them
+            torch._dynamo.mark_static_address(weight)  # in place, not copied in every replay
         fns = {"kernelkit": kk_block, "torch": torch_block}
         compiled = {
             (name, mode): torch.compile(fn, fullgraph=True, mode=mode)

@@ -9,15 +9,21 @@ the swept implementations that fits (forced), best four printed. bf16, weights r
 twice L2, device time from CUDA-graph replays, % of the copy rate (weight + x + y once)
 measured in the same run, and the relative error against float64.
 
-    PYTHONPATH=src python3 benchmarks/decode_sweep.py [1,4,8,16] [gemv_slab_tc,wgmma] [WS=1]
+    PYTHONPATH=src python3 benchmarks/decode_sweep.py [--ms 1,4,8,16] [--sweep gemv_slab_tc,wgmma]
+        [--only WS=1,SPLIT=2] [--weights 10240x8192,...]
 
-The third argument keeps only the swept configs that have each of its comma-separated
-settings (``128 wgmma WS=1,SPLIT=2``). ``wgmma`` has no heuristic config at M <= 16: forced
-there, it runs its default.
+``--only`` keeps the swept configs that have each of its comma-separated settings; ``--sweep ''``
+sweeps nothing. ``wgmma`` has no heuristic config at M <= 16: forced there, it runs its default.
+``--weights`` takes other [N, K] weights: held-out shapes, which no table row covers, tell
+whether matmul's rule for torch tensors (cuBLAS, unless a table row says otherwise) or a
+decode kernel with its heuristic's config should run where nothing was tuned; the run ends
+with each implementation's geometric mean and worst time over cuBLAS's.
 """
 
 from __future__ import annotations
 
+import argparse
+import math
 import sys
 import time
 
@@ -37,9 +43,19 @@ WEIGHTS = [(4096, 4096), (8192, 8192), (14336, 4096)]
 def main() -> int:
     if not cuda_or_skip("decode_sweep.py"):
         return 0
-    ms = [int(v) for v in sys.argv[1].split(",")] if len(sys.argv) > 1 else [1, 4, 8, 16]
-    swept = sys.argv[2].split(",") if len(sys.argv) > 2 else ["gemv_slab_tc"]
-    parts = sys.argv[3].split(",") if len(sys.argv) > 3 else []
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--ms", default="1,4,8,16")
+    ap.add_argument("--sweep", default="gemv_slab_tc", help="implementations to sweep ('': none)")
+    ap.add_argument("--only", default="", help="swept configs with these settings only")
+    ap.add_argument("--weights", help="NxK,... (default: the anchor table's)")
+    args = ap.parse_args()
+    ms = [int(v) for v in args.ms.split(",")]
+    swept = [v for v in args.sweep.split(",") if v]
+    parts = [v for v in args.only.split(",") if v]
+    weights = WEIGHTS
+    if args.weights:
+        weights = [tuple(int(d) for d in w.split("x")) for w in args.weights.split(",")]
+    over: dict[str, list[float]] = {}  # implementation -> cuBLAS's time over its, per problem
     sweeps = {
         "gemv_slab_tc": (STC.SLAB_TC_CONFIGS, STC.slab_tc_fits),
         "wgmma": (W.WGMMA_CONFIGS, W.wgmma_fits),
@@ -48,7 +64,7 @@ def main() -> int:
     print(torch.cuda.get_device_name(), f"copy rate {rate:.0f} GB/s", flush=True)
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     kk = lambda x, w: ops.matmul(x, w, transpose_b=True)
-    for n, k in WEIGHTS:
+    for n, k in weights:
         wbytes = n * k * 2
         copies = max(2, -(-2 * l2 // wbytes) + 1)
         ws = [torch.randn(n, k, device="cuda", dtype=torch.bfloat16) for _ in range(copies)]
@@ -63,8 +79,12 @@ def main() -> int:
                 return 100 * moved / (t * 1e-6) / (rate * 1e9)
 
             d_ref = graph_us(rotating(torch.nn.functional.linear, x, ws))
-            row = [f"{n}x{k} M={m}: cuBLAS {d_ref:.1f} ({pct(d_ref):.0f}%)"]
-            for impl in ("gemv_slab", "gemv_slab_tc", "gemv_tc", "wgmma"):
+            shipped = ops.matmul.explain(x, ws[0], transpose_b=True)
+            row = [
+                f"{n}x{k} M={m}: cuBLAS {d_ref:.1f} ({pct(d_ref):.0f}%); shipped "
+                f"{shipped.choice.impl} from {shipped.choice.source}"
+            ]
+            for impl in ("gemv", "gemv_slab", "gemv_slab_tc", "gemv_tc", "wgmma"):
                 try:
                     with force("matmul", impl):
                         y = kk(x, ws[0])
@@ -73,6 +93,7 @@ def main() -> int:
                 except kernelkit.ArgumentError:  # this implementation cannot run the shape
                     continue
                 err = ((y.double() - ref).norm() / ref.norm()).item()
+                over.setdefault(impl, []).append(d_ref / d)
                 row.append(
                     f"{impl} {d:.1f} ({pct(d):.0f}%, {d_ref / d:.2f}x, err {err:.1e}) "
                     f"[{choice.config.describe()}]"
@@ -96,6 +117,13 @@ def main() -> int:
                 print(f"   {impl} sweep {len(times)} ({time.time() - t0:.0f} s): {best}")
         ws.clear()
         torch.cuda.empty_cache()
+    for impl, ratios in over.items():
+        mean = math.exp(sum(math.log(r) for r in ratios) / len(ratios))
+        print(
+            f"== {impl} (heuristic config) over cuBLAS: geomean {mean:.3f}x, worst "
+            f"{min(ratios):.3f}x, best {max(ratios):.3f}x, ahead in {sum(r > 1 for r in ratios)} "
+            f"of {len(ratios)} (> 1: faster than cuBLAS)"
+        )
     return 0
 
 

@@ -38,6 +38,27 @@ def test_gemv_slab_serves_m_up_to_4_and_the_k_it_takes(m, nk):
     assert choice.grid == (-(-nk[0] // rows) * choice.config.threadgroup[0], 1, 1)
 
 
+@pytest.mark.parametrize("framework", ["torch", "cupy"])
+@pytest.mark.parametrize("nk", [(4096, 4096), (10240, 8192), (28672, 8192), (6144, 2048)])
+def test_at_m_1_gemv_slab_runs_ahead_of_cublas_and_gemv_slab_tc(framework, nk):
+    """With no table row, M = 1 on the K gemv_slab takes goes to gemv_slab for torch tensors too
+    (cuBLAS passed over, saying why); M = 2 and K it does not take keep the earlier rules."""
+    sel = select(MM.OP, problem(1, *nk, framework=framework), target())
+    assert (sel.choice.impl, sel.choice.source) == ("matmul/gemv_slab", "heuristic")
+    if framework == "torch":
+        assert "matmul/framework: passed over: M = 1 and K = " in sel.explain()
+    assert "matmul/gemv_slab_tc: no config for this problem" in sel.explain()
+    at2 = select(MM.OP, problem(2, *nk, framework=framework), target()).choice.impl
+    assert at2 == ("matmul/framework" if framework == "torch" else "matmul/gemv_slab_tc")
+    other_k = select(MM.OP, problem(1, nk[0], 3584, framework=framework), target()).choice.impl
+    assert other_k == ("matmul/framework" if framework == "torch" else "matmul/gemv_tc")
+    # a table row (or record) naming cuBLAS at M = 1 is still served
+    table = lambda p, t, key: ("matmul/framework", None, "a test row")
+    if framework == "torch":
+        c = select(MM.OP, problem(1, *nk, framework=framework), target(), table=table).choice
+        assert (c.impl, c.source) == ("matmul/framework", "table")
+
+
 @pytest.mark.parametrize(
     ("p", "reason"),
     [

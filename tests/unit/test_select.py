@@ -226,6 +226,26 @@ def test_microkernels_by_priority_and_requirements():
     assert "needs arch_specific, which A100 (sm_80) lacks" in sel.explain()
 
 
+def test_a_microkernel_that_defers_leaves_the_problem_to_the_heuristics_not_to_tables():
+    """``defers``: the rules pass the microkernel over (saying why), the heuristics decide; a
+    table, the database or an override naming it is still served."""
+    op = make_op()
+    gemv = op.get("gemv")
+    defers = lambda p, t: "M = 1: tiled is faster" if p.attr("M") == 1 else None
+    op.implementations[op.implementations.index(gemv)] = dataclasses.replace(gemv, defers=defers)
+    sel = select(op, problem(m=1), target())
+    assert (sel.choice.impl, sel.choice.source) == ("mm/tiled", "heuristic")
+    assert "mm/gemv: passed over: M = 1: tiled is faster" in sel.explain()
+    assert select(op, problem(m=2), target()).choice.impl == "mm/gemv"  # not deferred at M = 2
+    for source, kwargs in (
+        ("table", {"table": lookup_of("mm/gemv", Config())}),
+        ("database", {"database": lookup_of("gemv", Config())}),
+        ("override", {"override": Override("gemv")}),
+    ):
+        c = select(op, problem(m=1), target(), **kwargs).choice
+        assert (c.impl, c.source) == ("mm/gemv", source)
+
+
 def test_an_illegal_override_is_an_error_not_a_silent_replacement():
     op = make_op()
     with pytest.raises(kernelkit.ArgumentError, match=r"forced 'gemv'.*M = 1000 > 16"):

@@ -43,7 +43,9 @@ class Implementation:
     cannot run a problem (e.g. a row longer than the registers it keeps), or None; a default
     must fit every problem the implementation matches. ``listed_only``: the rules (microkernel
     priority, heuristics, defaults) never choose it; only a table, the tuning database or an
-    override does (a library route that is taken only where it measured ahead).
+    override does (a library route that is taken only where it measured ahead). ``defers``
+    (microkernels): why the rules pass it over for a problem it can run, leaving that problem
+    to the heuristics, or None; a table, the tuning database or an override still names it.
     """
 
     name: str
@@ -63,6 +65,7 @@ class Implementation:
     # argument signature); None: ``run`` is called every time
     prepare: Callable[[Any, Problem, Any], Callable[[Any, Any], Any]] | None = None
     listed_only: bool = False
+    defers: MatchRule | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in ("generic", "microkernel"):

@@ -204,7 +204,11 @@ def select(
             continue
         why = impl.check(problem, target)
         if why is None:
-            return choose(impl, Config(), "microkernel", f"priority {impl.priority}")
+            deferred = impl.defers(problem, target) if impl.defers is not None else None
+            if deferred is None:
+                return choose(impl, Config(), "microkernel", f"priority {impl.priority}")
+            seen.append(Considered("microkernel", op.impl_id(impl), f"passed over: {deferred}"))
+            continue
         seen.append(Considered("microkernel", op.impl_id(impl), f"does not match: {why}"))
 
     generic = [i for i in op.by_kind("generic") if not i.listed_only]

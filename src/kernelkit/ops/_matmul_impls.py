@@ -260,6 +260,7 @@ OP.register(
         kind="microkernel",
         priority=10,
         match=LIB.framework_match,
+        defers=LIB.framework_defers,
         pads="the framework's own kernel (cuBLAS for torch)",
     )
 )
