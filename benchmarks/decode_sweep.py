@@ -34,6 +34,7 @@ import kernelkit
 from kernelkit import ops
 from kernelkit._choices import force
 from kernelkit.ops import _matmul as MM
+from kernelkit.ops import _matmul_rules as R
 from kernelkit.ops import _matmul_slab_tc as STC
 from kernelkit.ops import _matmul_wgmma as W
 
@@ -57,9 +58,12 @@ def main() -> int:
         weights = [tuple(int(d) for d in w.split("x")) for w in args.weights.split(",")]
     over: dict[str, list[float]] = {}  # implementation -> cuBLAS's time over its, per problem
     sweeps = {
+        "gemv": (R.GEMV_CONFIGS, lambda _p, _c: None),  # every config runs every problem
         "gemv_slab_tc": (STC.SLAB_TC_CONFIGS, STC.slab_tc_fits),
         "wgmma": (W.WGMMA_CONFIGS, W.wgmma_fits),
     }
+    # (implementation, config) -> the problem's best swept time over this config's, per problem
+    swept_ratios: dict[tuple[str, str], list[float]] = {}
     rate = copy_rate_gbs()
     print(torch.cuda.get_device_name(), f"copy rate {rate:.0f} GB/s", flush=True)
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
@@ -111,20 +115,33 @@ def main() -> int:
                     with force("matmul", impl, c):
                         times.append((graph_us(rotating(kk, x, ws), reps=5), c.describe()))
                 times.sort()
+                for d, label in times:
+                    swept_ratios.setdefault((impl, label), []).append(times[0][0] / d)
                 best = "; ".join(
                     f"{d:.1f} ({pct(d):.0f}%, {d_ref / d:.2f}x) [{s}]" for d, s in times[:4]
                 )
                 print(f"   {impl} sweep {len(times)} ({time.time() - t0:.0f} s): {best}")
         ws.clear()
         torch.cuda.empty_cache()
+    problems = max((len(v) for v in swept_ratios.values()), default=0)
+    ranked = sorted(
+        ((geo(v), impl, label) for (impl, label), v in swept_ratios.items() if len(v) == problems),
+        reverse=True,
+    )
+    for mean, impl, label in ranked[:5]:
+        print(f"== swept {impl} [{label}]: geomean {mean:.3f}x the best of each of {problems}")
     for impl, ratios in over.items():
-        mean = math.exp(sum(math.log(r) for r in ratios) / len(ratios))
+        mean = geo(ratios)
         print(
             f"== {impl} (heuristic config) over cuBLAS: geomean {mean:.3f}x, worst "
             f"{min(ratios):.3f}x, best {max(ratios):.3f}x, ahead in {sum(r > 1 for r in ratios)} "
             f"of {len(ratios)} (> 1: faster than cuBLAS)"
         )
     return 0
+
+
+def geo(values: list[float]) -> float:
+    return math.exp(sum(math.log(v) for v in values) / len(values))
 
 
 if __name__ == "__main__":

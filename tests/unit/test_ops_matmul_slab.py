@@ -22,10 +22,10 @@ from kernelkit.ops import _matmul_slab_tc as STC
 @pytest.mark.parametrize("m", [1, 4, 5, 16])
 @pytest.mark.parametrize("nk", [(4096, 4096), (8192, 8192), (14336, 4096), (1000, 2048), (64, 264)])
 def test_gemv_slab_serves_m_up_to_4_and_the_k_it_takes(m, nk):
-    """gemv_slab_tc comes first by heuristic (the tables pick gemv_slab at M = 1, where it is
-    1-2% faster); gemv_slab, named by a table or an override, runs its heuristic's config."""
+    """gemv_slab_tc comes first by heuristic from M = 2 (gemv runs M = 1); gemv_slab, named by a
+    table or an override, runs its heuristic's config."""
     p = problem(m, *nk)
-    if STC.slab_tc_heuristic(p, target()) is not None:
+    if m > 1 and STC.slab_tc_heuristic(p, target()) is not None:
         assert select(MM.OP, p, target()).choice.impl == "matmul/gemv_slab_tc"
     if m > B.SLAB_MAX_M or nk[1] not in B.SLAB_K:
         assert B.slab_match(p, target()) is not None
@@ -39,24 +39,38 @@ def test_gemv_slab_serves_m_up_to_4_and_the_k_it_takes(m, nk):
 
 
 @pytest.mark.parametrize("framework", ["torch", "cupy"])
-@pytest.mark.parametrize("nk", [(4096, 4096), (10240, 8192), (28672, 8192), (6144, 2048)])
-def test_at_m_1_gemv_slab_runs_ahead_of_cublas_and_gemv_slab_tc(framework, nk):
-    """With no table row, M = 1 on the K gemv_slab takes goes to gemv_slab for torch tensors too
-    (cuBLAS passed over, saying why); M = 2 and K it does not take keep the earlier rules."""
-    sel = select(MM.OP, problem(1, *nk, framework=framework), target())
-    assert (sel.choice.impl, sel.choice.source) == ("matmul/gemv_slab", "heuristic")
+@pytest.mark.parametrize("nk", [(4096, 4096), (10240, 8192), (8192, 28672), (4608, 3584)])
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_at_m_1_gemv_runs_ahead_of_cublas_and_the_other_decode_kernels(framework, nk, dtype):
+    """With no table row, M = 1 in 16 bits on sm_90 goes to gemv (2 rows, 4 warps, U = 1) for
+    torch tensors too (cuBLAS passed over, saying why; the other decode kernels step aside); M = 2,
+    float32, a misaligned view and sm_80 keep the earlier rules."""
+    sel = select(MM.OP, problem(1, *nk, dtype, framework=framework), target())
+    assert (sel.choice.impl, sel.choice.source) == ("matmul/gemv", "heuristic")
+    assert sel.choice.config.values == {"ROWS": 2, "WARPS": 4, "U": 1}
+    text = sel.explain()
     if framework == "torch":
-        assert "matmul/framework: passed over: M = 1 and K = " in sel.explain()
-    assert "matmul/gemv_slab_tc: no config for this problem" in sel.explain()
-    at2 = select(MM.OP, problem(2, *nk, framework=framework), target()).choice.impl
-    assert at2 == ("matmul/framework" if framework == "torch" else "matmul/gemv_slab_tc")
-    other_k = select(MM.OP, problem(1, nk[0], 3584, framework=framework), target()).choice.impl
-    assert other_k == ("matmul/framework" if framework == "torch" else "matmul/gemv_tc")
-    # a table row (or record) naming cuBLAS at M = 1 is still served
-    table = lambda p, t, key: ("matmul/framework", None, "a test row")
+        assert "matmul/framework: passed over: M = 1: gemv reads the weight faster" in text
+    for other in ("gemv_tc", "gemv_slab_tc", "gemv_slab"):  # those that could run it step aside
+        if MM.OP.get(other).check(sel.problem, target()) is None:
+            verdicts = considered(sel, f"matmul/{other}")
+            assert verdicts[0].startswith("passed over: M = 1: gemv"), verdicts
+    at2 = select(MM.OP, problem(2, *nk, dtype, framework=framework), target()).choice.impl
+    assert at2 != "matmul/gemv"
     if framework == "torch":
-        c = select(MM.OP, problem(1, *nk, framework=framework), target(), table=table).choice
-        assert (c.impl, c.source) == ("matmul/framework", "table")
+        assert at2 == "matmul/framework"
+        for other in (
+            problem(1, *nk, "float32", framework=framework),
+            problem(1, *nk, dtype, framework=framework, aligned16=False),
+        ):
+            assert select(MM.OP, other, target()).choice.impl == "matmul/framework"
+        sm80 = select(MM.OP, problem(1, *nk, dtype, framework=framework),
+                      target("sm_80", SM80_FEATURES)).choice  # fmt: skip
+        assert sm80.impl == "matmul/framework"
+        # a table row (or record) naming cuBLAS at M = 1 is still served
+        table = lambda p, t, key: ("matmul/framework", None, "a test row")
+        c = select(MM.OP, problem(1, *nk, dtype, framework=framework), target(), table=table)
+        assert (c.choice.impl, c.choice.source) == ("matmul/framework", "table")
 
 
 @pytest.mark.parametrize(
@@ -135,8 +149,8 @@ def test_the_heuristic_fits_a_small_shared_memory_or_steps_aside():
         c = B.slab_heuristic(problem(m, 8192, 8192), small)
         assert c is not None and c.shared_memory <= 99 * 1024 and c in B.SLAB_CONFIGS
     tiny = dataclasses.replace(target(), max_shared_memory_optin_bytes=40 * 1024)
-    assert B.slab_heuristic(problem(1), tiny) is None
-    assert select(MM.OP, problem(1), tiny).choice.impl == "matmul/gemv_tc"
+    assert B.slab_heuristic(problem(2), tiny) is None
+    assert select(MM.OP, problem(2), tiny).choice.impl == "matmul/gemv_tc"
 
 
 def test_the_cuda_backend_has_the_features_gemv_slab_requires(cuda):

@@ -237,6 +237,16 @@ def test_a_microkernel_that_defers_leaves_the_problem_to_the_heuristics_not_to_t
     assert (sel.choice.impl, sel.choice.source) == ("mm/tiled", "heuristic")
     assert "mm/gemv: passed over: M = 1: tiled is faster" in sel.explain()
     assert select(op, problem(m=2), target()).choice.impl == "mm/gemv"  # not deferred at M = 2
+    # a generic implementation that defers: its heuristic is passed over, not asked
+    op.implementations.remove(op.get("gemv"))
+    tiled = op.get("tiled")
+    op.implementations[op.implementations.index(tiled)] = dataclasses.replace(tiled, defers=defers)
+    sel = select(op, problem(m=1), target())
+    assert (sel.choice.impl, sel.choice.source) == ("mm/tiled", "default")
+    assert "heuristic mm/tiled: passed over: M = 1: tiled is faster" in sel.explain()
+    forced = select(op, problem(m=1), target(), override=Override("tiled")).choice
+    assert forced.config == Config({"BM": 16}, (64,))  # its heuristic's config, when named
+    op.implementations.append(dataclasses.replace(gemv, defers=defers))
     for source, kwargs in (
         ("table", {"table": lookup_of("mm/gemv", Config())}),
         ("database", {"database": lookup_of("gemv", Config())}),

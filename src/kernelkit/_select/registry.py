@@ -43,10 +43,11 @@ class Implementation:
     cannot run a problem (e.g. a row longer than the registers it keeps), or None; a default
     must fit every problem the implementation matches. ``listed_only``: the rules (microkernel
     priority, heuristics, defaults) never choose it; only a table, the tuning database or an
-    override does (a library route that is taken only where it measured ahead). ``defers``
-    (microkernels): why the rules pass it over for a problem it can run, leaving that problem
-    to the heuristics, or None; a table, the tuning database or an override still names it.
-    """
+    override does (a library route that is taken only where it measured ahead). ``defers``:
+    why the rules (a microkernel's priority, a heuristic) pass it over for a problem it can run,
+    leaving the problem to the next rule, or None; a table, the tuning database or an override
+    still names it (with a heuristic's config where it has one), and a generic implementation's
+    default stays the last resort."""
 
     name: str
     run: Callable[[Any, Any], Any]

@@ -216,6 +216,10 @@ def select(
         if impl.heuristic is None:
             continue
         why = impl.check(problem, target)
+        deferred = impl.defers(problem, target) if why is None and impl.defers else None
+        if deferred is not None:
+            seen.append(Considered("heuristic", op.impl_id(impl), f"passed over: {deferred}"))
+            continue
         config = impl.heuristic(problem, target) if why is None else None
         if config is not None:
             why = exceeded_limit(config, target) or impl.check_config(problem, config)

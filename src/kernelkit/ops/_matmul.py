@@ -15,10 +15,10 @@ tensors) and ``vendor`` (cuBLASLt through nvmath-python for CuPy and other CUDA 
 ``jnp.matmul`` for JAX arrays).
 
 Selection (``_select.select``): the ``framework`` microkernel matches torch CUDA tensors and wins
-there (microkernels come before heuristics), except at M = 1 on the weights ``gemv_slab`` takes
-on sm_90 (``_matmul_slab.slab_first``: faster than cuBLAS there, tuned and held out); otherwise
-the generic implementations' heuristics are asked by priority: ``gemv_slab_tc`` (M <= 16 on
-sm_90, M = 1 left to ``gemv_slab`` where it runs), ``gemv_slab`` (M <= 4),
+there (microkernels come before heuristics), except at M = 1 in 16 bits on sm_90, where ``gemv``
+runs (``_matmul_rules.gemv_first``: 1.08-1.21x cuBLAS on held-out weights, and the other decode
+kernels' heuristics step aside); otherwise the generic implementations' heuristics are asked by
+priority: ``gemv_slab_tc`` (M <= 16 on sm_90), ``gemv_slab`` (M <= 4),
 ``gemv_tc`` and ``gemv`` (M <= 16), ``wgmma`` (M > 16 on sm_90), ``mma`` (5: M > 16 on
 sm_80+), ``midm`` (3: never reached while mma matches; tables, tuning and force name it), then
 ``tiled``'s default. A table, the tuning database or ``kernelkit.force`` can name any of them for

@@ -299,6 +299,7 @@ OP.register(
         heuristic=R.gemv_tc_heuristic,
         requires={"mma_sync"},
         match=R.gemv_tc_match,
+        defers=R.gemv_first,  # M = 1 on sm_90: gemv runs it faster
         priority=20,
     )
 )
@@ -313,6 +314,7 @@ OP.register(
         heuristic=SLAB.slab_heuristic,
         requires={"tma"},
         match=SLAB.slab_match,
+        defers=R.gemv_first,  # M = 1 on sm_90: gemv runs it faster
         fits=SLAB.slab_fits,
         priority=30,  # M <= 4 and the K it takes: before gemv_tc
     )
@@ -328,6 +330,7 @@ OP.register(
         heuristic=STC.slab_tc_heuristic,
         requires={"tma", "mma_sync"},
         match=STC.slab_tc_match,
+        defers=R.gemv_first,  # M = 1 on sm_90: gemv runs it faster
         fits=STC.slab_tc_fits,
         priority=35,  # M <= 16 on sm_90, whole rows: first (tables pick gemv_slab at M = 1)
     )

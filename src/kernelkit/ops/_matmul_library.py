@@ -35,8 +35,7 @@ from .._errors import ArgumentError
 from .._records import Problem, Target
 from .._select.records import KernelChoice
 from . import _matmul_cublaslt as LT
-from ._matmul_rules import cuda_cc
-from ._matmul_slab import slab_first
+from ._matmul_rules import cuda_cc, gemv_first
 
 __all__ = [
     "ROUTES",
@@ -73,7 +72,7 @@ def framework_match(p: Problem, t: Target) -> str | None:
     # Measured on an H100 (benchmarks/ops.py --only matmul --sweep): cuBLAS reads the weight at
     # 87-91% of the copy rate for M <= 16 on the larger weights, the best gemv config at 74-80%;
     # so torch CUDA tensors take the framework's kernel by rule (tables name kernelkit's kernels
-    # where they measured ahead; ``framework_defers``: M = 1 on sm_90), and the gemv kernels
+    # where they measured ahead; ``framework_defers``: gemv at M = 1 on sm_90), and the gemv kernels
     # serve the other frameworks (CuPy, JAX) and the CPU backend.
     if p.attr("framework") != "torch" or p.device_type != 2:
         return "only for torch CUDA tensors"
@@ -82,9 +81,8 @@ def framework_match(p: Problem, t: Target) -> str | None:
 
 def framework_defers(p: Problem, t: Target) -> str | None:
     """Where the rules pass cuBLAS over for torch tensors (a table or record still names it):
-    M = 1 on the weights gemv_slab takes on sm_90 (``_matmul_slab.slab_first`` has the
-    measurements)."""
-    return slab_first(p, t)
+    M = 1 on sm_90, where gemv runs (``_matmul_rules.gemv_first`` has the measurements)."""
+    return gemv_first(p, t)
 
 
 def framework_run(choice: KernelChoice, call: Any) -> Any:

@@ -28,7 +28,6 @@ __all__ = [
     "SLAB_MAX_M",
     "decode_match",
     "slab_config",
-    "slab_first",
     "slab_fits",
     "slab_grid",
     "slab_heuristic",
@@ -93,18 +92,6 @@ def slab_match(p: Problem, t: Target) -> str | None:
     k = p.attr("K")
     k_why = None if k in SLAB_K else f"K = {k} is not one of {SLAB_K} (stages of whole rows)"
     return decode_match(p, t, SLAB_MAX_M, "x's rows are held in registers", k_why)
-
-
-def slab_first(p: Problem, t: Target) -> str | None:
-    """Why gemv_slab, with its heuristic's config, is the rules' choice for ``p`` on ``t`` ahead
-    of cuBLAS (``framework``) and gemv_slab_tc, or None where it is not. At M = 1 on the K it
-    takes, it won every tuned row but one (H100: 1x6144x4096, 1x14336x4096, 1x8192x8192; H200:
-    all three of its weights; 1x4096x4096 on the H100 went to gemv) and, untuned, both held-out
-    weights no table covers (H100, ``benchmarks/decode_sweep.py --weights``: 10240x8192 at 1.12x
-    cuBLAS and 28672x8192 at 1.06x, where gemv_slab_tc ran at 0.91x and 1.03x)."""
-    if int(p.attr("M")) != 1 or slab_match(p, t) is not None or slab_heuristic(p, t) is None:
-        return None
-    return f"M = 1 and K = {p.attr('K')}: gemv_slab reads the weight faster (held-out sweep)"
 
 
 def slab_fits(p: Problem, c: Config) -> str | None:

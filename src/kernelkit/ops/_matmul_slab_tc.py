@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from .._records import Problem, Target
 from .._select.records import Config
-from ._matmul_slab import decode_match, slab_first
+from ._matmul_slab import decode_match
 
 __all__ = [
     "SLAB_TC_CONFIGS",
@@ -133,10 +133,10 @@ def slab_tc_heuristic(p: Problem, t: Target) -> Config | None:
     in two mmas from M = 9 (SEG = 2: 4-row groups, where SEG = 1 takes 8), 16 warps, ROWS for
     about 128 blocks (one an SM), 128 KiB of stages (less, fewer warps, other ROWS or another
     shape where that does not fit the rules or the device's shared memory); None where nothing
-    does (the next implementation serves). None at M = 1 where gemv_slab runs the problem
-    (``slab_first``: faster there, tuned and held out)."""
+    does (the next implementation serves). At M = 1 on sm_90 the rules run gemv instead
+    (``_matmul_rules.gemv_first``)."""
     m, n = int(p.attr("M")), int(p.attr("N"))
-    if m > MAX_M or slab_first(p, t) is not None:
+    if m > MAX_M:
         return None
     by_blocks = sorted((16, 32, 64, 112), key=lambda r: abs(n / r - 128))  # ~one block an SM
     first = 4 if m > 8 else 2 if m > 4 else 1
