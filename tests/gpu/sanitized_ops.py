@@ -30,6 +30,7 @@ BF16, FP32 = torch.bfloat16, torch.float32
 MATMUL = [
     ("gemv", 3, 37, 200, FP32, True),
     ("gemv", 16, 33, 264, BF16, True),
+    ("gemv", 1, 37, 264, BF16, True),  # the M = 1 rule's config (gemv_first)
     ("gemv_tc", 9, 72, 40, BF16, True),
     ("gemv_tc", 3, 130, 1000, BF16, True),
     ("gemv_slab", 3, 33, 2048, BF16, True),
