@@ -141,6 +141,7 @@ def main() -> int:
 
 
 def geo(values: list[float]) -> float:
+    """The geometric mean (the summaries pool every M and weight of the run)."""
     return math.exp(sum(math.log(v) for v in values) / len(values))
 
 

@@ -9,12 +9,13 @@ import dataclasses
 import re
 
 import pytest
-from test_ops_matmul_mma import SM80_FEATURES, considered, problem, ptxas_report, target
+from test_ops_matmul_mma import CPU, SM80_FEATURES, considered, problem, ptxas_report, target
 
 import kernelkit
 from kernelkit._select.select import Override, select
 from kernelkit.ops import _matmul as MM
 from kernelkit.ops import _matmul_impls as I
+from kernelkit.ops import _matmul_rules as R
 from kernelkit.ops import _matmul_slab as B
 from kernelkit.ops import _matmul_slab_tc as STC
 
@@ -59,14 +60,19 @@ def test_at_m_1_gemv_runs_ahead_of_cublas_and_the_other_decode_kernels(framework
     assert at2 != "matmul/gemv"
     if framework == "torch":
         assert at2 == "matmul/framework"
-        for other in (
-            problem(1, *nk, "float32", framework=framework),
-            problem(1, *nk, dtype, framework=framework, aligned16=False),
-        ):
-            assert select(MM.OP, other, target()).choice.impl == "matmul/framework"
-        sm80 = select(MM.OP, problem(1, *nk, dtype, framework=framework),
-                      target("sm_80", SM80_FEATURES)).choice  # fmt: skip
-        assert sm80.impl == "matmul/framework"
+    # where it was not measured, nothing is deferred: float32, misaligned views, other archs
+    for other, arch in (
+        (problem(1, *nk, "float32", framework=framework), "sm_90"),
+        (problem(1, *nk, dtype, framework=framework, aligned16=False), "sm_90"),
+        (problem(1, *nk, dtype, framework=framework), "sm_80"),
+        (problem(1, *nk, dtype, framework=framework), "sm_100a"),
+        (problem(1, *nk, dtype, framework=framework), "sm_120"),
+    ):
+        t = target(arch)
+        assert R.gemv_first(other, t) is None, (arch, other)
+        assert "passed over" not in select(MM.OP, other, t).explain()
+    assert R.gemv_first(problem(1, *nk, dtype, framework=framework), CPU) is None
+    if framework == "torch":
         # a table row (or record) naming cuBLAS at M = 1 is still served
         table = lambda p, t, key: ("matmul/framework", None, "a test row")
         c = select(MM.OP, problem(1, *nk, dtype, framework=framework), target(), table=table)

@@ -1,7 +1,7 @@
 """``matmul/gemv_slab_tc`` without a device: configs rendered and compiled by NVRTC for sm_90 (no
 spills, no local memory, registers for the block), the config rules, and the selection stage:
-chosen by heuristic for M <= 16 on sm_90 where x's rows fit its registers (the tables pick
-gemv_slab at M = 1), refused with a reason before sm_90, above M = 16, for float32, [K, N]
+chosen by heuristic for M = 2-16 on sm_90 where x's rows fit its registers (M = 1 is deferred to
+gemv), refused with a reason before sm_90, above M = 16, for float32, [K, N]
 weights, K that is not a divisor of 32768 and misaligned views. The kernel's arithmetic is
 checked by the emulated test (tests/backend/test_ops_matmul_slab_tc_emulated.py) and on the
 GPU."""

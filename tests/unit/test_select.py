@@ -246,6 +246,12 @@ def test_a_microkernel_that_defers_leaves_the_problem_to_the_heuristics_not_to_t
     assert "heuristic mm/tiled: passed over: M = 1: tiled is faster" in sel.explain()
     forced = select(op, problem(m=1), target(), override=Override("tiled")).choice
     assert forced.config == Config({"BM": 16}, (64,))  # its heuristic's config, when named
+    # a rule that cannot read the problem defers nothing (as a match rule's error is a verdict)
+    unreadable = lambda p, t: p.attr("no such attribute")
+    op.implementations[op.implementations.index(op.get("tiled"))] = dataclasses.replace(
+        tiled, defers=unreadable
+    )
+    assert select(op, problem(m=1), target()).choice.source == "heuristic"
     op.implementations.append(dataclasses.replace(gemv, defers=defers))
     for source, kwargs in (
         ("table", {"table": lookup_of("mm/gemv", Config())}),

@@ -83,6 +83,16 @@ class Implementation:
                     )
                 object.__setattr__(self, "default", self.configs[0])
 
+    def deferral(self, problem: Problem, target: Target) -> str | None:
+        """Why the rules pass this implementation over for ``problem`` (``defers``), or None;
+        a rule that cannot read the problem defers nothing."""
+        if self.defers is None:
+            return None
+        try:
+            return self.defers(problem, target)
+        except (KeyError, IndexError, TypeError, ValueError):
+            return None
+
     def check(self, problem: Problem, target: Target) -> str | None:
         """None when this implementation can run ``problem`` on ``target``, else why not."""
         missing = sorted(self.requires - target.features)

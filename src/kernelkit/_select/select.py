@@ -204,7 +204,7 @@ def select(
             continue
         why = impl.check(problem, target)
         if why is None:
-            deferred = impl.defers(problem, target) if impl.defers is not None else None
+            deferred = impl.deferral(problem, target)
             if deferred is None:
                 return choose(impl, Config(), "microkernel", f"priority {impl.priority}")
             seen.append(Considered("microkernel", op.impl_id(impl), f"passed over: {deferred}"))
@@ -216,7 +216,7 @@ def select(
         if impl.heuristic is None:
             continue
         why = impl.check(problem, target)
-        deferred = impl.defers(problem, target) if why is None and impl.defers else None
+        deferred = impl.deferral(problem, target) if why is None else None
         if deferred is not None:
             seen.append(Considered("heuristic", op.impl_id(impl), f"passed over: {deferred}"))
             continue

@@ -22,11 +22,12 @@ priority: ``gemv_slab_tc`` (M <= 16 on sm_90), ``gemv_slab`` (M <= 4),
 ``gemv_tc`` and ``gemv`` (M <= 16), ``wgmma`` (M > 16 on sm_90), ``mma`` (5: M > 16 on
 sm_80+), ``midm`` (3: never reached while mma matches; tables, tuning and force name it), then
 ``tiled``'s default. A table, the tuning database or ``kernelkit.force`` can name any of them for
-torch tensors too (the H100 and H200 tables pick ``gemv_slab`` or ``gemv_slab_tc`` for the
-decode rows where they beat cuBLAS). ``vendor`` runs only where a table, the tuning database
-or ``kernelkit.force`` names it. (``gemv_cluster``, K split over a cluster, was retired: no
-table picked it, and in the last decode-block run it was level with ``gemv_slab_tc`` at M = 1
-on 4096^2, 14.66 against 14.71 µs a call; its measurement at K = 14336 and 28672,
+torch tensors too (the H100 and H200 tables pick ``gemv``, ``gemv_slab``, ``gemv_slab_tc`` or
+``wgmma`` for the decode rows where they beat cuBLAS). ``vendor`` runs only where a table, the
+tuning database or ``kernelkit.force`` names it. (``gemv_cluster``, K split over a cluster,
+was retired: no table picked it, and in the last decode-block run it was level with
+``gemv_slab_tc`` at M = 1 on 4096^2, 14.66 against 14.71 µs a call; its measurement at K =
+14336 and 28672,
 ``benchmarks/gemv_cluster_keep.py``, is in the history, not run on a GPU before the removal.)
 """
 

@@ -260,7 +260,7 @@ OP.register(
         kind="microkernel",
         priority=10,
         match=LIB.framework_match,
-        defers=LIB.framework_defers,
+        defers=R.gemv_first,  # M = 1 in 16 bits on sm_90: gemv, faster there
         pads="the framework's own kernel (cuBLAS for torch)",
     )
 )
@@ -332,7 +332,7 @@ OP.register(
         match=STC.slab_tc_match,
         defers=R.gemv_first,  # M = 1 on sm_90: gemv runs it faster
         fits=STC.slab_tc_fits,
-        priority=35,  # M <= 16 on sm_90, whole rows: first (tables pick gemv_slab at M = 1)
+        priority=35,  # M <= 16 on sm_90, whole rows: first (M = 1 deferred to gemv)
     )
 )
 OP.register(

@@ -16,7 +16,8 @@ vendor         CuPy arrays, and any other CUDA array       cuBLASLt through nvma
 
 When: ``framework`` is a microkernel, so it runs every torch CUDA call that no table, tuning
 record or ``kernelkit.force`` sends to one of kernelkit's kernels (the shipped tables do for the
-decode rows where those measured ahead). ``vendor`` is ``listed_only``: it runs only where a
+decode rows where those measured ahead), except M = 1 in 16 bits on sm_90, which it defers to
+gemv (``_matmul_rules.gemv_first``). ``vendor`` is ``listed_only``: it runs only where a
 table row (or a tuning record, or ``kernelkit.force("matmul/vendor")``) names it, that is where
 it measured ahead of kernelkit's kernels; everywhere else those run. Both take what cuBLAS
 computes as it is: float32 accumulation, no TF32 for float32 (exact float32 products).
@@ -35,11 +36,10 @@ from .._errors import ArgumentError
 from .._records import Problem, Target
 from .._select.records import KernelChoice
 from . import _matmul_cublaslt as LT
-from ._matmul_rules import cuda_cc, gemv_first
+from ._matmul_rules import cuda_cc
 
 __all__ = [
     "ROUTES",
-    "framework_defers",
     "framework_match",
     "framework_prepare",
     "framework_run",
@@ -69,20 +69,14 @@ def vendor_binding(framework: str) -> str:
 
 
 def framework_match(p: Problem, t: Target) -> str | None:
-    # Measured on an H100 (benchmarks/ops.py --only matmul --sweep): cuBLAS reads the weight at
-    # 87-91% of the copy rate for M <= 16 on the larger weights, the best gemv config at 74-80%;
-    # so torch CUDA tensors take the framework's kernel by rule (tables name kernelkit's kernels
-    # where they measured ahead; ``framework_defers``: gemv at M = 1 on sm_90), and the gemv kernels
-    # serve the other frameworks (CuPy, JAX) and the CPU backend.
+    # On an H100 (benchmarks/decode_sweep.py) cuBLAS reads the weight at 65-97% of the copy rate
+    # for M <= 16, ahead of the decode kernels' heuristic configs at M = 2-16 on weights no table
+    # covers; so torch CUDA tensors take the framework's kernel by rule (tables name kernelkit's
+    # kernels where they measured ahead; M = 1 in 16 bits on sm_90 is deferred to gemv, 1.08-1.21x
+    # cuBLAS there), and the gemv kernels serve the other frameworks (CuPy, JAX) and the CPU.
     if p.attr("framework") != "torch" or p.device_type != 2:
         return "only for torch CUDA tensors"
     return None
-
-
-def framework_defers(p: Problem, t: Target) -> str | None:
-    """Where the rules pass cuBLAS over for torch tensors (a table or record still names it):
-    M = 1 on sm_90, where gemv runs (``_matmul_rules.gemv_first`` has the measurements)."""
-    return gemv_first(p, t)
 
 
 def framework_run(choice: KernelChoice, call: Any) -> Any:

@@ -67,14 +67,16 @@ def gemv_first(p: Problem, t: Target) -> str | None:
     """Why the rules run gemv ahead of cuBLAS (for torch tensors) and the other decode kernels
     on ``p``, or None: M = 1, 16-bit, a weight [N, K] on 16-byte boundaries, on sm_90. Measured
     on an H100 (``benchmarks/decode_sweep.py --ms 1 --sweep gemv``, 8 weights none of whose
-    K x N a table row had: K from 2048 to 28672): the heuristic's config (2 rows a block, 4
-    warps, one 16-byte load a lane in flight) within 1.5% of the best of gemv's 36 configs
-    (geomean), which read the weight at 82-105% of the copy rate and ran 1.08-1.21x faster than
-    cuBLAS and faster than or level with gemv_slab where it ran (10240x8192: 54.9 against
-    57.8 us). The bf16 and fp16 sweeps over Llama-3-8B's weights picked gemv at M = 1 too
-    (``benchmarks/tables_vs_sweep.py``)."""
+    K x N a table row had: K from 2048 to 28672): the best of gemv's 36 configs read the weight
+    at 82-105% of the copy rate, 1.08-1.21x faster than cuBLAS, and faster than or level with
+    gemv_slab where it ran (10240x8192: 54.9 against 57.8 us; gemv_slab_tc's heuristic config
+    0.91-1.12x cuBLAS); the heuristic's config (2 rows a block, 4 warps, one 16-byte load a lane
+    in flight) within 1.5% of each problem's best (geomean), and within 1.07x of the exhaustive
+    sweep's best over all implementations on held-out Llama-3-70B and Qwen2-7B weights
+    (``benchmarks/tables_vs_sweep.py``; geomean 1.029). The fp16 sweep over Llama-3-8B's weights
+    picked gemv at M = 1 too."""
     cc = cuda_cc(t.arch)
-    if cc is None or cc < 90 or int(p.attr("M")) != 1 or not p.attr("aligned16"):
+    if cc != 90 or int(p.attr("M")) != 1 or not p.attr("aligned16"):  # (measured on sm_90)
         return None
     if p.arg("x").dtype not in ("float16", "bfloat16") or gemv_match(p, t) is not None:
         return None
@@ -82,10 +84,11 @@ def gemv_first(p: Problem, t: Target) -> str | None:
 
 
 def gemv_heuristic(p: Problem, t: Target) -> Config:
-    # M = 1 (``gemv_first``'s sweep): 2 rows, 4 warps, U = 1; the configs with U = 2 or 4 ran
-    # at 0.35-0.49x cuBLAS there. Up to 8 rows of x, 8 rows per block reuse each x vector;
-    # beyond, x's traffic from L2 dominates and one row per block is best (an earlier sweep of
-    # the 36 configs on an H100, benchmarks/ops.py --only matmul --sweep)
+    # M = 1 (``gemv_first``'s sweep, bf16 on an H100; assumed for float32, other GPUs and the CPU
+    # backend, which no sweep covered): 2 rows, 4 warps, U = 1; the earlier config (4 rows, 8
+    # warps, U = 2) ran at 0.35-0.49x cuBLAS there. Up to 8 rows of x, 8 rows per block reuse
+    # each x vector; beyond, x's traffic from L2 dominates and one row per block is best (an
+    # earlier sweep of the 36 configs on an H100, benchmarks/ops.py --only matmul --sweep)
     m = p.attr("M")
     if m == 1:
         return Config({"ROWS": 2, "WARPS": 4, "U": 1}, (128,))
