@@ -77,8 +77,10 @@ CASES = [(3, 1, 32, 2), (5, 7, 32, 2), (2, 1000, 64, 2), (3, 4096, 64, 2), (2, 4
 @pytest.mark.parametrize(("rows", "n", "block", "u"), CASES, ids=str)
 def test_split_rows_match_float64_into_poisoned_outputs(dev, dtype, rows, n, block, u):
     a = RNG.standard_normal((rows, n)) * 3 + 2
-    x, w, b = put(a, dtype, dev), put(RNG.standard_normal(n), dtype, dev), put(
-        RNG.standard_normal(n), dtype, dev
+    x, w, b = (
+        put(a, dtype, dev),
+        put(RNG.standard_normal(n), dtype, dev),
+        put(RNG.standard_normal(n), dtype, dev),
     )
     want = refs(f64(x), f64(w), f64(b))
     for name in NAMES:

@@ -55,7 +55,7 @@ def _dims(p: Problem) -> tuple[int, int, str]:
     return int(p.attr("N")), int(p.attr("rows")), p.arg("x").dtype
 
 
-def match(p: Problem, t: Target) -> str | None:  # noqa: ARG001  the registry's signature
+def match(p: Problem, t: Target) -> str | None:
     n, rows, dtype = _dims(p)
     if dtype not in _ITEMSIZE:
         return f"dtype {dtype} is not one of float16, bfloat16, float32"
