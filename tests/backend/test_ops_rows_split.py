@@ -146,3 +146,34 @@ def test_configs_refuse_what_they_cannot_run(dev):
     assert _rows_split.fits(p, _rows_split.config(100, 2)) is not None  # not a warp multiple
     assert _rows_split.fits(p, _rows_split.config(256, 4, 0)) is None
     assert _rows_split.chunks(40000, "float32", _rows_split.config(64, 2)) == 79
+
+
+def test_the_heuristic_takes_few_long_rows_only_where_no_cluster_runs(dev):
+    """No clusters (an sm_80-like target), a row beyond a block's shared memory, fewer rows
+    than SMs: rows_split, chosen by the rules; with clusters, more rows, or a row one block
+    holds: the other kernels, as before."""
+    import dataclasses
+
+    x = put(RNG.standard_normal((2, 64)), "float32", dev)
+    here = ops.softmax.explain(x).target
+    plain = dataclasses.replace(
+        here, features=here.features - {"clusters"}, multiprocessor_count=108,
+        max_shared_memory_optin_bytes=163 * 1024,
+    )  # fmt: skip
+    clusters = dataclasses.replace(plain, features=plain.features | {"clusters"})
+
+    def problem(rows, n, dtype):
+        return ops.softmax.explain(put(np.zeros((rows, n)), dtype, dev)).problem
+
+    long32 = problem(64, 262144, "float32")
+    got = _rows_split.heuristic(long32, plain)
+    assert got is not None and got.values == {"BLOCK": 256, "U": 4, "HINT": 1}
+    assert _rows_split.heuristic(problem(64, 262144, "bfloat16"), plain).values["U"] == 2
+    assert _rows_split.heuristic(long32, clusters) is None
+    assert _rows_split.heuristic(problem(108, 262144, "float32"), plain) is None  # rows >= SMs
+    assert _rows_split.heuristic(problem(64, 40000, "float32"), plain) is None  # rows_smem's
+    assert _rows_split.heuristic(problem(64, 8192, "float32"), plain) is None  # registers'
+    # on this backend's own target the choice is what it was: never rows_split by the rules
+    assert ops.softmax.explain(put(np.zeros((4, 300000)), "float32", dev)).choice.impl != (
+        "softmax/rows_split"
+    )

@@ -3,8 +3,16 @@ A few long rows give the one-block-a-row kernels fewer blocks than SMs and the c
 more shared memory than one wave of the GPU holds (64 rows of 262144 float32 are 64 MiB); here
 every row is cut into chunks of BLOCK * U 16-byte vectors, one block a chunk, and a first kernel
 writes each chunk's statistics (three floats), a second combines a row's and writes the output.
-x is read twice; where it fits in L2 (HINT = 1 asks L2 to keep it between the kernels) the
-second read costs little DRAM. No clusters: any CUDA arch and the CPU backend.
+x is read twice (HINT = 1 asks L2 to keep it between the kernels: 1.1-1.2x faster than plain
+loads on an H100, but the second read is not served from L2 the way the design hoped). No
+clusters: any CUDA arch and the CPU backend.
+
+Measured on an H100 (``benchmarks/long_rows.py --sweep``, inputs read from DRAM): level with
+``rows_cluster`` at 64 rows of 262144 float32, 1.1-1.5x slower elsewhere, so where clusters run
+the rules keep them; against the register kernel ``rows`` (what a target without clusters runs
+once a row outgrows a block's shared memory: two reads, one block a row) 1.40-1.47x faster at
+64 rows of 262144. ``heuristic`` takes that case: no clusters, a row that no block's shared
+memory holds, fewer rows than SMs.
 
 Kernel source: ``rows/kernels/rows_split.cuh``; configs are (BLOCK, U, HINT).
 """
@@ -20,8 +28,9 @@ from .._select.records import Config, KernelChoice
 from .._select.registry import Implementation, Op
 from ._common import empty, kernel_caller, run_prepared, vec_width
 from ._kernel_files import source
+from ._rows_long import REGISTER_VECTORS, STATIC_SHARED, slice_bytes
 
-__all__ = ["CONFIGS", "chunks", "config", "register"]
+__all__ = ["CONFIGS", "chunks", "config", "heuristic", "register"]
 
 HEADER = source("rows", "rows", "softmax", "rows_smem", "rows_split")
 _STATS = source("rows", "split_stats_body")
@@ -76,6 +85,20 @@ def fits(p: Problem, c: Config) -> str | None:
     return None
 
 
+def heuristic(p: Problem, t: Target) -> Config | None:
+    """A row too long for one block's shared memory (and the registers) on a target without
+    clusters, with fewer rows than SMs: BLOCK 256, U = 2 (16-bit) or 4 (float32), HINT = 1,
+    the best of the H100 sweep at 64 rows of 262144 in each dtype. Elsewhere None."""
+    n, rows, dtype = _dims(p)
+    if dtype not in _ITEMSIZE or "clusters" in t.features or not 0 < rows < t.multiprocessor_count:
+        return None
+    if -(-n // vec_width(dtype)) <= REGISTER_VECTORS:
+        return None
+    if slice_bytes(n, 1, dtype) <= t.max_shared_memory_optin_bytes - STATIC_SHARED:
+        return None  # rows_smem: one read
+    return config(256, 4 if _ITEMSIZE[dtype] == 4 else 2)
+
+
 def grid(p: Problem, c: Config) -> tuple[int, int, int]:
     """A block of BLOCK threads a chunk of every row."""
     n, rows, dtype = _dims(p)
@@ -100,10 +123,9 @@ def register(
     inputs: Sequence[str],
     template: Callable[[Problem], Any],
     aligned: tuple[str, ...] = (),
-    heuristic: Callable[[Problem, Target], Config | None] | None = None,
 ) -> None:
     """Register ``rows_split`` on the row op ``op`` (``name``: softmax, rms_norm or layer_norm;
-    ``template(problem)``: its dtype template values; ``heuristic``: the rule that picks it)."""
+    ``template(problem)``: its dtype template values)."""
     stats, apply = _kernels(name, inputs, aligned)
 
     def prepare(choice: KernelChoice, problem: Problem, output_dtype: Any) -> Any:
@@ -144,6 +166,5 @@ def register(
             match=match,
             fits=fits,
             priority=2,  # asked before rows_smem/rows_cluster: its heuristic steps aside
-            listed_only=heuristic is None,  # without a rule: tables, tuning and force only
         )
     )

@@ -3,7 +3,8 @@
 // statistics, in chunk order (every block and every run gets the same row statistics), and
 // writes its chunk of the output. Where x fits in L2 the second read is served from there:
 // `stats` loads with an L2 evict-last policy, `apply` loads and stores evict-first (HINT = 1;
-// HINT = 0: plain loads and stores), so x's lines outlive the output's.
+// HINT = 0: plain loads and stores), so x's lines outlive the output's; and `apply` takes the
+// chunks in reverse order, so it starts with the ones `stats` read last.
 //
 // A row of n elements is S = ceil(n / CHUNK) chunks, CHUNK = BLOCK * U * VEC elements (U 16-byte
 // vectors a thread, held in registers between load and use); block b takes chunk b % S of row

@@ -1,6 +1,8 @@
 const long long n = x_shape[ND - 1];  // x is row-contiguous; part is [rows, S, 3]
 const long long S = part_shape[1];
-const long long r = blockIdx.x / S, s = blockIdx.x % S;
+// chunks in the reverse of the statistics kernel's order: the blocks that start first read the
+// chunks read last there, the likeliest still in L2
+const long long rb = (long long)gridDim.x - 1 - blockIdx.x, r = rb / S, s = rb % S;
 if (n % kk_pack<T>::N == 0 && kk_aligned16(x) && kk_aligned16(y) EXTRA_ALIGN) {
   kk_split_apply<T, WT, KIND, BLOCK, U, true, HINT>ARGS;
 } else {
