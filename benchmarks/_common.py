@@ -6,6 +6,7 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 
 def cuda_or_skip(script: str) -> bool:
@@ -74,6 +75,94 @@ def time_us(fn, batch: int = 20, reps: int = 15) -> float:
         end.synchronize()
         samples.append(start.elapsed_time(end) * 1e3 / batch)
     return statistics.median(samples)
+
+
+@dataclass(frozen=True)
+class Stats:
+    """µs per call of one function, one sample per rep (in rep order) of a paired timing."""
+
+    samples: tuple[float, ...]
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.samples)
+
+    @property
+    def p25(self) -> float:
+        return _quartiles(self.samples)[0]
+
+    @property
+    def p75(self) -> float:
+        return _quartiles(self.samples)[2]
+
+
+def _quartiles(samples: tuple[float, ...]) -> list[float]:
+    if len(samples) < 2:
+        return [samples[0]] * 3
+    return statistics.quantiles(samples, n=4, method="inclusive")
+
+
+def paired_ratio(num: Stats, den: Stats) -> Stats:
+    """``num / den`` rep by rep: each rep timed both within a few milliseconds, so a slow period
+    of the host scales both sides of a sample and leaves their ratio."""
+    if len(num.samples) != len(den.samples):
+        raise ValueError(f"[paired_ratio] samples of one paired run, got {len(num.samples)} "
+                         f"and {len(den.samples)} reps")  # fmt: skip
+    return Stats(tuple(a / b for a, b in zip(num.samples, den.samples)))
+
+
+def paired_us(
+    fns: dict[str, Callable[[], object]],
+    batch: int = 20,
+    reps: int = 15,
+    *,
+    cuda: bool = True,
+    clock: Callable[[], float] = time.perf_counter,
+) -> dict[str, Stats]:
+    """µs per call of every function in ``fns``, timed side by side: each rep times one batch of
+    ``batch`` calls of each function in turn (CUDA events, or ``clock`` on the host where
+    ``cuda`` is False), the order rotated by one every rep so that none always goes first. A
+    slow period of a shared host then lands on every function alike, where timing them one
+    after another puts it on whichever runs then. As many batches per function as ``time_us``."""
+    if not fns:
+        raise ValueError("[paired_us] at least one function to time, got none")
+    timed = _cuda_batch_us if cuda else _host_batch_us(clock)
+    for fn in fns.values():
+        for _ in range(3):
+            fn()
+    if cuda:
+        import torch
+
+        torch.cuda.synchronize()
+    names = list(fns)
+    samples: dict[str, list[float]] = {name: [] for name in names}
+    for rep in range(reps):
+        k = rep % len(names)
+        for name in names[k:] + names[:k]:
+            samples[name].append(timed(fns[name], batch))
+    return {name: Stats(tuple(v)) for name, v in samples.items()}
+
+
+def _cuda_batch_us(fn: Callable[[], object], batch: int) -> float:
+    import torch
+
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(batch):
+        fn()
+    end.record()
+    end.synchronize()  # the next batch starts on an idle device
+    return start.elapsed_time(end) * 1e3 / batch
+
+
+def _host_batch_us(clock: Callable[[], float]) -> Callable[[Callable[[], object], int], float]:
+    def timed(fn: Callable[[], object], batch: int) -> float:
+        t0 = clock()
+        for _ in range(batch):
+            fn()
+        return (clock() - t0) / batch * 1e6
+
+    return timed
 
 
 def graph_us(fn, batch: int = 20, reps: int = 15) -> float | None:

@@ -4,10 +4,13 @@ A Llama-shaped MLP block: ``rms_norm -> gate, up = matmul [H, D] -> up * silu(ga
 (ops.elementwise) -> matmul [D, H] -> residual add``, D = 4096, H = 11008 and 14336, bf16,
 M = 1, 16, 128, 512 rows, written with kernelkit's ops and with torch's, in one process:
 both eager, both ``torch.compile(fullgraph=True)`` in default and reduce-overhead modes.
-Per call: CUDA events around 20 back-to-back calls; "graph": the device time of 20 calls
-captured in one CUDA graph (eager variants). Then the per-op table (softmax, rms_norm,
-layer_norm, elementwise, matmul through each route) at 1x4096, 16x4096, 128x8192 against torch
-eager.
+Per call: CUDA events around 20 back-to-back calls, 15 such batches per variant, the variants
+of a row (the block's six; an op's kernelkit and torch calls) timed in turn, one batch each per
+rep, so that a slow period of the shared host lands on all of them (``_common.paired_us``); the
+tables give the median and, in the markdown, the quartiles of the 15 batches. "graph": the
+device time of 20 calls captured in one CUDA graph (eager variants). Then the per-op table
+(softmax, rms_norm, layer_norm, elementwise, matmul through each route) at 1x4096, 16x4096,
+128x8192 against torch eager.
 
     timeout 340 python benchmarks/decode_block.py --out $OUT   # CUDA (at most ~5 minutes)
     python benchmarks/decode_block.py --tiny --out /tmp/res    # CPU, small shapes (a test)
@@ -19,9 +22,9 @@ row, so a run stopped by ``--budget-s`` or a timeout keeps what it measured).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
-import statistics
 import sys
 import time
 import traceback
@@ -33,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch
 import torch.nn.functional as F
-from _common import graph_us, time_us
+from _common import Stats, graph_us, paired_ratio, paired_us
 
 import kernelkit
 from kernelkit import ops
@@ -47,8 +50,9 @@ MATMUL_ROUTES = ("framework", "gemv", "gemv_tc", "gemv_slab", "gemv_slab_tc", "m
 class Results:
     """Rows by table, written to ``out`` as JSON and markdown after every row."""
 
-    def __init__(self, out: Path, device: str) -> None:
+    def __init__(self, out: Path, device: str, legend: str) -> None:
         self.out, self.device, self.tables = out, device, {}  # type: ignore[var-annotated]
+        self.legend = legend
         out.mkdir(parents=True, exist_ok=True)
 
     def add(self, table: str, row: dict[str, Any]) -> None:
@@ -60,33 +64,39 @@ class Results:
         (self.out / "decode_block.json").write_text(
             json.dumps({"device": self.device, "tables": self.tables}, indent=1)
         )
-        lines = [f"# decode_block on {self.device}", ""]
+        lines = [f"# decode_block on {self.device}", "", self.legend, ""]
         for name, rows in self.tables.items():
             cols = list(dict.fromkeys(k for r in rows for k in r))
+            cols = [c for c in cols if not _spread_of(c, cols)]
             lines += [f"## {name}", "", "| " + " | ".join(cols) + " |",
                       "|" + "---|" * len(cols)]  # fmt: skip
-            lines += ["| " + " | ".join(_fmt(r.get(c)) for c in cols) + " |" for r in rows]
+            lines += ["| " + " | ".join(_cell(r, c) for c in cols) + " |" for r in rows]
             lines.append("")
         (self.out / "decode_block.md").write_text("\n".join(lines))
+
+
+SPREAD = (" p25", " p75")  # a timed column's quartiles (JSON), folded into its cell (markdown)
+
+
+def _spread_of(col: str, cols: list[str]) -> bool:
+    return any(col.endswith(s) and col[: -len(s)] in cols for s in SPREAD)
+
+
+def _cell(row: dict[str, Any], col: str) -> str:
+    value, lo, hi = (row.get(col + s) for s in ("", *SPREAD))
+    if value is None or lo is None or hi is None:
+        return _fmt(value)
+    return f"{_fmt(value)} ({_fmt(lo)}-{_fmt(hi)})"
+
+
+def _put(row: dict[str, Any], col: str, stats: Stats) -> None:
+    row.update({col: stats.median, col + " p25": stats.p25, col + " p75": stats.p75})
 
 
 def _fmt(v: Any) -> str:
     if isinstance(v, float):
         return f"{v:.3g}" if abs(v) < 0.01 else f"{v:.2f}"
     return "n/a" if v is None else str(v).replace("\n", " ").replace("|", "/")
-
-
-def host_us(fn: Callable[[], Any], batch: int = 20, reps: int = 9) -> float:
-    """Median µs per call over ``reps`` batches (host clock: the CPU backend)."""
-    for _ in range(3):
-        fn()
-    samples = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        for _ in range(batch):
-            fn()
-        samples.append((time.perf_counter() - t0) / batch * 1e6)
-    return statistics.median(samples)
 
 
 def kk_block(x: Any, p: dict[str, Any]) -> Any:
@@ -116,9 +126,17 @@ def _params(d: int, h: int, dtype: Any, device: str) -> dict[str, Any]:
 class Timer:
     def __init__(self, cuda: bool) -> None:
         self.cuda = cuda
+        self.batch, self.reps = (20, 15) if cuda else (3, 3)  # CPU: does it run
 
-    def call(self, fn: Callable[[], Any]) -> float:
-        return time_us(fn) if self.cuda else host_us(fn, batch=3, reps=3)  # CPU: does it run
+    def paired(self, fns: dict[str, Callable[[], Any]]) -> dict[str, Stats]:
+        return paired_us(fns, self.batch, self.reps, cuda=self.cuda)
+
+    def legend(self) -> str:
+        return (
+            f"Timed cells: median (25th-75th percentile) over {self.reps} batches of "
+            f"{self.batch} calls, the variants of a row timed in turn; ratio: torch / "
+            "kernelkit, batch by batch; graph: device time of a captured CUDA graph."
+        )
 
     def graph(self, fn: Callable[[], Any]) -> float | None:
         return graph_us(fn) if self.cuda else None
@@ -142,24 +160,40 @@ def block_rows(res: Results, args: Any, timer: Timer, deadline: float) -> None:
                 continue
             x = torch.randn(m, args.d, device=args.device).to(args.dtype)
             torch._dynamo.maybe_mark_dynamic(x, 0)  # one compile per function for every M
-            want = torch_block(x, p).float()
-            row: dict[str, Any] = {"H": h, "M": m}
-            for mode in modes:
-                for name, fn in fns.items():
-                    run = fn if mode == "eager" else compiled[name, mode]
-                    label = f"{name} {mode}"
-                    try:
-                        y = run(x, p)
-                        err = (y.float() - want).abs().max().item() / want.abs().max().item()
-                        call = _bound(run, x, p)
-                        row[f"{label} µs"] = timer.call(call)
-                        if mode == "eager":
-                            row[f"{label} graph µs"] = timer.graph(call)
-                        row[f"{label} err"] = float(f"{err:.2e}")
-                    except Exception as e:  # noqa: BLE001 - report the row, go on
-                        row[f"{label} µs"] = None
-                        res.add("errors", {"what": f"{label} H={h} M={m}", "error": _err(e)})
-            res.add("block", row)
+            runs = {f"{name} {mode}": fn if mode == "eager" else compiled[name, mode]
+                    for mode in modes for name, fn in fns.items()}  # fmt: skip
+            res.add("block", block_row(res, timer, runs, x, p, h))
+
+
+def block_row(
+    res: Results, timer: Timer, runs: dict[str, Callable[..., Any]], x: Any, p: Any, h: int
+) -> dict[str, Any]:
+    """One (H, M) row: every variant checked against torch's eager block, the ones that run
+    timed paired, then the eager ones' captured graphs one by one."""
+    where, want = f"H={h} M={x.shape[0]}", torch_block(x, p).float()
+    errs: dict[str, float] = {}
+    for label, run in runs.items():
+        try:
+            y = run(x, p)
+            errs[label] = (y.float() - want).abs().max().item() / want.abs().max().item()
+        except Exception as e:  # noqa: BLE001 - report the variant, time the others
+            res.add("errors", {"what": f"{label} {where}", "error": _err(e)})
+    calls = {label: _bound(runs[label], x, p) for label in errs}
+    try:
+        stats = timer.paired(calls) if calls else {}
+    except Exception as e:  # noqa: BLE001 - report the row, go on
+        res.add("errors", {"what": f"timing {where}", "error": _err(e)})
+        stats = {}
+    row: dict[str, Any] = {"H": h, "M": x.shape[0]}
+    for label in runs:
+        row[f"{label} µs"] = None
+        if label in stats:
+            _put(row, f"{label} µs", stats[label])
+        if label.endswith(" eager") and label in stats:
+            row[f"{label} graph µs"] = timer.graph(calls[label])
+        if label in errs:
+            row[f"{label} err"] = float(f"{errs[label]:.2e}")
+    return row
 
 
 def _bound(run: Callable[..., Any], *args: Any) -> Callable[[], Any]:
@@ -183,13 +217,15 @@ def op_rows(res: Results, args: Any, timer: Timer, deadline: float) -> None:
         for name, kk, ref, route in cases:
             row: dict[str, Any] = {"op": name, "shape": f"{m}x{n}"}
             try:
-                with kernelkit.force("matmul", route) if route else _Nothing():
+                with kernelkit.force("matmul", route) if route else contextlib.nullcontext():
                     y = kk()
                     want = ref().float()
                     err = (y.float() - want).abs().max().item() / max(want.abs().max().item(), 1)
-                    kk_us, torch_us = timer.call(kk), timer.call(ref)
-                row.update({"kernelkit µs": kk_us, "torch eager µs": torch_us,
-                            "ratio": torch_us / kk_us, "err": float(f"{err:.2e}")})  # fmt: skip
+                    t = timer.paired({"kernelkit": kk, "torch": ref})
+                _put(row, "kernelkit µs", t["kernelkit"])
+                _put(row, "torch eager µs", t["torch"])
+                _put(row, "ratio", paired_ratio(t["torch"], t["kernelkit"]))
+                row["err"] = float(f"{err:.2e}")
             except Exception as e:  # noqa: BLE001 - a route that does not run here
                 row["kernelkit µs"] = None
                 row["error"] = _err(e)[:120]
@@ -210,14 +246,6 @@ def _op_cases(x: Any, b: Any, w: Any, bias: Any, weight: Any, routes: list[str])
         ("matmul auto", mm_kk, mm_torch, None),
         *[(f"matmul {route}", mm_kk, mm_torch, route) for route in routes],
     ]  # fmt: skip
-
-
-class _Nothing:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: Any) -> bool:
-        return False
 
 
 def main() -> int:
@@ -241,9 +269,9 @@ def main() -> int:
         args.hidden, args.rows = [11008, 14336], [1, 16, 128, 512]
         args.op_shapes, args.routes = [(1, 4096), (16, 4096), (128, 8192)], list(MATMUL_ROUTES)
     device = torch.cuda.get_device_name() if cuda else "CPU (kernelkit's CPU backend)"
-    res = Results(Path(args.out), f"{device}, torch {torch.__version__}")
-    deadline = time.perf_counter() + args.budget_s
     timer = Timer(cuda)
+    res = Results(Path(args.out), f"{device}, torch {torch.__version__}", timer.legend())
+    deadline = time.perf_counter() + args.budget_s
     with torch.no_grad():
         for part, run in (("block", block_rows), ("ops", op_rows)):  # the block first
             if getattr(args, f"skip_{part}"):

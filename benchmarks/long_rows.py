@@ -10,13 +10,18 @@ kernel (``rows``, which reads a long row twice) forced, for the before/after; th
     PYTHONPATH=src python3 benchmarks/long_rows.py [--fp16] [--no-compile] [--sweep]
         [--shape ROWSxN ...]
 
-``--sweep`` also times every rows_smem / rows_cluster config (forced) and prints the best three
-with the chosen one's ratio to the best (what the heuristic leaves on the table).
+``--sweep`` also times every rows_smem / rows_cluster / rows_split config (forced) and prints the
+best three with the chosen one's ratio to the best (what the heuristic leaves on the table).
+
+Every timed call reads x from DRAM, not from L2 (50 MB on an H100, larger than some of these
+inputs): the captured calls take turns over copies of x (and the weights) that together hold
+at least 256 MiB, and the copy they are measured against does the same.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import sys
 
 import torch
@@ -26,26 +31,31 @@ import kernelkit
 from kernelkit import ops
 from kernelkit._choices import force
 from kernelkit.ops._rows_long import CLUSTER_CONFIGS, SMEM_CONFIGS
+from kernelkit.ops._rows_split import CONFIGS as SPLIT_CONFIGS
 
 SHAPES = [(1024, 32000), (512, 65536), (4096, 128256), (64, 262144)]
 F = torch.nn.functional
+ROTATE_BYTES = 256 << 20  # the copies of x the timed calls take turns over hold at least this
 
 
-def cases(x: torch.Tensor) -> list[tuple]:
-    """(name, kernelkit call, torch call, explain, float32 reference)."""
-    n = x.shape[-1]
-    w = torch.randn(n, device="cuda", dtype=x.dtype)
-    b = torch.randn(n, device="cuda", dtype=x.dtype)
-    xf, wf, bf = x.float(), w.float(), b.float()
+def cases(n: int) -> list[tuple]:
+    """(name, kernelkit op, torch op, explain), each taking (x, w, b)."""
     return [
-        ("softmax", lambda: ops.softmax(x), lambda: torch.softmax(x, -1),
-         lambda: ops.softmax.explain(x), lambda: torch.softmax(xf, -1)),
-        ("rms_norm", lambda: ops.rms_norm(x, w, 1e-6), lambda: F.rms_norm(x, (n,), w, 1e-6),
-         lambda: ops.rms_norm.explain(x, w, 1e-6), lambda: F.rms_norm(xf, (n,), wf, 1e-6)),
-        ("layer_norm", lambda: ops.layer_norm(x, w, b, 1e-5),
-         lambda: F.layer_norm(x, (n,), w, b, 1e-5), lambda: ops.layer_norm.explain(x, w, b, 1e-5),
-         lambda: F.layer_norm(xf, (n,), wf, bf, 1e-5)),
+        ("softmax", lambda x, *_: ops.softmax(x), lambda x, *_: torch.softmax(x, -1),
+         lambda x, *_: ops.softmax.explain(x)),
+        ("rms_norm", lambda x, w, _: ops.rms_norm(x, w, 1e-6),
+         lambda x, w, _: F.rms_norm(x, (n,), w, 1e-6),
+         lambda x, w, _: ops.rms_norm.explain(x, w, 1e-6)),
+        ("layer_norm", lambda x, w, b: ops.layer_norm(x, w, b, 1e-5),
+         lambda x, w, b: F.layer_norm(x, (n,), w, b, 1e-5),
+         lambda x, w, b: ops.layer_norm.explain(x, w, b, 1e-5)),
     ]  # fmt: skip
+
+
+def in_turns(fn, args: list[tuple]):
+    """``fn`` called on the next of ``args`` at each call (each captured call its own inputs)."""
+    it = itertools.cycle(args)
+    return lambda: fn(*next(it))
 
 
 def forced_us(name: str, impl: str, values: dict | None, kk) -> float | None:
@@ -61,37 +71,45 @@ def forced_us(name: str, impl: str, values: dict | None, kk) -> float | None:
 
 def sweep(name: str, kk, t_chosen: float) -> None:
     times = []
-    for c in (*SMEM_CONFIGS, *CLUSTER_CONFIGS):
-        impl = "rows_smem" if c.values["CL"] == 1 else "rows_cluster"
+    for c in (*SMEM_CONFIGS, *CLUSTER_CONFIGS, *SPLIT_CONFIGS):
+        impl = "rows_cluster" if c.values.get("CL", 1) > 1 else "rows_smem"
+        impl = "rows_split" if "U" in c.values else impl
         try:
             with force(name, impl, {**c.values, "threadgroup": c.threadgroup}):
                 t = graph_us(kk, batch=10, reps=5)
         except kernelkit.KernelkitError:
             continue  # a slice that does not fit, or no clusters here
         if t is not None:
-            times.append((t, c.describe()))
+            times.append((t, f"{impl} {c.describe()}"))
     times.sort()
     best = ", ".join(f"{d} {t:.1f}" for t, d in times[:3])
     print(f"    sweep of {len(times)}: {best}; chosen/best {t_chosen / times[0][0]:.2f}x")
 
 
-def bench(shape, dtype, args) -> None:
+def bench(shape, dtype, args_) -> None:
     x = torch.randn(shape, device="cuda", dtype=dtype)
-    nbytes = 2 * x.numel() * x.element_size()  # x read once, y written once
-    dst = torch.empty_like(x)
-    t_copy = graph_us(lambda: dst.copy_(x))
+    size, n = x.numel() * x.element_size(), shape[-1]
+    xs = [x, *(torch.randn_like(x) for _ in range(-(-ROTATE_BYTES // size) - 1))]
+    args = [(v, torch.randn(n, device="cuda", dtype=dtype), torch.randn(n, device="cuda",
+             dtype=dtype)) for v in xs]  # fmt: skip
+    nbytes = 2 * size  # x read once, y written once
+    outs = [torch.empty_like(v) for v in xs]
+    t_copy = graph_us(in_turns(lambda src, dst: dst.copy_(src), list(zip(xs, outs))))
     assert t_copy is not None
     label = f"{shape[0]}x{shape[1]} {str(dtype).split('.')[-1]}"
-    print(f"{label}: copy of the same bytes {t_copy:.1f} us ({nbytes / t_copy / 1e3:.0f} GB/s)")
-    for name, kk, eager, explain, ref in cases(x):
-        err = (kk().float() - ref()).abs().max().item()
+    print(f"{label}: copy of the same bytes {t_copy:.1f} us ({nbytes / t_copy / 1e3:.0f} GB/s);"
+          f" the calls take turns over {len(xs)} copies of x")  # fmt: skip
+    first = [t.float() for t in args[0]]
+    for name, kk_op, torch_op, explain_op in cases(n):
+        err = (kk_op(*args[0]).float() - torch_op(*first)).abs().max().item()
+        kk, eager = in_turns(kk_op, args), in_turns(torch_op, args)
         g_kk, g_eager = graph_us(kk), graph_us(eager)
         g_comp = None
-        if not args.no_compile:
+        if not args_.no_compile:
             torch._dynamo.reset()  # each case compiles fresh: no recompile limit (8) reached
-            compiled = torch.compile(eager, dynamic=False)
-            compiled()
-            g_comp = graph_us(compiled)
+            compiled = torch.compile(torch_op, dynamic=False)
+            compiled(*args[0])
+            g_comp = graph_us(in_turns(compiled, args))
         g_old = forced_us(name, "rows", None, kk)  # the register kernel's heuristic config
         if g_kk is None or g_eager is None:
             print(f"  {name}: graph capture failed")
@@ -104,8 +122,8 @@ def bench(shape, dtype, args) -> None:
             f"  {name:<11}kk {g_kk:8.1f} us {100 * t_copy / g_kk:4.0f}% | eager {cell(g_eager)} |"
             f" compile {cell(g_comp)} | rows (before) {cell(g_old)} | err {err:.1e}"
         )
-        print(f"    choice: {explain().choice.describe()}")
-        if args.sweep:
+        print(f"    choice: {explain_op(*args[0]).choice.describe()}")
+        if args_.sweep:
             sweep(name, kk, g_kk)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -33,6 +34,12 @@ def test_decode_block_benchmark_runs_on_cpu(tmp_path):
     for row in tables["block"]:
         for variant in ("kernelkit eager", "torch eager", "kernelkit default", "torch default"):
             assert row[f"{variant} µs"] is not None and row[f"{variant} err"] < 1e-4, row
+            # timed paired: the median and its quartiles over the batches
+            assert row[f"{variant} µs p25"] <= row[f"{variant} µs"] <= row[f"{variant} µs p75"]
     ops = {r["op"] for r in tables["ops"] if r.get("kernelkit µs") is not None}
     assert {"softmax", "rms_norm", "layer_norm", "a*silu(b)", "matmul tiled"} <= ops
-    assert "| op | shape |" in (tmp_path / "res" / "decode_block.md").read_text()
+    for row in (r for r in tables["ops"] if r.get("kernelkit µs") is not None):
+        assert row["ratio p25"] <= row["ratio"] <= row["ratio p75"], row
+    md = (tmp_path / "res" / "decode_block.md").read_text()
+    assert "| op | shape | kernelkit µs | torch eager µs | ratio | err |" in md
+    assert re.search(r"\| softmax \| 1x64 \| [0-9.]+ \([0-9.]+-[0-9.]+\) \|", md), md

@@ -1,0 +1,149 @@
+"""Long rows over many blocks in two kernels (softmax, rms_norm, layer_norm): ``rows_split``.
+A few long rows give the one-block-a-row kernels fewer blocks than SMs and the cluster kernel
+more shared memory than one wave of the GPU holds (64 rows of 262144 float32 are 64 MiB); here
+every row is cut into chunks of BLOCK * U 16-byte vectors, one block a chunk, and a first kernel
+writes each chunk's statistics (three floats), a second combines a row's and writes the output.
+x is read twice; where it fits in L2 (HINT = 1 asks L2 to keep it between the kernels) the
+second read costs little DRAM. No clusters: any CUDA arch and the CPU backend.
+
+Kernel source: ``rows/kernels/rows_split.cuh``; configs are (BLOCK, U, HINT).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from .._api import kernel
+from .._records import Problem, Target
+from .._select.records import Config, KernelChoice
+from .._select.registry import Implementation, Op
+from ._common import empty, kernel_caller, run_prepared, vec_width
+from ._kernel_files import source
+
+__all__ = ["CONFIGS", "chunks", "config", "register"]
+
+HEADER = source("rows", "rows", "softmax", "rows_smem", "rows_split")
+_STATS = source("rows", "split_stats_body")
+_APPLY = source("rows", "split_apply_body")  # ARGS, KIND, EXTRA_ALIGN filled per op
+_ITEMSIZE = {"float16": 2, "bfloat16": 2, "float32": 4}
+_KIND = {"softmax": 0, "rms_norm": 1, "layer_norm": 2}
+_ARGS = {
+    "softmax": "(x, y, (const T*)0, (const T*)0, part, 0.0f, n, S, r, s)",
+    "rms_norm": "(x, y, w, w, part, eps, n, S, r, s)",
+    "layer_norm": "(x, y, w, b, part, eps, n, S, r, s)",
+}
+BLOCKS = (256, 512)
+UNROLLS = (2, 4, 8)  # 16-byte vectors a thread holds
+
+
+def config(block: int, u: int, hint: int = 1) -> Config:
+    """BLOCK threads a chunk, U vectors a thread, HINT (1: keep x in L2 between the kernels)."""
+    return Config({"BLOCK": block, "U": u, "HINT": hint}, (block,))
+
+
+CONFIGS = tuple(config(b, u, h) for h in (1, 0) for b in BLOCKS for u in UNROLLS)
+
+
+def chunks(n: int, dtype: str, c: Config) -> int:
+    """Chunks (blocks) a row of ``n`` elements takes under config ``c``."""
+    chunk = int(c.values["BLOCK"]) * int(c.values["U"]) * vec_width(dtype)
+    return max(1, -(-n // chunk))
+
+
+def _dims(p: Problem) -> tuple[int, int, str]:
+    return int(p.attr("N")), int(p.attr("rows")), p.arg("x").dtype
+
+
+def match(p: Problem, t: Target) -> str | None:
+    n, rows, dtype = _dims(p)
+    if dtype not in _ITEMSIZE:
+        return f"dtype {dtype} is not one of float16, bfloat16, float32"
+    if max(rows, 1) * chunks(n, dtype, CONFIGS[0]) > 2**31 - 1:
+        return f"{rows} rows of {n} is more chunks than a grid has"
+    return None
+
+
+def fits(p: Problem, c: Config) -> str | None:
+    block, u = int(c.values["BLOCK"]), int(c.values["U"])
+    if block % 32 or not 32 <= block <= 1024 or tuple(c.threadgroup) != (block, 1, 1):
+        return f"BLOCK = {block} with threadgroup {c.threadgroup}: a multiple of 32 up to 1024"
+    if u not in UNROLLS or c.values.get("HINT") not in (0, 1):
+        return f"U = {u}, HINT = {c.values.get('HINT')}: U one of {UNROLLS}, HINT 0 or 1"
+    n, rows, dtype = _dims(p)
+    if max(rows, 1) * chunks(n, dtype, c) > 2**31 - 1:
+        return f"{rows} rows x {chunks(n, dtype, c)} chunks is more blocks than a grid has"
+    return None
+
+
+def grid(p: Problem, c: Config) -> tuple[int, int, int]:
+    """A block of BLOCK threads a chunk of every row."""
+    n, rows, dtype = _dims(p)
+    return (max(1, rows) * chunks(n, dtype, c) * int(c.values["BLOCK"]), 1, 1)
+
+
+def _kernels(name: str, inputs: Sequence[str], aligned: tuple[str, ...]) -> tuple[Any, Any]:
+    kind = str(_KIND[name])
+    extra = "".join(f" && kk_aligned16({a})" for a in aligned)
+    apply_body = (
+        _APPLY.replace(" EXTRA_ALIGN", extra).replace("KIND", kind).replace("ARGS", _ARGS[name])
+    )
+    stats = kernel(f"ops_{name}_split_stats", ["x"], ["part"], _STATS.replace("KIND", kind),
+                   header=HEADER)  # fmt: skip
+    apply = kernel(f"ops_{name}_split_apply", [*inputs, "part"], ["y"], apply_body, header=HEADER)
+    return stats, apply
+
+
+def register(
+    op: Op,
+    name: str,
+    inputs: Sequence[str],
+    template: Callable[[Problem], Any],
+    aligned: tuple[str, ...] = (),
+    heuristic: Callable[[Problem, Target], Config | None] | None = None,
+) -> None:
+    """Register ``rows_split`` on the row op ``op`` (``name``: softmax, rms_norm or layer_norm;
+    ``template(problem)``: its dtype template values; ``heuristic``: the rule that picks it)."""
+    stats, apply = _kernels(name, inputs, aligned)
+
+    def prepare(choice: KernelChoice, problem: Problem, output_dtype: Any) -> Any:
+        """``launch(arrays, out)``: the statistics kernel into a new float32 [rows, S, 3], then
+        the output kernel."""
+        shape, dtype = problem.arg("x").shape, problem.arg("x").dtype
+        n, rows, _ = _dims(problem)
+        if rows == 0 or n == 0:  # nothing to launch
+            return lambda arrays, out: out if out is not None else empty(arrays[0], shape)
+        c = choice.config
+        common = (("BLOCK", c.values["BLOCK"]), ("HINT", c.values["HINT"]), ("ND", len(shape)),
+                  ("T", dtype), ("U", c.values["U"]))  # fmt: skip
+        wt = dict(template(problem)).get("WT", dtype)
+        kw = {"grid": choice.grid, "threadgroup": c.threadgroup}
+        first = kernel_caller(stats, {**kw, "template": common})
+        second = kernel_caller(apply, {**kw, "template": (*common, ("WT", wt))})
+        part_shapes, part_dtypes = [(rows, chunks(n, dtype, c), 3)], ["float32"]
+        shapes, dtypes = [shape], [output_dtype]
+
+        def launch(arrays: Any, out: Any) -> Any:
+            part = first(arrays[:1], part_shapes, part_dtypes, None)[0]
+            if out is not None:
+                second([*arrays, part], None, None, [out])
+                return out
+            return second([*arrays, part], shapes, dtypes, None)[0]
+
+        return launch
+
+    op.register(
+        Implementation(
+            "rows_split",
+            run=run_prepared(prepare),
+            prepare=prepare,
+            grid=grid,
+            configs=CONFIGS,
+            default=config(512, 4),
+            heuristic=heuristic,
+            match=match,
+            fits=fits,
+            priority=2,  # asked before rows_smem/rows_cluster: its heuristic steps aside
+            listed_only=heuristic is None,  # without a rule: tables, tuning and force only
+        )
+    )

@@ -1,0 +1,148 @@
+"""Long rows over many blocks (``rows_split``: chunk statistics, then the output) against
+float64: every op and dtype, odd lengths (the element path), rows of one chunk and of more
+chunks than a warp has lanes, NaN-poisoned outputs, non-contiguous and 3-D inputs, weights of
+another dtype, softmax's -inf, NaN and +inf rows, a constant row's layer_norm, both cache-hint
+settings, and the same bits on every run. CPU backend and CUDA when present, forced onto the
+implementation and config."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from kernelkit import ops
+from kernelkit._choices import force
+from kernelkit.ops import _rows_split
+
+torch = pytest.importorskip("torch")
+RNG = np.random.default_rng(29)
+TOL = {"float32": 2e-5, "float16": 2e-3, "bfloat16": 1.6e-2}
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+NAMES = ("softmax", "rms_norm", "layer_norm")
+
+
+@pytest.fixture
+def dev(backend):
+    if backend in ("cpu", "cuda"):
+        return backend
+    pytest.skip(f"{backend}: these tests use torch tensors")
+
+
+def put(a, dtype, dev):
+    return torch.from_numpy(np.ascontiguousarray(a, np.float32)).to(DTYPES[dtype]).to(dev)
+
+
+def f64(t):
+    return t.detach().float().cpu().numpy().astype(np.float64)
+
+
+def refs(xd, wd, bd):
+    with np.errstate(invalid="ignore", over="ignore"):
+        e = np.exp(xd - xd.max(-1, keepdims=True))
+        mu, var = xd.mean(-1, keepdims=True), xd.var(-1, keepdims=True)
+        return {
+            "softmax": e / e.sum(-1, keepdims=True),
+            "rms_norm": xd / np.sqrt((xd**2).mean(-1, keepdims=True) + 1e-5) * wd,
+            "layer_norm": (xd - mu) / np.sqrt(var + 1e-5) * wd + bd,
+        }
+
+
+def forced(block, u, hint=1):
+    return {"BLOCK": block, "U": u, "HINT": hint, "threadgroup": (block,)}
+
+
+def run(name, x, w, b, values, out_dtype=None):
+    """``name`` forced onto rows_split with ``values``, into a NaN-poisoned out."""
+    out = torch.full(x.shape, float("nan"), dtype=out_dtype or x.dtype, device=x.device)
+    args = {"softmax": (x,), "rms_norm": (x, w, 1e-5), "layer_norm": (x, w, b, 1e-5)}[name]
+    with force(name, "rows_split", values):
+        assert getattr(ops, name)(*args, out=out) is out
+        assert getattr(ops, name).explain(*args).choice.impl == f"{name}/rows_split"
+    return out
+
+
+def check(got, ref, dtype, what):
+    g = f64(got)
+    assert np.isfinite(g).all(), (what, "unwritten or non-finite elements")
+    err = np.abs(g - ref).max() / max(1.0, np.abs(ref).max())
+    assert err <= TOL[dtype], (what, err)
+
+
+# (rows, n, BLOCK, U): one chunk, a few, more than 32 (warp 0's lanes take several), odd n
+CASES = [(3, 1, 32, 2), (5, 7, 32, 2), (2, 1000, 64, 2), (3, 4096, 64, 2), (2, 40000, 64, 2),
+         (2, 40001, 64, 4), (1, 131073, 256, 8)]  # fmt: skip
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+@pytest.mark.parametrize(("rows", "n", "block", "u"), CASES, ids=str)
+def test_split_rows_match_float64_into_poisoned_outputs(dev, dtype, rows, n, block, u):
+    a = RNG.standard_normal((rows, n)) * 3 + 2
+    x, w, b = (
+        put(a, dtype, dev),
+        put(RNG.standard_normal(n), dtype, dev),
+        put(RNG.standard_normal(n), dtype, dev),
+    )
+    want = refs(f64(x), f64(w), f64(b))
+    for name in NAMES:
+        check(run(name, x, w, b, forced(block, u)), want[name], dtype, (name, rows, n))
+
+
+@pytest.mark.parametrize("hint", [0, 1])
+def test_both_cache_hints_give_the_same_bits_every_run(dev, hint):
+    """The row statistics are combined in chunk order: two runs (and both hint settings, which
+    change only how memory is read) agree bit for bit."""
+    n = 50000  # 98 chunks of 512 float32
+    x = put(RNG.standard_normal((3, n)) * 5, "float32", dev)
+    w, b = put(RNG.random(n) + 0.5, "float32", dev), put(RNG.standard_normal(n), "float32", dev)
+    want = refs(f64(x), f64(w), f64(b))
+    for name in NAMES:
+        first = run(name, x, w, b, forced(64, 2, hint))
+        again = run(name, x, w, b, forced(64, 2, hint))
+        other = run(name, x, w, b, forced(64, 2, 1 - hint))
+        assert torch.equal(first, again) and torch.equal(first, other), name
+        check(first, want[name], "float32", name)
+
+
+def test_non_contiguous_and_3d_inputs_and_weights_of_another_dtype(dev):
+    n = 20000
+    x = put(RNG.standard_normal((3, 2 * n)) * 2, "float32", dev)[:, ::2]  # a strided view
+    assert not x.is_contiguous()
+    x3 = put(RNG.standard_normal((2, 3, n)), "bfloat16", dev)
+    w32, b32 = (put(RNG.standard_normal(n), "float32", dev) for _ in range(2))
+    check(run("softmax", x, None, None, forced(64, 4)), refs(f64(x), 1, 0)["softmax"],
+          "float32", "strided")  # fmt: skip
+    want = refs(f64(x3), f64(w32), f64(b32))
+    for name in ("rms_norm", "layer_norm"):
+        check(run(name, x3, w32, b32, forced(128, 2)), want[name], "bfloat16", name)
+
+
+def test_softmax_special_rows_and_a_constant_layer_norm_row(dev):
+    """-inf entries give zeros, a row of only -inf or holding NaN/+inf gives NaN (as torch);
+    a constant row's layer_norm is exactly the bias; the vector and the element path."""
+    for n in (20000, 20001):
+        a = RNG.standard_normal((5, n)) * 4
+        a[0, ::3] = -np.inf
+        a[1, :] = 3e4 - RNG.random(n) * 8
+        a[2, :] = -np.inf
+        a[3, n // 2] = np.nan
+        a[4, -1] = np.inf
+        x = put(a, "float32", dev)
+        with force("softmax", "rows_split", forced(64, 2)):
+            got = f64(ops.softmax(x))
+        assert np.isnan(got[2:]).all()
+        assert (got[0, ::3] == 0).all()
+        np.testing.assert_allclose(got[:2], refs(f64(x)[:2], 1, 0)["softmax"], atol=2e-6)
+        c = put(np.full((2, n), 1234.5), "float32", dev)
+        w, b = (put(RNG.standard_normal(n), "float32", dev) for _ in range(2))
+        with force("layer_norm", "rows_split", forced(64, 2)):
+            y = ops.layer_norm(c, w, b)
+        assert (f64(y) == f64(b)[None, :]).all()
+
+
+def test_configs_refuse_what_they_cannot_run(dev):
+    x = put(RNG.standard_normal((2, 64)), "float32", dev)
+    p = ops.softmax.explain(x).problem
+    assert _rows_split.fits(p, _rows_split.config(96, 3)) is not None  # U = 3
+    assert _rows_split.fits(p, _rows_split.config(100, 2)) is not None  # not a warp multiple
+    assert _rows_split.fits(p, _rows_split.config(256, 4, 0)) is None
+    assert _rows_split.chunks(40000, "float32", _rows_split.config(64, 2)) == 79
