@@ -4,7 +4,8 @@ One run, kernelkit and peers (CuPy, Triton, when importable) side by side on the
 ``out[i] = expf(inp[i])`` on 1024 float32:
 
 * compile: a new kernel in a warm process (the backend already loaded),
-* warm disk: the first call in a fresh process whose disk cache holds the kernel,
+* warm disk: the first call in a fresh process whose disk cache holds the kernel (on CUDA also
+  with torch imported before kernelkit, as most torch programs do),
 * bundle: the first call in a fresh process with an empty cache and a precompiled bundle,
 
 each next to the same process's second call, plus ``python -c "import kernelkit"``.
@@ -35,6 +36,8 @@ BODY = (
 # Runs in a fresh process: time the first and second call, and the cache lookup inside the first.
 KK_CHILD = textwrap.dedent("""
     import json, sys, time
+    if sys.argv[5:] == ["torch-first"]:  # as most torch programs do: kernelkit sees torch loaded
+        import torch
     t_import = time.perf_counter()
     import numpy as np, kernelkit
     from kernelkit._pipeline import bind as _bind, load as _launch, render as _render
@@ -148,6 +151,10 @@ def bench_kernelkit(backend: str, repeat: int) -> list[tuple[str, float, float, 
         )
         runs = [_child(KK_CHILD, [backend, body, name, "cold"], env) for _ in range(repeat)]
         rows.append(_row("warm disk, fresh process", runs, "disk_hits"))
+        if backend == "cuda":  # its arrays are torch tensors: also with torch imported first
+            args = [backend, body, name, "cold", "torch-first"]
+            runs = [_child(KK_CHILD, args, env) for _ in range(repeat)]
+            rows.append(_row("warm disk, fresh process, torch imported first", runs, "disk_hits"))
         runs = [_child(KK_CHILD, [backend, body, name, "warm-backend"], env) for _ in range(repeat)]
         rows.append(_row("warm disk, fresh process, backend up", runs, "disk_hits"))
         bundle = Path(tmp) / "b.kkb"

@@ -8,8 +8,9 @@ Nothing here touches a GPU or loads a compiler at import (the CUDA backend's Pyt
 imported when installed: ``KERNELKIT_PRELOAD=0`` defers them to the first call).
 """
 
-from . import _integrations
+from . import _config, _integrations
 from ._api import Kernel, cuda_kernel, kernel
+from ._arrays import lookup as _adapters
 from ._backends import registry as _registry
 from ._cache import add_bundle, cache_stats
 from ._choices import explain, force
@@ -38,6 +39,8 @@ from ._workflows.tune_run import tune_spec
 
 _integrations.install()  # integrations wrap the API, the ops and the adapters from above
 _registry.preload()  # the CUDA backend's modules now, not at the first call (no device access)
+if _config.config.preload:
+    _adapters.preload()  # torch's array adapter now, when torch is already imported
 
 __all__ = [
     "ArgumentError",

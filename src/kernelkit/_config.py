@@ -71,7 +71,8 @@ VARS: tuple[Var, ...] = (
         True,
         "import the installed CUDA backend's Python modules (cuda-bindings) at `import kernelkit`, "
         "without touching a device, so that the first kernel call does not pay for them; 0 defers "
-        "the import to the first call on a CUDA array",
+        "the import to the first call on a CUDA array (and torch's array adapter, set up at "
+        "`import kernelkit` when torch is already imported, to the first call on a tensor)",
     ),
     Var("KERNELKIT_CACHE", _bool, True, "0 keeps compiled kernels in memory only"),
     Var("KERNELKIT_CACHE_DIR", str, "", "disk cache directory (default: the user cache directory)"),

@@ -184,3 +184,32 @@ def test_bad_geometry_is_refused_and_the_next_call_works(backend, arrays):
             k([x], grid=grid, threadgroup=tg, **call)
     (y,) = k([x], grid=[10], threadgroup=[32], **call)  # lists are fine
     np.testing.assert_array_equal(arrays.get(y), 2 + np.arange(10, dtype=np.float32))
+
+
+def test_a_first_call_generates_one_run_and_the_unchecked_one_on_first_use(
+    backend, arrays, monkeypatch
+):
+    # the unchecked run (``LaunchPlan.direct``, for the built-in ops) was generated and compiled
+    # with every plan: ~0.25 ms of a kernel's cold first call that only the ops need
+    from kernelkit._pipeline import plan as _plan
+
+    made = []
+    real = _plan.generate_run
+
+    def counting(hot, guard):
+        made.append(guard is not None)
+        return real(hot, guard)
+
+    monkeypatch.setattr(_plan, "generate_run", counting)
+    k = kernelkit.kernel("ln_direct", ["x"], ["y"], COPY)
+    x = np.arange(64, dtype=np.float32)
+    args = ([arrays.put(x)], [(64,)], [np.float32], (64, 1, 1), (32, 1, 1))
+    args += (None,) * 7  # template ... shared_memory, in CallArgs' order
+    (y,) = k(*args[:5])
+    assert made == [True]
+    direct = k._direct_run(args)
+    assert made == [True, False] and k._direct_run(args) is direct  # made once, then kept
+    (again,) = direct(*args)
+    want = x.astype(np.float64) * 2 + np.arange(64)
+    np.testing.assert_allclose(arrays.get(y), want, rtol=1e-6)
+    np.testing.assert_allclose(arrays.get(again), want, rtol=1e-6)

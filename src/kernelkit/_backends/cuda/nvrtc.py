@@ -106,12 +106,11 @@ def version_macros() -> tuple[str, ...]:
     out = []
     for macro, header in (("CUDA_VERSION", "cuda.h"), ("CUDART_VERSION", "cuda_runtime_api.h")):
         p = _find_header(header)
-        m = _define(p, macro) if p else None
-        if m:
-            out.append(f"-D{macro}={m.group(1)}")
-        else:
+        value = _define(p, macro) if p else None
+        if value is None:
             major, minor = version()
-            out.append(f"-D{macro}={major * 1000 + minor * 10}")
+            value = str(major * 1000 + minor * 10)
+        out.append(f"-D{macro}={value}")
     return tuple(out)
 
 
@@ -119,16 +118,36 @@ _HEAD_BYTES = 64 << 10  # the version macros sit in the first few KiB of cuda.h 
 _HEADER_LIMIT = 16 << 20
 
 
-def _define(path: Path, macro: str) -> re.Match[str] | None:
-    """``#define MACRO <digits>`` in ``path``: its head first (a cold first call reads 64 KiB, not
-    the whole header), then the rest (bounded)."""
-    pattern = re.compile(rf"^#define\s+{macro}\s+(\d+)\s*$", re.M)
+def _define(path: Path, macro: str) -> str | None:
+    """The digits of a line ``#define MACRO <digits>`` in ``path``: its head first (a cold first
+    call reads 64 KiB, not the whole header), then the rest (bounded)."""
     with open(path, "rb") as f:
         head = f.read(_HEAD_BYTES)
-        m = pattern.search(head.decode("utf-8", "replace"))
-        if m is None and len(head) == _HEAD_BYTES:
-            m = pattern.search((head + f.read(_HEADER_LIMIT)).decode("utf-8", "replace"))
-    return m
+        found = _define_value(head, macro)
+        if found is None and len(head) == _HEAD_BYTES:
+            found = _define_value(head + f.read(_HEADER_LIMIT), macro)
+    return found
+
+
+def _define_value(text: bytes, macro: str) -> str | None:
+    """The digits of the first line of ``text`` that is ``#define MACRO <digits>`` (whitespace
+    between and after), else None. Found by byte search: compiling a regular expression for it
+    cost a cold first call ~0.2 ms."""
+    name, start = macro.encode(), 0
+    while (at := text.find(name, start)) >= 0:
+        start = at + len(name)
+        line_start = text.rfind(b"\n", 0, at) + 1
+        line_end = text.find(b"\n", at)
+        line = text[line_start : None if line_end < 0 else line_end]
+        fields = line.split()
+        if (
+            line.startswith(b"#define")
+            and len(fields) == 3
+            and fields[:2] == [b"#define", name]
+            and fields[2].isdigit()
+        ):
+            return fields[2].decode()
+    return None
 
 
 @functools.cache
