@@ -211,3 +211,46 @@ def test_a_warm_flat_elementwise_call_on_jax_arrays_reshapes_nothing():
     assert not [n for n in names if "reshape" in n], names
     a64, b64 = np.asarray(a, np.float64), np.asarray(b, np.float64)
     np.testing.assert_allclose(np.asarray(y), a64 * b64 / (1 + np.exp(-b64)), rtol=1e-5)
+
+
+_DIRECT_TORCH_OPS = r"""
+import cProfile, pstats, sys, torch
+import kernelkit._integrations.torch_ops  # the torch ops, as a loaded program needs them
+from kernelkit import _arrays
+assert torch.Tensor not in _arrays.SIGNERS  # no public op has seen a tensor: not installed
+K = torch.ops.kernelkit
+x, w, b, m = torch.randn(4, 64), torch.ones(64), torch.zeros(64), torch.randn(32, 64)
+calls = {
+    "softmax": lambda: K.softmax_inference.default(x, -1),
+    "rms_norm": lambda: K.rms_norm_inference.default(x, w, 1e-6),
+    "layer_norm": lambda: K.layer_norm_inference.default(x, w, b, 1e-5),
+    "matmul": lambda: K.matmul_runtime.default(x, m, None, None, True),
+}
+for name, fn in calls.items():
+    for _ in range(3):
+        fn()
+    p = cProfile.Profile()
+    p.enable()
+    fn()
+    p.disable()
+    n = sum(c for (f, _, _), (_, c, *_) in pstats.Stats(p).stats.items() if f != "~")
+    print(name, n)
+"""
+
+
+def test_a_torch_op_called_directly_takes_the_prepared_call(backend):
+    """The torch ops (``torch.ops.kernelkit.*``) called without a public op ever seeing a torch
+    tensor (an exported or compiled program in a fresh process): each warm call takes the
+    prepared call too, not validation and selection (75-108 Python calls a call before)."""
+    import subprocess
+
+    if backend != "cpu":
+        pytest.skip("one fresh process on the CPU backend")
+    pytest.importorskip("torch")
+    done = subprocess.run([sys.executable, "-c", _DIRECT_TORCH_OPS], capture_output=True,
+                          text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    counts = dict(line.split() for line in done.stdout.split("\n") if line.strip())
+    assert set(counts) == {"softmax", "rms_norm", "layer_norm", "matmul"}, done.stdout
+    over = {k: int(v) for k, v in counts.items() if int(v) > MAX_PYTHON_CALLS}
+    assert not over, over

@@ -189,6 +189,11 @@ RUNS_FOR: dict[str, Callable[..., Any]] = {}
 # array class -> signature(tuple of arrays or None) -> hashable, for the built-in ops' prepared
 # calls (``ops._prepared``); NumPy's from the ops, torch's from the torch integration
 SIGNERS: dict[type, Callable[[tuple], Any]] = {}
+# the same for the torch ops' own implementations (``ops.*.eager_*``, which Dynamo never traces):
+# set where the torch ops are defined, whether or not the public ops' SIGNERS entry is (that one
+# waits for Dynamo's ``substitute_in_graph``), so a torch op called directly, as an exported or
+# compiled program does, takes the prepared call from its second call on
+EAGER_SIGNERS: dict[type, Callable[[tuple], Any]] = {}
 # hook(op name, arrays, args, out) -> NotImplemented (the op's eager path runs) or the call's
 # result through an integration (``_integrations.torch_route``), asked on a signature's first call
 OP_HOOKS: list[Callable[..., Any]] = []

@@ -22,7 +22,9 @@ from typing import Any
 
 import torch
 
+from .. import _arrays
 from ..ops import _matmul, _norms, _softmax
+from .torch_grad import torch_signer
 from .torch_op import OpSchema, TorchOp, checked, define
 from .torch_vjp import custom_vjp
 
@@ -174,3 +176,7 @@ def _define_all() -> tuple[dict[str, TorchOp], dict[str, TorchOp]]:
 
 
 OPS, INFERENCE = _define_all()
+# the implementations' prepared calls (``_arrays.EAGER_SIGNERS``), whatever Dynamo can substitute
+_arrays.EAGER_SIGNERS[torch.Tensor] = _arrays.EAGER_SIGNERS[torch.nn.Parameter] = torch_signer(
+    torch
+)

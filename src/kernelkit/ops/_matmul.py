@@ -45,7 +45,7 @@ from ._common import OpRunner, empty
 from ._matmul_args import check_out
 from ._matmul_args import prepare as _prepare
 from ._matmul_impls import GEMV_KERNEL, OP
-from ._prepared import FORCED, SIGNERS, routed, signature, store
+from ._prepared import EAGER_SIGNERS, FORCED, SIGNERS, routed, signature, store
 
 __all__ = ["OP", "eager_matmul", "matmul"]
 
@@ -107,7 +107,7 @@ def eager_matmul(
     a: Any, b: Any, bias: Any, activation: str | None, transpose_b: bool, out: Any
 ) -> Any:
     """``matmul`` without the integrations (what the torch op runs): the same prepared call."""
-    sign = SIGNERS.get(a.__class__)
+    sign = EAGER_SIGNERS.get(a.__class__)
     if sign is not None:
         try:
             run = _EAGER[
@@ -133,7 +133,7 @@ def _first(
             return result
     if out is not None:
         check_out(out, (*lead, n))
-    key = signature((a, b, bias, out))
+    key = signature((a, b, bias, out), not route)
     if key is not None and transpose_b.__class__ is bool:
         key = (key, activation, transpose_b, bool, OP.generation, FORCED.get(),
                _config.config.select_force)  # fmt: skip

@@ -12,7 +12,7 @@ from .._errors import ArgumentError
 from .._select.select import Selection
 from . import _rows
 from ._common import float_array
-from ._prepared import FORCED, SIGNERS, routed, signature, store
+from ._prepared import EAGER_SIGNERS, FORCED, SIGNERS, routed, signature, store
 from ._rows import make_row_op
 
 __all__ = ["layer_norm", "rms_norm"]
@@ -98,7 +98,7 @@ def rms_norm(x: Any, weight: Any, eps: float = 1e-6, *, out: Any = None) -> Any:
 
 def eager_rms_norm(x: Any, weight: Any, eps: float, out: Any) -> Any:
     """``rms_norm`` without the integrations (what the torch op runs): the same prepared call."""
-    sign = SIGNERS.get(x.__class__)
+    sign = EAGER_SIGNERS.get(x.__class__)
     if sign is not None:
         try:
             run = _RMS_EAGER[sign((x, weight, out)), eps.__class__, RMS_OP.generation,
@@ -131,7 +131,7 @@ def layer_norm(x: Any, weight: Any, bias: Any, eps: float = 1e-5, *, out: Any = 
 def eager_layer_norm(x: Any, weight: Any, bias: Any, eps: float, out: Any) -> Any:
     """``layer_norm`` without the integrations (what the torch op runs): the same prepared
     call."""
-    sign = SIGNERS.get(x.__class__)
+    sign = EAGER_SIGNERS.get(x.__class__)
     if sign is not None:
         try:
             run = _LAYER_EAGER[sign((x, weight, bias, out)), eps.__class__,
@@ -155,7 +155,7 @@ def _first(
         result = routed(name, (x, *params.values()), (x, *params.values(), value), out)
         if result is not NotImplemented:
             return result
-    key = signature((x, *params.values(), out))
+    key = signature((x, *params.values(), out), not route)
     if key is not None:
         key = (key, eps.__class__, runner.op.generation, FORCED.get(), _config.config.select_force)
     y, run = runner.first([x, *params.values(), value], x.dtype, out, {})

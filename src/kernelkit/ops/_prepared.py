@@ -24,6 +24,7 @@ from .._errors import ArgumentError
 from .._select.override import FORCED
 
 __all__ = [
+    "EAGER_SIGNERS",
     "FORCED",
     "HOOKS",
     "SIGNERS",
@@ -37,6 +38,7 @@ __all__ = [
 # an array class -> signature(tuple of arrays or None) -> hashable; KeyError/AttributeError/
 # TypeError for arguments it cannot describe (the validating path then names what is wrong)
 SIGNERS = _arrays.SIGNERS
+EAGER_SIGNERS = _arrays.EAGER_SIGNERS  # the torch ops' implementations' (``_arrays``)
 
 # hook(op name, arrays, args, out) -> NotImplemented (the eager path runs) or the call's result
 # through the integration (the op's ``args`` as its integration takes them), after validation
@@ -73,9 +75,10 @@ def routed(name: str, arrays: Sequence[Any], args: tuple, out: Any) -> Any:
     return NotImplemented
 
 
-def signature(arrays: tuple) -> Any:
-    """The arrays' signature by the first one's class, or None where none is kept for it."""
-    sign = SIGNERS.get(arrays[0].__class__)
+def signature(arrays: tuple, eager: bool = False) -> Any:
+    """The arrays' signature by the first one's class, or None where none is kept for it;
+    ``eager``: for the torch ops' implementations' tables (``EAGER_SIGNERS``)."""
+    sign = (EAGER_SIGNERS if eager else SIGNERS).get(arrays[0].__class__)
     if sign is None:
         _install_numpy()  # (NumPy imported after the ops)
         return None

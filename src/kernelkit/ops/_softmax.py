@@ -10,7 +10,7 @@ from .._errors import ArgumentError
 from .._select.select import Selection
 from . import _rows
 from ._common import move_last
-from ._prepared import FORCED, SIGNERS, routed, signature, store
+from ._prepared import EAGER_SIGNERS, FORCED, SIGNERS, routed, signature, store
 from ._rows import make_row_op
 
 __all__ = ["softmax"]
@@ -54,7 +54,7 @@ def softmax(x: Any, dim: int = -1, *, out: Any = None) -> Any:
 
 def eager_softmax(x: Any, dim: int, out: Any) -> Any:
     """``softmax`` without the integrations (what the torch op runs): the same prepared call."""
-    sign = SIGNERS.get(x.__class__)
+    sign = EAGER_SIGNERS.get(x.__class__)
     if sign is not None:
         try:
             run = _EAGER[sign((x, out)), dim, dim.__class__, OP.generation, FORCED.get(),
@@ -77,7 +77,7 @@ def _first(x: Any, dim: Any, out: Any, route: bool) -> Any:
         if out is not None:
             raise ArgumentError("[softmax] out= is only supported for dim=-1 (the last dimension)")
         return back(_RUNNER.run([moved], moved.dtype, None, {}))
-    key = signature((x, out))
+    key = signature((x, out), not route)
     if key is not None:
         key = (key, dim, dim.__class__, OP.generation, FORCED.get(), _config.config.select_force)
     y, run = _RUNNER.first([x], x.dtype, out, {})
