@@ -177,3 +177,32 @@ def test_the_heuristic_takes_few_long_rows_only_where_no_cluster_runs(dev):
     assert ops.softmax.explain(put(np.zeros((4, 300000)), "float32", dev)).choice.impl != (
         "softmax/rows_split"
     )
+
+
+def test_layer_norm_into_x_itself_reads_no_other_chunk_of_x(dev, monkeypatch):
+    """out= x: each output block may read only its own chunk of x, which it reads before it
+    writes; chunk 0's block may have overwritten the row's first element (layer_norm's shift)
+    before another block of the row starts. Simulated, deterministically: x[:, 0] is overwritten
+    between the two kernels, and every other element must still be right."""
+    real = _rows_split.kernel_caller
+
+    def caller(k, kw):
+        call = real(k, kw)
+        if not k.name.endswith("_split_stats"):
+            return call
+
+        def stats_then_chunk0_writes(arrays, *rest):
+            got = call(arrays, *rest)
+            arrays[0][:, 0] = 1e4
+            return got
+
+        return stats_then_chunk0_writes
+
+    monkeypatch.setattr(_rows_split, "kernel_caller", caller)
+    n = 3001  # a shape of its own: the patched launch stays prepared for this signature only
+    x = put(RNG.standard_normal((3, n)) * 2 + 5, "float32", dev)
+    w, b = (put(RNG.standard_normal(n), "float32", dev) for _ in range(2))
+    want = refs(f64(x), f64(w), f64(b))["layer_norm"]
+    with force("layer_norm", "rows_split", forced(32, 2)):
+        assert ops.layer_norm(x, w, b, 1e-5, out=x) is x
+    check(x[:, 1:], want[:, 1:], "float32", "in place")

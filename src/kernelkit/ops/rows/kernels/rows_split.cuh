@@ -8,9 +8,11 @@
 //
 // A row of n elements is S = ceil(n / CHUNK) chunks, CHUNK = BLOCK * U * VEC elements (U 16-byte
 // vectors a thread, held in registers between load and use); block b takes chunk b % S of row
-// b / S. Statistics per chunk, three floats: (elements, first, second): softmax (max, sum of
+// b / S. Statistics per chunk, three floats: (sh, first, second): softmax (max, sum of
 // exp(x - max)); rms_norm (0, sum of squares); layer_norm (mean of x - sh, sum of squared
-// deviations from it), sh = the row's first element, as the other row kernels shift.
+// deviations from it), sh = the row's first element, as the other row kernels shift (0 for the
+// others). `apply` takes sh from there, never from x: with out= x itself, chunk 0's block may
+// have written the row's first element already. A chunk's element count follows from its index.
 //
 // Needs (from the row headers before it): kk_pack, kk_words, kk_get/kk_set, kk_block_reduce,
 // kk_softmax_reduce, kk_softmax_merge, kk_warp_sum, kk_exp2, kk_max_nan, KK_L2E, and
@@ -119,8 +121,13 @@ __device__ __forceinline__ void kk_split_stats(const T* x, float* part, long lon
   }
   if (threadIdx.x == 0) {
     float* p = part + 3 * (r * S + s);
-    p[0] = (float)m, p[1] = first, p[2] = second;
+    p[0] = sh, p[1] = first, p[2] = second;
   }
+}
+
+// Elements of chunk i of a row of n (chunk elements a chunk, the last one short).
+__device__ __forceinline__ float kk_split_count(long long i, long long n, long long chunk) {
+  return (float)(n - i * chunk < chunk ? n - i * chunk : chunk);
 }
 
 // The row's (p0, p1) from its S chunk statistics (as kk_long_combine from a cluster's blocks):
@@ -128,15 +135,15 @@ __device__ __forceinline__ void kk_split_stats(const T* x, float* part, long lon
 // them, chunk i on lane i % 32, in chunk order; the warp's sums are the same on every lane.
 template <int OP>
 __device__ __forceinline__ void kk_split_combine(const float* pr, long long S, long long n,
-                                                 float eps, float* out2) {
+                                                 long long chunk, float eps, float* out2) {
   if (threadIdx.x >= 32) return;
   const int lane = (int)threadIdx.x;
   float a = OP == 0 ? -INFINITY : 0.0f, b = 0.0f;
   for (long long i = lane; i < S; i += 32) {
-    const float c = __ldcg(pr + 3 * i), f = __ldcg(pr + 3 * i + 1), q = __ldcg(pr + 3 * i + 2);
+    const float f = __ldcg(pr + 3 * i + 1), q = __ldcg(pr + 3 * i + 2);
     if (OP == 0) kk_softmax_merge(a, b, f, q);
     else if (OP == 1) a += q;
-    else a += c * f;
+    else a += kk_split_count(i, n, chunk) * f;
   }
   float p0 = 0.0f, p1;
   if (OP == 0) {
@@ -150,7 +157,7 @@ __device__ __forceinline__ void kk_split_combine(const float* pr, long long S, l
   } else {
     const float mean = kk_warp_sum(a) / (float)n;
     for (long long i = lane; i < S; i += 32) {
-      const float c = __ldcg(pr + 3 * i), d = __ldcg(pr + 3 * i + 1) - mean;
+      const float c = kk_split_count(i, n, chunk), d = __ldcg(pr + 3 * i + 1) - mean;
       b += __ldcg(pr + 3 * i + 2) + c * d * d;
     }
     p0 = mean;
@@ -174,8 +181,8 @@ __device__ __forceinline__ void kk_split_apply(const T* x, T* y, const W* w, con
   const long long lo = s * CHUNK;
   kk_words v[U];
   kk_split_load<T, BLOCK, U, VECTOR, HINT ? KK_SPLIT_DROP : 0>(xr, lo, n, v);
-  const float sh = OP == 2 ? (float)xr[0] : 0.0f;
-  kk_split_combine<OP>(part + 3 * r * S, S, n, eps, p);
+  const float sh = OP == 2 ? __ldcg(part + 3 * r * S) : 0.0f;  // x[0] may be y[0] by now
+  kk_split_combine<OP>(part + 3 * r * S, S, n, CHUNK, eps, p);
   __syncthreads();
   const float p0 = p[0], p1 = p[1];
 #pragma unroll
