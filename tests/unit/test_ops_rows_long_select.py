@@ -123,3 +123,28 @@ def test_every_kernel_compiles_with_nvrtc_without_spills(cuda, arch, dtype):
         assert report.get("bytes stack frame", 0) == 0, (spec.name, report)
         assert report["registers"] <= 64, (spec.name, report)  # 1024 threads a block
         assert k.spec.cluster_dims == ((cl, 1, 1) if cl > 1 else ())
+
+
+def test_without_clusters_few_rows_beyond_shared_memory_go_to_rows_split():
+    """The rules, end to end: on an A100-like target a few rows too long for a block's shared
+    memory run rows_split; many rows, or a row rows_smem holds, stay where they were; and on a
+    target offering more than rows_smem ever takes (227 KiB), rows_split steps aside only for
+    the rows rows_smem takes, never leaving a row to the register kernel's two reads."""
+    a100 = dataclasses.replace(A100, multiprocessor_count=108)
+    assert select(_softmax.OP, problem(64, 262144, "float32"), a100).choice.impl == (
+        "softmax/rows_split"
+    )
+    assert select(_softmax.OP, problem(512, 262144, "float32"), a100).choice.impl == (
+        "softmax/rows"
+    )
+    assert select(_softmax.OP, problem(64, 32000, "float32"), a100).choice.impl == (
+        "softmax/rows_smem"
+    )
+    roomy = dataclasses.replace(a100, max_shared_memory_optin_bytes=256 * 1024)
+    # 240000 bytes a row: more than rows_smem's 227 KiB, less than this target's opt-in
+    assert select(_softmax.OP, problem(64, 60000, "float32"), roomy).choice.impl == (
+        "softmax/rows_split"
+    )
+    assert select(_softmax.OP, problem(64, 32000, "float32"), roomy).choice.impl == (
+        "softmax/rows_smem"
+    )
