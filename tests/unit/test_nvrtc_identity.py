@@ -31,6 +31,7 @@ def fresh(tmp_path, monkeypatch):
     monkeypatch.setattr(nvrtc, "supported_archs", lambda: (75, 80, 90))
     monkeypatch.setattr(nvrtc, "library_path", lambda: str(lib))
     yield tmp_path, lib, asked
+    monkeypatch.undo()  # the real environment and NVRTC first: what is reloaded below reads them
     _clear()
     _config.reload()
 
