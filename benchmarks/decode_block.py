@@ -135,7 +135,8 @@ class Timer:
         return (
             f"Timed cells: median (25th-75th percentile) over {self.reps} batches of "
             f"{self.batch} calls, the variants of a row timed in turn; ratio: torch / "
-            "kernelkit, batch by batch; graph: device time of a captured CUDA graph."
+            "kernelkit, batch by batch; alone: a compiled variant's batches with no other "
+            "variant between; graph: device time of a captured CUDA graph."
         )
 
     def graph(self, fn: Callable[[], Any]) -> float | None:
@@ -169,7 +170,9 @@ def block_row(
     res: Results, timer: Timer, runs: dict[str, Callable[..., Any]], x: Any, p: Any, h: int
 ) -> dict[str, Any]:
     """One (H, M) row: every variant checked against torch's eager block, the ones that run
-    timed paired, then the eager ones' captured graphs one by one."""
+    timed paired, then the eager ones' captured graphs and the compiled ones alone (their
+    batches back to back, no other variant between: a paired reduce-overhead call follows
+    other graphs' replays of the same CUDA-graph tree), one by one."""
     where, want = f"H={h} M={x.shape[0]}", torch_block(x, p).float()
     errs: dict[str, float] = {}
     for label, run in runs.items():
@@ -191,6 +194,8 @@ def block_row(
             _put(row, f"{label} µs", stats[label])
         if label.endswith(" eager") and label in stats:
             row[f"{label} graph µs"] = timer.graph(calls[label])
+        elif label in stats:  # compiled: also timed alone, as a decode loop calls it
+            _put(row, f"{label} alone µs", timer.paired({label: calls[label]})[label])
         if label in errs:
             row[f"{label} err"] = float(f"{errs[label]:.2e}")
     return row

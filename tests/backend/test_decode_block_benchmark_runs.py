@@ -36,6 +36,9 @@ def test_decode_block_benchmark_runs_on_cpu(tmp_path):
             assert row[f"{variant} µs"] is not None and row[f"{variant} err"] < 1e-4, row
             # timed paired: the median and its quartiles over the batches
             assert row[f"{variant} µs p25"] <= row[f"{variant} µs"] <= row[f"{variant} µs p75"]
+        for variant in ("kernelkit default", "torch default"):  # compiled: also timed alone
+            alone = row[f"{variant} alone µs"]
+            assert row[f"{variant} alone µs p25"] <= alone <= row[f"{variant} alone µs p75"]
     ops = {r["op"] for r in tables["ops"] if r.get("kernelkit µs") is not None}
     assert {"softmax", "rms_norm", "layer_norm", "a*silu(b)", "matmul tiled"} <= ops
     for row in (r for r in tables["ops"] if r.get("kernelkit µs") is not None):
