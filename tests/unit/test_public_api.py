@@ -99,6 +99,7 @@ HEAVY = [
     "cuda.bindings",
     "ml_dtypes",
     "ray",  # kernelkit tune --ray imports it when asked for
+    "numpy",  # ~45 ms: the JAX FFI route's attributes import it when a call is first lowered
 ]
 
 

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._arrays import DLPACK_CPU, DLPACK_CUDA
 from .._errors import ArgumentError, ArgumentTypeError
-from . import jax_pack, jax_shim
+from . import jax_shim
 
 if TYPE_CHECKING:
     from .._api import Kernel
@@ -120,6 +120,9 @@ class TracedCall:
             arrays.update(zip(spec.output_names, self.out_shapes))
             plans = [self._plan(platform, device) for device in devices]
             flat = spec.output_names if spec.flat_outputs else ()  # as jax_eager passes them
+            # (and NumPy) when a call is first lowered, not at kernelkit's import
+            from . import jax_pack
+
             found = jax_pack.attributes(platform, plans, arrays, scalars, self.launch, flat)
             self._lowered[key] = found
         return found
