@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kernelkit import _config
 from kernelkit._backends.cuda import nvrtc, nvrtc_identity
@@ -173,6 +176,33 @@ def test_version_define_reads_only_a_plain_define_line(text, found):
     # read by byte search (a regular expression compiled for it cost the cold first call
     # ~0.2 ms), with what the pattern `^#define\s+MACRO\s+(\d+)\s*$` accepted
     assert nvrtc._define_value(text, "CUDA_VERSION") == found
+
+
+_TOKENS = [b"#define", b"CUDA_VERSION", b"CUDA_VERSION_MAJOR", b"#if", b"12080", b"13", b"(12000",
+           b"//", b"x", b"#", b"define"]  # fmt: skip
+_GAPS = [b" ", b"\t", b"  ", b"\r", b"\x0b", b"\x0c", b""]
+_LINE = st.lists(st.tuples(st.sampled_from(_TOKENS), st.sampled_from(_GAPS)), max_size=5).map(
+    lambda parts: b"".join(t + g for t, g in parts)
+)
+
+
+def _line_by_line(text: bytes) -> str | None:
+    """What ``_define_value`` promises, line by line: the first line that is "#define", the
+    name and ASCII digits, with ASCII whitespace between and after, and nothing else."""
+    ws = rb"[ \t\r\x0b\x0c]"
+    pattern = re.compile(rb"#define" + ws + rb"+CUDA_VERSION" + ws + rb"+([0-9]+)" + ws + rb"*")
+    for line in text.split(b"\n"):
+        m = pattern.fullmatch(line)
+        if m:
+            return m.group(1).decode()
+    return None
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(_LINE, max_size=6))
+def test_version_define_agrees_with_a_line_by_line_reading(lines):
+    text = b"\n".join(lines)
+    assert nvrtc._define_value(text, "CUDA_VERSION") == _line_by_line(text)
 
 
 def test_include_dirs_come_from_the_record_without_cuda_pathfinder(fresh, monkeypatch):
