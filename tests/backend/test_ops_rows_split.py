@@ -15,9 +15,9 @@ from kernelkit._choices import force
 from kernelkit.ops import _rows_split
 
 torch = pytest.importorskip("torch")
+from test_ops_rows_long import TOL, f64, put  # noqa: E402  (after torch: it needs it too)
+
 RNG = np.random.default_rng(29)
-TOL = {"float32": 2e-5, "float16": 2e-3, "bfloat16": 1.6e-2}
-DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 NAMES = ("softmax", "rms_norm", "layer_norm")
 
 
@@ -26,14 +26,6 @@ def dev(backend):
     if backend in ("cpu", "cuda"):
         return backend
     pytest.skip(f"{backend}: these tests use torch tensors")
-
-
-def put(a, dtype, dev):
-    return torch.from_numpy(np.ascontiguousarray(a, np.float32)).to(DTYPES[dtype]).to(dev)
-
-
-def f64(t):
-    return t.detach().float().cpu().numpy().astype(np.float64)
 
 
 def refs(xd, wd, bd):

@@ -21,7 +21,15 @@ from .._select.registry import Implementation, Op
 from ._common import empty, one_output_launch, run_prepared, vec_width
 from ._kernel_files import source
 
-__all__ = ["CLUSTER_SIZES", "KERNELS", "REGISTER_VECTORS", "register", "slice_bytes"]
+__all__ = [
+    "CLUSTER_SIZES",
+    "KERNELS",
+    "REGISTER_VECTORS",
+    "block_refusal",
+    "register",
+    "room",
+    "slice_bytes",
+]
 
 HEADER = source("rows", "rows", "softmax", "rows_smem")  # the row helpers, softmax's, ours
 
@@ -68,7 +76,8 @@ def _cl(c: Config) -> int:
     return int(c.values.get("CL", 1))
 
 
-def _room(t: Target) -> int:
+def room(t: Target) -> int:
+    """Dynamic shared memory a block may hold a slice in on ``t``."""
     return min(t.max_shared_memory_optin_bytes, SHARED_LIMIT) - STATIC_SHARED
 
 
@@ -78,7 +87,7 @@ def _match(clusters: bool) -> Callable[[Problem, Target], str | None]:
         if dtype not in _ITEMSIZE:
             return f"dtype {dtype} is not one of float16, bfloat16, float32"
         cl = CLUSTER_SIZES[-1] if clusters else 1
-        if slice_bytes(n, cl, dtype) > _room(t):
+        if slice_bytes(n, cl, dtype) > room(t):
             return f"a row of {n} {dtype} elements does not fit {cl} block(s) of shared memory"
         if rows * cl > 2**31 - 1:
             return f"{rows} rows x {cl} blocks is more blocks than a grid has"
@@ -87,12 +96,21 @@ def _match(clusters: bool) -> Callable[[Problem, Target], str | None]:
     return match
 
 
+def block_refusal(c: Config) -> str | None:
+    """Why ``c``'s BLOCK (one dimension of threads, a whole number of warps) cannot run, or None."""
+    block = int(c.values["BLOCK"])
+    if block % 32 or not 32 <= block <= 1024 or tuple(c.threadgroup) != (block, 1, 1):
+        return f"BLOCK = {block} with threadgroup {c.threadgroup}: a multiple of 32 up to 1024"
+    return None
+
+
 def fits(p: Problem, c: Config) -> str | None:
     """The slice must fit a block's shared memory (227 KiB at most; match checks the target)."""
     n, _, dtype = _dims(p)
-    block, cl = int(c.values["BLOCK"]), _cl(c)
-    if block % 32 or not 32 <= block <= 1024 or tuple(c.threadgroup) != (block, 1, 1):
-        return f"BLOCK = {block} with threadgroup {c.threadgroup}: a multiple of 32 up to 1024"
+    cl = _cl(c)
+    refused = block_refusal(c)
+    if refused:
+        return refused
     if cl != 1 and cl not in CLUSTER_SIZES:
         return f"CL = {cl} is not one of {(1, *CLUSTER_SIZES)}"
     need = slice_bytes(n, cl, dtype)
@@ -113,7 +131,7 @@ def want_cluster(p: Problem, t: Target) -> int | None:
     # the register kernel's two reads, so clusters only where forced
     emulated = "cpu" in t.features
     sizes = (1, *CLUSTER_SIZES) if "clusters" in t.features and not emulated else (1,)
-    ok = [cl for cl in sizes if slice_bytes(n, cl, dtype) <= _room(t)]
+    ok = [cl for cl in sizes if slice_bytes(n, cl, dtype) <= room(t)]
     if not ok:
         return None
     if rows <= FEW_ROWS:  # fewer blocks than SMs: each row over as many SMs as a cluster has

@@ -28,7 +28,7 @@ from .._select.records import Config, KernelChoice
 from .._select.registry import Implementation, Op
 from ._common import empty, kernel_caller, run_prepared, vec_width
 from ._kernel_files import source
-from ._rows_long import REGISTER_VECTORS, SHARED_LIMIT, STATIC_SHARED, slice_bytes
+from ._rows_long import REGISTER_VECTORS, block_refusal, room, slice_bytes
 
 __all__ = ["CONFIGS", "chunks", "config", "heuristic", "register"]
 
@@ -74,9 +74,9 @@ def match(p: Problem, t: Target) -> str | None:
 
 
 def fits(p: Problem, c: Config) -> str | None:
-    block, u = int(c.values["BLOCK"]), int(c.values["U"])
-    if block % 32 or not 32 <= block <= 1024 or tuple(c.threadgroup) != (block, 1, 1):
-        return f"BLOCK = {block} with threadgroup {c.threadgroup}: a multiple of 32 up to 1024"
+    refused, u = block_refusal(c), int(c.values["U"])
+    if refused:
+        return refused
     if u not in UNROLLS or c.values.get("HINT") not in (0, 1):
         return f"U = {u}, HINT = {c.values.get('HINT')}: U one of {UNROLLS}, HINT 0 or 1"
     n, rows, dtype = _dims(p)
@@ -94,8 +94,7 @@ def heuristic(p: Problem, t: Target) -> Config | None:
         return None
     if -(-n // vec_width(dtype)) <= REGISTER_VECTORS:
         return None
-    room = min(t.max_shared_memory_optin_bytes, SHARED_LIMIT) - STATIC_SHARED  # rows_smem's
-    if slice_bytes(n, 1, dtype) <= room:
+    if slice_bytes(n, 1, dtype) <= room(t):
         return None  # rows_smem: one read
     return config(256, 4 if _ITEMSIZE[dtype] == 4 else 2)
 
