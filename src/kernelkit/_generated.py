@@ -19,8 +19,12 @@ def _code(source: str, filename: str) -> CodeType:
     return compile(source, filename, "exec")
 
 
-def execute(source: str, namespace: dict[str, Any], label: str) -> dict[str, Any]:
+def execute(
+    source: str, namespace: dict[str, Any], label: str, globals_: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """Run ``source`` (compiled once per distinct text, named ``<kernelkit label>`` in
-    tracebacks) in ``namespace``, and return the namespace with what it defined."""
-    exec(_code(source, f"<kernelkit {label}>"), namespace)  # noqa: S102 - kernelkit's own text
+    tracebacks) in ``namespace``, and return the namespace with what it defined; ``globals_``:
+    the functions it defines read their globals there instead (a table shared by many)."""
+    code = _code(source, f"<kernelkit {label}>")
+    exec(code, namespace if globals_ is None else globals_, namespace)  # noqa: S102 - kernelkit's own text
     return namespace

@@ -11,9 +11,10 @@ run the kernel. Its functions are written as the kernel's header writes them (``
 other one), so results agree with the kernel's to float32 rounding (the compilers may contract
 a * b + c into one fma).
 
-The expression reaches this module as the parser's tree (``Elementwise.trees``: inputs, float32
-constants, the allowlisted functions by their C names, ``+ - * /`` and negation), evaluated here
-by a small recursive function that Dynamo inlines.
+Each expression is one generated Python function (``Elementwise.python_expression``, written
+from the parser's trees by ``_elementwise_parse.python_source``: one assignment a node), which
+calls the functions below by their C names (``_f_expf``, ``_f_kk_ew_silu``) and which Dynamo
+inlines (``torch_traced``): its constants are in its code, so a compiled call guards on none.
 """
 
 from __future__ import annotations
@@ -23,12 +24,9 @@ from typing import Any
 
 import torch
 
-from ..ops._elementwise_parse import MATH_FUNCTIONS, OWN_FUNCTIONS
+from ..ops._elementwise_parse import MATH_FUNCTIONS, OWN_FUNCTIONS, PYTHON_FUNCTIONS
 
-__all__ = ["FUNCTIONS", "evaluate", "traced"]
-
-F32 = torch.float32
-CONTIGUOUS = torch.contiguous_format
+__all__ = ["FUNCTIONS"]
 
 
 def _fmax(x: Any, y: Any) -> Any:
@@ -88,41 +86,5 @@ FUNCTIONS: dict[str, Callable[..., Any]] = {
 # every function the expression language has is translated (checked at import)
 if set(FUNCTIONS) != {f"kk_ew_{n}" for n in OWN_FUNCTIONS} | set(MATH_FUNCTIONS.values()):
     raise ImportError("[elementwise] the torch translation does not cover the expression language")
-
-
-def evaluate(t: Any, v: list[Any], c: Callable[[float], Any]) -> Any:
-    """The value of one expression tree (``_elementwise_parse.tree``) over the float32 inputs
-    ``v``; ``c(value)`` makes a float32 constant."""
-    kind = t[0]
-    if kind == "v":
-        return v[t[1]]
-    if kind == "c":
-        return c(t[1])
-    if kind == "neg":
-        return -evaluate(t[1], v, c)
-    if kind == "f":
-        return FUNCTIONS[t[1]](*[evaluate(a, v, c) for a in t[2]])
-    left, right = evaluate(t[1], v, c), evaluate(t[2], v, c)
-    if kind == "+":
-        return left + right
-    if kind == "-":
-        return left - right
-    if kind == "*":
-        return left * right
-    return left / right
-
-
-def traced(trees: tuple, values: list[Any], shape: Any, dtype: str) -> list[Any]:
-    """The outputs of the expression trees on ``values`` (tensors and Python numbers), as new
-    row-contiguous tensors of ``shape`` and ``dtype`` (what the kernel returns; never an input
-    itself, as ``y = a`` would give): Inductor writes them in the same loop."""
-    device = next(x.device for x in values if isinstance(x, torch.Tensor))
-
-    def c(value: float) -> Any:
-        return torch.full((), value, dtype=F32, device=device)
-
-    v = [x.to(F32) if isinstance(x, torch.Tensor) else c(float(x)) for x in values]
-    tdtype = getattr(torch, dtype)
-    return [
-        evaluate(t, v, c).to(tdtype).expand(shape).clone(memory_format=CONTIGUOUS) for t in trees
-    ]
+# what the expressions' Python forms (``Elementwise.python_expression``) call
+PYTHON_FUNCTIONS.update({f"_f_{name}": fn for name, fn in FUNCTIONS.items()})

@@ -23,7 +23,8 @@ from typing import Any
 import torch
 
 from .. import _arrays
-from ..ops import _matmul, _norms, _softmax
+from ..ops import _matmul, _matmul_args, _norms, _softmax
+from ..ops._common import float_array, move_last
 from .torch_grad import torch_signer
 from .torch_op import OpSchema, TorchOp, checked, define
 from .torch_vjp import custom_vjp
@@ -51,7 +52,14 @@ def _op(
     return define(schema, lambda op: checked(op, impl, impl_out), fake)
 
 
+# The fake implementations also check the arguments as the eager ops do (ArgumentError naming
+# what is wrong): they run while a graph is traced, and Dynamo guards on nothing they read, so a
+# compiled call re-checks nothing (``torch_traced``).
+
+
 def _softmax_fake(x: Any, dim: int) -> Any:
+    float_array(x, "softmax", "x")
+    move_last(x, dim, "softmax")
     moved = x.movedim(dim, -1)
     return torch.empty(moved.shape, dtype=x.dtype, device=x.device).movedim(-1, dim)
 
@@ -62,7 +70,13 @@ def _softmax_grad(y: Any, grad_y: Any, dim: int) -> dict[str, Any]:
     return {"grad_x": gx.to(y.dtype)}
 
 
-def _rows_fake(x: Any, *_: Any) -> Any:
+def _rms_fake(x: Any, weight: Any, eps: float) -> Any:
+    _norms._check("rms_norm", x, {"weight": weight}, eps)
+    return torch.empty(x.shape, dtype=x.dtype, device=x.device)
+
+
+def _layer_fake(x: Any, weight: Any, bias: Any, eps: float) -> Any:
+    _norms._check("layer_norm", x, {"weight": weight, "bias": bias}, eps)
     return torch.empty(x.shape, dtype=x.dtype, device=x.device)
 
 
@@ -96,7 +110,8 @@ def _layer_grad(x: Any, weight: Any, bias: Any, eps: float, grad_y: Any) -> dict
     return _norm_grad(x, weight, grad_y, eps, bias)
 
 
-def _matmul_fake(a: Any, b: Any, bias: Any, activation: Any, transpose_b: bool) -> Any:  # noqa: ARG001  the op's signature
+def _matmul_fake(a: Any, b: Any, bias: Any, activation: Any, transpose_b: bool) -> Any:
+    _matmul_args.prepare(a, b, bias, activation, transpose_b)
     n = b.shape[0] if transpose_b else b.shape[1]
     return torch.empty((*a.shape[:-1], n), dtype=a.dtype, device=a.device)
 
@@ -135,12 +150,12 @@ _SCHEMAS: dict[str, tuple[tuple[tuple[str, str], ...], Callable[..., Any], Calla
     "rms_norm": (
         (("x", "Tensor"), ("weight", "Tensor"), ("eps", "float")),
         _norms.eager_rms_norm,
-        _rows_fake,
+        _rms_fake,
     ),
     "layer_norm": (
         (("x", "Tensor"), ("weight", "Tensor"), ("bias", "Tensor"), ("eps", "float")),
         _norms.eager_layer_norm,
-        _rows_fake,
+        _layer_fake,
     ),
     "matmul": (
         (

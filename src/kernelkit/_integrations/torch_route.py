@@ -78,7 +78,7 @@ def hook(name: str, arrays: Any, args: tuple, out: Any) -> Any:
         if torch.compiler.is_compiling():  # (a trace that began before install_torch)
             from .torch_traced import elementwise
 
-            return elementwise(args[0], *args[1], out=out, **args[2])
+            return elementwise(args[0], args[1], out, args[2])
         if needs_grad(arrays):
             raise no_gradient(str(args[0]))
         return NotImplemented

@@ -30,14 +30,19 @@ import torch.nn.functional as F
 
 from .. import _arrays
 from .._errors import ArgumentError
-from ..ops import _elementwise, _matmul, _matmul_args, _norms, _softmax
-from ..ops._common import move_last, row_contiguous
+from ..ops import _elementwise, _matmul, _norms, _softmax
+from ..ops._common import row_contiguous
 from . import torch_elementwise, torch_ops  # noqa: F401 - torch_ops defines the torch ops
 from .torch_grad import no_gradient, torch_signer
 
 __all__ = ["INSTALLED"]
 
 _K = torch.ops.kernelkit
+# (the op with gradients, its inference twin) per op, bound once: a traced call reads one global
+_SOFTMAX = (_K.softmax, _K.softmax_inference)
+_RMS_NORM = (_K.rms_norm, _K.rms_norm_inference)
+_LAYER_NORM = (_K.layer_norm, _K.layer_norm_inference)
+_MATMUL = (_K.matmul, _K.matmul_inference)
 
 
 def _grad(*tensors: Any) -> bool:
@@ -52,30 +57,39 @@ def _refuse_out_grad(name: str, grad: bool) -> None:
         )
 
 
-def _torch_op(name: str, args: tuple, grads: tuple, out: Any) -> Any:
-    """The torch op ``name`` on ``args``: with gradients where one of ``grads`` needs one, else
-    its inference twin (``out=`` only there)."""
-    grad = _grad(*grads)
+def _torch_op(ops: tuple, name: str, args: tuple, grad: bool, out: Any) -> Any:
+    """``ops[0]`` (with gradients) on ``args`` where ``grad``, else its inference twin
+    ``ops[1]`` (``out=`` only there). The arguments are checked by the ops' fake
+    implementations (``torch_ops``), which run while the graph is traced and are not traced
+    themselves: Dynamo guards on none of what the checks read."""
     if out is not None:
         _refuse_out_grad(name, grad)
-        getattr(_K, f"{name}_inference").out(*args, out)
+        ops[1].out(*args, out)
         return out
-    return getattr(_K, name if grad else f"{name}_inference").default(*args)
+    return ops[0].default(*args) if grad else ops[1].default(*args)
 
 
 def softmax(x: Any, dim: int = -1, *, out: Any = None) -> Any:
-    move_last(x, dim, "softmax")
-    return _torch_op("softmax", (x, int(dim)), (x,), out)
+    return _torch_op(_SOFTMAX, "softmax", (x, dim), _grad(x), out)
 
 
 def rms_norm(x: Any, weight: Any, eps: float = 1e-6, *, out: Any = None) -> Any:
-    eps = _norms._check("rms_norm", x, {"weight": weight}, eps)
-    return _torch_op("rms_norm", (x, weight, eps), (x, weight), out)
+    grad = _grad(x, weight)
+    return _torch_op(_RMS_NORM, "rms_norm", (x, weight, _eps("rms_norm", eps)), grad, out)
 
 
 def layer_norm(x: Any, weight: Any, bias: Any, eps: float = 1e-5, *, out: Any = None) -> Any:
-    eps = _norms._check("layer_norm", x, {"weight": weight, "bias": bias}, eps)
-    return _torch_op("layer_norm", (x, weight, bias, eps), (x, weight, bias), out)
+    grad = _grad(x, weight, bias)
+    args = (x, weight, bias, _eps("layer_norm", eps))
+    return _torch_op(_LAYER_NORM, "layer_norm", args, grad, out)
+
+
+def _eps(name: str, eps: Any) -> Any:
+    """``eps`` as the op's float argument; a bool (which torch would take as 0.0 or 1.0) is
+    refused here, any other value by the op's fake implementation (``_norms.check_eps``)."""
+    if isinstance(eps, bool):
+        raise ArgumentError(f"[{name}] eps must be a non-negative float, got {eps!r}")
+    return eps
 
 
 def matmul(
@@ -87,8 +101,8 @@ def matmul(
     transpose_b: bool = False,
     out: Any = None,
 ) -> Any:
-    _matmul_args.prepare(a, b, bias, activation, transpose_b)
-    return _torch_op("matmul", (a, b, bias, activation, transpose_b), (a, b, bias), out)
+    grad = _grad(a, b, bias)
+    return _torch_op(_MATMUL, "matmul", (a, b, bias, activation, transpose_b), grad, out)
 
 
 def _matmul_decomposed(a: Any, b: Any, bias: Any, activation: Any, transpose_b: bool) -> Any:
@@ -125,13 +139,14 @@ def _framework_chosen(a: Any, b: Any, bias: Any, activation: Any, transpose_b: b
         return False
 
 
-def elementwise(self: Any, *args: Any, out: Any = None, **kwargs: Any) -> Any:
-    """``Elementwise.__call__`` traced: its checks, then the expression as torch operations."""
+def elementwise(self: Any, args: tuple, out: Any, kwargs: dict[str, Any]) -> Any:
+    """``Elementwise.__call__`` (``_elementwise.call``) traced: its checks, then the
+    expression as torch operations."""
     values, arrays, dtype = self.check_values(args, kwargs)
     if _grad(*arrays):
         raise no_gradient(str(self))
     shape = torch.broadcast_shapes(*(a.shape for a in arrays))
-    ys = torch_elementwise.traced(self.trees, values, shape, dtype)
+    ys = _expression(self.python_expression, values, shape, dtype)
     single = len(self.outputs) == 1
     if out is None:
         return ys[0] if single else ys
@@ -149,6 +164,27 @@ def elementwise(self: Any, *args: Any, out: Any = None, **kwargs: Any) -> Any:
     return outs[0] if single else outs
 
 
+def _expression(
+    expression: Callable[..., tuple], values: list[Any], shape: Any, dtype: str
+) -> list[Any]:
+    """The outputs of an elementwise expression (``Elementwise.python_expression``: its
+    trees as one generated function, whose constants are in its code, not in objects Dynamo
+    reads and guards on) on ``values`` (tensors and Python numbers), computed in float32, as
+    new row-contiguous tensors of ``shape`` and ``dtype`` (what the kernel returns; never an
+    input itself, as ``y = a`` would give): Inductor writes them in the same loop."""
+    device = next(x.device for x in values if isinstance(x, torch.Tensor))
+
+    def c(value: float) -> Any:
+        return torch.full((), value, dtype=torch.float32, device=device)
+
+    v = [x.to(torch.float32) if isinstance(x, torch.Tensor) else c(float(x)) for x in values]
+    tdtype = getattr(torch, dtype)
+    return [
+        y.to(tdtype).expand(shape).clone(memory_format=torch.contiguous_format)
+        for y in expression(*v, c)
+    ]
+
+
 def _install() -> bool:
     """Register the traced versions with Dynamo and the matmul decomposition with Inductor;
     False where this torch cannot."""
@@ -162,7 +198,7 @@ def _install() -> bool:
         (_norms.rms_norm, rms_norm),
         (_norms.layer_norm, layer_norm),
         (_matmul.matmul, matmul),
-        (_elementwise.Elementwise.__call__, elementwise),
+        (_elementwise.call, elementwise),
     )
     try:
         for original, traced in pairs:

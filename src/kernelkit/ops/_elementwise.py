@@ -23,6 +23,7 @@ from .. import _config
 from .._api import Kernel, kernel
 from .._dtypes import normalize_dtype
 from .._errors import ArgumentError, ArgumentTypeError
+from .._generated import execute
 from .._records import Problem
 from .._select.records import KernelChoice
 from .._select.registry import Implementation, Op
@@ -39,10 +40,17 @@ from ._common import (
     vec_width,
 )
 from ._elementwise_kernels import HEADER, body
-from ._elementwise_parse import parse_expression, tree
+from ._elementwise_parse import PYTHON_FUNCTIONS, parse_expression, python_source, tree
 from ._prepared import FORCED, SIGNERS, routed, signature, store
 
 __all__ = ["Elementwise", "elementwise"]
+
+
+def _python_expression(trees: tuple, n: int) -> Callable[..., tuple]:
+    """The trees as one Python function (``python_source``), for tracers (torch.compile)."""
+    return execute(python_source(trees, n), {}, "elementwise expression", PYTHON_FUNCTIONS)[
+        "expression"
+    ]
 
 
 class Elementwise:
@@ -53,6 +61,7 @@ class Elementwise:
         self.outputs, inputs, self._exprs = parse_expression(expression)
         self.trees = tuple(tree(x) for x in self._exprs)  # for tracers (torch.compile)
         self.inputs = list(inputs)
+        self.python_expression = _python_expression(self.trees, len(self.inputs))
         self.output_dtype = (
             None
             if output_dtype is None
@@ -261,22 +270,7 @@ class Elementwise:
     def __call__(self, *args: Any, out: Any = None, **kwargs: Any) -> Any:
         """Run on arrays of one framework (and Python scalars); returns the output, or a list
         when the expression has several."""
-        if kwargs and not args and len(kwargs) == len(self.inputs):
-            try:  # every input by name: the same call as in order
-                args, kwargs = tuple(map(kwargs.__getitem__, self.inputs)), {}
-            except KeyError:  # a name that is no input's: _call says which
-                pass
-        if args and not kwargs:  # a prepared signature: arrays in order, one out= or none
-            sign = SIGNERS.get(args[0].__class__)
-            if sign is not None:
-                try:
-                    run = self._table[sign((*args, out)), self.op.generation, FORCED.get(),
-                                      _config.config.select_force]  # fmt: skip
-                except Exception:  # noqa: BLE001, S110 - a new signature: validated below
-                    pass
-                else:
-                    return run(list(args), out)
-        return self._call(args, out, kwargs)
+        return call(self, args, out, kwargs)
 
     def _call(self, args: tuple, out: Any, kwargs: dict[str, Any]) -> Any:
         """A call of a new (or an unprepared) signature: validate, describe, run, prepare."""
@@ -393,3 +387,25 @@ def _broadcast_to(x: Any, shape: tuple[int, ...]) -> Any:
         return x.expand(shape)
     xp = namespace(x)
     return xp.broadcast_to(x, shape)
+
+
+def call(self: Elementwise, args: tuple, out: Any, kwargs: dict[str, Any]) -> Any:
+    """``Elementwise.__call__``: a prepared signature's run, else ``Elementwise._call``. A
+    module function, so that ``torch.compile`` can trace another in its place
+    (``torch_traced``): Dynamo substitutes functions, not the methods it finds on a class."""
+    if kwargs and not args and len(kwargs) == len(self.inputs):
+        try:  # every input by name: the same call as in order
+            args, kwargs = tuple(map(kwargs.__getitem__, self.inputs)), {}
+        except KeyError:  # a name that is no input's: _call says which
+            pass
+    if args and not kwargs:  # a prepared signature: arrays in order, one out= or none
+        sign = SIGNERS.get(args[0].__class__)
+        if sign is not None:
+            try:
+                run = self._table[sign((*args, out)), self.op.generation, FORCED.get(),
+                                  _config.config.select_force]  # fmt: skip
+            except Exception:  # noqa: BLE001, S110 - a new signature: validated below
+                pass
+            else:
+                return run(list(args), out)
+    return self._call(args, out, kwargs)

@@ -5,6 +5,7 @@ token by token and translates it to C++ over the kernel's float locals ``v0, v1,
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any
 
@@ -242,3 +243,57 @@ def tree(expr: str) -> Any:
     if pos != len(tokens):  # cannot happen for _translate's output
         raise ArgumentError(f"[elementwise] unexpected {tokens[pos]!r} in {expr!r}")
     return result
+
+
+# The functions a tree's Python form (``python_source``) calls, as ``_f_<C name>``: filled by the
+# torch integration when it is imported (``torch_elementwise``); the forms only run after that.
+PYTHON_FUNCTIONS: dict[str, Any] = {}
+
+
+def python_source(trees: tuple, n: int) -> str:
+    """``def expression(v0, .., c)``: the trees (one per output) over ``n`` inputs as one
+    Python function of float32 tensors ``v0..`` returning a tuple, constants made by
+    ``c(value)``, one assignment a node (no nesting: any depth compiles, and Dynamo traces it
+    without recursing). Written from the trees' checked tokens only (input indices,
+    allowlisted C names, float values), so a tracer reads no tree and guards on none of its
+    entries."""
+    params = ", ".join([*(f"v{i}" for i in range(n)), "c"])
+    lines = [f"def expression({params}):"]
+    results = []
+    for t in trees:
+        values: list[str] = []
+        stack: list[tuple[Any, bool]] = [(t, False)]
+        while stack:  # post-order without recursion: a chain of 10,000 terms is 10,000 deep
+            node, ready = stack.pop()
+            kind = node[0]
+            if kind == "v":
+                values.append(f"v{int(node[1])}")
+                continue
+            if kind == "c":
+                value = float(node[1])
+                values.append(f"c({value!r})" if math.isfinite(value) else f"c(float('{value}'))")
+                continue
+            children = [node[1]] if kind == "neg" else list(node[2]) if kind == "f" else node[1:]
+            if not ready:
+                stack.append((node, True))
+                stack.extend((child, False) for child in reversed(children))
+                continue
+            args = values[len(values) - len(children) :]
+            del values[len(values) - len(children) :]
+            lines.append(f"    t{len(lines)} = {_node(kind, node, args)}")
+            values.append(f"t{len(lines) - 1}")
+        results.append(values[0])
+    lines.append(f"    return ({', '.join(results)},)")
+    return "\n".join(lines) + "\n"
+
+
+def _node(kind: str, node: Any, args: list[str]) -> str:
+    if kind == "neg":
+        return f"-{args[0]}"
+    if kind == "f":
+        if not node[1].isidentifier():  # cannot happen: the names come from the allowlist
+            raise ArgumentError(f"[elementwise] unexpected function {node[1]!r}")
+        return f"_f_{node[1]}({', '.join(args)})"
+    if kind not in ("+", "-", "*", "/"):
+        raise ArgumentError(f"[elementwise] unexpected operator {kind!r}")
+    return f"{args[0]} {kind} {args[1]}"
