@@ -36,24 +36,16 @@ def f64(t):
     return t.detach().float().cpu().numpy().astype(np.float64)
 
 
-def _refs(xd, wd, bd):
-    return _refs_of(xd, wd, bd) if np.isfinite(xd).all() else _quiet(xd, wd, bd)
-
-
-def _quiet(xd, wd, bd):
-    with np.errstate(invalid="ignore"):
-        return _refs_of(xd, wd, bd)
-
-
-def _refs_of(xd, wd, bd):
-    e = np.exp(xd - xd.max(-1, keepdims=True))
-    rms = xd / np.sqrt((xd**2).mean(-1, keepdims=True) + 1e-5) * wd
-    mu, var = xd.mean(-1, keepdims=True), xd.var(-1, keepdims=True)
-    return {
-        "softmax": e / e.sum(-1, keepdims=True),
-        "rms_norm": rms,
-        "layer_norm": (xd - mu) / np.sqrt(var + 1e-5) * wd + bd,
-    }
+def refs(xd, wd, bd):
+    """float64 references of the three row ops (eps 1e-5); quiet on non-finite rows."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        e = np.exp(xd - xd.max(-1, keepdims=True))
+        mu, var = xd.mean(-1, keepdims=True), xd.var(-1, keepdims=True)
+        return {
+            "softmax": e / e.sum(-1, keepdims=True),
+            "rms_norm": xd / np.sqrt((xd**2).mean(-1, keepdims=True) + 1e-5) * wd,
+            "layer_norm": (xd - mu) / np.sqrt(var + 1e-5) * wd + bd,
+        }
 
 
 def _target(dev):
@@ -114,7 +106,7 @@ def test_long_rows_match_float64_into_poisoned_outputs(dev, dtype, rows, n, bloc
     w, b = RNG.standard_normal(n), RNG.standard_normal(n)
     x, wx, bx = put(a, dtype, dev), put(w, dtype, dev), put(b, dtype, dev)
     got = run_all(x, wx, bx, cl, block, x.dtype, dev)
-    check(got, _refs(f64(x), f64(wx), f64(bx)), dtype, (rows, n, cl))
+    check(got, refs(f64(x), f64(wx), f64(bx)), dtype, (rows, n, cl))
 
 
 @pytest.mark.parametrize("cl", _rows_long.CLUSTER_SIZES)
@@ -131,13 +123,13 @@ def test_every_cluster_size_on_short_rows(dev, cl):
         a = RNG.standard_normal((3, n)) * 2 + 1
         w, b = RNG.standard_normal(n), RNG.standard_normal(n)
         x, wx, bx = (put(v, "float32", dev) for v in (a, w, b))
-        refs = _refs(f64(x), f64(wx), f64(bx))
+        want = refs(f64(x), f64(wx), f64(bx))
         args = {"softmax": (x,), "rms_norm": (x, wx, 1e-5), "layer_norm": (x, wx, bx, 1e-5)}
         for name in names:
             out = torch.full(x.shape, float("nan"), device=dev)
             with force(name, "rows_cluster", forced):
                 getattr(ops, name)(*args[name], out=out)
-            check({name: f64(out)}, {name: refs[name]}, "float32", (n, cl))
+            check({name: f64(out)}, {name: want[name]}, "float32", (n, cl))
 
 
 def test_non_contiguous_and_3d_inputs_and_weights_of_another_dtype(dev):
@@ -150,20 +142,21 @@ def test_non_contiguous_and_3d_inputs_and_weights_of_another_dtype(dev):
     forced = {"BLOCK": 256, "CL": 1, "threadgroup": (256,)}
     with force("softmax", "rows_smem", forced):
         y = ops.softmax(x)
-    np.testing.assert_allclose(f64(y), _refs(f64(x), 1.0, 0.0)["softmax"], atol=2e-6)
+    np.testing.assert_allclose(f64(y), refs(f64(x), 1.0, 0.0)["softmax"], atol=2e-6)
     with force("rms_norm", "rows_smem", forced):
         y3 = ops.rms_norm(x3, w32, 1e-5)
-    ref = _refs(f64(x3), f64(w32), 0.0)["rms_norm"]
+    ref = refs(f64(x3), f64(w32), 0.0)["rms_norm"]
     assert np.abs(f64(y3) - ref).max() <= TOL["bfloat16"] * np.abs(ref).max()
     with force("layer_norm", "rows_smem", forced):
         y3 = ops.layer_norm(x3, w32, w32, 1e-5)
-    ref = _refs(f64(x3), f64(w32), f64(w32))["layer_norm"]
+    ref = refs(f64(x3), f64(w32), f64(w32))["layer_norm"]
     assert np.abs(f64(y3) - ref).max() <= TOL["bfloat16"] * np.abs(ref).max()
 
 
-def test_softmax_special_rows_and_a_constant_layer_norm_row(dev):
+def check_special_rows(dev, impl, softmax_values, layer_norm_values):
     """-inf entries give zeros, a row of only -inf or holding NaN/+inf gives NaN (as torch);
-    a constant row's layer_norm is exactly the bias; the vector and the element path."""
+    a constant row's layer_norm is exactly the bias; the vector and the element path: ``impl``
+    forced with those config values."""
     for n in (20000, 20001):
         a = RNG.standard_normal((5, n)) * 4
         a[0, ::3] = -np.inf
@@ -172,16 +165,21 @@ def test_softmax_special_rows_and_a_constant_layer_norm_row(dev):
         a[3, n // 2] = np.nan
         a[4, -1] = np.inf
         x = put(a, "float32", dev)
-        with force("softmax", "rows_smem", {"BLOCK": 512, "CL": 1, "threadgroup": (512,)}):
+        with force("softmax", impl, softmax_values):
             got = f64(ops.softmax(x))
         assert np.isnan(got[2:]).all()
         assert (got[0, ::3] == 0).all()
-        np.testing.assert_allclose(got[:2], _refs(f64(x)[:2], 1, 0)["softmax"], atol=2e-6)
+        np.testing.assert_allclose(got[:2], refs(f64(x)[:2], 1, 0)["softmax"], atol=2e-6)
         c = put(np.full((2, n), 1234.5), "float32", dev)
         w, b = (put(RNG.standard_normal(n), "float32", dev) for _ in range(2))
-        with force("layer_norm", "rows_smem", {"BLOCK": 256, "CL": 1, "threadgroup": (256,)}):
+        with force("layer_norm", impl, layer_norm_values):
             y = ops.layer_norm(c, w, b)
         assert (f64(y) == f64(b)[None, :]).all()
+
+
+def test_softmax_special_rows_and_a_constant_layer_norm_row(dev):
+    check_special_rows(dev, "rows_smem", {"BLOCK": 512, "CL": 1, "threadgroup": (512,)},
+                       {"BLOCK": 256, "CL": 1, "threadgroup": (256,)})  # fmt: skip
 
 
 def test_long_rows_are_chosen_by_the_heuristic(dev):

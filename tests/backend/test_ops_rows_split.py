@@ -15,7 +15,7 @@ from kernelkit._choices import force
 from kernelkit.ops import _rows_split
 
 torch = pytest.importorskip("torch")
-from test_ops_rows_long import TOL, f64, put  # noqa: E402  (after torch: it needs it too)
+from test_ops_rows_long import TOL, check_special_rows, f64, put, refs  # noqa: E402  (after torch: it needs it too)
 
 RNG = np.random.default_rng(29)
 NAMES = ("softmax", "rms_norm", "layer_norm")
@@ -26,17 +26,6 @@ def dev(backend):
     if backend in ("cpu", "cuda"):
         return backend
     pytest.skip(f"{backend}: these tests use torch tensors")
-
-
-def refs(xd, wd, bd):
-    with np.errstate(invalid="ignore", over="ignore"):
-        e = np.exp(xd - xd.max(-1, keepdims=True))
-        mu, var = xd.mean(-1, keepdims=True), xd.var(-1, keepdims=True)
-        return {
-            "softmax": e / e.sum(-1, keepdims=True),
-            "rms_norm": xd / np.sqrt((xd**2).mean(-1, keepdims=True) + 1e-5) * wd,
-            "layer_norm": (xd - mu) / np.sqrt(var + 1e-5) * wd + bd,
-        }
 
 
 def forced(block, u, hint=1):
@@ -109,26 +98,7 @@ def test_non_contiguous_and_3d_inputs_and_weights_of_another_dtype(dev):
 
 
 def test_softmax_special_rows_and_a_constant_layer_norm_row(dev):
-    """-inf entries give zeros, a row of only -inf or holding NaN/+inf gives NaN (as torch);
-    a constant row's layer_norm is exactly the bias; the vector and the element path."""
-    for n in (20000, 20001):
-        a = RNG.standard_normal((5, n)) * 4
-        a[0, ::3] = -np.inf
-        a[1, :] = 3e4 - RNG.random(n) * 8
-        a[2, :] = -np.inf
-        a[3, n // 2] = np.nan
-        a[4, -1] = np.inf
-        x = put(a, "float32", dev)
-        with force("softmax", "rows_split", forced(64, 2)):
-            got = f64(ops.softmax(x))
-        assert np.isnan(got[2:]).all()
-        assert (got[0, ::3] == 0).all()
-        np.testing.assert_allclose(got[:2], refs(f64(x)[:2], 1, 0)["softmax"], atol=2e-6)
-        c = put(np.full((2, n), 1234.5), "float32", dev)
-        w, b = (put(RNG.standard_normal(n), "float32", dev) for _ in range(2))
-        with force("layer_norm", "rows_split", forced(64, 2)):
-            y = ops.layer_norm(c, w, b)
-        assert (f64(y) == f64(b)[None, :]).all()
+    check_special_rows(dev, "rows_split", forced(64, 2), forced(64, 2))
 
 
 def test_configs_refuse_what_they_cannot_run(dev):
