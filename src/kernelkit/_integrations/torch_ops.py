@@ -59,9 +59,9 @@ def _op(
 
 def _softmax_fake(x: Any, dim: int) -> Any:
     float_array(x, "softmax", "x")
-    move_last(x, dim, "softmax")
-    moved = x.movedim(dim, -1)
-    return torch.empty(moved.shape, dtype=x.dtype, device=x.device).movedim(-1, dim)
+    moved, back = move_last(x, dim, "softmax")
+    y = torch.empty(moved.shape, dtype=x.dtype, device=x.device)
+    return y if back is None else back(y)
 
 
 def _softmax_grad(y: Any, grad_y: Any, dim: int) -> dict[str, Any]:

@@ -32,7 +32,7 @@ from .. import _arrays
 from .._errors import ArgumentError
 from ..ops import _elementwise, _matmul, _norms, _softmax
 from ..ops._common import row_contiguous
-from . import torch_elementwise, torch_ops  # noqa: F401 - torch_ops defines the torch ops
+from . import torch_elementwise, torch_ops  # noqa: F401 - the torch ops; the expressions' functions
 from .torch_grad import no_gradient, torch_signer
 
 __all__ = ["INSTALLED"]
@@ -86,7 +86,7 @@ def layer_norm(x: Any, weight: Any, bias: Any, eps: float = 1e-5, *, out: Any = 
 
 def _eps(name: str, eps: Any) -> Any:
     """``eps`` as the op's float argument; a bool (which torch would take as 0.0 or 1.0) is
-    refused here, any other value by the op's fake implementation (``_norms.check_eps``)."""
+    refused here, any other value by the op's fake implementation (``_norms._check``)."""
     if isinstance(eps, bool):
         raise ArgumentError(f"[{name}] eps must be a non-negative float, got {eps!r}")
     return eps
