@@ -3,6 +3,7 @@ layouts, bias and activations, batched inputs, odd sizes, dtypes, out=, and bad 
 
 from __future__ import annotations
 
+import dataclasses
 from math import erf
 
 import numpy as np
@@ -288,3 +289,51 @@ def test_framework_microkernel_writes_out_directly_or_through_a_copy():
         want = x.double() @ w.double().t() + (0 if b is None else b.double())
         want = {None: want, "relu": torch.relu(want), "silu": torch.nn.functional.silu(want)}[act]
         torch.testing.assert_close(out.double(), want, rtol=1e-5, atol=1e-5)
+
+
+def _misaligned_twin(x):
+    """Two views shaped and strided as ``x`` (the same signature), one on a 16-byte boundary,
+    one 2 bytes further (they overlap: fill each just before its use)."""
+    flat = np.empty(x.size + 8, x.dtype)
+    base = next(i for i in range(8) if (flat[i:].ctypes.data & 15) == 0)
+    return (flat[base : base + x.size].reshape(x.shape),
+            flat[base + 1 : base + 1 + x.size].reshape(x.shape))  # fmt: skip
+
+
+@pytest.mark.parametrize("decided_by_alignment", [False, True])
+def test_the_alignment_is_read_per_call_only_where_it_picks_the_kernel(
+    backend, monkeypatch, decided_by_alignment
+):
+    """16-bit matmul: where both alignments give the same kernel (the CPU's tiled; torch's
+    own matmul on CUDA), a warm call reads no pointer; where they do not, a call of the same
+    signature on a view 2 bytes off takes the kernel chosen for it, and both are right."""
+    if backend != "cpu":
+        pytest.skip("the decision is patched on the CPU backend")
+    from kernelkit.ops import _matmul as MM
+
+    choose = MM._RUNNER.choose
+    seen = []
+
+    def patched(inputs, dtype, out, options):
+        problem, choice = choose(inputs, dtype, out, options)
+        seen.append(options.get("aligned16"))
+        if decided_by_alignment and options.get("aligned16"):
+            other = next(c for c in R.TILED_CONFIGS if c != choice.config)
+            choice = dataclasses.replace(
+                choice, impl="matmul/tiled", config=other, grid=R.tiled_grid(problem, other)
+            )
+        return problem, choice
+
+    monkeypatch.setattr(MM._RUNNER, "choose", patched)
+    monkeypatch.setattr(MM, "_TABLE", {})
+    x16 = RNG.standard_normal((3, 24)).astype(np.float16)
+    w = RNG.standard_normal((10, 24)).astype(np.float16)
+    aligned, shifted = _misaligned_twin(x16)
+    want = reference(x16, w, None, None, True)
+    for view in (aligned, shifted, aligned, shifted):
+        view[...] = x16
+        y = ops.matmul(view, w, transpose_b=True)
+        np.testing.assert_allclose(y.astype(np.float64), want, rtol=2e-2, atol=2e-2)
+    (run,) = MM._TABLE.values()
+    assert (run.__name__ == "run_aligned") is decided_by_alignment
+    assert {False, True} <= set(seen)  # both alignments were asked at the first call

@@ -38,6 +38,7 @@ from typing import Any
 
 from .. import _config
 from .._arrays.lookup import adapter_for
+from .._errors import KernelkitError
 from .._records import Problem
 from .._select.select import Selection
 from . import _matmul_mma as MMA
@@ -137,7 +138,7 @@ def _first(
     if key is not None and transpose_b.__class__ is bool:
         key = (key, activation, transpose_b, bool, OP.generation, FORCED.get(),
                _config.config.select_force)  # fmt: skip
-    if len(lead) == 1 and lead[0] and n and options["aligned16"] is None:
+    if len(lead) == 1 and lead[0] and n and _alignment_free(a, b, bias, out, options):
         # 2-d, no alignment to read per call: the runner's prepared run is the whole call
         y, run = _RUNNER.first([a, b, bias], a.dtype, out, options)
     else:
@@ -146,6 +147,26 @@ def _first(
     if key is not None and transpose_b.__class__ is bool:
         store(_TABLE if route else _EAGER, key, run)
     return y
+
+
+def _alignment_free(a: Any, b: Any, bias: Any, out: Any, options: dict[str, Any]) -> bool:
+    """Whether the 16-byte alignment of a and b (which no signature holds) changes nothing: no
+    kernel asks it (``aligned16`` None), or the decision is the same kernel, config and grid
+    either way (torch's own matmul, say), so a call need not read the pointers. ``options``
+    then holds the actual alignment, which the decision was made with."""
+    if options["aligned16"] is None:
+        return True
+    try:
+        choices = [
+            _RUNNER.choose([a, b, bias], a.dtype, out, {**options, "aligned16": al})[1]
+            for al in (False, True)
+        ]
+    except KernelkitError:  # one alignment refused (a forced kernel that needs 16 bytes)
+        return False
+    same = len({(c.impl, c.config, c.grid) for c in choices}) == 1
+    if same:
+        options["aligned16"] = MMA.aligned16(a, b)
+    return same
 
 
 def _prepared_run(

@@ -19,7 +19,7 @@ from ..._abi import (
 from ..._errors import BackendError
 from ..._records import Artifact, CompileRequest, KernelSource, Param, Target, TensorMapRequest
 from ...backend import Backend, Launcher, Timer
-from . import driver, nvrtc, nvrtc_identity
+from . import driver, native, nvrtc, nvrtc_identity
 
 __all__ = ["CUDABackend"]
 
@@ -251,4 +251,5 @@ class CUDABackend(Backend):
             "nvrtc_library": nvrtc.library_path(),
             "include_dirs": dirs,
             "compile_targets": archs,
+            "launcher": native.status(),
         }

@@ -14,7 +14,7 @@ from typing import Any
 
 from ..._errors import BackendError, LaunchError
 from ..._records import TensorMapRequest
-from . import deps
+from . import deps, native
 
 _lock = threading.Lock()
 _forked_after_init = False  # this process was forked from one that had initialized CUDA
@@ -235,9 +235,11 @@ def allow_dynamic_shared(program: Program, nbytes: int) -> None:
 
 
 def make_launcher(program: Program):
-    """The hot-path launch: one cuLaunchKernel on prepacked arguments. When the calling thread's
-    current context is not this device's (a fresh thread, another device current), the launch
-    fails cheaply and is retried inside ``on_device``, which restores the caller's context."""
+    """The hot-path launch: one cuLaunchKernel on prepacked arguments, through the native
+    module (``native.py``: one C call) where it is built, else through cuda-bindings. When the
+    calling thread's current context is not this device's (a fresh thread, another device
+    current), the launch fails cheaply and is retried inside ``on_device`` (the native launch
+    hands a failed launch to this Python launcher), which restores the caller's context."""
     launch = drv().cuLaunchKernel
     fn, device, entry, last = program.function, program.device, program.entry, _last_launch
 
@@ -259,7 +261,11 @@ def make_launcher(program: Program):
         last[0] = entry
 
     launcher.program = program  # type: ignore[attr-defined]  # keeps the module loaded
-    return launcher
+    fast = native.bind(int(fn), last, entry, launcher)
+    if fast is None:
+        return launcher
+    fast.program = program  # type: ignore[attr-defined]
+    return fast
 
 
 def coresident_blocks(program: Program, threads: int, shared: int) -> int:
