@@ -184,10 +184,33 @@ def test_inductor_calls_the_framework_matmul_where_the_tables_choose_it(monkeypa
     y, code = _code(_linear, x, w, b)
     assert "torch.ops.kernelkit" not in code and "addmm" in code
     torch.testing.assert_close(y, _linear_reference(x, w, b), atol=1e-5, rtol=1e-5)
-    torch._dynamo.mark_dynamic(x, 0)  # a symbolic M: decided per call, by the torch op
+    torch._dynamo.mark_dynamic(x, 0)  # a symbolic M: the framework's for every M, so linear
     y, code = _code(_linear, x, w, b)
-    assert "torch.ops.kernelkit.matmul_runtime" in code
+    assert "torch.ops.kernelkit" not in code and "addmm" in code
+    torch.testing.assert_close(y, _linear_reference(x, w, b), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("kernel_from", [1, 2, 16, 17, 1024, 1025, 5000])
+def test_a_symbolic_m_takes_the_framework_matmul_only_if_every_m_does(monkeypatch, kernel_from):
+    """One graph for every M (``mark_dynamic``): the tables are asked at both ends of every
+    M bucket in M's range; a kernelkit kernel anywhere there keeps the per-call torch op."""
+    asked = []
+
+    def routes(a, *rest):
+        asked.append(a.shape[0])
+        return frozenset({"gemv" if a.shape[0] >= kernel_from else "framework"})
+
+    monkeypatch.setattr(_matmul, "routes", routes)
+    x, w, b = torch.randn(3, 16), torch.randn(8, 16) / 4, torch.randn(8)
+    torch._dynamo.mark_dynamic(x, 0)
+    y, code = _code(_linear, x, w, b)
     torch.testing.assert_close(y, _linear_reference(x, w, b), atol=1e-4, rtol=1e-4)
+    edges = {2, 3, 4, 5, 8, 9, 16, 17, 64, 65, 128, 129, 256, 257, 1024, 1025}  # M >= 2
+    first_kernel = min((e for e in edges if e >= kernel_from), default=None)
+    want = {e for e in edges if e < kernel_from} | ({first_kernel} - {None})
+    assert set(asked) == want  # M = 0 and 1 get graphs of their own; stops at a kernel
+    runtime = "torch.ops.kernelkit.matmul_runtime" in code
+    assert runtime is (kernel_from <= 1025), code[-2000:]
 
 
 # every function and operator of the expression language, one output each

@@ -126,17 +126,46 @@ _ACTIVATIONS: dict[str, Callable[..., Any]] = {"relu": F.relu, "silu": F.silu, "
 
 
 def _framework_chosen(a: Any, b: Any, bias: Any, activation: Any, transpose_b: bool) -> bool:
-    """Asked once per compiled graph; arrays that are not a plain static problem: False."""
+    """Asked once per compiled graph: whether the tables choose the framework's kernel for
+    every call the graph can see. Static sizes: that problem. A 2-d ``a`` whose rows M alone
+    are symbolic (one graph for every M, as ``mark_dynamic`` makes): every M that begins or ends
+    one of the matmul key's M buckets within M's range (decisions are made and kept per bucket,
+    so these stand for the rest). Anything else: False."""
     from torch.fx.experimental.proxy_tensor import disable_proxy_modes_tracing
 
-    tensors = [t for t in (a, b, bias) if t is not None]
-    if not all(isinstance(d, int) for t in tensors for d in (*t.shape, *t.stride())):
+    fixed = [t for t in (b, bias) if t is not None]
+    if not all(isinstance(d, int) for t in fixed for d in (*t.shape, *t.stride())):
         return False  # a symbolic size: the torch op decides per call
     try:
         with disable_proxy_modes_tracing():  # (nothing the question runs enters the graph)
-            return _matmul.routes(a, b, bias, activation, transpose_b) == {"framework"}
+            rows = _row_samples(a)
+            return rows is not None and all(
+                _matmul.routes(x, b, bias, activation, transpose_b) == {"framework"}
+                for x in rows
+            )
     except Exception:  # noqa: BLE001 - not a problem the tables decide: the torch op runs
         return False
+
+
+def _row_samples(a: Any) -> list[Any] | None:
+    """``[a]`` where its sizes and strides are static; for a row-contiguous 2-d ``a`` with a
+    symbolic M, arrays like it at each M that starts or ends an M bucket of the matmul key
+    inside M's value range (a range without a finite end: up to the last bucket's start);
+    None otherwise."""
+    if all(isinstance(d, int) for d in (*a.shape, *a.stride())):
+        return [a]
+    m, k = a.shape if a.dim() == 2 else (None, None)
+    if not isinstance(k, int) or tuple(a.stride()) != (k, 1):
+        return None
+    bound = m.node.shape_env.bound_sympy(m.node.expr)
+    lower = int(bound.lower)
+    upper = int(bound.upper) if bound.upper.is_Integer else float("inf")  # (int_oo is "finite")
+    (feature,) = (f for f in _matmul.OP.key.features if f.name == "M")
+    edges = {e for b in feature.bounds for e in (b - 1, b)} | {lower}
+    samples = sorted(e for e in edges if lower <= e <= upper and e >= 1)
+    if not samples:
+        return None
+    return [a.new_empty((n, k)) for n in samples]
 
 
 def elementwise(self: Any, args: tuple, out: Any, kwargs: dict[str, Any]) -> Any:
