@@ -140,8 +140,7 @@ def _framework_chosen(a: Any, b: Any, bias: Any, activation: Any, transpose_b: b
         with disable_proxy_modes_tracing():  # (nothing the question runs enters the graph)
             rows = _row_samples(a)
             return rows is not None and all(
-                _matmul.routes(x, b, bias, activation, transpose_b) == {"framework"}
-                for x in rows
+                _matmul.routes(x, b, bias, activation, transpose_b) == {"framework"} for x in rows
             )
     except Exception:  # noqa: BLE001 - not a problem the tables decide: the torch op runs
         return False
@@ -154,13 +153,15 @@ def _row_samples(a: Any) -> list[Any] | None:
     None otherwise."""
     if all(isinstance(d, int) for d in (*a.shape, *a.stride())):
         return [a]
-    m, k = a.shape if a.dim() == 2 else (None, None)
+    if a.dim() != 2:
+        return None
+    m, k = a.shape
     if not isinstance(k, int) or tuple(a.stride()) != (k, 1):
         return None
     bound = m.node.shape_env.bound_sympy(m.node.expr)
     lower = int(bound.lower)
     upper = int(bound.upper) if bound.upper.is_Integer else float("inf")  # (int_oo is "finite")
-    (feature,) = (f for f in _matmul.OP.key.features if f.name == "M")
+    (feature,) = (f for f in getattr(_matmul.OP.key, "features", ()) if f.name == "M")
     edges = {e for b in feature.bounds for e in (b - 1, b)} | {lower}
     samples = sorted(e for e in edges if lower <= e <= upper and e >= 1)
     if not samples:
