@@ -155,18 +155,21 @@ class Kernel:
         finally:
             LAUNCH.seconds = 0.0
 
-    def _direct_run(self, args: tuple) -> Any:
+    def _direct_run(self, args: tuple, fixed: bool = False) -> Any:
         """The hot path of the specialization that a call with ``args`` (``CallArgs``' order:
         inputs, output_shapes, output_dtypes, grid, threadgroup, template, init_value, stream,
         out, backend, check, shared_memory) is of, without the check that a call belongs to
         it; None until such a call has been made. For callers that key their own calls by
         signatures that fix the specialization (the built-in ops), so that a repeated call
-        does not check its arguments twice."""
+        does not check its arguments twice. ``fixed``: a new one that serves only calls
+        sharing ``args``' geometry, array layouts and output shapes (``LaunchPlan.direct_for``)."""
         try:
             plan = self._plans.get(call_key(*args))
         except Exception:  # noqa: BLE001 - unhashable arguments: no plan to share
             return None
-        return None if plan is None else plan.direct
+        if plan is None:
+            return None
+        return plan.direct_for(args) if fixed else plan.direct
 
     def precompile(
         self,

@@ -196,9 +196,9 @@ def test_a_first_call_generates_one_run_and_the_unchecked_one_on_first_use(
     made = []
     real = _plan.generate_run
 
-    def counting(hot, guard):
+    def counting(hot, guard, fixed=None):
         made.append(guard is not None)
-        return real(hot, guard)
+        return real(hot, guard, fixed)
 
     monkeypatch.setattr(_plan, "generate_run", counting)
     k = kernelkit.kernel("ln_direct", ["x"], ["y"], COPY)
@@ -213,3 +213,30 @@ def test_a_first_call_generates_one_run_and_the_unchecked_one_on_first_use(
     want = x.astype(np.float64) * 2 + np.arange(64)
     np.testing.assert_allclose(arrays.get(y), want, rtol=1e-6)
     np.testing.assert_allclose(arrays.get(again), want, rtol=1e-6)
+
+
+def test_a_run_fixed_for_one_signature_reads_its_geometry_and_layouts_once(backend, arrays):
+    """``_direct_run(args, fixed=True)`` (the built-in ops' prepared calls): the geometry, the
+    inputs' contiguity and the outputs' allocation are read from ``args`` once; a later call's
+    own grid is not read (the caller promises the same), a non-contiguous input seen then is
+    still copied per call, and each output is a new array of its input's shape."""
+    k = kernelkit.kernel("ln_fixed", ["x"], ["y"], COPY)
+    x = np.arange(64, dtype=np.float32)
+    want = x.astype(np.float64) * 2 + np.arange(64)
+
+    def args_of(a, grid):
+        return ([a], [(64,)], [np.float32], grid, (32, 1, 1), *(None,) * 7)
+
+    first = args_of(arrays.put(x), (64, 1, 1))
+    k(*first[:5])
+    run = k._direct_run(first, fixed=True)
+    y1 = run(*args_of(arrays.put(x), (1, 1, 1)))[0]  # the fixed grid of 64 runs, not 1
+    y2 = run(*first)[0]
+    np.testing.assert_allclose(arrays.get(y1), want, rtol=1e-6)
+    assert y2 is not y1  # a new output each call
+    wide = arrays.put(np.repeat(x, 2))[::2]  # a strided view: not row-contiguous
+    strided = args_of(wide, (64, 1, 1))
+    k(*strided[:5])
+    run = k._direct_run(strided, fixed=True)
+    for _ in range(2):
+        np.testing.assert_allclose(arrays.get(run(*strided)[0]), want, rtol=1e-6)

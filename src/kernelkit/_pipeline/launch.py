@@ -160,11 +160,46 @@ class HotPath:
     backend: str
 
 
-def generate_run(hot: HotPath, guard: Guard | None) -> tuple[Callable, str]:
+@dataclass(frozen=True)
+class Fixed:
+    """What every call of one caller shares (the built-in ops' prepared calls: one signature,
+    one geometry), read once instead of per call: the checked geometry, the inputs known to be
+    row-contiguous (no check, no copy) and the outputs made as ``empty_like`` of an input."""
+
+    geometry: Any
+    contiguous: frozenset[int]
+    like: frozenset[int]
+
+
+def fixed_for(hot: HotPath, args: tuple) -> Fixed:
+    """``Fixed`` of the calls like ``args`` (``CallArgs``' order), checked as a call checks."""
+    inputs, shapes, grid, group, smem = args[0], args[1], args[3], args[4], args[11]
+    geometry = hot.loaded.geometries(grid, group, smem)
+    contiguous = frozenset(
+        i
+        for i, r in enumerate(hot.ins)
+        if r.kind == "array" and r.contiguous and r.adapter is not None
+        and not r.adapter.synchronous and inputs[i] is not None
+        and r.adapter.is_contiguous(inputs[i])
+    )  # fmt: skip
+    like: frozenset[int] = frozenset()
+    if not hot.has_out and shapes is not None and len(shapes) == len(hot.outs):
+        like = frozenset(
+            j
+            for j, (i, dtype, _) in _like_inputs(hot.ins, hot.outs).items()
+            if i in contiguous and inputs[i].dtype is dtype and shapes[j] == inputs[i].shape
+        )
+    return Fixed(geometry, contiguous, like)
+
+
+def generate_run(
+    hot: HotPath, guard: Guard | None, fixed: Fixed | None = None
+) -> tuple[Callable, str]:
     """Write and compile ``run(*CallArgs) -> outputs``, which first checks that the call is
     this plan's specialization (``key.guard_lines``: the same test as ``key.call_key``'s
     dictionary lookup) and returns ``MISS`` if not. Without a guard (unhashable arguments) the
-    check is left out."""
+    check is left out. With ``fixed`` (no guard), what it fixes is not read per call: such a
+    run serves only calls that share it."""
     kernel, ins, outs, out_adapter = hot.kernel, hot.ins, hot.outs, hot.out_adapter
     params = hot.params  # not ``hot`` itself in the namespace: it holds the loaded program,
     # which must go with its plan, not wait for the collector (run and its namespace are a cycle)
@@ -186,13 +221,20 @@ def generate_run(hot: HotPath, guard: Guard | None) -> tuple[Callable, str]:
         "_launch_failed": _launch_error(kernel, hot.backend),
         "_not_contiguous": _contiguity_error(outs),
     }
+    if fixed is not None:
+        ns["_GEO"] = fixed.geometry
+        geo_lines = ["    geo = _GEO"]
+    else:
+        geo_lines = [
+            "    try:",
+            "        geo = _geo[grid, threadgroup, shared_memory]",
+            "    except (KeyError, TypeError):",
+            "        geo = _new_geo(grid, threadgroup, shared_memory)",
+        ]
     code = [
         f"def run({CALL_ARGS}):",
         *(guard_lines(guard, ns) if guard is not None else []),
-        "    try:",
-        "        geo = _geo[grid, threadgroup, shared_memory]",
-        "    except (KeyError, TypeError):",
-        "        geo = _new_geo(grid, threadgroup, shared_memory)",
+        *geo_lines,
         "    try:",
         "        pack = _local.pack",
         "    except AttributeError:",
@@ -200,8 +242,13 @@ def generate_run(hot: HotPath, guard: Guard | None) -> tuple[Callable, str]:
         "    s = pack.slots",
     ]
     for i, r in enumerate(ins):
-        code += _input_lines(i, r, ns)
-    code += _output_lines(outs, hot.has_out, hot.allocators, ns, _like_inputs(ins, outs))
+        code += _input_lines(i, r, ns, fixed is not None and i in fixed.contiguous)
+    likes = _like_inputs(ins, outs)
+    if fixed is not None and fixed.like and fixed.like == set(range(len(outs))):
+        code += _fixed_like_lines(likes, ns)
+        code += _output_lines(outs, hot.has_out, hot.allocators, ns, likes, made=True)
+    else:
+        code += _output_lines(outs, hot.has_out, hot.allocators, ns, likes)
     if hot.has_out:
         code += _overlap_lines(kernel, ins, outs, ns)
     code += [
@@ -226,7 +273,7 @@ def generate_run(hot: HotPath, guard: Guard | None) -> tuple[Callable, str]:
     return ns["run"], source
 
 
-def _input_lines(i: int, r: ArgRoute, ns: dict[str, Any]) -> list[str]:
+def _input_lines(i: int, r: ArgRoute, ns: dict[str, Any], known_contiguous: bool) -> list[str]:
     if r.kind == "scalar":
         if r.dtype not in _SET_THROUGH:
             return [f"    s[{r.slot}].value = inputs[{i}]"]
@@ -251,7 +298,7 @@ def _input_lines(i: int, r: ArgRoute, ns: dict[str, Any]) -> list[str]:
     lines = [f"    a{i} = inputs[{i}]"]
     if a.synchronous:
         lines.append(f"    a{i} = _prep{i}(a{i})")
-    if r.contiguous:
+    if r.contiguous and not known_contiguous:
         lines += [f"    if not _isc{i}(a{i}):", f"        a{i} = _contig{i}(a{i})"]
     ptr = a.pointer_expr.format(x=f"a{i}") if a.pointer_expr else f"_ptr{i}(a{i})"
     lines.append(f"    s[{r.slot}].value = {ptr}")
@@ -278,15 +325,29 @@ def _like_inputs(
     return found
 
 
+def _fixed_like_lines(likes: dict[int, tuple[int, Any, Any]], ns: dict[str, Any]) -> list[str]:
+    """Every output made as ``empty_like`` of its input, as ``Fixed.like`` says they all are."""
+    lines = []
+    for j, (i, _, like) in sorted(likes.items()):
+        ns[f"_like{j}"] = like
+        lines.append(f"    o{j} = _like{j}(a{i})")
+    return lines
+
+
 def _output_lines(
     outs: Sequence[ArgRoute],
     has_out: bool,
     allocators: Sequence[Callable[[Any], Any]],
     ns: dict[str, Any],
     likes: dict[int, tuple[int, Any, Any]],
+    made: bool = False,
 ) -> list[str]:
+    """The outputs' lines: ``out``'s arrays (``has_out``), else new ones; ``made``: the
+    arrays ``o0``, ``o1``, ... exist already (``_fixed_like_lines``)."""
     n = len(outs)
-    if has_out:
+    if made:
+        lines: list[str] = []
+    elif has_out:
         lines = ["    if output_shapes is not None:", "        _check_shapes(out, output_shapes)"]
         lines += [f"    o{j} = out[{j}]" for j in range(n)]
     else:

@@ -17,7 +17,7 @@ from .._records import CompileRequest, KernelSpec, Param
 from . import render as _render
 from .bind import Bound
 from .key import Guard
-from .launch import ArgRoute, HotPath, generate_run
+from .launch import ArgRoute, HotPath, fixed_for, generate_run
 from .load import LoadedProgram, load
 
 __all__ = ["LaunchPlan", "build"]
@@ -38,6 +38,9 @@ class LaunchPlan:
     # call compiles one generated function, not two (each ~0.25 ms)
     make_direct: Callable[[], Callable[..., Any]]
     flat_outputs: bool = False  # the spec's: outputs' metadata are their flat views'
+    # makes a ``direct`` for calls that all share one call's geometry, layouts and output
+    # shapes (``launch.Fixed``); None where the run launches through its framework
+    make_fixed: Callable[[tuple], Callable[..., Any]] | None = None
     _direct: Callable[..., Any] | None = field(default=None, init=False, repr=False)
 
     @property
@@ -49,6 +52,14 @@ class LaunchPlan:
         if found is None:  # two threads may both make it: either one is right
             found = self._direct = self.make_direct()
         return found
+
+    def direct_for(self, args: tuple) -> Callable[..., Any]:
+        """``direct`` for a caller whose every call shares ``args``' geometry, array layouts
+        and output shapes (the built-in ops' prepared calls: one signature each), which it
+        then reads once, here, not per call (``launch.Fixed``)."""
+        if self.make_fixed is None:
+            return self.direct
+        return self.make_fixed(args)
 
 
 def _allocator(
@@ -128,6 +139,7 @@ def build(
         guarded=guard is not None,
         make_direct=_same(run) if guard is None else lambda: generate_run(hot, None)[0],
         flat_outputs=spec.flat_outputs,
+        make_fixed=lambda args: generate_run(hot, None, fixed_for(hot, args))[0],
     )
     return _framework_run(plan, bound, guard)
 
@@ -139,7 +151,7 @@ def _framework_run(plan: LaunchPlan, bound: Bound, guard: Any) -> LaunchPlan:
     if run is plan.run:
         return plan
     source = f"# run: {run!r}; else\n{plan.run_source}"
-    return replace(plan, run=run, run_source=source, make_direct=_same(run))
+    return replace(plan, run=run, run_source=source, make_direct=_same(run), make_fixed=None)
 
 
 def _same(run: Callable[..., Any]) -> Callable[[], Callable[..., Any]]:

@@ -371,7 +371,7 @@ def kernel_caller(k: Any, kw: dict[str, Any]) -> Callable[[Any, Any, Any, Any], 
         if result is MISS:  # the first call (or a framework route that declines this one)
             result = k(arrays, shapes, dtypes, grid, group, template, out=outs,
                        shared_memory=smem)  # fmt: skip
-            found = k._direct_run(args)
+            found = k._direct_run(args, fixed=True)  # this signature's geometry and layouts
             if found is not None:
                 direct[outs is None] = found
         return result  # k(...) returns the outputs list; MISS was replaced
