@@ -240,3 +240,23 @@ def test_a_run_fixed_for_one_signature_reads_its_geometry_and_layouts_once(backe
     run = k._direct_run(strided, fixed=True)
     for _ in range(2):
         np.testing.assert_allclose(arrays.get(run(*strided)[0]), want, rtol=1e-6)
+
+
+def test_a_fixed_run_tests_contiguity_per_call_where_signatures_hold_no_strides(
+    backend, arrays, monkeypatch
+):
+    """Arrays whose signatures do not hold their strides (``Adapter.strides_in_signature``
+    False: views through another framework) may share a signature across layouts, so a run
+    fixed on a contiguous call still copies a strided array of the same shape."""
+    from kernelkit._arrays.lookup import adapter_for
+
+    k = kernelkit.kernel("ln_fixed_generic", ["x"], ["y"], COPY)
+    x = np.arange(64, dtype=np.float32)
+    first = arrays.put(x)
+    monkeypatch.setattr(type(adapter_for(first, "x")), "strides_in_signature", False)
+    args = ([first], [(64,)], [np.float32], (64, 1, 1), (32, 1, 1), *(None,) * 7)
+    k(*args[:5])
+    run = k._direct_run(args, fixed=True)
+    strided = arrays.put(np.repeat(x, 2))[::2]
+    y = run(*([strided], *args[1:]))[0]
+    np.testing.assert_allclose(arrays.get(y), x.astype(np.float64) * 2 + np.arange(64), rtol=1e-6)

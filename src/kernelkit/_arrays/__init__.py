@@ -64,6 +64,9 @@ class Adapter:
     framework: str = "?"
     synchronous: bool = False  # the framework cannot share a stream: sync after launch
     shape_attribute: bool = True  # arrays have a ``.shape`` tuple (cheaper than ``layout``)
+    # the built-in ops' signatures of these arrays hold their strides, so one signature is one
+    # layout (a run fixed for it need not test contiguity per call: ``launch.Fixed``)
+    strides_in_signature: bool = False
     key_fields: tuple[str | tuple[str, ...], ...] | None = None
     # ``pointer`` as a Python expression over ``{x}`` that the generated hot path inlines (no
     # Python frame per array), or None: the hot path calls ``pointer``

@@ -29,6 +29,7 @@ def numpy_dtype(dtype: DType) -> Any:
 
 class NumpyAdapter(Adapter):
     framework = "numpy"
+    strides_in_signature = True
     key_fields = ("{x}.dtype", "-1", "{x}.ndim == 0")  # dtype, device (host), 0-d
     pointer_expr = "{x}.__array_interface__['data'][0]"
 

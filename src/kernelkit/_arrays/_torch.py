@@ -35,6 +35,7 @@ _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
 
 class TorchAdapter(Adapter):
     framework = "torch"
+    strides_in_signature = True
     # get_device() is -1 for CPU, meta and other non-CUDA tensors alike: is_cuda/is_cpu tell
     # the layout: a sparse tensor has dtype and device too, but no strides or data pointer
     key_fields = (

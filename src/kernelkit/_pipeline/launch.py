@@ -179,8 +179,8 @@ def fixed_for(hot: HotPath, args: tuple) -> Fixed:
         i
         for i, r in enumerate(hot.ins)
         if r.kind == "array" and r.contiguous and r.adapter is not None
-        and not r.adapter.synchronous and inputs[i] is not None
-        and r.adapter.is_contiguous(inputs[i])
+        and r.adapter.strides_in_signature and not r.adapter.synchronous
+        and inputs[i] is not None and r.adapter.is_contiguous(inputs[i])
     )  # fmt: skip
     like: frozenset[int] = frozenset()
     if not hot.has_out and shapes is not None and len(shapes) == len(hot.outs):
