@@ -260,3 +260,31 @@ def test_a_fixed_run_tests_contiguity_per_call_where_signatures_hold_no_strides(
     strided = arrays.put(np.repeat(x, 2))[::2]
     y = run(*([strided], *args[1:]))[0]
     np.testing.assert_allclose(arrays.get(y), x.astype(np.float64) * 2 + np.arange(64), rtol=1e-6)
+
+
+def test_a_fixed_run_writes_metadata_once_per_thread_and_keeps_only_a_whole_pack(
+    backend, arrays
+):
+    """A fixed run writes its arrays' shapes into a thread's pack once, when the pack is made:
+    a first call that raises before its launch (here: an init_value that cannot fill y) keeps
+    no half-written pack, and another thread gets a pack of its own."""
+    import threading
+
+    body = "uint i = blockIdx.x * blockDim.x + threadIdx.x; if (i < y_shape[0]) y[i] = x[i] + i;"
+    k = kernelkit.kernel("ln_fixed_meta", ["x"], ["y"], body)
+    x = np.arange(64, dtype=np.float32)
+    want = 2 * np.arange(64, dtype=np.float64)
+    args = ([arrays.put(x)], [(64,)], [np.float32], (64, 1, 1), (32, 1, 1), *(None,) * 7)
+    k(*args[:5])
+    run = k._direct_run(args, fixed=True)
+    bad = list(args)
+    bad[6] = "not a number"  # init_value: y's fill raises after x's shape was written
+    with pytest.raises((TypeError, ValueError, RuntimeError, kernelkit.KernelkitError)):
+        run(*bad)
+    np.testing.assert_allclose(arrays.get(run(*args)[0]), want)
+    np.testing.assert_allclose(arrays.get(run(*args)[0]), want)
+    seen = []
+    thread = threading.Thread(target=lambda: seen.append(arrays.get(run(*args)[0])))
+    thread.start()
+    thread.join()
+    np.testing.assert_allclose(seen[0], want)

@@ -5,5 +5,5 @@
 ``codegen`` and ``render`` (body -> ``CompileRequest``) · compile through the caches
 (``kernelkit._cache``) · ``load`` (artifact -> loaded program, launch geometry) · ``launch`` (the
 generated hot path: pack, launch). ``plan`` composes them once per specialization; ``pack``,
-``structs`` and ``overlap`` serve the launch.
+``structs``, ``overlap`` and ``launch_checks`` (the errors a call can raise) serve the launch.
 """

@@ -10,18 +10,17 @@ from __future__ import annotations
 
 import ctypes
 import math
-import numbers
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from .._arrays import NULL, Adapter
-from .._arrays.lookup import adapter_for
 from .._dtypes import DTYPES
-from .._errors import ArgumentError, ArgumentTypeError, KernelkitError, LaunchError
+from .._errors import ArgumentError, ArgumentTypeError, KernelkitError
 from .._generated import execute
 from .._records import MAP_BYTES, MAX_NDIM, Param
+from . import launch_checks as checks
 from .key import CALL_ARGS, Guard, guard_lines
 from .load import LoadedProgram
 from .overlap import overlap_check
@@ -53,7 +52,7 @@ def meta_lines(
         return _flat_meta_lines(var, meta, adapter, ns)
     tag = f"{var}_"
     ns[f"_layout_{var}"] = adapter.layout
-    ns[f"_ndim_error_{var}"] = _ndim_error(what)
+    ns[f"_ndim_error_{var}"] = checks.ndim_error(what)
     need_layout = "strides" in meta or "extent" in meta or not adapter.shape_attribute
     lines = [
         f"    {tag}sh, {tag}st = _layout_{var}({var})"
@@ -98,15 +97,6 @@ def extent(shape: Any, strides: Any) -> int:
     if not all(shape):
         return 0
     return 1 + sum((n - 1) * abs(s) for n, s in zip(shape, strides))
-
-
-def _ndim_error(what: str) -> Callable[[int], None]:
-    def fail(ndim: int) -> None:
-        raise ArgumentError(
-            f"{what} has {ndim} dimensions; shape/strides support at most {MAX_NDIM}"
-        )
-
-    return fail
 
 
 # scalars of these dtypes are range-checked (int32, int64) or converted to raw bits (half
@@ -214,12 +204,12 @@ def generate_run(
         "_stream_handle": stream_handle,
         "_synchronize": hot.synchronize,
         "_wrap": out_adapter.wrap,
-        "_fill": _filler(kernel),
-        "_bad_shapes": _shape_error(kernel, len(outs), out_adapter.framework),
-        "_check_shapes": _shape_check(kernel),
+        "_fill": checks.filler(kernel),
+        "_bad_shapes": checks.shape_error(kernel, len(outs), out_adapter.framework),
+        "_check_shapes": checks.shape_check(kernel),
         "_KernelkitError": KernelkitError,
-        "_launch_failed": _launch_error(kernel, hot.backend),
-        "_not_contiguous": _contiguity_error(outs),
+        "_launch_failed": checks.launch_error(kernel, hot.backend),
+        "_not_contiguous": checks.contiguity_error(outs),
     }
     if fixed is not None:
         ns["_GEO"] = fixed.geometry
@@ -231,26 +221,38 @@ def generate_run(
             "    except (KeyError, TypeError):",
             "        geo = _new_geo(grid, threadgroup, shared_memory)",
         ]
+    # a fixed run's pack is its own: the arrays' metadata, fixed with their layouts, are
+    # written when a thread's pack is made (``fresh``), not per call; the pack is kept only
+    # once all of them are written (a call that raises before its launch keeps none)
+    if fixed is not None:
+        pack_lines = ["        fresh = False", "    except AttributeError:",
+                      "        pack = _new_pack()", "        fresh = True"]  # fmt: skip
+    else:
+        pack_lines = ["    except AttributeError:", "        pack = _local.pack = _new_pack()"]
     code = [
         f"def run({CALL_ARGS}):",
         *(guard_lines(guard, ns) if guard is not None else []),
         *geo_lines,
         "    try:",
         "        pack = _local.pack",
-        "    except AttributeError:",
-        "        pack = _local.pack = _new_pack()",
+        *pack_lines,
         "    s = pack.slots",
     ]
     for i, r in enumerate(ins):
-        code += _input_lines(i, r, ns, fixed is not None and i in fixed.contiguous)
+        known = fixed is not None and i in fixed.contiguous
+        once = fixed is not None and r.adapter is not None and r.adapter.strides_in_signature
+        code += _input_lines(i, r, ns, known, once)
     likes = _like_inputs(ins, outs)
+    once_out = fixed is not None
     if fixed is not None and fixed.like and fixed.like == set(range(len(outs))):
         code += _fixed_like_lines(likes, ns)
-        code += _output_lines(outs, hot.has_out, hot.allocators, ns, likes, made=True)
+        code += _output_lines(outs, hot.has_out, hot.allocators, ns, likes, True, once_out)
     else:
-        code += _output_lines(outs, hot.has_out, hot.allocators, ns, likes)
+        code += _output_lines(outs, hot.has_out, hot.allocators, ns, likes, False, once_out)
     if hot.has_out:
         code += _overlap_lines(kernel, ins, outs, ns)
+    if fixed is not None:
+        code += ["    if fresh:", "        _local.pack = pack"]
     code += [
         "    if stream is None:",
         "        stream = _stream()",
@@ -273,7 +275,14 @@ def generate_run(
     return ns["run"], source
 
 
-def _input_lines(i: int, r: ArgRoute, ns: dict[str, Any], known_contiguous: bool) -> list[str]:
+def _once(lines: list[str]) -> list[str]:
+    """``lines`` run only when the thread's pack is new (a fixed run's ``fresh``)."""
+    return ["    if fresh:", *("    " + line for line in lines)] if lines else []
+
+
+def _input_lines(
+    i: int, r: ArgRoute, ns: dict[str, Any], known_contiguous: bool, meta_once: bool
+) -> list[str]:
     if r.kind == "scalar":
         if r.dtype not in _SET_THROUGH:
             return [f"    s[{r.slot}].value = inputs[{i}]"]
@@ -303,7 +312,8 @@ def _input_lines(i: int, r: ArgRoute, ns: dict[str, Any], known_contiguous: bool
     ptr = a.pointer_expr.format(x=f"a{i}") if a.pointer_expr else f"_ptr{i}(a{i})"
     lines.append(f"    s[{r.slot}].value = {ptr}")
     if r.meta:
-        lines += meta_lines(f"a{i}", r.meta, a, ns, r.what, False)
+        meta = meta_lines(f"a{i}", r.meta, a, ns, r.what, False)
+        lines += _once(meta) if meta_once else meta
     return lines
 
 
@@ -341,9 +351,12 @@ def _output_lines(
     ns: dict[str, Any],
     likes: dict[int, tuple[int, Any, Any]],
     made: bool = False,
+    meta_once: bool = False,
 ) -> list[str]:
     """The outputs' lines: ``out``'s arrays (``has_out``), else new ones; ``made``: the
-    arrays ``o0``, ``o1``, ... exist already (``_fixed_like_lines``)."""
+    arrays ``o0``, ``o1``, ... exist already (``_fixed_like_lines``); ``meta_once``: a fixed
+    run's, whose outputs' metadata are written with a new pack where their layouts are fixed
+    (new arrays; ``out=`` arrays whose signatures hold their strides)."""
     n = len(outs)
     if made:
         lines: list[str] = []
@@ -378,9 +391,9 @@ def _output_lines(
         a = r.adapter
         if a is None:  # allocated through another framework (JAX): look its adapter up
             lines.append(f"    s[{r.slot}].value = _optr{j}(o{j})")
-            ns[f"_optr{j}"] = _output_pointer_any(r.what)
+            ns[f"_optr{j}"] = checks.output_pointer_any(r.what)
             if r.meta:
-                lines += meta_lines(f"o{j}", r.meta, _LookupAdapter(), ns, r.what, r.flat)
+                lines += meta_lines(f"o{j}", r.meta, checks.LookupAdapter(), ns, r.what, r.flat)
             continue
         ns.update(
             {
@@ -392,7 +405,9 @@ def _output_lines(
             lines += [f"    if not _oisc{j}(o{j}):", f"        _not_contiguous({j})"]
         lines.append(f"    s[{r.slot}].value = _optr{j}(o{j})")
         if r.meta:
-            lines += meta_lines(f"o{j}", r.meta, a, ns, r.what, r.flat)
+            meta = meta_lines(f"o{j}", r.meta, a, ns, r.what, r.flat)
+            fixed_layout = meta_once and (not has_out or a.strides_in_signature)
+            lines += _once(meta) if fixed_layout else meta
     return lines
 
 
@@ -441,102 +456,3 @@ def _tuple(items: Any) -> str:
 def _overlap_row(r: ArgRoute) -> tuple[str, Adapter, int, bool]:
     assert r.adapter is not None  # noqa: S101 - for mypy: only array routes come here
     return r.what.split("] ", 1)[-1], r.adapter, DTYPES[r.dtype].itemsize, r.contiguous
-
-
-def _output_pointer_any(what: str) -> Callable[[Any], int]:
-    def pointer(x: Any) -> int:
-        return adapter_for(x, what).output_pointer(what)(x)
-
-    return pointer
-
-
-class _LookupAdapter(Adapter):
-    """Layout of an array whose framework is only known per call."""
-
-    shape_attribute = False
-
-    def layout(self, x: Any) -> Any:
-        return adapter_for(x, "output").layout(x)
-
-
-def _filler(kernel: str) -> Callable[[tuple, Any], None]:
-    def fill(arrays: tuple, value: Any) -> None:
-        if value.__class__ is bool or not isinstance(value, numbers.Real):  # NumPy's too
-            raise ArgumentTypeError(
-                f"[{kernel}] init_value must be a number (int or float) or None, got {value!r}"
-            )
-        for a in arrays:
-            adapter_for(a, "output").fill(a, value)
-
-    return fill
-
-
-def _valid_shape(shape: Any) -> bool:
-    try:
-        return all(
-            not isinstance(d, bool) and isinstance(d, int) and d >= 0 for d in shape
-        ) and not isinstance(shape, str)
-    except TypeError:
-        return False
-
-
-def _shape_error(kernel: str, n: int, framework: str) -> Callable[[Any, Exception | None], None]:
-    """Why allocating the outputs failed: bad ``output_shapes``, or the framework's allocator
-    (out of memory, CUDA used in a forked child, a framework that cannot allocate there)."""
-
-    def fail(shapes: Any, error: Exception | None) -> None:
-        if (
-            error is not None
-            and isinstance(shapes, list | tuple)
-            and len(shapes) == n
-            and all(_valid_shape(s) for s in shapes)
-        ):
-            hint = ""
-            if "fork" in str(error):
-                hint = (
-                    " (CUDA cannot be used in a process forked after CUDA was initialized: "
-                    "start workers with the 'spawn' method)"
-                )
-            raise LaunchError(
-                f"[{kernel}] allocating the outputs with {framework} failed{hint}: "
-                f"{type(error).__name__}: {error}"
-            ) from error
-        detail = f": {error}" if error else ""
-        raise ArgumentError(
-            f"[{kernel}] output_shapes must be a list of {n} valid shapes, got {shapes!r}{detail}"
-        )
-
-    return fail
-
-
-def _shape_check(kernel: str) -> Callable[[Any, Any], None]:
-    def check(out: Any, shapes: Any) -> None:
-        if len(shapes) != len(out):
-            raise ArgumentError(
-                f"[{kernel}] output_shapes has {len(shapes)} shapes for {len(out)} outputs"
-            )
-        for i, (o, shape) in enumerate(zip(out, shapes)):
-            if tuple(o.shape) != tuple(shape):
-                raise ArgumentError(
-                    f"[{kernel}] out[{i}] has shape {tuple(o.shape)}, but "
-                    f"output_shapes[{i}] is {tuple(shape)}"
-                )
-
-    return check
-
-
-def _launch_error(kernel: str, backend: str) -> Callable[[Exception], None]:
-    def fail(error: Exception) -> None:
-        raise LaunchError(
-            f"[{kernel}] backend {backend!r} failed to launch: {type(error).__name__}: {error}"
-        ) from error
-
-    return fail
-
-
-def _contiguity_error(outs: Sequence[ArgRoute]) -> Callable[[int], None]:
-    def fail(j: int) -> None:
-        name = outs[j].what
-        raise ArgumentError(f"{name} must be row-contiguous (or the body must read its strides)")
-
-    return fail

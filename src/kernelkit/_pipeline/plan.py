@@ -67,7 +67,7 @@ def _allocator(
 ) -> Callable[[Any], Any]:
     """The framework's allocator, made ``now`` (a plan that allocates: no Python frame of ours
     per call) or on first use (a plan of calls with out= never needs one). One that cannot be
-    made now is left to its first use, which reports why (``launch._shape_error``)."""
+    made now is left to its first use, which reports why (``launch_checks.shape_error``)."""
     if now:
         try:
             return adapter.allocator(DTYPES[dtype], device_type, device_index)
