@@ -401,3 +401,40 @@ def test_a_failing_allocator_is_reported_as_such_not_as_bad_shapes():
             COPY([x], output_shapes=bad, **call)
     (y,) = COPY([x], output_shapes=[(N,)], **call)
     np.testing.assert_array_equal(y, x)
+
+
+def test_a_warm_op_call_reports_a_failing_allocation_as_a_launch_error(monkeypatch):
+    """The built-in ops' prepared calls (``_common.kernel_caller``: a run fixed for their
+    signature, which makes its output as ``empty_like`` of its input) report an allocator's
+    failure, out of memory say, as any allocation's: a LaunchError naming the framework, not
+    the framework's bare exception. (A kernel of its own: no shared plan keeps the patch.)"""
+    torch = pytest.importorskip("torch")
+    from kernelkit._arrays import _torch as T
+    from kernelkit.ops._common import kernel_caller
+
+    failing = [False]
+    real = T.TorchAdapter.like
+
+    def like(self, dtype):
+        found = real(self, dtype)
+        if found is None:
+            return None
+
+        def empty_like(x):
+            if failing[0]:
+                raise torch.OutOfMemoryError("simulated: out of memory")
+            return found[1](x)
+
+        return found[0], empty_like
+
+    monkeypatch.setattr(T.TorchAdapter, "like", like)
+    body = "uint i = blockIdx.x * blockDim.x + threadIdx.x; if (i < x_shape[0]) y[i] = x[i];"
+    k = kernelkit.kernel("t_warm_oom", ["x"], ["y"], body)
+    call = kernel_caller(k, {"grid": (N, 1, 1), "threadgroup": (32, 1, 1)})
+    x = torch.arange(N, dtype=torch.float32)
+    for _ in range(3):  # the checked call first, then the run fixed for this signature
+        (y,) = call([x], [(N,)], [torch.float32], None)
+    assert torch.equal(y, x)
+    failing[0] = True
+    with pytest.raises(kernelkit.LaunchError, match="allocating the outputs with torch failed"):
+        call([x], [(N,)], [torch.float32], None)

@@ -324,7 +324,20 @@ def test_the_alignment_is_read_per_call_only_where_it_picks_the_kernel(
             )
         return problem, choice
 
+    launcher = MM._RUNNER._launcher
+    used = []
+
+    def recording(choice, problem, output_dtype):  # no .direct: every call comes through here
+        launch = launcher(choice, problem, output_dtype)
+
+        def run(inputs, out):
+            used.append(choice.impl)
+            return launch(inputs, out)
+
+        return run
+
     monkeypatch.setattr(MM._RUNNER, "choose", patched)
+    monkeypatch.setattr(MM._RUNNER, "_launcher", recording)
     monkeypatch.setattr(MM, "_TABLE", {})
     x16 = RNG.standard_normal((3, 24)).astype(np.float16)
     w = RNG.standard_normal((10, 24)).astype(np.float16)
@@ -337,3 +350,7 @@ def test_the_alignment_is_read_per_call_only_where_it_picks_the_kernel(
     (run,) = MM._TABLE.values()
     assert (run.__name__ == "run_aligned") is decided_by_alignment
     assert {False, True} <= set(seen)  # both alignments were asked at the first call
+    if decided_by_alignment:  # each view ran the kernel chosen for its own alignment
+        assert used == ["matmul/tiled", "matmul/gemv"] * 2
+    else:
+        assert len(set(used)) == 1 and len(used) == 4

@@ -12,7 +12,7 @@ import pytest
 
 from kernelkit import _config
 from kernelkit._backends.cuda import native
-from kernelkit._cache import products
+from kernelkit._cache import disk, products
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux only")
 
@@ -94,6 +94,20 @@ def test_a_bad_geometry_is_refused_before_the_driver(module, geometry, error):
     del driver
 
 
+@pytest.mark.parametrize("position", [0, 1, 5, 6])
+def test_an_argument_that_is_not_an_address_is_refused(module, position):
+    found, _ = module
+    calls = []
+    address = ctypes.cast(driver := _fake_driver(0, calls), ctypes.c_void_p).value
+    params = (ctypes.c_void_p * 1)()
+    args = [address, 5, [""], "e", None, ctypes.addressof(params), 0, (1, 1, 1, 32, 1, 1, 0)]
+    args[position] = "not an int"
+    with pytest.raises(TypeError):
+        found.launch(*args)
+    assert not calls
+    del driver
+
+
 def test_bind_gives_the_launcher_the_hot_path_calls(module, monkeypatch):
     calls, last = [], [""]
     driver = _fake_driver(0, calls)
@@ -119,6 +133,7 @@ def test_a_damaged_build_is_found_and_rebuilt(module, tmp_path, monkeypatch):
 
 
 def test_where_it_cannot_be_built_launches_go_through_cuda_bindings(tmp_path, monkeypatch):
+    real_compiler = native._compiler
     monkeypatch.setenv("KERNELKIT_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setattr(native, "_state", None)
     monkeypatch.setattr(native, "_compiler", lambda: None)
@@ -135,6 +150,14 @@ def test_where_it_cannot_be_built_launches_go_through_cuda_bindings(tmp_path, mo
         monkeypatch.setenv("KERNELKIT_CACHE", "0")
         _config.reload()
         assert "no disk cache" in native.status()
+        monkeypatch.setattr(native, "_state", None)
+        monkeypatch.setattr(native, "_compiler", real_compiler)
+        monkeypatch.setenv("KERNELKIT_CACHE", "1")
+        _config.reload()
+        disk.current().write_error = "simulated: read-only"  # built nowhere, not per process
+        assert native.status() == (
+            "cuda-bindings (the disk cache could not keep it (not writable?))"
+        )
     finally:
         monkeypatch.undo()
         _config.reload()

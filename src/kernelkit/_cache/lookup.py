@@ -136,11 +136,13 @@ def _compile(backend: Backend, request: CompileRequest, directory: str | None) -
     return artifact
 
 
-def get_product(area: str, name: str, build: Callable[[Path], bool]) -> Path | None:
+def get_product(
+    area: str, name: str, build: Callable[[Path], bool], in_process: bool = True
+) -> Path | None:
     """The checked directory of product ``name`` in ``area``, built by ``build(directory)`` (which
     writes the files into ``directory`` and returns whether it succeeded) when missing or damaged.
-    In the disk cache when it is on and writable, else in this process's temporary directory;
-    None when the build fails."""
+    In the disk cache when it is on and writable, else (``in_process``) in this process's
+    temporary directory; None when the build fails or has nowhere to go."""
     products.check_name("area", area)
     products.check_name("name", name)
     cache = disk.current()
@@ -148,7 +150,7 @@ def get_product(area: str, name: str, build: Callable[[Path], bool]) -> Path | N
         found = _cached_product(cache, cache.root / area, name, build)
         if found is not None:
             return found
-    return products.build_in_process(area, name, build)
+    return products.build_in_process(area, name, build) if in_process else None
 
 
 def _cached_product(

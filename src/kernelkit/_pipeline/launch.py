@@ -193,50 +193,11 @@ def generate_run(
     kernel, ins, outs, out_adapter = hot.kernel, hot.ins, hot.outs, hot.out_adapter
     params = hot.params  # not ``hot`` itself in the namespace: it holds the loaded program,
     # which must go with its plan, not wait for the collector (run and its namespace are a cycle)
-    local = threading.local()
-    ns: dict[str, Any] = {
-        "_local": local,
-        "_new_pack": lambda: ArgPack(params),
-        "_launch": hot.loaded.launch,
-        "_geo": hot.loaded.geometries.table,
-        "_new_geo": hot.loaded.geometries,
-        "_stream": out_adapter.stream_getter(*hot.where),
-        "_stream_handle": stream_handle,
-        "_synchronize": hot.synchronize,
-        "_wrap": out_adapter.wrap,
-        "_fill": checks.filler(kernel),
-        "_bad_shapes": checks.shape_error(kernel, len(outs), out_adapter.framework),
-        "_check_shapes": checks.shape_check(kernel),
-        "_KernelkitError": KernelkitError,
-        "_launch_failed": checks.launch_error(kernel, hot.backend),
-        "_not_contiguous": checks.contiguity_error(outs),
-    }
-    if fixed is not None:
-        ns["_GEO"] = fixed.geometry
-        geo_lines = ["    geo = _GEO"]
-    else:
-        geo_lines = [
-            "    try:",
-            "        geo = _geo[grid, threadgroup, shared_memory]",
-            "    except (KeyError, TypeError):",
-            "        geo = _new_geo(grid, threadgroup, shared_memory)",
-        ]
-    # a fixed run's pack is its own: the arrays' metadata, fixed with their layouts, are
-    # written when a thread's pack is made (``fresh``), not per call; the pack is kept only
-    # once all of them are written (a call that raises before its launch keeps none)
-    if fixed is not None:
-        pack_lines = ["        fresh = False", "    except AttributeError:",
-                      "        pack = _new_pack()", "        fresh = True"]  # fmt: skip
-    else:
-        pack_lines = ["    except AttributeError:", "        pack = _local.pack = _new_pack()"]
+    ns = _namespace(hot, params)
     code = [
         f"def run({CALL_ARGS}):",
         *(guard_lines(guard, ns) if guard is not None else []),
-        *geo_lines,
-        "    try:",
-        "        pack = _local.pack",
-        *pack_lines,
-        "    s = pack.slots",
+        *_preamble_lines(fixed, ns),
     ]
     for i, r in enumerate(ins):
         known = fixed is not None and i in fixed.contiguous
@@ -273,6 +234,58 @@ def generate_run(
     source = "\n".join(code) + "\n"
     execute(source, ns, "hot path")
     return ns["run"], source
+
+
+def _namespace(hot: HotPath, params: tuple[Param, ...]) -> dict[str, Any]:
+    """The names every generated run reads (the per-array ones are added as lines are made)."""
+    kernel, outs, out_adapter = hot.kernel, hot.outs, hot.out_adapter
+    return {
+        "_local": threading.local(),
+        "_new_pack": lambda: ArgPack(params),
+        "_launch": hot.loaded.launch,
+        "_geo": hot.loaded.geometries.table,
+        "_new_geo": hot.loaded.geometries,
+        "_stream": out_adapter.stream_getter(*hot.where),
+        "_stream_handle": stream_handle,
+        "_synchronize": hot.synchronize,
+        "_wrap": out_adapter.wrap,
+        "_fill": checks.filler(kernel),
+        "_bad_shapes": checks.shape_error(kernel, len(outs), out_adapter.framework),
+        "_check_shapes": checks.shape_check(kernel),
+        "_KernelkitError": KernelkitError,
+        "_launch_failed": checks.launch_error(kernel, hot.backend),
+        "_not_contiguous": checks.contiguity_error(outs),
+    }
+
+
+def _preamble_lines(fixed: Fixed | None, ns: dict[str, Any]) -> list[str]:
+    """``geo`` (looked up per call, or a fixed run's) and the thread's argument pack. A fixed
+    run's pack is its own: the arrays' metadata, fixed with their layouts, are written when a
+    thread's pack is made (``fresh``), and the pack is kept only once all of them are (a call
+    that raises before its launch keeps none)."""
+    if fixed is None:
+        return [
+            "    try:",
+            "        geo = _geo[grid, threadgroup, shared_memory]",
+            "    except (KeyError, TypeError):",
+            "        geo = _new_geo(grid, threadgroup, shared_memory)",
+            "    try:",
+            "        pack = _local.pack",
+            "    except AttributeError:",
+            "        pack = _local.pack = _new_pack()",
+            "    s = pack.slots",
+        ]
+    ns["_GEO"] = fixed.geometry
+    return [
+        "    geo = _GEO",
+        "    try:",
+        "        pack = _local.pack",
+        "        fresh = False",
+        "    except AttributeError:",
+        "        pack = _new_pack()",
+        "        fresh = True",
+        "    s = pack.slots",
+    ]
 
 
 def _once(lines: list[str]) -> list[str]:
@@ -336,12 +349,13 @@ def _like_inputs(
 
 
 def _fixed_like_lines(likes: dict[int, tuple[int, Any, Any]], ns: dict[str, Any]) -> list[str]:
-    """Every output made as ``empty_like`` of its input, as ``Fixed.like`` says they all are."""
-    lines = []
+    """Every output made as ``empty_like`` of its input, as ``Fixed.like`` says they all are;
+    a failure (out of memory, a forked child) reported as any allocation's (``_bad_shapes``)."""
+    lines = ["    try:"]
     for j, (i, _, like) in sorted(likes.items()):
         ns[f"_like{j}"] = like
-        lines.append(f"    o{j} = _like{j}(a{i})")
-    return lines
+        lines.append(f"        o{j} = _like{j}(a{i})")
+    return [*lines, "    except Exception as e:", "        _bad_shapes(output_shapes, e)"]
 
 
 def _output_lines(
@@ -364,27 +378,7 @@ def _output_lines(
         lines = ["    if output_shapes is not None:", "        _check_shapes(out, output_shapes)"]
         lines += [f"    o{j} = out[{j}]" for j in range(n)]
     else:
-        lines = [
-            f"    if output_shapes is None or len(output_shapes) != {n}:",
-            "        _bad_shapes(output_shapes, None)",
-            "    try:",
-        ]
-        for j in range(n):
-            ns[f"_alloc{j}"] = allocators[j]
-            if j in likes:  # input i's shape asked for: empty_like(input i), else by shape
-                i, ns[f"_likedt{j}"], ns[f"_like{j}"] = likes[j]
-                lines += [
-                    f"        if a{i}.dtype is _likedt{j} and output_shapes[{j}] == a{i}.shape:",
-                    f"            o{j} = _like{j}(a{i})",
-                    "        else:",
-                    f"            o{j} = _alloc{j}(output_shapes[{j}])",
-                ]
-                continue
-            lines.append(f"        o{j} = _alloc{j}(output_shapes[{j}])")
-        lines += [
-            "    except Exception as e:",
-            "        _bad_shapes(output_shapes, e)",
-        ]
+        lines = _new_output_lines(n, allocators, ns, likes)
     outs_tuple = ", ".join(f"o{j}" for j in range(n))
     lines += ["    if init_value is not None:", f"        _fill(({outs_tuple},), init_value)"]
     for j, r in enumerate(outs):
@@ -409,6 +403,34 @@ def _output_lines(
             fixed_layout = meta_once and (not has_out or a.strides_in_signature)
             lines += _once(meta) if fixed_layout else meta
     return lines
+
+
+def _new_output_lines(
+    n: int,
+    allocators: Sequence[Callable[[Any], Any]],
+    ns: dict[str, Any],
+    likes: dict[int, tuple[int, Any, Any]],
+) -> list[str]:
+    """``o0``, ``o1``, ... made per call: ``empty_like`` of an input whose shape and dtype the
+    call asks for, else the allocator; a failure reported by ``_bad_shapes``."""
+    lines = [
+        f"    if output_shapes is None or len(output_shapes) != {n}:",
+        "        _bad_shapes(output_shapes, None)",
+        "    try:",
+    ]
+    for j in range(n):
+        ns[f"_alloc{j}"] = allocators[j]
+        if j in likes:  # input i's shape asked for: empty_like(input i), else by shape
+            i, ns[f"_likedt{j}"], ns[f"_like{j}"] = likes[j]
+            lines += [
+                f"        if a{i}.dtype is _likedt{j} and output_shapes[{j}] == a{i}.shape:",
+                f"            o{j} = _like{j}(a{i})",
+                "        else:",
+                f"            o{j} = _alloc{j}(output_shapes[{j}])",
+            ]
+            continue
+        lines.append(f"        o{j} = _alloc{j}(output_shapes[{j}])")
+    return [*lines, "    except Exception as e:", "        _bad_shapes(output_shapes, e)"]
 
 
 def _overlap_lines(

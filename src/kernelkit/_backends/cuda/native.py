@@ -5,9 +5,9 @@ host: 3.7 µs a launch against 4.4 through cuda-bindings, plus the launcher's ow
 
 It is a build product of the disk cache (``_cache/products.py``: published whole by a rename,
 checked against its checksums once per process). Where it cannot be had, launches go through
-cuda-bindings as before and ``kernelkit info`` says why: no disk cache (a product would be
-rebuilt in every process), ``KERNELKIT_NATIVE_LAUNCH=0``, not Linux, no C compiler or no
-``Python.h``, a build or load that failed.
+cuda-bindings as before and ``kernelkit info`` says why: no disk cache, or one it cannot
+be written to (a product would be rebuilt in every process), ``KERNELKIT_NATIVE_LAUNCH=0``,
+not Linux, no C compiler or no ``Python.h``, a build or load that failed.
 """
 
 from __future__ import annotations
@@ -104,9 +104,10 @@ def _decide() -> tuple[ModuleType | None, str]:
             why.append(failed)
         return failed is None
 
-    found = get_product(AREA, _product_name(), make)
+    # never built per process: a cache that cannot keep it means cuda-bindings
+    found = get_product(AREA, _product_name(), make, in_process=False)
     if found is None:
-        return None, why[0] if why else "the build failed"
+        return None, why[0] if why else "the disk cache could not keep it (not writable?)"
     try:
         return load_module(found / f"kk_launch{_SUFFIX}"), ""
     except (ImportError, OSError) as e:

@@ -46,12 +46,16 @@ static PyObject *kk_launch(PyObject *self, PyObject *const *args, Py_ssize_t nar
     PyErr_Format(PyExc_TypeError, "[launch] takes 8 arguments, got %zd", nargs);
     return NULL;
   }
-  kk_driver_launch driver = (kk_driver_launch)PyLong_AsVoidPtr(args[0]);
-  void *function = PyLong_AsVoidPtr(args[1]);
-  void *params = PyLong_AsVoidPtr(args[5]);
-  void *stream = PyLong_AsVoidPtr(args[6]);
+  void *ptr[4]; /* driver_launch, function, params, stream */
+  const int at[4] = {0, 1, 5, 6};
+  for (int i = 0; i < 4; i++) { /* one conversion at a time: none runs with an error set */
+    ptr[i] = PyLong_AsVoidPtr(args[at[i]]);
+    if (ptr[i] == NULL && PyErr_Occurred()) return NULL;
+  }
+  kk_driver_launch driver = (kk_driver_launch)ptr[0];
+  void *function = ptr[1], *params = ptr[2], *stream = ptr[3];
   unsigned g[7];
-  if (PyErr_Occurred() || kk_geometry(args[7], g) < 0) return NULL;
+  if (kk_geometry(args[7], g) < 0) return NULL;
   if (driver == NULL || function == NULL || params == NULL || !PyList_Check(args[2]) ||
       PyList_GET_SIZE(args[2]) < 1) {
     PyErr_SetString(PyExc_ValueError, "[launch] null driver, function or parameters, or no list");
