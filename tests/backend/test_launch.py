@@ -262,9 +262,7 @@ def test_a_fixed_run_tests_contiguity_per_call_where_signatures_hold_no_strides(
     np.testing.assert_allclose(arrays.get(y), x.astype(np.float64) * 2 + np.arange(64), rtol=1e-6)
 
 
-def test_a_fixed_run_writes_metadata_once_per_thread_and_keeps_only_a_whole_pack(
-    backend, arrays
-):
+def test_a_fixed_run_writes_metadata_once_per_thread_and_keeps_only_a_whole_pack(backend, arrays):
     """A fixed run writes its arrays' shapes into a thread's pack once, when the pack is made:
     a first call that raises before its launch (here: an init_value that cannot fill y) keeps
     no half-written pack, and another thread gets a pack of its own."""
