@@ -204,12 +204,8 @@ def generate_run(
         once = fixed is not None and r.adapter is not None and r.adapter.strides_in_signature
         code += _input_lines(i, r, ns, known, once)
     likes = _like_inputs(ins, outs)
-    once_out = fixed is not None
-    if fixed is not None and fixed.like and fixed.like == set(range(len(outs))):
-        code += _fixed_like_lines(likes, ns)
-        code += _output_lines(outs, hot.has_out, hot.allocators, ns, likes, True, once_out)
-    else:
-        code += _output_lines(outs, hot.has_out, hot.allocators, ns, likes, False, once_out)
+    like = fixed.like if fixed is not None else frozenset()
+    code += _output_lines(outs, hot.has_out, hot.allocators, ns, likes, like, fixed is not None)
     if hot.has_out:
         code += _overlap_lines(kernel, ins, outs, ns)
     if fixed is not None:
@@ -348,37 +344,25 @@ def _like_inputs(
     return found
 
 
-def _fixed_like_lines(likes: dict[int, tuple[int, Any, Any]], ns: dict[str, Any]) -> list[str]:
-    """Every output made as ``empty_like`` of its input, as ``Fixed.like`` says they all are;
-    a failure (out of memory, a forked child) reported as any allocation's (``_bad_shapes``)."""
-    lines = ["    try:"]
-    for j, (i, _, like) in sorted(likes.items()):
-        ns[f"_like{j}"] = like
-        lines.append(f"        o{j} = _like{j}(a{i})")
-    return [*lines, "    except Exception as e:", "        _bad_shapes(output_shapes, e)"]
-
-
 def _output_lines(
     outs: Sequence[ArgRoute],
     has_out: bool,
     allocators: Sequence[Callable[[Any], Any]],
     ns: dict[str, Any],
     likes: dict[int, tuple[int, Any, Any]],
-    made: bool = False,
+    known: frozenset[int] = frozenset(),
     meta_once: bool = False,
 ) -> list[str]:
-    """The outputs' lines: ``out``'s arrays (``has_out``), else new ones; ``made``: the
-    arrays ``o0``, ``o1``, ... exist already (``_fixed_like_lines``); ``meta_once``: a fixed
-    run's, whose outputs' metadata are written with a new pack where their layouts are fixed
-    (new arrays; ``out=`` arrays whose signatures hold their strides)."""
+    """The outputs' lines: ``out``'s arrays (``has_out``), else new ones (``known``: those a
+    fixed run makes as ``empty_like`` of their input untested, ``Fixed.like``); ``meta_once``:
+    a fixed run's, whose outputs' metadata are written with a new pack where their layouts are
+    fixed (new arrays; ``out=`` arrays whose signatures hold their strides)."""
     n = len(outs)
-    if made:
-        lines: list[str] = []
-    elif has_out:
+    if has_out:
         lines = ["    if output_shapes is not None:", "        _check_shapes(out, output_shapes)"]
         lines += [f"    o{j} = out[{j}]" for j in range(n)]
     else:
-        lines = _new_output_lines(n, allocators, ns, likes)
+        lines = _new_output_lines(n, allocators, ns, likes, known)
     outs_tuple = ", ".join(f"o{j}" for j in range(n))
     lines += ["    if init_value is not None:", f"        _fill(({outs_tuple},), init_value)"]
     for j, r in enumerate(outs):
@@ -410,18 +394,23 @@ def _new_output_lines(
     allocators: Sequence[Callable[[Any], Any]],
     ns: dict[str, Any],
     likes: dict[int, tuple[int, Any, Any]],
+    known: frozenset[int],
 ) -> list[str]:
     """``o0``, ``o1``, ... made per call: ``empty_like`` of an input whose shape and dtype the
-    call asks for, else the allocator; a failure reported by ``_bad_shapes``."""
-    lines = [
+    call asks for (``known``: without the test), else the allocator; a failure reported by
+    ``_bad_shapes``. The call's ``output_shapes`` are not read where every output is known."""
+    lines = [] if len(known) == n else [
         f"    if output_shapes is None or len(output_shapes) != {n}:",
         "        _bad_shapes(output_shapes, None)",
-        "    try:",
-    ]
+    ]  # fmt: skip
+    lines.append("    try:")
     for j in range(n):
         ns[f"_alloc{j}"] = allocators[j]
         if j in likes:  # input i's shape asked for: empty_like(input i), else by shape
             i, ns[f"_likedt{j}"], ns[f"_like{j}"] = likes[j]
+            if j in known:
+                lines.append(f"        o{j} = _like{j}(a{i})")
+                continue
             lines += [
                 f"        if a{i}.dtype is _likedt{j} and output_shapes[{j}] == a{i}.shape:",
                 f"            o{j} = _like{j}(a{i})",
