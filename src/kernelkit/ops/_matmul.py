@@ -46,7 +46,7 @@ from ._common import OpRunner, empty
 from ._matmul_args import check_out
 from ._matmul_args import prepare as _prepare
 from ._matmul_impls import GEMV_KERNEL, OP
-from ._prepared import EAGER_SIGNERS, FORCED, SIGNERS, routed, signature, store
+from ._prepared import EAGER_SIGNERS, FORCED, SIGNERS, Recent, routed, signature, store
 
 __all__ = ["OP", "eager_matmul", "matmul"]
 
@@ -83,6 +83,13 @@ def matmul(
         >>> ops.matmul(a, w, transpose_b=True).tolist()
         [[4.0, 4.0, 4.0], [4.0, 4.0, 4.0]]
     """
+    if out is None:
+        for check, extras, run in _RECENT[bias is None].entries:
+            if check(a, b) if bias is None else check(a, b, bias):
+                here = (activation, transpose_b, transpose_b.__class__, OP.generation,
+                        FORCED.get(), _config.config.select_force)  # fmt: skip
+                if extras == here:
+                    return run([a, b, bias], None)
     sign = SIGNERS.get(a.__class__)
     if sign is not None:
         try:
@@ -102,12 +109,22 @@ _TABLE: dict[Any, Any] = {}
 # the same for the torch op's own calls: a signature kept there was never asked of the
 # integrations (it may need autograd), so the public op never looks it up
 _EAGER: dict[Any, Any] = {}
+# the most recent prepared calls without out=, with a bias ([False]) or without ([True]):
+# (check(a, b[, bias]), (activation, transpose_b, its class, generation, forced), run)
+_RECENT, _RECENT_EAGER = (Recent(), Recent()), (Recent(), Recent())
 
 
 def eager_matmul(
     a: Any, b: Any, bias: Any, activation: str | None, transpose_b: bool, out: Any
 ) -> Any:
     """``matmul`` without the integrations (what the torch op runs): the same prepared call."""
+    if out is None:
+        for check, extras, run in _RECENT_EAGER[bias is None].entries:
+            if check(a, b) if bias is None else check(a, b, bias):
+                here = (activation, transpose_b, transpose_b.__class__, OP.generation,
+                        FORCED.get(), _config.config.select_force)  # fmt: skip
+                if extras == here:
+                    return run([a, b, bias], None)
     sign = EAGER_SIGNERS.get(a.__class__)
     if sign is not None:
         try:
@@ -135,9 +152,8 @@ def _first(
     if out is not None:
         check_out(out, (*lead, n))
     key = signature((a, b, bias, out), not route)
-    if key is not None and transpose_b.__class__ is bool:
-        key = (key, activation, transpose_b, bool, OP.generation, FORCED.get(),
-               _config.config.select_force)  # fmt: skip
+    extras = (activation, transpose_b, bool, OP.generation, FORCED.get(),
+              _config.config.select_force)  # fmt: skip
     if len(lead) == 1 and lead[0] and n and _alignment_free(a, b, bias, out, options):
         # 2-d, no alignment to read per call: the runner's prepared run is the whole call
         y, run = _RUNNER.first([a, b, bias], a.dtype, out, options)
@@ -145,7 +161,10 @@ def _first(
         run = _prepared_run(lead, n, x.shape[1], options, options["aligned16"] is not None, a, b)
         y = run([a, b, bias], out)
     if key is not None and transpose_b.__class__ is bool:
-        store(_TABLE if route else _EAGER, key, run)
+        store(_TABLE if route else _EAGER, (key, *extras), run)
+        if out is None:
+            arrays = (a, b) if bias is None else (a, b, bias)
+            (_RECENT if route else _RECENT_EAGER)[bias is None].remember(arrays, extras, run)
     return y
 
 

@@ -149,4 +149,3 @@ def tiled_grid(p: Problem, c: Config) -> tuple[int, int, int]:
     v = c.values
     tiles = -(-p.attr("N") // v["BN"]) * -(-p.attr("M") // v["BM"])
     return (tiles * c.threadgroup[0], 1, 1)
-

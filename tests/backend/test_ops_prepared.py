@@ -1,0 +1,196 @@
+"""The built-in ops' most recent prepared calls (``ops._prepared.Recent``, issue 26): a warm call on
+torch tensors is served by a check made in C (torch's ``TensorGuards``) before any signature is
+built, and such a check serves only arrays like the ones its call was prepared for."""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import pytest
+
+import kernelkit
+from kernelkit import ArgumentError, ops
+from kernelkit.ops import _matmul, _norms, _prepared, _softmax
+
+torch = pytest.importorskip("torch")
+F = torch.nn.functional
+
+
+def _device(backend: str) -> str:
+    return "cuda" if backend == "cuda" else "cpu"
+
+
+def _called(fn) -> list[str]:
+    """The Python functions one call of ``fn`` enters."""
+    names: list[str] = []
+
+    def profile(frame, event, arg):
+        if event == "call":
+            names.append(frame.f_code.co_name)
+
+    sys.setprofile(profile)
+    try:
+        fn()
+    finally:
+        sys.setprofile(None)
+    return names
+
+
+def _calls(dev: str) -> dict:
+    g = torch.Generator().manual_seed(0)
+    x, w, b = (torch.randn(*s, generator=g).to(dev) for s in ((6, 64), (64,), (64,)))
+    weight = torch.randn(24, 64, generator=g).to(dev)
+    bias = torch.randn(24, generator=g).to(dev)
+    K = torch.ops.kernelkit
+    silu_mul = ops.elementwise("y = a * silu(b)")
+    return {
+        "elementwise": lambda: silu_mul(x, x + 1),
+        "softmax": lambda: ops.softmax(x),
+        "rms_norm": lambda: ops.rms_norm(x, w, 1e-6),
+        "layer_norm": lambda: ops.layer_norm(x, w, b, 1e-5),
+        "matmul": lambda: ops.matmul(x, weight, transpose_b=True),
+        "matmul bias": lambda: ops.matmul(x, weight, bias=bias, transpose_b=True),
+        "torch op softmax": lambda: K.softmax_inference.default(x, -1),
+        "torch op rms_norm": lambda: K.rms_norm_inference.default(x, w, 1e-6),
+        "torch op matmul": lambda: K.matmul_runtime.default(x, weight, None, None, True),
+    }
+
+
+def test_the_checker_refuses_what_it_cannot_serve():
+    from kernelkit._integrations.torch_grad import torch_checker
+
+    checker = torch_checker(torch)
+    if checker is None:
+        pytest.skip("this torch has no usable TensorGuards")
+    x = torch.zeros(4, 8)
+    check = checker((x,))
+    assert check(torch.ones(4, 8))
+    for other in (x.t(), x[:, :4], x.double(), torch.zeros(4, 8, 1), torch.nn.Parameter(x),
+                  x.numpy(), None, 3.0, torch.zeros(4, 8, requires_grad=True)):  # fmt: skip
+        assert not check(other), other
+    assert checker((torch.zeros(2, requires_grad=True),)) is None  # the route serves those
+
+
+def test_no_checker_where_torch_has_no_tensor_guards(monkeypatch):
+    from torch._C._dynamo import guards
+
+    from kernelkit._integrations.torch_grad import torch_checker
+
+    monkeypatch.delattr(guards, "TensorGuards")
+    assert torch_checker(torch) is None
+
+    def wrong(*tensors, **kwargs):  # a changed TensorGuards that accepts everything
+        return type("G", (), {"check": staticmethod(lambda *a: True)})()
+
+    monkeypatch.setattr(guards, "TensorGuards", wrong, raising=False)
+    assert torch_checker(torch) is None  # the probe finds it out
+
+
+@pytest.mark.parametrize("case", sorted(_calls("cpu")))
+def test_a_warm_call_on_torch_tensors_builds_no_signature(backend, case):
+    """Fails where the recent calls are not asked first: the signer runs on every warm call."""
+    import kernelkit._integrations.torch_ops  # noqa: F401 - the torch ops and the checker
+
+    if _prepared.CHECKERS.get(torch.Tensor) is None:
+        pytest.skip("this torch has no usable TensorGuards")
+    fn = _calls(_device(backend))[case]
+    for _ in range(3):
+        fn()
+    names = _called(fn)
+    assert "torch_signature" not in names, names
+
+
+def _variants(dev: str) -> list[tuple[str, object, object]]:
+    """(what, kernelkit call, float64 reference) over arrays that a wrong recent call would
+    serve with another's prepared run: shapes, dtypes, strides, classes, options."""
+    g = torch.Generator().manual_seed(1)
+
+    def rand(*shape, dtype=torch.float32):
+        return torch.randn(*shape, generator=g).to(dev, dtype)
+
+    x, xl, xt = rand(5, 48), rand(3, 48), rand(48, 7).t()  # xt: [7, 48], not contiguous
+    h = rand(5, 48, dtype=torch.float16)
+    w, w16, bias = rand(48) + 1.5, rand(48, dtype=torch.float16) + 1.5, rand(48)
+    p = torch.nn.Parameter(w.clone(), requires_grad=False)
+    m, mt = rand(20, 48), rand(48, 20)
+    d = lambda a: a.double()
+    rms = lambda a, v, e: d(a) * torch.rsqrt(d(a).pow(2).mean(-1, keepdim=True) + e) * d(v)
+    silu_mul = ops.elementwise("y = a * silu(b)")
+    silu = lambda a, b: d(a) * d(b) * torch.sigmoid(d(b))
+    out = []
+    for name, a in (("x", x), ("x rows", xl), ("x strided", xt), ("x float16", h)):
+        b2 = torch.randn(*a.shape, generator=g).to(dev, a.dtype)
+        out.append((f"elementwise {name}", lambda a=a, b=b2: silu_mul(a, b),
+                    lambda a=a, b=b2: silu(a, b)))  # fmt: skip
+        out.append((f"softmax {name}", lambda a=a: ops.softmax(a), lambda a=a: d(a).softmax(-1)))
+        out.append((f"softmax dim {name}", lambda a=a: ops.softmax(a, 1),
+                    lambda a=a: d(a).softmax(-1)))  # fmt: skip
+        v = w16 if a.dtype == torch.float16 else w
+        for eps in (1e-6, 0.5):
+            out.append((f"rms_norm {name} eps {eps}", lambda a=a, v=v, e=eps: ops.rms_norm(a, v, e),
+                        lambda a=a, v=v, e=eps: rms(a, v, e)))  # fmt: skip
+        if a.dtype == torch.float32:
+            out.append((f"rms_norm {name} parameter", lambda a=a: ops.rms_norm(a, p, 1e-6),
+                        lambda a=a: rms(a, p.detach(), 1e-6)))  # fmt: skip
+            out.append((f"layer_norm {name}", lambda a=a: ops.layer_norm(a, w, bias, 1e-5),
+                        lambda a=a: F.layer_norm(d(a), (48,), d(w), d(bias), 1e-5)))  # fmt: skip
+            for act in (None, "relu"):
+                f = (lambda y: y) if act is None else torch.relu
+                out.append((f"matmul {name} {act}",
+                            lambda a=a, act=act: ops.matmul(a, m, activation=act, transpose_b=True),
+                            lambda a=a, f=f: f(d(a) @ d(m).t())))  # fmt: skip
+                out.append((f"matmul {name} {act} [K, N]",
+                            lambda a=a, act=act: ops.matmul(a, mt, activation=act),
+                            lambda a=a, f=f: f(d(a) @ d(mt))))  # fmt: skip
+                out.append((f"matmul {name} {act} bias",
+                            lambda a=a, act=act: ops.matmul(a, m, bias=bias[:20], activation=act,
+                                                            transpose_b=True),
+                            lambda a=a, f=f: f(d(a) @ d(m).t() + d(bias[:20]))))  # fmt: skip
+    return out
+
+
+def test_recent_calls_serve_only_arrays_like_their_own(backend):
+    """Every variant, called in turn three times over (many more signatures than the recent
+    calls keep), gives its own result: a recent call that served another's arrays, options or
+    eps would fail here."""
+    variants = _variants(_device(backend))
+    for rnd in range(3):
+        for what, kk, want in variants:
+            y, ref = kk(), want()
+            assert y.shape == ref.shape, what
+            tol = 2e-2 if y.dtype == torch.float16 else 2e-5
+            np.testing.assert_allclose(y.double().cpu().numpy(), ref.cpu().numpy(), rtol=tol,
+                                       atol=tol, err_msg=f"{what} (round {rnd})")  # fmt: skip
+    for recent in (_softmax._RECENT, _norms._RMS_RECENT, *_matmul._RECENT):
+        assert len(recent.entries) <= _prepared.Recent.LIMIT
+
+
+def test_a_recent_call_follows_force_and_gradients(backend):
+    dev = _device(backend)
+    x, m = torch.randn(32, 16, device=dev), torch.randn(8, 16, device=dev)
+    for _ in range(3):
+        ops.matmul(x, m, transpose_b=True)
+    with kernelkit.force("matmul", "gemv"), pytest.raises(ArgumentError, match="M = 32 > 16"):
+        ops.matmul(x, m, transpose_b=True)  # the forced choice is part of the recent call's key
+    w = torch.ones(16, device=dev)
+    for _ in range(3):
+        ops.rms_norm(x, w, 1e-6)
+    xg = x.clone().requires_grad_()
+    y = ops.rms_norm(xg, w, 1e-6)  # needs a gradient: the torch op with autograd, not the run
+    assert y.grad_fn is not None
+    y.sum().backward()
+    assert xg.grad is not None and xg.grad.shape == x.shape
+
+
+def test_a_warm_call_inside_a_torch_func_transform_is_refused_as_a_cold_one(backend):
+    dev = _device(backend)
+    y = torch.randn(4, 8, device=dev)
+    for _ in range(3):
+        ops.softmax(y)  # warm for y's signature
+
+    def inside(row):
+        return row + ops.softmax(y)  # y is not batched, but the transform is running
+
+    with pytest.raises(ArgumentError, match=r"torch\.func transforms"):
+        torch.func.vmap(inside)(torch.randn(3, 4, 8, device=dev))
