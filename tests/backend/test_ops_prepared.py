@@ -194,3 +194,46 @@ def test_a_warm_call_inside_a_torch_func_transform_is_refused_as_a_cold_one(back
 
     with pytest.raises(ArgumentError, match=r"torch\.func transforms"):
         torch.func.vmap(inside)(torch.randn(3, 4, 8, device=dev))
+
+
+def test_a_compiled_graphs_op_call_builds_no_signature(backend):
+    """A compiled graph's first run calls the torch op inside a dispatch mode's handler, where
+    no entry serves later calls: the second call's warm path makes one (fails without
+    ``Recent.again``: every later call of the graph builds the signature)."""
+    if _prepared.CHECKERS.get(torch.Tensor) is None:
+        pytest.skip("this torch has no usable TensorGuards")
+    dev = _device(backend)
+    x, w = torch.randn(16, 64, device=dev), torch.randn(64, device=dev)
+    f = torch.compile(lambda x: ops.rms_norm(x, w, 1e-6), fullgraph=True)
+    with torch.no_grad():
+        for _ in range(3):
+            f(x)
+        names = _called(lambda: f(x))
+    assert "eager_rms_norm" in names, names  # the graph calls the op, not a decomposition
+    assert "torch_signature" not in names, names
+
+
+def test_more_signatures_than_kept_make_no_check_on_every_call(backend, monkeypatch):
+    """Calls cycling over more signatures than ``Recent.LIMIT`` keeps take the signature
+    path; each run tries once to be remembered, not on every call."""
+    checker = _prepared.CHECKERS.get(torch.Tensor)
+    if checker is None:
+        pytest.skip("this torch has no usable TensorGuards")
+    made: list[int] = []
+
+    def counting(arrays):
+        made.append(1)
+        return checker(arrays)
+
+    monkeypatch.setitem(_prepared.CHECKERS, torch.Tensor, counting)
+    monkeypatch.setattr(_softmax, "_RECENT", _prepared.Recent())
+    dev = _device(backend)
+    xs = [torch.randn(2, 8 + i, device=dev) for i in range(2 * _prepared.Recent.LIMIT)]
+    for _ in range(2):
+        for x in xs:
+            ops.softmax(x)
+    before = len(made)
+    for _ in range(3):
+        for x in xs:
+            torch.testing.assert_close(ops.softmax(x), x.softmax(-1))
+    assert len(made) == before

@@ -88,16 +88,18 @@ def torch_checker(torch: Any) -> Callable[[tuple], Any] | None:
     thread's dispatch state: a torch.func transform or inference mode changes them), dtype,
     device index, requires_grad, shape and strides: torch's ``TensorGuards``, with which Dynamo
     guards compiled graphs, every size and stride static. None for tensors of which one requires
-    grad (the signature and the route serve those), or inside a torch.func transform. The
+    grad (the signature and the route serve those), inside a torch.func transform, or under a
+    torch dispatch mode (its keys would be part of the check: it would serve nothing). The
     checker itself is None where this torch has no ``TensorGuards`` that passes a probe (it is
     not public API: a release that changes it turns the recent calls off, not wrong)."""
     try:
         from torch._C._dynamo.guards import TensorGuards
 
         peek = torch._C._functorch.peek_interpreter_stack
+        modes = torch._C._len_torch_dispatch_stack
 
         def checker(tensors: tuple) -> Any:
-            if peek() is not None or any(t.requires_grad for t in tensors):
+            if peek() is not None or modes() or any(t.requires_grad for t in tensors):
                 return None
             sizes: Any = [list(t.shape) for t in tensors]  # every one static
             strides: Any = [list(t.stride()) for t in tensors]

@@ -416,5 +416,8 @@ def call(self: Elementwise, args: tuple, out: Any, kwargs: dict[str, Any]) -> An
             except Exception:  # noqa: BLE001, S110 - a new signature: validated below
                 pass
             else:
+                if out is None and run not in self._recent.tried:
+                    extras = (self.op.generation, FORCED.get(), _config.config.select_force)
+                    self._recent.again(args, extras, run)
                 return run(list(args), out)
     return self._call(args, out, kwargs)

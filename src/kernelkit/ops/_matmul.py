@@ -100,6 +100,12 @@ def matmul(
         except Exception:  # noqa: BLE001, S110 - a new signature: validated below
             pass
         else:
+            recent = _RECENT[bias is None]
+            if out is None and run not in recent.tried:
+                arrays = (a, b) if bias is None else (a, b, bias)
+                extras = (activation, transpose_b, bool, OP.generation, FORCED.get(),
+                          _config.config.select_force)  # fmt: skip
+                recent.again(arrays, extras, run)
             return run([a, b, bias], out)
     return _first(a, b, bias, activation, transpose_b, out, True)
 
@@ -135,6 +141,12 @@ def eager_matmul(
         except Exception:  # noqa: BLE001, S110 - a new signature: validated below
             pass
         else:
+            recent = _RECENT_EAGER[bias is None]
+            if out is None and run not in recent.tried:
+                arrays = (a, b) if bias is None else (a, b, bias)
+                extras = (activation, transpose_b, bool, OP.generation, FORCED.get(),
+                          _config.config.select_force)  # fmt: skip
+                recent.again(arrays, extras, run)
             return run([a, b, bias], out)
     return _first(a, b, bias, activation, transpose_b, out, False)
 

@@ -103,6 +103,12 @@ def rms_norm(x: Any, weight: Any, eps: float = 1e-6, *, out: Any = None) -> Any:
             pass
         else:
             if eps >= 0:  # a float (only those are kept), neither negative nor NaN
+                if out is None and run not in _RMS_RECENT.tried:
+                    _RMS_RECENT.again(
+                        (x, weight),
+                        (float, RMS_OP.generation, FORCED.get(), _config.config.select_force),
+                        run,
+                    )
                 return run([x, weight, eps], out)
     return _first(_RMS, _RMS_TABLE, x, {"weight": weight}, eps, out, True)
 
@@ -124,6 +130,12 @@ def eager_rms_norm(x: Any, weight: Any, eps: float, out: Any) -> Any:
             pass
         else:
             if eps >= 0:
+                if out is None and run not in _RMS_RECENT_EAGER.tried:
+                    _RMS_RECENT_EAGER.again(
+                        (x, weight),
+                        (float, RMS_OP.generation, FORCED.get(), _config.config.select_force),
+                        run,
+                    )
                 return run([x, weight, eps], out)
     return _first(_RMS, _RMS_EAGER, x, {"weight": weight}, eps, out, False)
 
@@ -152,6 +164,12 @@ def layer_norm(x: Any, weight: Any, bias: Any, eps: float = 1e-5, *, out: Any = 
             pass
         else:
             if eps >= 0:  # a float (only those are kept), neither negative nor NaN
+                if out is None and run not in _LAYER_RECENT.tried:
+                    _LAYER_RECENT.again(
+                        (x, weight, bias),
+                        (float, LAYER_OP.generation, FORCED.get(), _config.config.select_force),
+                        run,
+                    )
                 return run([x, weight, bias, eps], out)
     return _first(_LAYER, _LAYER_TABLE, x, {"weight": weight, "bias": bias}, eps, out, True)
 
@@ -180,6 +198,12 @@ def eager_layer_norm(x: Any, weight: Any, bias: Any, eps: float, out: Any) -> An
             pass
         else:
             if eps >= 0:
+                if out is None and run not in _LAYER_RECENT_EAGER.tried:
+                    _LAYER_RECENT_EAGER.again(
+                        (x, weight, bias),
+                        (float, LAYER_OP.generation, FORCED.get(), _config.config.select_force),
+                        run,
+                    )
                 return run([x, weight, bias, eps], out)
     return _first(_LAYER, _LAYER_EAGER, x, {"weight": weight, "bias": bias}, eps, out, False)
 

@@ -88,26 +88,39 @@ class Recent:
     signature.)"""
 
     LIMIT = 4
-    __slots__ = ("entries",)
+    __slots__ = ("entries", "tried")
 
     def __init__(self) -> None:
         self.entries: tuple[tuple[Any, tuple, Any], ...] = ()
+        self.tried: set[Any] = set()  # the runs that a warm call has tried to ``again``
 
     def remember(self, arrays: tuple, extras: tuple, run: Callable[..., Any]) -> None:
         """Keep ``run`` for calls with arrays like ``arrays`` and these ``extras``, where the
-        arrays' framework has a checker and the arrays need no gradient."""
+        arrays' framework has a checker that takes them (none needs a gradient) and passes
+        them (torch's refuses one tensor passed twice)."""
         checker = CHECKERS.get(arrays[0].__class__)
         if checker is None:
             return
         try:
             check = checker(arrays)
+            kept = check is not None and check(*arrays)
         except Exception:  # noqa: BLE001 - arrays it cannot check: the signature serves them
             return
-        if check is not None:
+        if kept:
             self.entries = ((check, extras, run), *self.entries[: self.LIMIT - 1])
 
+    def again(self, arrays: tuple, extras: tuple, run: Callable[..., Any]) -> None:
+        """``remember`` from a warm call that the signature served, once per run: a
+        signature's first call may have run where no entry that serves later calls could be
+        made (inside a torch dispatch mode's handler, as a compiled graph's first run is), and
+        an op with more signatures than ``LIMIT`` would otherwise make entries on every call."""
+        if len(self.tried) >= _LIMIT:
+            self.tried.clear()
+        self.tried.add(run)
+        self.remember(arrays, extras, run)
+
     def clear(self) -> None:
-        self.entries = ()
+        self.entries, self.tried = (), set()
 
 
 def routed(name: str, arrays: Sequence[Any], args: tuple, out: Any) -> Any:

@@ -62,6 +62,12 @@ def softmax(x: Any, dim: int = -1, *, out: Any = None) -> Any:
         except Exception:  # noqa: BLE001, S110 - a new signature: validated below
             pass
         else:
+            if out is None and run not in _RECENT.tried:
+                _RECENT.again(
+                    (x,),
+                    (dim, dim.__class__, OP.generation, FORCED.get(), _config.config.select_force),
+                    run,
+                )
             return run([x], out)
     return _first(x, dim, out, True)
 
@@ -88,6 +94,12 @@ def eager_softmax(x: Any, dim: int, out: Any) -> Any:
         except Exception:  # noqa: BLE001, S110 - a new signature: validated below
             pass
         else:
+            if out is None and run not in _RECENT_EAGER.tried:
+                _RECENT_EAGER.again(
+                    (x,),
+                    (dim, dim.__class__, OP.generation, FORCED.get(), _config.config.select_force),
+                    run,
+                )
             return run([x], out)
     return _first(x, dim, out, False)
 
