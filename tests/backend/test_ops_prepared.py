@@ -237,3 +237,21 @@ def test_more_signatures_than_kept_make_no_check_on_every_call(backend, monkeypa
         for x in xs:
             torch.testing.assert_close(ops.softmax(x), x.softmax(-1))
     assert len(made) == before
+
+
+def test_recent_calls_keep_no_tensor_alive(backend):
+    """An entry holds a check of the tensors' metadata, not the tensors: a model's weights
+    freed by their owner are freed."""
+    import gc
+    import weakref
+
+    dev = _device(backend)
+    x, w = torch.randn(8, 32, device=dev), torch.randn(32, device=dev)
+    m = torch.randn(16, 32, device=dev)
+    for _ in range(3):
+        ops.rms_norm(x, w, 1e-6)
+        ops.matmul(x, m, transpose_b=True)
+    refs = [weakref.ref(t) for t in (x, w, m)]
+    del x, w, m
+    gc.collect()
+    assert all(r() is None for r in refs)
