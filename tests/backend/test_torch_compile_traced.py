@@ -355,3 +355,43 @@ def test_a_deep_expression_is_traced_one_assignment_a_node():
     torch._dynamo.reset()
     got = torch.compile(lambda x, b: deep(x, b), fullgraph=True, backend="eager")(x, b)
     torch.testing.assert_close(got, deep(x, b), rtol=1e-4, atol=1e-3)
+
+
+def _calls(fn, *args):
+    """The functions and methods a compiled ``fn`` calls, as Dynamo's graph holds them."""
+    found = []
+
+    def backend(gm, example):
+        calls = ("call_function", "call_method")
+        found.extend(str(n.target) for n in gm.graph.nodes if n.op in calls)
+        return gm.forward
+
+    torch._dynamo.reset()
+    torch.compile(fn, fullgraph=True, backend=backend)(*args)
+    return found
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("expr", ["y = a + b", "y = a - b", "y = a * b"])
+def test_one_arithmetic_operation_is_traced_in_the_inputs_dtype(expr, dtype):
+    """What plain torch code gives Inductor (one add in bf16, which it can fold into a
+    preceding mm as addmm), with the kernel's values; anything else keeps the float32 form
+    (inputs converted, the result converted back and copied into a new row-contiguous array)."""
+    op = ops.elementwise(expr)
+    g = torch.Generator().manual_seed(3)
+    a, b = (torch.randn(6, 40, generator=g).to(dtype) for _ in range(2))
+    calls = _calls(lambda a, b: op(a, b), a, b)
+    assert "to" not in calls and "clone" not in calls, calls
+    torch._dynamo.reset()
+    got = torch.compile(lambda a, b: op(a, b), fullgraph=True)(a, b)
+    torch.testing.assert_close(got, op(a, b), rtol=0, atol=0)  # the kernel's values exactly
+    assert got.dtype == dtype and got.is_contiguous()
+    mixed = ops.elementwise(expr.replace("b", "b * 1"))
+    for other in (
+        lambda a, b: op(a, b[0]),  # broadcast
+        lambda a, b: op(a, b.t().contiguous().t()),  # not row-contiguous
+        lambda a, b: op(a, b.double()),  # another dtype
+        lambda a, b: op(a, 2.0),  # a number
+        lambda a, b: mixed(a, b),  # two operations
+    ):
+        assert "clone" in _calls(other, a, b)

@@ -6,11 +6,11 @@ without recursion for chains deeper than Python's recursion limit."""
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from kernelkit._generated import execute
-from kernelkit.ops._elementwise_parse import python_source
+from kernelkit.ops._elementwise_parse import python_native_source, python_source
 
 torch = pytest.importorskip("torch")
 
@@ -85,3 +85,23 @@ def test_a_chain_deeper_than_the_recursion_limit_is_written_without_recursion():
 
 def _compiled_one(source):
     return execute(source, {}, "test expression")["expression"]
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(_trees(), min_size=1, max_size=2), st.integers(0, 2**31 - 1))
+@example([("+", ("v", 0), ("v", 1))], 0)
+@example([("*", ("v", 2), ("v", 2))], 1)
+@example([("-", ("v", 1), ("v", 0))], 2)
+@example([("/", ("v", 1), ("v", 0))], 3)
+def test_the_native_form_is_the_one_operation_of_two_inputs_or_none(trees, seed):
+    """``python_native_source``: a tree that is one ``+``, ``-`` or ``*`` of two inputs gives
+    that operation (the same bits as the tree's walk), every other expression None."""
+    g = torch.Generator().manual_seed(seed)
+    v = [torch.rand(7, generator=g, dtype=torch.float64) for _ in range(N_INPUTS)]
+    native = execute(python_native_source(tuple(trees), N_INPUTS), {}, "test native", {})
+    got = native["native"](*v)
+    (t, *more) = trees
+    if not more and t[0] in ("+", "-", "*") and t[1][0] == t[2][0] == "v":
+        torch.testing.assert_close(got, _walk(t, v, None), rtol=0, atol=0)
+    else:
+        assert got is None

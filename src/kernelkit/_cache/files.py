@@ -125,9 +125,7 @@ def write_atomic(path: Path, data: bytes, temp_stem: str | None = None) -> None:
         write_all(fd, data)
 
 
-def _open_checked(
-    path: Path, limit: int, trust: bool, follow: bool = True
-) -> tuple[int, int]:
+def _open_checked(path: Path, limit: int, trust: bool, follow: bool = True) -> tuple[int, int]:
     """(an open descriptor, its size) once ``path`` is known to be a regular file of at most
     ``limit`` bytes that ``distrust`` accepts (with ``trust``); ``Unreadable`` naming why not.
     ``follow=False`` refuses a symbolic link as the last component."""

@@ -1,6 +1,9 @@
 """``ops.elementwise`` under ``torch.compile``: the expression traced into torch operations in
 float32 (inputs cast to float32, the results cast to the output dtype at the end), which
-Inductor fuses with its neighbours into one loop.
+Inductor fuses with its neighbours into one loop; one ``+``, ``-`` or ``*`` of two tensors of
+the output's dtype and shape is traced as that torch operation in their dtype (the same values:
+torch rounds a 16-bit operation once, from float32), so Inductor can fold a residual add into
+the matmul before it (``torch_traced._native``).
 
 Why not one torch op carrying the expression (the design until issue 26): a custom op in a
 compiled graph is called through the dispatcher and kernelkit's eager call, about 49 µs of host

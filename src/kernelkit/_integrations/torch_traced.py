@@ -176,7 +176,12 @@ def elementwise(self: Any, args: tuple, out: Any, kwargs: dict[str, Any]) -> Any
     if _grad(*arrays):
         raise no_gradient(str(self))
     shape = torch.broadcast_shapes(*(a.shape for a in arrays))
-    ys = _expression(self.python_expression, values, shape, dtype)
+    native = _native(self.python_native, values, shape, dtype)
+    ys = (
+        [native]
+        if native is not None
+        else _expression(self.python_expression, values, shape, dtype)
+    )
     single = len(self.outputs) == 1
     if out is None:
         return ys[0] if single else ys
@@ -192,6 +197,21 @@ def elementwise(self: Any, args: tuple, out: Any, kwargs: dict[str, Any]) -> Any
             )
         o.copy_(y)
     return outs[0] if single else outs
+
+
+def _native(native: Callable[..., Any], values: list[Any], shape: Any, dtype: str) -> Any:
+    """``native(*values)`` (``Elementwise.python_native``: one ``+``, ``-`` or ``*`` of two
+    inputs, else None) where every input is a row-contiguous tensor of the output's dtype and
+    shape, else None. torch computes a float16/bfloat16 operation in float32 and rounds once,
+    as the kernel does: the same values, and Inductor sees the graph plain torch code would give
+    it (it folds a residual ``x + mm(h, w)`` into one ``addmm``, which the float32 form hides)."""
+    want = getattr(torch, dtype)
+    for v in values:
+        if not isinstance(v, torch.Tensor) or v.dtype != want or v.shape != shape:
+            return None
+        if not row_contiguous(v):
+            return None
+    return native(*values)
 
 
 def _expression(

@@ -40,7 +40,13 @@ from ._common import (
     vec_width,
 )
 from ._elementwise_kernels import HEADER, body
-from ._elementwise_parse import PYTHON_FUNCTIONS, parse_expression, python_source, tree
+from ._elementwise_parse import (
+    PYTHON_FUNCTIONS,
+    parse_expression,
+    python_native_source,
+    python_source,
+    tree,
+)
 from ._prepared import FORCED, SIGNERS, Recent, routed, signature, store
 
 __all__ = ["Elementwise", "elementwise"]
@@ -62,6 +68,10 @@ class Elementwise:
         self.trees = tuple(tree(x) for x in self._exprs)  # for tracers (torch.compile)
         self.inputs = list(inputs)
         self.python_expression = _python_expression(self.trees, len(self.inputs))
+        # one +, - or * of two inputs in their own dtype, else None (``torch_traced``)
+        self.python_native = execute(
+            python_native_source(self.trees, len(self.inputs)), {}, "elementwise native", {}
+        )["native"]
         self.output_dtype = (
             None
             if output_dtype is None

@@ -287,6 +287,20 @@ def python_source(trees: tuple, n: int) -> str:
     return "\n".join(lines) + "\n"
 
 
+def python_native_source(trees: tuple, n: int) -> str:
+    """``def native(v0, ..)``: where the expression is one ``+``, ``-`` or ``*`` of two of its
+    inputs, that operation on its arguments, else None; for tracers, which call it on tensors
+    in their own dtype (``torch_traced``). Written from the trees' checked tokens, as
+    ``python_source``, so a tracer reads no tree."""
+    params = ", ".join(f"v{i}" for i in range(n))
+    body = "None"
+    if len(trees) == 1 and trees[0][0] in ("+", "-", "*"):
+        op, left, right = trees[0]
+        if left[0] == "v" and right[0] == "v":
+            body = f"v{int(left[1])} {op} v{int(right[1])}"
+    return f"def native({params}):\n    return {body}\n"
+
+
 def _node(kind: str, node: Any, args: list[str]) -> str:
     if kind == "neg":
         return f"-{args[0]}"
