@@ -206,10 +206,10 @@ def _native(native: Callable[..., Any], values: list[Any], shape: Any, dtype: st
     as the kernel does: the same values, and Inductor sees the graph plain torch code would give
     it (it folds a residual ``x + mm(h, w)`` into one ``addmm``, which the float32 form hides)."""
     want = getattr(torch, dtype)
-    for v in values:
+    for v in values:  # (is_contiguous: row_contiguous's test for tensors, one guard less)
         if not isinstance(v, torch.Tensor) or v.dtype != want or v.shape != shape:
             return None
-        if not row_contiguous(v):
+        if not v.is_contiguous():
             return None
     return native(*values)
 
