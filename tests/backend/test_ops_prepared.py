@@ -16,6 +16,8 @@ from kernelkit.ops import _matmul, _norms, _prepared, _softmax
 torch = pytest.importorskip("torch")
 F = torch.nn.functional
 
+import kernelkit._integrations.torch_ops  # noqa: E402 - the torch ops and the checker
+
 
 def _device(backend: str) -> str:
     return "cuda" if backend == "cuda" else "cpu"
@@ -90,8 +92,6 @@ def test_no_checker_where_torch_has_no_tensor_guards(monkeypatch):
 @pytest.mark.parametrize("case", sorted(_calls("cpu")))
 def test_a_warm_call_on_torch_tensors_builds_no_signature(backend, case):
     """Fails where the recent calls are not asked first: the signer runs on every warm call."""
-    import kernelkit._integrations.torch_ops  # noqa: F401 - the torch ops and the checker
-
     if _prepared.CHECKERS.get(torch.Tensor) is None:
         pytest.skip("this torch has no usable TensorGuards")
     fn = _calls(_device(backend))[case]
@@ -255,3 +255,36 @@ def test_recent_calls_keep_no_tensor_alive(backend):
     del x, w, m
     gc.collect()
     assert all(r() is None for r in refs)
+
+
+def test_a_recent_call_on_torch_s_own_matmul_is_f_linear_itself(backend, monkeypatch):
+    """Where the prepared run is torch's ``F.linear`` and nothing else (the framework route, no
+    activation, no out=), a recent entry calls it directly: no kernelkit frame below the op.
+    The route is made to match CPU tensors here (it serves torch CUDA tensors)."""
+    import dataclasses
+
+    from kernelkit.ops import _matmul_impls
+
+    if _prepared.CHECKERS.get(torch.Tensor) is None:
+        pytest.skip("this torch has no usable TensorGuards")
+    op = _matmul_impls.OP
+    i = next(i for i, im in enumerate(op.implementations) if im.name == "framework")
+    anywhere = dataclasses.replace(op.implementations[i], match=None, defers=None)
+    impls = list(op.implementations)
+    impls[i] = anywhere
+    monkeypatch.setattr(op, "implementations", impls)
+    monkeypatch.setattr(op, "generation", op.generation + 1)  # decisions made before: stale
+    monkeypatch.setattr(_matmul, "_RECENT", (_prepared.Recent(), _prepared.Recent()))
+    dev = _device(backend)
+    x, w, bias = (torch.randn(*s, device=dev) for s in ((3, 32), (12, 32), (12,)))
+    assert ops.matmul.explain(x, w, transpose_b=True).choice.impl == "matmul/framework"
+    for b in (None, bias):
+        for _ in range(3):
+            y = ops.matmul(x, w, bias=b, transpose_b=True)
+        torch.testing.assert_close(y, F.linear(x, w, b))
+        names = _called(lambda b=b: ops.matmul(x, w, bias=b, transpose_b=True))
+        assert names[1:] == ["matmul"], names  # the lambda, the op, then torch's C function
+    relu = lambda: ops.matmul(x, w, activation="relu", transpose_b=True)
+    for _ in range(3):
+        relu()
+    assert "framework_run" in _called(relu)  # not F.linear alone: the general path

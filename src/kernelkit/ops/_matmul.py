@@ -84,11 +84,13 @@ def matmul(
         [[4.0, 4.0, 4.0], [4.0, 4.0, 4.0]]
     """
     if out is None:
-        for check, extras, run in _RECENT[bias is None].entries:
+        for check, extras, (linear, run) in _RECENT[bias is None].entries:
             if check(a, b) if bias is None else check(a, b, bias):
                 here = (activation, transpose_b, transpose_b.__class__, OP.generation,
                         FORCED.get(), _config.config.select_force)  # fmt: skip
                 if extras == here:
+                    if linear is not None:  # torch's own F.linear is the whole call
+                        return linear(a, b, bias)
                     return run([a, b, bias], None)
     sign = SIGNERS.get(a.__class__)
     if sign is not None:
@@ -105,7 +107,7 @@ def matmul(
                 arrays = (a, b) if bias is None else (a, b, bias)
                 extras = (activation, transpose_b, bool, OP.generation, FORCED.get(),
                           _config.config.select_force)  # fmt: skip
-                recent.again(arrays, extras, run)
+                recent.again(arrays, extras, run, _kept(run))
             return run([a, b, bias], out)
     return _first(a, b, bias, activation, transpose_b, out, True)
 
@@ -116,7 +118,8 @@ _TABLE: dict[Any, Any] = {}
 # integrations (it may need autograd), so the public op never looks it up
 _EAGER: dict[Any, Any] = {}
 # the most recent prepared calls without out=, with a bias ([False]) or without ([True]):
-# (check(a, b[, bias]), (activation, transpose_b, its class, generation, forced), run)
+# (check(a, b[, bias]), (activation, transpose_b, its class, generation, forced),
+#  (F.linear or None, run))
 _RECENT, _RECENT_EAGER = (Recent(), Recent()), (Recent(), Recent())
 
 
@@ -125,11 +128,13 @@ def eager_matmul(
 ) -> Any:
     """``matmul`` without the integrations (what the torch op runs): the same prepared call."""
     if out is None:
-        for check, extras, run in _RECENT_EAGER[bias is None].entries:
+        for check, extras, (linear, run) in _RECENT_EAGER[bias is None].entries:
             if check(a, b) if bias is None else check(a, b, bias):
                 here = (activation, transpose_b, transpose_b.__class__, OP.generation,
                         FORCED.get(), _config.config.select_force)  # fmt: skip
                 if extras == here:
+                    if linear is not None:  # torch's own F.linear is the whole call
+                        return linear(a, b, bias)
                     return run([a, b, bias], None)
     sign = EAGER_SIGNERS.get(a.__class__)
     if sign is not None:
@@ -146,7 +151,7 @@ def eager_matmul(
                 arrays = (a, b) if bias is None else (a, b, bias)
                 extras = (activation, transpose_b, bool, OP.generation, FORCED.get(),
                           _config.config.select_force)  # fmt: skip
-                recent.again(arrays, extras, run)
+                recent.again(arrays, extras, run, _kept(run))
             return run([a, b, bias], out)
     return _first(a, b, bias, activation, transpose_b, out, False)
 
@@ -176,8 +181,14 @@ def _first(
         store(_TABLE if route else _EAGER, (key, *extras), run)
         if out is None:
             arrays = (a, b) if bias is None else (a, b, bias)
-            (_RECENT if route else _RECENT_EAGER)[bias is None].remember(arrays, extras, run)
+            (_RECENT if route else _RECENT_EAGER)[bias is None].remember(arrays, extras, _kept(run))
     return y
+
+
+def _kept(run: Any) -> tuple[Any, Any]:
+    """A recent entry's run: (torch's ``F.linear`` where the prepared run is exactly that call
+    without out= (``_matmul_library.framework_prepare``), else None; the run)."""
+    return getattr(run, "linear", None), run
 
 
 def _alignment_free(a: Any, b: Any, bias: Any, out: Any, options: dict[str, Any]) -> bool:

@@ -94,10 +94,11 @@ class Recent:
         self.entries: tuple[tuple[Any, tuple, Any], ...] = ()
         self.tried: set[Any] = set()  # the runs that a warm call has tried to ``again``
 
-    def remember(self, arrays: tuple, extras: tuple, run: Callable[..., Any]) -> None:
-        """Keep ``run`` for calls with arrays like ``arrays`` and these ``extras``, where the
-        arrays' framework has a checker that takes them (none needs a gradient) and passes
-        them (torch's refuses one tensor passed twice)."""
+    def remember(self, arrays: tuple, extras: tuple, run: Any) -> None:
+        """Keep ``run`` (the prepared run, or the op's own form of it) for calls with arrays
+        like ``arrays`` and these ``extras``, where the arrays' framework has a checker that
+        takes them (none needs a gradient) and passes them (torch's refuses one tensor passed
+        twice)."""
         checker = CHECKERS.get(arrays[0].__class__)
         if checker is None:
             return
@@ -109,15 +110,18 @@ class Recent:
         if kept:
             self.entries = ((check, extras, run), *self.entries[: self.LIMIT - 1])
 
-    def again(self, arrays: tuple, extras: tuple, run: Callable[..., Any]) -> None:
+    def again(
+        self, arrays: tuple, extras: tuple, run: Callable[..., Any], kept: Any = None
+    ) -> None:
         """``remember`` from a warm call that the signature served, once per run: a
         signature's first call may have run where no entry that serves later calls could be
         made (inside a torch dispatch mode's handler, as a compiled graph's first run is), and
-        an op with more signatures than ``LIMIT`` would otherwise make entries on every call."""
+        an op with more signatures than ``LIMIT`` would otherwise make entries on every call.
+        ``kept``: what the entry holds in place of ``run`` (an op's own form of it)."""
         if len(self.tried) >= _LIMIT:
             self.tried.clear()
         self.tried.add(run)
-        self.remember(arrays, extras, run)
+        self.remember(arrays, extras, run if kept is None else kept)
 
     def clear(self) -> None:
         self.entries, self.tried = (), set()
