@@ -117,7 +117,8 @@ class Recent:
         signature's first call may have run where no entry that serves later calls could be
         made (inside a torch dispatch mode's handler, as a compiled graph's first run is), and
         an op with more signatures than ``LIMIT`` would otherwise make entries on every call.
-        ``kept``: what the entry holds in place of ``run`` (an op's own form of it)."""
+        ``kept``: what the entry holds in place of ``run`` (an op's own form of it). (A call
+        that passes one array twice spends the try: no check passes it.)"""
         if len(self.tried) >= _LIMIT:
             self.tried.clear()
         self.tried.add(run)
