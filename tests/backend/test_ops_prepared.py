@@ -288,3 +288,19 @@ def test_a_recent_call_on_torch_s_own_matmul_is_f_linear_itself(backend, monkeyp
     for _ in range(3):
         relu()
     assert "framework_run" in _called(relu)  # not F.linear alone: the general path
+
+
+def test_a_warm_call_asks_no_argument_s_own_equality(backend):
+    """The recent entries compare an argument's class before its value: an array passed as
+    ``dim`` or ``activation`` (whose ``==`` gives an array, and whose truth raises) reaches
+    the validating path and its ArgumentError, as on a cold call."""
+    dev = _device(backend)
+    x, m = torch.randn(4, 8, device=dev), torch.randn(6, 8, device=dev)
+    for _ in range(3):
+        ops.softmax(x)
+        ops.matmul(x, m, transpose_b=True)
+    odd = torch.tensor([1, 2], device=dev)
+    with pytest.raises(ArgumentError, match="dim"):
+        ops.softmax(x, odd)
+    with pytest.raises(ArgumentError, match="activation"):
+        ops.matmul(x, m, activation=odd, transpose_b=True)

@@ -412,22 +412,20 @@ def call(self: Elementwise, args: tuple, out: Any, kwargs: dict[str, Any]) -> An
         except KeyError:  # a name that is no input's: _call says which
             pass
     if args and not kwargs:  # a prepared signature: arrays in order, one out= or none
+        extras = (self.op.generation, FORCED.get(), _config.config.select_force)
         if out is None and len(args) == len(self.inputs):
-            for check, extras, run in self._recent.entries:
-                if check(*args):
-                    here = (self.op.generation, FORCED.get(), _config.config.select_force)
-                    if extras == here:
-                        return run(list(args), None)
+            for check, kept, run in self._recent.entries:
+                if kept == extras and check(*args):
+                    return run(list(args), None)
         sign = SIGNERS.get(args[0].__class__)
         if sign is not None:
             try:
-                run = self._table[sign((*args, out)), self.op.generation, FORCED.get(),
-                                  _config.config.select_force]  # fmt: skip
+                key = (sign((*args, out)), *extras)
+                run = self._table[key]
             except Exception:  # noqa: BLE001, S110 - a new signature: validated below
                 pass
             else:
                 if out is None and run not in self._recent.tried:
-                    extras = (self.op.generation, FORCED.get(), _config.config.select_force)
                     self._recent.again(args, extras, run)
                 return run(list(args), out)
     return self._call(args, out, kwargs)

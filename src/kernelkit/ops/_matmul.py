@@ -83,43 +83,38 @@ def matmul(
         >>> ops.matmul(a, w, transpose_b=True).tolist()
         [[4.0, 4.0, 4.0], [4.0, 4.0, 4.0]]
     """
+    extras = (activation.__class__, transpose_b.__class__, activation, transpose_b,
+              OP.generation, FORCED.get(), _config.config.select_force)  # fmt: skip
+    recent = _RECENT[bias is None]
     if out is None:
-        for check, extras, (linear, run) in _RECENT[bias is None].entries:
-            if check(a, b) if bias is None else check(a, b, bias):
-                here = (activation, transpose_b, transpose_b.__class__, OP.generation,
-                        FORCED.get(), _config.config.select_force)  # fmt: skip
-                if extras == here:
-                    if linear is not None:  # torch's own F.linear is the whole call
-                        return linear(a, b, bias)
-                    return run([a, b, bias], None)
+        for check, kept, (linear, run) in recent.entries:
+            if kept == extras and (check(a, b) if bias is None else check(a, b, bias)):
+                if linear is not None:  # torch's own F.linear is the whole call
+                    return linear(a, b, bias)
+                return run([a, b, bias], None)
     sign = SIGNERS.get(a.__class__)
     if sign is not None:
         try:
-            run = _TABLE[
-                sign((a, b, bias, out)), activation, transpose_b, transpose_b.__class__,
-                OP.generation, FORCED.get(), _config.config.select_force,
-            ]  # fmt: skip
+            key = (sign((a, b, bias, out)), *extras)
+            run = _TABLE[key]
         except Exception:  # noqa: BLE001, S110 - a new signature: validated below
             pass
         else:
-            recent = _RECENT[bias is None]
             if out is None and run not in recent.tried:
                 arrays = (a, b) if bias is None else (a, b, bias)
-                extras = (activation, transpose_b, bool, OP.generation, FORCED.get(),
-                          _config.config.select_force)  # fmt: skip
                 recent.again(arrays, extras, run, _kept(run))
             return run([a, b, bias], out)
     return _first(a, b, bias, activation, transpose_b, out, True)
 
 
-# (signature, activation, transpose_b, its class, generation, forced) -> run([a, b, bias], out)
+# (signature, activation's class, transpose_b's, activation, transpose_b, generation, forced)
+# -> run([a, b, bias], out); the classes first, so that no other object's == is asked
 _TABLE: dict[Any, Any] = {}
 # the same for the torch op's own calls: a signature kept there was never asked of the
 # integrations (it may need autograd), so the public op never looks it up
 _EAGER: dict[Any, Any] = {}
 # the most recent prepared calls without out=, with a bias ([False]) or without ([True]):
-# (check(a, b[, bias]), (activation, transpose_b, its class, generation, forced),
-#  (F.linear or None, run))
+# (check(a, b[, bias]), the key's options as in _TABLE, (F.linear or None, run))
 _RECENT, _RECENT_EAGER = (Recent(), Recent()), (Recent(), Recent())
 
 
@@ -127,30 +122,25 @@ def eager_matmul(
     a: Any, b: Any, bias: Any, activation: str | None, transpose_b: bool, out: Any
 ) -> Any:
     """``matmul`` without the integrations (what the torch op runs): the same prepared call."""
+    extras = (activation.__class__, transpose_b.__class__, activation, transpose_b,
+              OP.generation, FORCED.get(), _config.config.select_force)  # fmt: skip
+    recent = _RECENT_EAGER[bias is None]
     if out is None:
-        for check, extras, (linear, run) in _RECENT_EAGER[bias is None].entries:
-            if check(a, b) if bias is None else check(a, b, bias):
-                here = (activation, transpose_b, transpose_b.__class__, OP.generation,
-                        FORCED.get(), _config.config.select_force)  # fmt: skip
-                if extras == here:
-                    if linear is not None:  # torch's own F.linear is the whole call
-                        return linear(a, b, bias)
-                    return run([a, b, bias], None)
+        for check, kept, (linear, run) in recent.entries:
+            if kept == extras and (check(a, b) if bias is None else check(a, b, bias)):
+                if linear is not None:  # torch's own F.linear is the whole call
+                    return linear(a, b, bias)
+                return run([a, b, bias], None)
     sign = EAGER_SIGNERS.get(a.__class__)
     if sign is not None:
         try:
-            run = _EAGER[
-                sign((a, b, bias, out)), activation, transpose_b, transpose_b.__class__,
-                OP.generation, FORCED.get(), _config.config.select_force,
-            ]  # fmt: skip
+            key = (sign((a, b, bias, out)), *extras)
+            run = _EAGER[key]
         except Exception:  # noqa: BLE001, S110 - a new signature: validated below
             pass
         else:
-            recent = _RECENT_EAGER[bias is None]
             if out is None and run not in recent.tried:
                 arrays = (a, b) if bias is None else (a, b, bias)
-                extras = (activation, transpose_b, bool, OP.generation, FORCED.get(),
-                          _config.config.select_force)  # fmt: skip
                 recent.again(arrays, extras, run, _kept(run))
             return run([a, b, bias], out)
     return _first(a, b, bias, activation, transpose_b, out, False)
@@ -169,7 +159,7 @@ def _first(
     if out is not None:
         check_out(out, (*lead, n))
     key = signature((a, b, bias, out), not route)
-    extras = (activation, transpose_b, bool, OP.generation, FORCED.get(),
+    extras = (activation.__class__, bool, activation, transpose_b, OP.generation, FORCED.get(),
               _config.config.select_force)  # fmt: skip
     if len(lead) == 1 and lead[0] and n and _alignment_free(a, b, bias, out, options):
         # 2-d, no alignment to read per call: the runner's prepared run is the whole call

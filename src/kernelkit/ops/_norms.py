@@ -88,54 +88,44 @@ def rms_norm(x: Any, weight: Any, eps: float = 1e-6, *, out: Any = None) -> Any:
         >>> bool(np.allclose(rms_norm(x, np.ones(2, np.float32), eps=0.0), x / np.sqrt(12.5)))
         True
     """
+    extras = (eps.__class__, RMS_OP.generation, FORCED.get(), _config.config.select_force)
     if out is None:
-        for check, extras, run in _RMS_RECENT.entries:
-            if check(x, weight):
-                here = (eps.__class__, RMS_OP.generation, FORCED.get(), _config.config.select_force)
-                if extras == here and eps >= 0:
-                    return run([x, weight, eps], None)
+        for check, kept, run in _RMS_RECENT.entries:
+            if kept == extras and check(x, weight) and eps >= 0:  # (a float: the class is kept)
+                return run([x, weight, eps], None)
     sign = SIGNERS.get(x.__class__)
     if sign is not None:
         try:
-            run = _RMS_TABLE[sign((x, weight, out)), eps.__class__, RMS_OP.generation,
-                             FORCED.get(), _config.config.select_force]  # fmt: skip
+            key = (sign((x, weight, out)), *extras)
+            run = _RMS_TABLE[key]
         except Exception:  # noqa: BLE001, S110 - a new signature: validated below
             pass
         else:
             if eps >= 0:  # a float (only those are kept), neither negative nor NaN
                 if out is None and run not in _RMS_RECENT.tried:
-                    _RMS_RECENT.again(
-                        (x, weight),
-                        (float, RMS_OP.generation, FORCED.get(), _config.config.select_force),
-                        run,
-                    )
+                    _RMS_RECENT.again((x, weight), extras, run)
                 return run([x, weight, eps], out)
     return _first(_RMS, _RMS_TABLE, x, {"weight": weight}, eps, out, True)
 
 
 def eager_rms_norm(x: Any, weight: Any, eps: float, out: Any) -> Any:
     """``rms_norm`` without the integrations (what the torch op runs): the same prepared call."""
+    extras = (eps.__class__, RMS_OP.generation, FORCED.get(), _config.config.select_force)
     if out is None:
-        for check, extras, run in _RMS_RECENT_EAGER.entries:
-            if check(x, weight):
-                here = (eps.__class__, RMS_OP.generation, FORCED.get(), _config.config.select_force)
-                if extras == here and eps >= 0:
-                    return run([x, weight, eps], None)
+        for check, kept, run in _RMS_RECENT_EAGER.entries:
+            if kept == extras and check(x, weight) and eps >= 0:  # (a float: the class is kept)
+                return run([x, weight, eps], None)
     sign = EAGER_SIGNERS.get(x.__class__)
     if sign is not None:
         try:
-            run = _RMS_EAGER[sign((x, weight, out)), eps.__class__, RMS_OP.generation,
-                             FORCED.get(), _config.config.select_force]  # fmt: skip
+            key = (sign((x, weight, out)), *extras)
+            run = _RMS_EAGER[key]
         except Exception:  # noqa: BLE001, S110 - a new signature: validated below
             pass
         else:
-            if eps >= 0:
+            if eps >= 0:  # a float (only those are kept), neither negative nor NaN
                 if out is None and run not in _RMS_RECENT_EAGER.tried:
-                    _RMS_RECENT_EAGER.again(
-                        (x, weight),
-                        (float, RMS_OP.generation, FORCED.get(), _config.config.select_force),
-                        run,
-                    )
+                    _RMS_RECENT_EAGER.again((x, weight), extras, run)
                 return run([x, weight, eps], out)
     return _first(_RMS, _RMS_EAGER, x, {"weight": weight}, eps, out, False)
 
@@ -143,33 +133,24 @@ def eager_rms_norm(x: Any, weight: Any, eps: float, out: Any) -> Any:
 def layer_norm(x: Any, weight: Any, bias: Any, eps: float = 1e-5, *, out: Any = None) -> Any:
     """``(x - mean) / sqrt(var + eps) * weight + bias`` over the last dimension (biased
     variance, as torch), in ``x``'s dtype; statistics in float32."""
+    extras = (eps.__class__, LAYER_OP.generation, FORCED.get(), _config.config.select_force)
     if out is None:
-        for check, extras, run in _LAYER_RECENT.entries:
-            if check(x, weight, bias):
-                here = (
-                    eps.__class__,
-                    LAYER_OP.generation,
-                    FORCED.get(),
-                    _config.config.select_force,
-                )
-                if extras == here and eps >= 0:
-                    return run([x, weight, bias, eps], None)
+        for check, kept, run in _LAYER_RECENT.entries:
+            if (
+                kept == extras and check(x, weight, bias) and eps >= 0
+            ):  # (a float: the class is kept)
+                return run([x, weight, bias, eps], None)
     sign = SIGNERS.get(x.__class__)
     if sign is not None:
         try:
-            run = _LAYER_TABLE[sign((x, weight, bias, out)), eps.__class__,
-                               LAYER_OP.generation, FORCED.get(),
-                               _config.config.select_force]  # fmt: skip
+            key = (sign((x, weight, bias, out)), *extras)
+            run = _LAYER_TABLE[key]
         except Exception:  # noqa: BLE001, S110 - a new signature: validated below
             pass
         else:
             if eps >= 0:  # a float (only those are kept), neither negative nor NaN
                 if out is None and run not in _LAYER_RECENT.tried:
-                    _LAYER_RECENT.again(
-                        (x, weight, bias),
-                        (float, LAYER_OP.generation, FORCED.get(), _config.config.select_force),
-                        run,
-                    )
+                    _LAYER_RECENT.again((x, weight, bias), extras, run)
                 return run([x, weight, bias, eps], out)
     return _first(_LAYER, _LAYER_TABLE, x, {"weight": weight, "bias": bias}, eps, out, True)
 
@@ -177,33 +158,24 @@ def layer_norm(x: Any, weight: Any, bias: Any, eps: float = 1e-5, *, out: Any = 
 def eager_layer_norm(x: Any, weight: Any, bias: Any, eps: float, out: Any) -> Any:
     """``layer_norm`` without the integrations (what the torch op runs): the same prepared
     call."""
+    extras = (eps.__class__, LAYER_OP.generation, FORCED.get(), _config.config.select_force)
     if out is None:
-        for check, extras, run in _LAYER_RECENT_EAGER.entries:
-            if check(x, weight, bias):
-                here = (
-                    eps.__class__,
-                    LAYER_OP.generation,
-                    FORCED.get(),
-                    _config.config.select_force,
-                )
-                if extras == here and eps >= 0:
-                    return run([x, weight, bias, eps], None)
+        for check, kept, run in _LAYER_RECENT_EAGER.entries:
+            if (
+                kept == extras and check(x, weight, bias) and eps >= 0
+            ):  # (a float: the class is kept)
+                return run([x, weight, bias, eps], None)
     sign = EAGER_SIGNERS.get(x.__class__)
     if sign is not None:
         try:
-            run = _LAYER_EAGER[sign((x, weight, bias, out)), eps.__class__,
-                               LAYER_OP.generation, FORCED.get(),
-                               _config.config.select_force]  # fmt: skip
+            key = (sign((x, weight, bias, out)), *extras)
+            run = _LAYER_EAGER[key]
         except Exception:  # noqa: BLE001, S110 - a new signature: validated below
             pass
         else:
-            if eps >= 0:
+            if eps >= 0:  # a float (only those are kept), neither negative nor NaN
                 if out is None and run not in _LAYER_RECENT_EAGER.tried:
-                    _LAYER_RECENT_EAGER.again(
-                        (x, weight, bias),
-                        (float, LAYER_OP.generation, FORCED.get(), _config.config.select_force),
-                        run,
-                    )
+                    _LAYER_RECENT_EAGER.again((x, weight, bias), extras, run)
                 return run([x, weight, bias, eps], out)
     return _first(_LAYER, _LAYER_EAGER, x, {"weight": weight, "bias": bias}, eps, out, False)
 

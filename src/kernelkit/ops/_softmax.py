@@ -22,11 +22,12 @@ OP, _RUNNER = make_row_op(
     _rows.SOFTMAX,
     lambda problem: (("T", problem.arg("x").dtype),),
 )
-_TABLE: dict[Any, Any] = {}  # (signature, dim, its class, generation, forced) -> run
+_TABLE: dict[Any, Any] = {}  # (signature, dim's class, dim, generation, forced) -> run
 # the same for the torch op's own calls: a signature kept there was never asked of the
 # integrations (it may need autograd), so the public op never looks it up
 _EAGER: dict[Any, Any] = {}
-# the most recent prepared calls without out=: (check(x), (dim, its class, generation, forced), run)
+# the most recent prepared calls without out=: (check(x), (dim's class, dim, generation,
+# forced), run); the class first, so that no other object's == is asked
 _RECENT, _RECENT_EAGER = Recent(), Recent()
 
 
@@ -42,64 +43,42 @@ def softmax(x: Any, dim: int = -1, *, out: Any = None) -> Any:
         >>> bool(np.allclose(y, [[0.09003057, 0.24472847, 0.66524096]]))
         True
     """
+    extras = (dim.__class__, dim, OP.generation, FORCED.get(), _config.config.select_force)
     if out is None:
-        for check, extras, run in _RECENT.entries:
-            if check(x):
-                here = (
-                    dim,
-                    dim.__class__,
-                    OP.generation,
-                    FORCED.get(),
-                    _config.config.select_force,
-                )
-                if extras == here:
-                    return run([x], None)
+        for check, kept, run in _RECENT.entries:
+            if kept == extras and check(x):
+                return run([x], None)
     sign = SIGNERS.get(x.__class__)
     if sign is not None:
         try:
-            run = _TABLE[sign((x, out)), dim, dim.__class__, OP.generation, FORCED.get(),
-                         _config.config.select_force]  # fmt: skip
+            key = (sign((x, out)), *extras)
+            run = _TABLE[key]
         except Exception:  # noqa: BLE001, S110 - a new signature: validated below
             pass
         else:
             if out is None and run not in _RECENT.tried:
-                _RECENT.again(
-                    (x,),
-                    (dim, dim.__class__, OP.generation, FORCED.get(), _config.config.select_force),
-                    run,
-                )
+                _RECENT.again((x,), extras, run)
             return run([x], out)
     return _first(x, dim, out, True)
 
 
 def eager_softmax(x: Any, dim: int, out: Any) -> Any:
     """``softmax`` without the integrations (what the torch op runs): the same prepared call."""
+    extras = (dim.__class__, dim, OP.generation, FORCED.get(), _config.config.select_force)
     if out is None:
-        for check, extras, run in _RECENT_EAGER.entries:
-            if check(x):
-                here = (
-                    dim,
-                    dim.__class__,
-                    OP.generation,
-                    FORCED.get(),
-                    _config.config.select_force,
-                )
-                if extras == here:
-                    return run([x], None)
+        for check, kept, run in _RECENT_EAGER.entries:
+            if kept == extras and check(x):
+                return run([x], None)
     sign = EAGER_SIGNERS.get(x.__class__)
     if sign is not None:
         try:
-            run = _EAGER[sign((x, out)), dim, dim.__class__, OP.generation, FORCED.get(),
-                         _config.config.select_force]  # fmt: skip
+            key = (sign((x, out)), *extras)
+            run = _EAGER[key]
         except Exception:  # noqa: BLE001, S110 - a new signature: validated below
             pass
         else:
             if out is None and run not in _RECENT_EAGER.tried:
-                _RECENT_EAGER.again(
-                    (x,),
-                    (dim, dim.__class__, OP.generation, FORCED.get(), _config.config.select_force),
-                    run,
-                )
+                _RECENT_EAGER.again((x,), extras, run)
             return run([x], out)
     return _first(x, dim, out, False)
 
@@ -116,7 +95,7 @@ def _first(x: Any, dim: Any, out: Any, route: bool) -> Any:
             raise ArgumentError("[softmax] out= is only supported for dim=-1 (the last dimension)")
         return back(_RUNNER.run([moved], moved.dtype, None, {}))
     key = signature((x, out), not route)
-    extras = (dim, dim.__class__, OP.generation, FORCED.get(), _config.config.select_force)
+    extras = (dim.__class__, dim, OP.generation, FORCED.get(), _config.config.select_force)
     y, run = _RUNNER.first([x], x.dtype, out, {})
     if key is not None:
         store(_TABLE if route else _EAGER, (key, *extras), run)
