@@ -304,3 +304,28 @@ def test_a_warm_call_asks_no_argument_s_own_equality(backend):
         ops.softmax(x, odd)
     with pytest.raises(ArgumentError, match="activation"):
         ops.matmul(x, m, activation=odd, transpose_b=True)
+
+
+def test_recent_calls_from_several_threads_give_each_call_its_own_result(backend):
+    """Threads calling one op with more signatures than the recent entries keep (entries
+    replaced and tried while others read them): every result is its own input's."""
+    import threading
+
+    dev = _device(backend)
+    xs = [torch.randn(3, 16 + 8 * i, device=dev) for i in range(2 * _prepared.Recent.LIMIT)]
+    wants = [x.softmax(-1) for x in xs]
+    errors: list[str] = []
+
+    def work(k: int) -> None:
+        for n in range(60):
+            i = (n * (k + 1)) % len(xs)
+            y = ops.softmax(xs[i])
+            if y.shape != wants[i].shape or not torch.allclose(y, wants[i], atol=1e-6):
+                errors.append(f"thread {k}, call {n}: input {i}")
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[:5]
