@@ -69,11 +69,10 @@ _LAYER_TABLE: dict[Any, Any] = {}
 # integrations (it may need autograd), so the public ops never look it up
 _RMS_EAGER: dict[Any, Any] = {}
 _LAYER_EAGER: dict[Any, Any] = {}
-# the most recent prepared calls without out= per table: (check(x, weight[, bias]), (eps's class,
-# generation, forced), run)
-_RECENT = {id(t): Recent() for t in (_RMS_TABLE, _LAYER_TABLE, _RMS_EAGER, _LAYER_EAGER)}
-_RMS_RECENT, _LAYER_RECENT = _RECENT[id(_RMS_TABLE)], _RECENT[id(_LAYER_TABLE)]
-_RMS_RECENT_EAGER, _LAYER_RECENT_EAGER = _RECENT[id(_RMS_EAGER)], _RECENT[id(_LAYER_EAGER)]
+# the most recent prepared calls without out= beside each table: (check(x, weight[, bias]),
+# (eps's class, generation, forced), run)
+_RMS_RECENT, _LAYER_RECENT = Recent(), Recent()
+_RMS_RECENT_EAGER, _LAYER_RECENT_EAGER = Recent(), Recent()
 
 
 def rms_norm(x: Any, weight: Any, eps: float = 1e-6, *, out: Any = None) -> Any:
@@ -91,7 +90,8 @@ def rms_norm(x: Any, weight: Any, eps: float = 1e-6, *, out: Any = None) -> Any:
     extras = (eps.__class__, RMS_OP.generation, FORCED.get(), _config.config.select_force)
     if out is None:
         for check, kept, run in _RMS_RECENT.entries:
-            if kept == extras and check(x, weight) and eps >= 0:  # (a float: the class is kept)
+            # eps >= 0 last: a float there (its class is kept)
+            if kept == extras and check(x, weight) and eps >= 0:
                 return run([x, weight, eps], None)
     sign = SIGNERS.get(x.__class__)
     if sign is not None:
@@ -105,7 +105,7 @@ def rms_norm(x: Any, weight: Any, eps: float = 1e-6, *, out: Any = None) -> Any:
                 if out is None and run not in _RMS_RECENT.tried:
                     _RMS_RECENT.again((x, weight), extras, run)
                 return run([x, weight, eps], out)
-    return _first(_RMS, _RMS_TABLE, x, {"weight": weight}, eps, out, True)
+    return _first(_RMS, _RMS_TABLE, _RMS_RECENT, x, {"weight": weight}, eps, out, True)
 
 
 def eager_rms_norm(x: Any, weight: Any, eps: float, out: Any) -> Any:
@@ -113,7 +113,8 @@ def eager_rms_norm(x: Any, weight: Any, eps: float, out: Any) -> Any:
     extras = (eps.__class__, RMS_OP.generation, FORCED.get(), _config.config.select_force)
     if out is None:
         for check, kept, run in _RMS_RECENT_EAGER.entries:
-            if kept == extras and check(x, weight) and eps >= 0:  # (a float: the class is kept)
+            # eps >= 0 last: a float there (its class is kept)
+            if kept == extras and check(x, weight) and eps >= 0:
                 return run([x, weight, eps], None)
     sign = EAGER_SIGNERS.get(x.__class__)
     if sign is not None:
@@ -127,7 +128,7 @@ def eager_rms_norm(x: Any, weight: Any, eps: float, out: Any) -> Any:
                 if out is None and run not in _RMS_RECENT_EAGER.tried:
                     _RMS_RECENT_EAGER.again((x, weight), extras, run)
                 return run([x, weight, eps], out)
-    return _first(_RMS, _RMS_EAGER, x, {"weight": weight}, eps, out, False)
+    return _first(_RMS, _RMS_EAGER, _RMS_RECENT_EAGER, x, {"weight": weight}, eps, out, False)
 
 
 def layer_norm(x: Any, weight: Any, bias: Any, eps: float = 1e-5, *, out: Any = None) -> Any:
@@ -136,9 +137,8 @@ def layer_norm(x: Any, weight: Any, bias: Any, eps: float = 1e-5, *, out: Any = 
     extras = (eps.__class__, LAYER_OP.generation, FORCED.get(), _config.config.select_force)
     if out is None:
         for check, kept, run in _LAYER_RECENT.entries:
-            if (
-                kept == extras and check(x, weight, bias) and eps >= 0
-            ):  # (a float: the class is kept)
+            # eps >= 0 last: a float there (its class is kept)
+            if kept == extras and check(x, weight, bias) and eps >= 0:
                 return run([x, weight, bias, eps], None)
     sign = SIGNERS.get(x.__class__)
     if sign is not None:
@@ -152,7 +152,9 @@ def layer_norm(x: Any, weight: Any, bias: Any, eps: float = 1e-5, *, out: Any = 
                 if out is None and run not in _LAYER_RECENT.tried:
                     _LAYER_RECENT.again((x, weight, bias), extras, run)
                 return run([x, weight, bias, eps], out)
-    return _first(_LAYER, _LAYER_TABLE, x, {"weight": weight, "bias": bias}, eps, out, True)
+    return _first(
+        _LAYER, _LAYER_TABLE, _LAYER_RECENT, x, {"weight": weight, "bias": bias}, eps, out, True
+    )
 
 
 def eager_layer_norm(x: Any, weight: Any, bias: Any, eps: float, out: Any) -> Any:
@@ -161,9 +163,8 @@ def eager_layer_norm(x: Any, weight: Any, bias: Any, eps: float, out: Any) -> An
     extras = (eps.__class__, LAYER_OP.generation, FORCED.get(), _config.config.select_force)
     if out is None:
         for check, kept, run in _LAYER_RECENT_EAGER.entries:
-            if (
-                kept == extras and check(x, weight, bias) and eps >= 0
-            ):  # (a float: the class is kept)
+            # eps >= 0 last: a float there (its class is kept)
+            if kept == extras and check(x, weight, bias) and eps >= 0:
                 return run([x, weight, bias, eps], None)
     sign = EAGER_SIGNERS.get(x.__class__)
     if sign is not None:
@@ -177,11 +178,27 @@ def eager_layer_norm(x: Any, weight: Any, bias: Any, eps: float, out: Any) -> An
                 if out is None and run not in _LAYER_RECENT_EAGER.tried:
                     _LAYER_RECENT_EAGER.again((x, weight, bias), extras, run)
                 return run([x, weight, bias, eps], out)
-    return _first(_LAYER, _LAYER_EAGER, x, {"weight": weight, "bias": bias}, eps, out, False)
+    return _first(
+        _LAYER,
+        _LAYER_EAGER,
+        _LAYER_RECENT_EAGER,
+        x,
+        {"weight": weight, "bias": bias},
+        eps,
+        out,
+        False,
+    )
 
 
 def _first(
-    runner: Any, table: dict, x: Any, params: dict[str, Any], eps: Any, out: Any, route: bool
+    runner: Any,
+    table: dict,
+    recent: Recent,
+    x: Any,
+    params: dict[str, Any],
+    eps: Any,
+    out: Any,
+    route: bool,
 ) -> Any:
     """A call of a new signature: validate, ask the integrations (``route``), run, prepare."""
     name = runner.op.name
@@ -196,7 +213,7 @@ def _first(
     if key is not None and eps.__class__ is float:  # the fast path checks eps >= 0
         store(table, (key, *extras), run)
         if out is None:
-            _RECENT[id(table)].remember((x, *params.values()), extras, run)
+            recent.remember((x, *params.values()), extras, run)
     return y
 
 

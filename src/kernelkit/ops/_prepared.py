@@ -124,9 +124,6 @@ class Recent:
         self.tried.add(run)
         self.remember(arrays, extras, run if kept is None else kept)
 
-    def clear(self) -> None:
-        self.entries, self.tried = (), set()
-
 
 def routed(name: str, arrays: Sequence[Any], args: tuple, out: Any) -> Any:
     """The result of the first hook that takes this call, else ``NotImplemented``."""
