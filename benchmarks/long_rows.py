@@ -5,9 +5,7 @@ One process, one GPU. Per op, shape and dtype: device time of kernelkit's chosen
 graph of 20 calls, median of 15 replays), and as a percentage of a torch copy of the same bytes
 measured in the same run (read + write: what a kernel that reads x once and writes y once cannot
 beat); torch eager and torch.compile (graphs too) and their ratios to kernelkit; the register
-kernel (``rows``, which reads a long row twice) forced, for the before/after; where the chosen
-config's GRID has its clusters take turns over the rows, the same config with a cluster a row;
-the choice.
+kernel (``rows``, which reads a long row twice) forced, for the before/after; the choice.
 
     PYTHONPATH=src python3 benchmarks/long_rows.py [--fp16] [--no-compile] [--sweep]
         [--shape ROWSxN ...]
@@ -115,12 +113,6 @@ def bench(shape, dtype, args_) -> None:
             compiled(*args[0])
             g_comp = graph_us(in_turns(compiled, args))
         g_old = forced_us(name, "rows", None, kk)  # the register kernel's heuristic config
-        choice = explain_op(*args[0]).choice
-        g_row = None  # the chosen config with a cluster a row, where it loops over rows
-        if choice.config.values.get("GRID"):
-            values = {k: v for k, v in choice.config.values.items() if k != "GRID"}
-            impl = choice.impl.split("/")[-1]
-            g_row = forced_us(name, impl, {**values, "threadgroup": choice.config.threadgroup}, kk)
         if g_kk is None or g_eager is None:
             print(f"  {name}: graph capture failed")
             continue
@@ -130,10 +122,9 @@ def bench(shape, dtype, args_) -> None:
 
         print(
             f"  {name:<11}kk {g_kk:8.1f} us {100 * t_copy / g_kk:4.0f}% | eager {cell(g_eager)} |"
-            f" compile {cell(g_comp)} | rows (before) {cell(g_old)} | a cluster a row"
-            f" {cell(g_row)} | err {err:.1e}"
+            f" compile {cell(g_comp)} | rows (before) {cell(g_old)} | err {err:.1e}"
         )
-        print(f"    choice: {choice.describe()}")
+        print(f"    choice: {explain_op(*args[0]).choice.describe()}")
         if args_.sweep:
             sweep(name, kk, g_kk)
 

@@ -64,11 +64,10 @@ def _cl_for(n, dtype, dev):
     return next((cl for cl in sizes if _rows_long.slice_bytes(n, cl, dtype) <= room), None)
 
 
-def run_all(x, w, b, cl, block, out_dtype, dev, grid=0):
-    """Each op forced onto rows_smem / rows_cluster with (block, cl) and at most ``grid``
-    clusters (0: a cluster a row), into a poisoned out."""
+def run_all(x, w, b, cl, block, out_dtype, dev):
+    """Each op forced onto rows_smem / rows_cluster with (block, cl), into a poisoned out."""
     impl = "rows_smem" if cl == 1 else "rows_cluster"
-    forced = {"BLOCK": block, "CL": cl, "threadgroup": (block,), **({"GRID": grid} if grid else {})}
+    forced = {"BLOCK": block, "CL": cl, "threadgroup": (block,)}
     got = {}
     for name, fn, args in (
         ("softmax", ops.softmax, (x,)),
@@ -181,29 +180,6 @@ def check_special_rows(dev, impl, softmax_values, layer_norm_values):
 def test_softmax_special_rows_and_a_constant_layer_norm_row(dev):
     check_special_rows(dev, "rows_smem", {"BLOCK": 512, "CL": 1, "threadgroup": (512,)},
                        {"BLOCK": 256, "CL": 1, "threadgroup": (256,)})  # fmt: skip
-
-
-@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-@pytest.mark.parametrize("grid", [1, 3])
-def test_clusters_take_turns_over_the_rows(dev, dtype, grid):
-    """GRID clusters over 7 rows (each its rows r, r + GRID, ...; the next row's slice loaded
-    while this one's is stored): every row right, on the vector and the element path, one
-    block and a cluster of two a row."""
-    sizes = (1, 2) if _clusters(dev) else (1,)
-    for cl in sizes:
-        for n in (1000, 1001, 40000):
-            a = RNG.standard_normal((7, n)) * 3 + 2
-            w, b = RNG.standard_normal(n), RNG.standard_normal(n)
-            x, wx, bx = put(a, dtype, dev), put(w, dtype, dev), put(b, dtype, dev)
-            got = run_all(x, wx, bx, cl, 256, x.dtype, dev, grid)
-            check(got, refs(f64(x), f64(wx), f64(bx)), dtype, (n, cl, grid))
-
-
-def test_special_rows_among_the_rows_a_cluster_takes_in_turn(dev):
-    """A NaN row, a row of -inf or a constant row leaves the next row its cluster takes right
-    (nothing of one row's statistics carried into the next)."""
-    check_special_rows(dev, "rows_smem", {"BLOCK": 256, "CL": 1, "GRID": 2, "threadgroup": (256,)},
-                       {"BLOCK": 256, "CL": 1, "GRID": 1, "threadgroup": (256,)})  # fmt: skip
 
 
 def test_long_rows_are_chosen_by_the_heuristic(dev):

@@ -2,10 +2,7 @@
 row in one block's shared memory (opt-in, up to 227 KiB on an H100: 58K float32 or 116K 16-bit
 elements); ``rows_cluster`` splits a row over a thread-block cluster of CL = 2-8 blocks (sm_90),
 each keeping its slice and combining the statistics through distributed shared memory. Kernel
-source: ``rows/kernels/rows_smem.cuh``; configs are (BLOCK threads a block, CL blocks a row,
-GRID clusters at most: 0 or absent, a cluster a row; else the grid's GRID clusters take turns
-over the rows, each loading its next row while it stores one, so that DRAM's reads and writes
-overlap on every SM; the heuristics give GRID one wave of clusters where the rows need more).
+source: ``rows/kernels/rows_smem.cuh``; configs are (BLOCK threads a block, CL blocks a row).
 
 The register kernel (``rows``) reads a row once only while it fits its registers (at most 2048
 16-byte vectors a row); beyond that it reads twice, and these take over (the heuristics below);
@@ -47,27 +44,21 @@ KERNELS: dict[str, dict[int, Any]] = {}  # op name -> cluster size -> kernel (1:
 _ITEMSIZE = {"float16": 2, "bfloat16": 2, "float32": 4}
 _KIND = {"softmax": 0, "rms_norm": 1, "layer_norm": 2}
 _ARGS = {
-    "softmax": "(x, y, (const T*)0, (const T*)0, 0.0f, rows, n)",
-    "rms_norm": "(x, y, w, w, eps, rows, n)",
-    "layer_norm": "(x, y, w, b, eps, rows, n)",
+    "softmax": "(x, y, (const T*)0, (const T*)0, 0.0f, r, n)",
+    "rms_norm": "(x, y, w, w, eps, r, n)",
+    "layer_norm": "(x, y, w, b, eps, r, n)",
 }
 
 _BODY = source("rows", "long_row_body")  # ARGS, KIND, EXTRA_ALIGN filled per op
 
 
-GRIDS = (16, 64, 256)  # the clusters a grid holds at most, in the tuner's configs (0: no cap)
+def config(block: int, cl: int) -> Config:
+    """BLOCK threads a block, CL blocks a row."""
+    return Config({"BLOCK": block, "CL": cl}, (block,))
 
 
-def config(block: int, cl: int, grid: int = 0) -> Config:
-    """BLOCK threads a block, CL blocks a row; GRID clusters at most (0: a cluster a row)."""
-    values = {"BLOCK": block, "CL": cl, **({"GRID": grid} if grid else {})}
-    return Config(values, (block,))
-
-
-SMEM_CONFIGS = tuple(config(b, 1, g) for g in (0, *GRIDS) for b in BLOCKS)
-CLUSTER_CONFIGS = tuple(
-    config(b, cl, g) for g in (0, *GRIDS) for cl in CLUSTER_SIZES for b in BLOCKS
-)
+SMEM_CONFIGS = tuple(config(b, 1) for b in BLOCKS)
+CLUSTER_CONFIGS = tuple(config(b, cl) for cl in CLUSTER_SIZES for b in BLOCKS)
 
 
 def slice_bytes(n: int, cl: int, dtype: str) -> int:
@@ -83,10 +74,6 @@ def _dims(p: Problem) -> tuple[int, int, str]:
 
 def _cl(c: Config) -> int:
     return int(c.values.get("CL", 1))
-
-
-def _grid_cap(c: Config) -> int:
-    return int(c.values.get("GRID", 0))
 
 
 def room(t: Target) -> int:
@@ -126,9 +113,6 @@ def fits(p: Problem, c: Config) -> str | None:
         return refused
     if cl != 1 and cl not in CLUSTER_SIZES:
         return f"CL = {cl} is not one of {(1, *CLUSTER_SIZES)}"
-    cap = c.values.get("GRID", 0)
-    if not isinstance(cap, int) or isinstance(cap, bool) or not 0 <= cap <= 2**31 // 8:
-        return f"GRID = {cap!r}: the clusters a grid holds, a whole number >= 0 (0: a row each)"
     need = slice_bytes(n, cl, dtype)
     if need > SHARED_LIMIT - STATIC_SHARED:
         return f"a slice of {need} bytes (a row of {n} over {cl} block(s)) > {SHARED_LIMIT}"
@@ -155,40 +139,21 @@ def want_cluster(p: Problem, t: Target) -> int | None:
     return next((cl for cl in ok if slice_bytes(n, cl, dtype) <= WANT_SLICE), ok[-1])
 
 
-def one_wave(n: int, cl: int, block: int, dtype: str, t: Target) -> int:
-    """The clusters of CL blocks (BLOCK threads, a slice of a row of ``n``) that ``t``'s SMs hold
-    at once, looping over rows: blocks an SM by shared memory (an SM has a block's most and 1 KiB
-    more) and by registers (64K an SM; the looping kernels take up to 56 a thread, so 64),
-    times the SMs, over CL (clusters placed anywhere: an estimate)."""
-    per_sm = min(
-        (min(t.max_shared_memory_optin_bytes, SHARED_LIMIT) + 1024)
-        // (slice_bytes(n, cl, dtype) + STATIC_SHARED),
-        65536 // (64 * block),
-    )
-    return max(1, t.multiprocessor_count * max(1, per_sm) // cl)
-
-
 def _heuristic(clusters: bool) -> Callable[[Problem, Target], Config | None]:
     def heuristic(p: Problem, t: Target) -> Config | None:
         cl = want_cluster(p, t)
         if cl is None or (cl > 1) != clusters:
             return None
-        n, rows, dtype = _dims(p)
+        n, _, dtype = _dims(p)
         # one block an SM (the largest slices): as many threads as a block has, for loads in flight
-        block = 1024 if slice_bytes(n, cl, dtype) > 110 * 1024 else 512
-        # more rows than a wave of clusters holds: one wave, each cluster taking turns over rows
-        # (its next row's loads overlap this one's stores), not waves that load, then store
-        wave = one_wave(n, cl, block, dtype, t)
-        return config(block, cl, wave if rows > wave and t.multiprocessor_count > 1 else 0)
+        return config(1024 if slice_bytes(n, cl, dtype) > 110 * 1024 else 512, cl)
 
     return heuristic
 
 
 def grid(p: Problem, c: Config) -> tuple[int, int, int]:
-    """CL blocks of BLOCK threads a cluster; a cluster a row, or GRID clusters at most."""
-    rows, cap = max(1, int(p.attr("rows"))), _grid_cap(c)
-    clusters = min(rows, cap) if cap else rows
-    return (clusters * _cl(c) * int(c.values["BLOCK"]), 1, 1)
+    """CL blocks of BLOCK threads a row."""
+    return (max(1, int(p.attr("rows"))) * _cl(c) * int(c.values["BLOCK"]), 1, 1)
 
 
 def _kernels(name: str, inputs: Sequence[str], aligned: tuple[str, ...]) -> dict[int, Any]:
@@ -231,7 +196,6 @@ def register(
             "template": (
                 ("BLOCK", choice.config.values["BLOCK"]),
                 ("CL", cl),
-                ("LOOP", int(_grid_cap(choice.config) > 0)),
                 ("ND", len(shape)),
                 ("T", dtype),
                 ("WT", values.get("WT", dtype)),
