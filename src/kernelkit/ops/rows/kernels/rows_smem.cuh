@@ -167,36 +167,50 @@ __device__ __forceinline__ float kk_long_out(float v, float sh, float p0, float 
   return (v - sh - p0) * p1 * (float)w[e] + (float)b[e];
 }
 
-// Phase 2: y[lo, lo + m) from shared memory. Weights (and bias) of T's width in vectors.
+// Phase 2: y[lo, lo + m) from shared memory. Weights (and bias) of T's width in vectors: rms_norm
+// loads two vectors' weights before it stores the first (a store may alias a weight as far as
+// the compiler knows, so it does not move a load above one: one L2 read in flight otherwise);
+// two with a bias too would take layer_norm past 40 registers (three blocks of 512 an SM).
 template <class T, class W, int OP, int BLOCK, bool VECTOR>
 __device__ __forceinline__ void kk_long_store(const T* s, T* ys, long long m, float sh, float p0,
                                               float p1, const W* w, const W* b) {
   constexpr int VEC = kk_pack<T>::N;
   constexpr bool WVEC = VECTOR && OP != 0 && sizeof(W) == sizeof(T);
+  constexpr int U = WVEC && OP == 1 ? 2 : 1;
   const int t = threadIdx.x;
   if (VECTOR) {
     const int nv = (int)(m / VEC);
     const kk_words* src = reinterpret_cast<const kk_words*>(s);
     kk_words* dst = reinterpret_cast<kk_words*>(ys);
 #pragma unroll 2
-    for (int i = t; i < nv; i += BLOCK) {
-      kk_words v = src[i], wv, bv;
-      if (WVEC) {
-        wv = reinterpret_cast<const kk_words*>(w)[i];
-        if (OP == 2) bv = reinterpret_cast<const kk_words*>(b)[i];
-      }
-      for (int j = 0; j < VEC; ++j) {
-        const float e = kk_get<T>(v, j);
-        float o;
-        if (WVEC) {
-          o = OP == 1 ? e * p1 * kk_get<W>(wv, j)
-                      : (e - sh - p0) * p1 * kk_get<W>(wv, j) + kk_get<W>(bv, j);
-        } else {
-          o = kk_long_out<T, W, OP>(e, sh, p0, p1, w, b, (long long)i * VEC + j);
+    for (int base = t; base < nv; base += BLOCK * U) {
+      kk_words v[U], wv[U], bv[U];
+#pragma unroll
+      for (int u = 0; u < U; ++u) {  // every load issued before the first store
+        const int i = base + u * BLOCK;
+        if (i < nv) {
+          v[u] = src[i];
+          if (WVEC) wv[u] = reinterpret_cast<const kk_words*>(w)[i];
+          if (WVEC && OP == 2) bv[u] = reinterpret_cast<const kk_words*>(b)[i];
         }
-        kk_set<T>(v, j, o);
       }
-      dst[i] = v;
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int i = base + u * BLOCK;
+        if (i >= nv) break;
+        for (int j = 0; j < VEC; ++j) {
+          const float e = kk_get<T>(v[u], j);
+          float o;
+          if (WVEC) {
+            o = OP == 1 ? e * p1 * kk_get<W>(wv[u], j)
+                        : (e - sh - p0) * p1 * kk_get<W>(wv[u], j) + kk_get<W>(bv[u], j);
+          } else {
+            o = kk_long_out<T, W, OP>(e, sh, p0, p1, w, b, (long long)i * VEC + j);
+          }
+          kk_set<T>(v[u], j, o);
+        }
+        dst[i] = v[u];
+      }
     }
   } else {
     for (long long e = t; e < m; e += BLOCK)
