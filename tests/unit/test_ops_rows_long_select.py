@@ -117,11 +117,15 @@ def test_every_kernel_compiles_with_nvrtc_without_spills(cuda, arch, dtype):
         p = _row_problem(spec, dtype, 65536, wdtype)
         cl = 8 if arch == "sm_90" else 1
         k = _rows_long.KERNELS[op.name][cl]
-        template = [("BLOCK", 1024), ("CL", cl), ("ND", 2), ("T", dtype), ("WT", wdtype)]
-        _, report = ptxas_report(cuda, k, p, template, arch)
-        assert report.get("bytes spill stores", 0) == 0, (spec.name, report)
-        assert report.get("bytes stack frame", 0) == 0, (spec.name, report)
-        assert report["registers"] <= 64, (spec.name, report)  # 1024 threads a block
+        # 1024 threads a block: 64 registers; 512: three blocks an SM (64 KiB slices) at 40,
+        # but float32 layer_norm's two vectors of weight and bias ahead (two blocks: faster)
+        wide = spec.name == "ops_layer_norm" and dtype == "float32"
+        for block, most in ((1024, 64), (512, 64 if wide else 40)):
+            template = [("BLOCK", block), ("CL", cl), ("ND", 2), ("T", dtype), ("WT", wdtype)]
+            _, report = ptxas_report(cuda, k, p, template, arch)
+            assert report.get("bytes spill stores", 0) == 0, (spec.name, block, report)
+            assert report.get("bytes stack frame", 0) == 0, (spec.name, block, report)
+            assert report["registers"] <= most, (spec.name, block, report)
         assert k.spec.cluster_dims == ((cl, 1, 1) if cl > 1 else ())
 
 
