@@ -1,4 +1,3 @@
-
 """Caffe's CUDA kernels, ported: BVLC/caffe at 9b891540183ddc834a02b2bd81b31afae71b2153 (BSD-2).
 Each body is the file's kernel as shipped, only the signature removed; ``Dtype`` (the class
 template parameter) is a ``template=`` type, run at float and double as Caffe instantiates them.

@@ -1,4 +1,3 @@
-
 """vLLM's activation kernels, ported: vllm-project/vllm, csrc/activation_kernels.cu at
 00ccbd42dc1f40412cc711c5737cc4be0e7a8145 (Apache-2.0). Each body is the kernel as shipped, only
 the signature removed; ``scalar_t`` is a ``template=`` type (float, half, bfloat16, as
