@@ -8,8 +8,10 @@ arguments' types and dtypes (both derived from ``key.KEY``) and one dictionary l
 
 from __future__ import annotations
 
+import functools
 import math
 import threading
+import weakref
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -33,6 +35,13 @@ __all__ = ["Kernel", "cuda_kernel", "kernel"]
 
 def _no_plan(*args: Any) -> Any:
     return MISS
+
+
+def _follow(kernel: weakref.ref[Kernel], call: Any) -> None:
+    """Make ``call`` (a plan's new call repeated in C) the run a kernel tries first."""
+    found = kernel()
+    if found is not None:
+        found._last = call
 
 
 MAX_PLANS = 256  # specializations a kernel object keeps (the oldest goes first)
@@ -89,6 +98,13 @@ class Kernel:
         ``timeout=`` (seconds; backends that can stop a launch, e.g. cpu) stops a launch that
         runs longer with ``KernelTimeout``; on the cpu backend Ctrl-C stops a launch too.
         """
+        if timeout is None and not verbose:  # the last specialization checks the call is its own
+            result = self._last(
+                inputs, output_shapes, output_dtypes, grid, threadgroup, template, init_value,
+                stream, out, backend, check, shared_memory,
+            )  # fmt: skip
+            if result is not MISS:
+                return result
         args = (  # in CallArgs' order (a plain tuple: building a NamedTuple costs a call)
             inputs,
             output_shapes,
@@ -105,10 +121,6 @@ class Kernel:
         )
         if timeout is not None:
             return self._call_timed(args, verbose, timeout)
-        if not verbose:
-            result = self._last(*args)  # the last specialization checks the call is its own
-            if result is not MISS:
-                return result
         return self._call_other(args, verbose)
 
     def _call_other(self, args: tuple, verbose: bool) -> list[Any]:
@@ -122,11 +134,17 @@ class Kernel:
             plan = self._specialize(CallArgs._make(args), verbose)
         elif verbose:
             print(plan.request.source)  # noqa: T201 - verbose=True asks for it on stdout
-        result = plan.run(*args)
+        repeats = plan.repeats
+        if repeats is None:
+            result = plan.run(*args)
+        elif repeats.head is not None:  # its calls repeated in C, then its run
+            result = repeats.head(*args)
+        else:
+            result = repeats.prepare(args)
         if result is MISS:  # cannot happen: a plan's guard is its dictionary key
             raise RuntimeError(f"[{self.name}] internal error: plan guard disagrees with its key")
         if plan.guarded:  # only a plan that checks its calls may be tried first next time
-            self._last = plan.run
+            self._last = plan.run if repeats is None or repeats.head is None else repeats.head
         return result
 
     def _call_timed(self, args: tuple, verbose: bool, timeout: Any) -> list[Any]:
@@ -307,6 +325,8 @@ class Kernel:
             plan = self._plans.get(key) if key is not None else None
             if plan is None:
                 plan = _plan.build(self.spec, bound, template, check, verbose, guard)
+                if plan.repeats is not None:  # a new call repeated in C is tried first
+                    plan.repeats.follow = functools.partial(_follow, weakref.ref(self))
                 if key is not None:
                     if len(self._plans) >= MAX_PLANS:
                         del self._plans[next(iter(self._plans))]

@@ -60,9 +60,9 @@ def _calls(dev: str) -> dict:
 
 
 def test_the_checker_refuses_what_it_cannot_serve():
-    from kernelkit._integrations.torch_grad import torch_checker
+    from kernelkit._arrays._torch import CHECKER
 
-    checker = torch_checker(torch)
+    checker = CHECKER
     if checker is None:
         pytest.skip("this torch has no usable TensorGuards")
     x = torch.zeros(4, 8)
@@ -77,16 +77,16 @@ def test_the_checker_refuses_what_it_cannot_serve():
 def test_no_checker_where_torch_has_no_tensor_guards(monkeypatch):
     from torch._C._dynamo import guards
 
-    from kernelkit._integrations.torch_grad import torch_checker
+    from kernelkit._arrays._torch import _checker
 
     monkeypatch.delattr(guards, "TensorGuards")
-    assert torch_checker(torch) is None
+    assert _checker() is None
 
     def wrong(*tensors, **kwargs):  # a changed TensorGuards that accepts everything
         return type("G", (), {"check": staticmethod(lambda *a: True)})()
 
     monkeypatch.setattr(guards, "TensorGuards", wrong, raising=False)
-    assert torch_checker(torch) is None  # the probe finds it out
+    assert _checker() is None  # the probe finds it out
 
 
 @pytest.mark.parametrize("case", sorted(_calls("cpu")))

@@ -10,7 +10,7 @@ import torch
 
 from .._dtypes import DType, normalize_dtype
 from .._errors import ArgumentTypeError
-from . import DLPACK_CPU, DLPACK_CUDA, Adapter, ArrayInfo
+from . import CHECKERS, DLPACK_CPU, DLPACK_CUDA, Adapter, ArrayInfo
 
 TORCH_DTYPES = {
     "bool": torch.bool,
@@ -102,3 +102,44 @@ class TorchAdapter(Adapter):
         if _raw_stream is not None:
             return _raw_stream(device_index)
         return torch.cuda.current_stream(device_index).cuda_stream
+
+
+def _checker() -> Callable[[tuple], Any] | None:
+    """``checker(tensors)`` for ``CHECKERS`` (the ops' recent calls, ``ops._prepared.Recent``,
+    and the kernels' calls repeated in C, ``_pipeline.repeat``): a check made in C that later
+    tensors have these tensors' Python class, dispatch keys (device, and the thread's dispatch
+    state: a torch.func transform or inference mode changes them), dtype,
+    device index, requires_grad, shape and strides: torch's ``TensorGuards``, with which Dynamo
+    guards compiled graphs, every size and stride static. None for tensors of which one requires
+    grad (the signature and the route serve those), inside a torch.func transform, or under a
+    torch dispatch mode (its keys would be part of the check: it would serve nothing). The
+    checker itself is None where this torch has no ``TensorGuards`` that passes a probe (it is
+    not public API: a release that changes it turns the recent calls off, not wrong)."""
+    try:
+        from torch._C._dynamo.guards import TensorGuards
+
+        peek = torch._C._functorch.peek_interpreter_stack
+        modes = torch._C._len_torch_dispatch_stack
+
+        def checker(tensors: tuple) -> Any:
+            if peek() is not None or modes() or any(t.requires_grad for t in tensors):
+                return None
+            sizes: Any = [list(t.shape) for t in tensors]  # every one static
+            strides: Any = [list(t.stride()) for t in tensors]
+            return TensorGuards(
+                *tensors, dynamic_dims_sizes=sizes, dynamic_dims_strides=strides
+            ).check
+
+        probe = torch.zeros(2, 3)
+        check = checker((probe, probe))
+        wrong = (probe.t(), torch.zeros(3, 2), probe.double(), probe[:, :2], torch.zeros(2, 3, 1))
+        if not check(torch.ones(2, 3), probe) or any(check(probe, w) for w in wrong):
+            return None
+    except Exception:  # noqa: BLE001 - no usable TensorGuards: no recent calls
+        return None
+    return checker
+
+
+CHECKER = _checker()
+if CHECKER is not None:
+    CHECKERS[torch.Tensor] = CHECKERS[torch.nn.Parameter] = CHECKER

@@ -25,7 +25,7 @@ import torch
 from .. import _arrays
 from ..ops import _matmul, _matmul_args, _norms, _softmax
 from ..ops._common import float_array, move_last
-from .torch_grad import torch_checker, torch_signer
+from .torch_grad import torch_signer
 from .torch_op import OpSchema, TorchOp, checked, define
 from .torch_vjp import custom_vjp
 
@@ -195,7 +195,3 @@ OPS, INFERENCE = _define_all()
 _arrays.EAGER_SIGNERS[torch.Tensor] = _arrays.EAGER_SIGNERS[torch.nn.Parameter] = torch_signer(
     torch
 )
-# and their most recent ones' checks (``ops._prepared.Recent``), where this torch has them
-_CHECKER = torch_checker(torch)
-if _CHECKER is not None:
-    _arrays.CHECKERS[torch.Tensor] = _arrays.CHECKERS[torch.nn.Parameter] = _CHECKER

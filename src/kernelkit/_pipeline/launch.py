@@ -176,7 +176,7 @@ def fixed_for(hot: HotPath, args: tuple) -> Fixed:
     if not hot.has_out and shapes is not None and len(shapes) == len(hot.outs):
         like = frozenset(
             j
-            for j, (i, dtype, _) in _like_inputs(hot.ins, hot.outs).items()
+            for j, (i, dtype, _) in like_inputs(hot.ins, hot.outs).items()
             if i in contiguous and inputs[i].dtype is dtype and shapes[j] == inputs[i].shape
         )
     return Fixed(geometry, contiguous, like)
@@ -203,7 +203,7 @@ def generate_run(
         known = fixed is not None and i in fixed.contiguous
         once = fixed is not None and r.adapter is not None and r.adapter.strides_in_signature
         code += _input_lines(i, r, ns, known, once)
-    likes = _like_inputs(ins, outs)
+    likes = like_inputs(ins, outs)
     like = fixed.like if fixed is not None else frozenset()
     code += _output_lines(outs, hot.has_out, hot.allocators, ns, likes, like, fixed is not None)
     if hot.has_out:
@@ -230,6 +230,12 @@ def generate_run(
     source = "\n".join(code) + "\n"
     execute(source, ns, "hot path")
     return ns["run"], source
+
+
+def thread_packs(run: Callable[..., Any]) -> threading.local:
+    """Where a generated ``run`` keeps each thread's argument pack (``.pack``, once made): the
+    pack it last wrote in this thread."""
+    return run.__globals__["_local"]
 
 
 def _namespace(hot: HotPath, params: tuple[Param, ...]) -> dict[str, Any]:
@@ -326,7 +332,7 @@ def _input_lines(
     return lines
 
 
-def _like_inputs(
+def like_inputs(
     ins: Sequence[ArgRoute], outs: Sequence[ArgRoute]
 ) -> dict[int, tuple[int, Any, Any]]:
     """Output j -> (input i, the framework's dtype, empty_like) where output j may be made as

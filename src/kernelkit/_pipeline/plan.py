@@ -19,6 +19,7 @@ from .bind import Bound
 from .key import Guard
 from .launch import ArgRoute, HotPath, fixed_for, generate_run
 from .load import LoadedProgram, load
+from .repeat import Repeats, repeats_for
 
 __all__ = ["LaunchPlan", "build"]
 
@@ -41,6 +42,8 @@ class LaunchPlan:
     # makes a ``direct`` for calls that all share one call's geometry, layouts and output
     # shapes (``launch.Fixed``); None where the run launches through its framework
     make_fixed: Callable[[tuple], Callable[..., Any]] | None = None
+    # its calls repeated in C (``repeat``); None where they cannot be (the backend, the arrays)
+    repeats: Repeats | None = None
     _direct: Callable[..., Any] | None = field(default=None, init=False, repr=False)
 
     @property
@@ -140,6 +143,7 @@ def build(
         make_direct=_same(run) if guard is None else lambda: generate_run(hot, None)[0],
         flat_outputs=spec.flat_outputs,
         make_fixed=lambda args: generate_run(hot, None, fixed_for(hot, args))[0],
+        repeats=repeats_for(hot, run) if guard is not None else None,
     )
     return _framework_run(plan, bound, guard)
 
@@ -151,7 +155,9 @@ def _framework_run(plan: LaunchPlan, bound: Bound, guard: Any) -> LaunchPlan:
     if run is plan.run:
         return plan
     source = f"# run: {run!r}; else\n{plan.run_source}"
-    return replace(plan, run=run, run_source=source, make_direct=_same(run), make_fixed=None)
+    return replace(
+        plan, run=run, run_source=source, make_direct=_same(run), make_fixed=None, repeats=None
+    )
 
 
 def _same(run: Callable[..., Any]) -> Callable[[], Callable[..., Any]]:

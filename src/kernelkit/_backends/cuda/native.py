@@ -147,7 +147,8 @@ def bind(
 ) -> Callable[[int, int, tuple], Any] | None:
     """``launch(params, stream, geometry)`` for one kernel through the native module, calling
     ``fallback`` with the same arguments when the driver returns an error; None where the
-    module is not available (``status`` says why)."""
+    module is not available (``status`` says why). Its ``native_call`` makes the module's
+    ``Call`` for this kernel from the arguments that follow ``fallback`` (``kk_launch.c``)."""
     module, _ = _module()
     if module is None:
         return None
@@ -156,4 +157,9 @@ def bind(
     except OSError as e:
         _log.debug("kernelkit: CUDA launches go through cuda-bindings: %s", e)
         return None
-    return functools.partial(module.launch, driver, function, last, entry, fallback)
+    launch = functools.partial(module.launch, driver, function, last, entry, fallback)
+    # the same launch as a call repeated in C (``_pipeline/repeat.py``)
+    launch.native_call = functools.partial(  # type: ignore[attr-defined]
+        module.Call, driver, function, last, entry, fallback
+    )
+    return launch

@@ -14,7 +14,32 @@
  *   stream         CUstream handle as an int (0: the legacy default stream)
  *   geometry       (gx, gy, gz, bx, by, bz, shared bytes), each fitting 32 bits
  *
- * The driver is called without the GIL: a launch can wait for room in a full queue. */
+ * The driver is called without the GIL: a launch can wait for room in a full queue.
+ *
+ * Call(driver_launch, function, last, entry, fallback, next, inputs_type, ins, outs, has_out,
+ *      alias_ok, check, expected, stream, geometry, blob, offsets)
+ *
+ *   A kernel call repeated in C (``_pipeline/repeat.py`` makes them): called with a call's 12
+ *   arguments (``key.CallArgs``' order), it launches the kernel when the call is like the one
+ *   it was made from, else returns ``next(*args)``. "Like" means: ``inputs`` of the class
+ *   ``inputs_type`` (list or tuple) and its length; ``check(*arrays)`` true for the array
+ *   inputs, then the ``out=`` arrays (a check the arrays' framework makes in C: class, dtype,
+ *   device, shape, strides); each scalar input and each ``expected`` (index, value) argument
+ *   matching (``kk_matches``); ``out`` None, or a list or tuple of the outputs' number when
+ *   ``has_out``; ``stream`` None (then ``stream()`` gives it) or an int; and ``out=`` arrays
+ *   that meet no input and no other output (``alias_ok``: an output may be exactly an input).
+ *
+ *   ins       per input: (0, pointer, offset, span) for an array (``pointer(x)`` its address,
+ *             written at ``offset`` in the block; ``span``: the bytes it may touch), or
+ *             (1, value) for a scalar whose converted value the block already holds
+ *   outs      per output: (pointer, offset, span, allocate, source): ``allocate`` None with
+ *             ``out=``, else ``allocate(inputs[source])`` (source >= 0) or
+ *             ``allocate(output_shapes[j])`` makes it
+ *   blob      a bytearray: the whole argument block of the call it was made from (shapes,
+ *             strides, scalars), copied per call before the pointers are written in
+ *   offsets   per kernel parameter, where its value starts in ``blob``
+ *
+ *   Nothing of a call is kept: the block is copied onto the stack, so threads may share one. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <limits.h>
@@ -71,6 +96,458 @@ static PyObject *kk_launch(PyObject *self, PyObject *const *args, Py_ssize_t nar
   Py_RETURN_NONE;
 }
 
+/* ---- Call: a kernel call repeated in C (see the top of this file) ---- */
+
+#include <stddef.h>
+#include <string.h>
+
+#define KK_MAX_BLOB 4096  /* bytes of one argument block (``repeat.py`` makes none larger) */
+#define KK_MAX_PARAMS 512 /* kernel parameters */
+#define KK_MAX_ARRAYS 64  /* arrays of one call, inputs and outputs */
+
+typedef struct {
+  int scalar;              /* 1: a scalar input (``value``), 0: an array */
+  PyObject *pointer;       /* array: pointer(x) -> its address */
+  PyObject *value;         /* scalar: the value the block holds */
+  PyObject *allocate;      /* output: allocate(source) -> new array, or NULL with out= */
+  Py_ssize_t offset;       /* array: where its pointer goes in the block */
+  Py_ssize_t source;       /* output: the input passed to allocate, -1: output_shapes[j] */
+  unsigned long long span; /* array: bytes from its pointer it may touch */
+} kk_arg;
+
+typedef struct {
+  PyObject_HEAD
+  vectorcallfunc vectorcall;
+  kk_driver_launch driver;
+  void *function;
+  PyObject *last, *entry, *fallback, *next, *check, *expected, *stream, *geometry, *blob;
+  PyTypeObject *inputs_type;
+  kk_arg *ins, *outs;
+  Py_ssize_t n_in, n_out, n_arrays, n_params, *offsets;
+  int has_out, alias_ok;
+  unsigned g[7];
+  unsigned long long served; /* calls it launched */
+} kk_call;
+
+/* Whether a call's argument ``a`` matches ``e``, a value from the call the Call was made from:
+ * None, bool and anything else not below by identity; int and str of the same exact type and
+ * equal; float of the same bits (0.0 and -0.0 differ, as their converted values do); tuple
+ * against a list, tuple or tuple subclass (torch.Size) of the same length whose items match,
+ * read from its storage. Never runs Python code. */
+static int kk_matches(PyObject *a, PyObject *e) {
+  if (a == e) return 1;
+  PyTypeObject *t = Py_TYPE(e);
+  if (t == &PyTuple_Type) {
+    if (!PyTuple_Check(a) && !PyList_CheckExact(a)) return 0; /* torch.Size is a tuple */
+    Py_ssize_t n = PyTuple_GET_SIZE(e);
+    if (Py_SIZE(a) != n) return 0;
+    PyObject **items = PySequence_Fast_ITEMS(a);
+    for (Py_ssize_t i = 0; i < n; i++) {
+      if (!kk_matches(items[i], PyTuple_GET_ITEM(e, i))) return 0;
+    }
+    return 1;
+  }
+  if (Py_TYPE(a) != t) return 0;
+  if (t == &PyFloat_Type) {
+    double x = PyFloat_AS_DOUBLE(a), y = PyFloat_AS_DOUBLE(e);
+    return memcmp(&x, &y, sizeof x) == 0;
+  }
+  if (t == &PyLong_Type || t == &PyUnicode_Type) {
+    int r = PyObject_RichCompareBool(a, e, Py_EQ); /* exact int or str: no Python code */
+    if (r < 0) PyErr_Clear();
+    return r > 0;
+  }
+  return 0;
+}
+
+/* An address from ``pointer(x)``; 0 with an error set when it gives none. */
+static int kk_address(PyObject *pointer, PyObject *x, unsigned long long *out) {
+  PyObject *r = PyObject_Vectorcall(pointer, &x, 1, NULL);
+  if (r == NULL) return -1;
+  *out = PyLong_AsUnsignedLongLong(r);
+  Py_DECREF(r);
+  return (*out == (unsigned long long)-1 && PyErr_Occurred()) ? -1 : 0;
+}
+
+static PyObject *kk_call_next(kk_call *self, PyObject *const *args, size_t nargsf,
+                              PyObject *kwnames) {
+  PyObject *next = self->next;
+  Py_INCREF(next); /* the chain may be cut while it runs */
+  PyObject *r = PyObject_Vectorcall(next, args, PyVectorcall_NARGS(nargsf), kwnames);
+  Py_DECREF(next);
+  return r;
+}
+
+static PyObject *kk_call_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf,
+                                    PyObject *kwnames) {
+  kk_call *self = (kk_call *)callable;
+  PyObject *arrays[KK_MAX_ARRAYS], *made[KK_MAX_ARRAYS];
+  Py_ssize_t n_arrays = 0, n_made = 0;
+  unsigned long long address[KK_MAX_ARRAYS];
+  PyObject *result = NULL;
+  if (PyVectorcall_NARGS(nargsf) != 12 || kwnames != NULL) goto miss;
+  PyObject *inputs = args[0], *out = args[8], *stream_arg = args[7];
+  if (Py_TYPE(inputs) != self->inputs_type || Py_SIZE(inputs) != self->n_in) goto miss;
+  if (self->has_out) {
+    if ((!PyList_CheckExact(out) && !PyTuple_CheckExact(out)) || Py_SIZE(out) != self->n_out)
+      goto miss;
+  } else if (out != Py_None) {
+    goto miss;
+  }
+  if (stream_arg != Py_None && !PyLong_CheckExact(stream_arg)) goto miss;
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(self->expected); i++) {
+    PyObject *pair = PyTuple_GET_ITEM(self->expected, i);
+    Py_ssize_t at = PyLong_AsSsize_t(PyTuple_GET_ITEM(pair, 0));
+    if (!kk_matches(args[at], PyTuple_GET_ITEM(pair, 1))) goto miss;
+  }
+  PyObject **in = PySequence_Fast_ITEMS(inputs);
+  for (Py_ssize_t i = 0; i < self->n_in; i++) {
+    if (self->ins[i].scalar) {
+      if (!kk_matches(in[i], self->ins[i].value)) goto miss;
+    } else {
+      Py_INCREF(in[i]); /* held: a pointer getter may run Python code */
+      arrays[n_arrays++] = in[i];
+    }
+  }
+  if (self->has_out) {
+    PyObject **o = PySequence_Fast_ITEMS(out);
+    for (Py_ssize_t j = 0; j < self->n_out; j++) {
+      Py_INCREF(o[j]);
+      arrays[n_arrays++] = o[j];
+    }
+  }
+  PyObject *ok = PyObject_Vectorcall(self->check, arrays, n_arrays, NULL);
+  if (ok == NULL) goto miss_clear;
+  Py_DECREF(ok);
+  if (ok != Py_True) goto miss_clear;
+  void *stream;
+  if (stream_arg == Py_None) {
+    PyObject *s = PyObject_CallNoArgs(self->stream);
+    if (s == NULL) goto miss_clear;
+    stream = PyLong_AsVoidPtr(s);
+    Py_DECREF(s);
+  } else {
+    stream = PyLong_AsVoidPtr(stream_arg);
+  }
+  if (stream == NULL && PyErr_Occurred()) goto miss_clear;
+  Py_ssize_t k = 0; /* the arrays' addresses, inputs then outputs, in ``arrays``' order */
+  for (Py_ssize_t i = 0; i < self->n_in; i++) {
+    if (self->ins[i].scalar) continue;
+    if (kk_address(self->ins[i].pointer, arrays[k], &address[k]) < 0) goto miss_clear;
+    k++;
+  }
+  if (self->has_out) {
+    Py_ssize_t first_out = k;
+    for (Py_ssize_t j = 0; j < self->n_out; j++, k++) {
+      if (kk_address(self->outs[j].pointer, arrays[k], &address[k]) < 0) goto miss_clear;
+      unsigned long long p = address[k], e = p + self->outs[j].span;
+      if (p == e) continue;
+      for (Py_ssize_t m = first_out; m < k; m++) { /* another output */
+        if (address[m] < e && p < address[m] + self->outs[m - first_out].span) goto miss_clear;
+      }
+      Py_ssize_t a = 0;
+      for (Py_ssize_t i = 0; i < self->n_in; i++) { /* an input */
+        if (self->ins[i].scalar) continue;
+        unsigned long long q = address[a++], f = q + self->ins[i].span;
+        if (q < e && p < f && !(self->alias_ok && q == p && f == e)) goto miss_clear;
+      }
+    }
+  } else {
+    PyObject **shapes = args[1] == Py_None ? NULL : PySequence_Fast_ITEMS(args[1]);
+    for (Py_ssize_t j = 0; j < self->n_out; j++) {
+      kk_arg *o = &self->outs[j];
+      PyObject *source = o->source >= 0 ? in[o->source] : (shapes ? shapes[j] : Py_None);
+      Py_INCREF(source);
+      PyObject *y = PyObject_Vectorcall(o->allocate, &source, 1, NULL);
+      Py_DECREF(source);
+      if (y == NULL) goto miss_clear; /* the checked path allocates again and says why */
+      made[n_made++] = y;
+      if (kk_address(o->pointer, y, &address[k++]) < 0) goto miss_clear;
+    }
+  }
+  /* the block: copied, then every array's address written in */
+  _Alignas(16) unsigned char block[KK_MAX_BLOB];
+  void *params[KK_MAX_PARAMS];
+  memcpy(block, PyByteArray_AS_STRING(self->blob), (size_t)PyByteArray_GET_SIZE(self->blob));
+  k = 0;
+  for (Py_ssize_t i = 0; i < self->n_in; i++) {
+    if (!self->ins[i].scalar) memcpy(block + self->ins[i].offset, &address[k++], 8);
+  }
+  for (Py_ssize_t j = 0; j < self->n_out; j++) memcpy(block + self->outs[j].offset, &address[k++], 8);
+  for (Py_ssize_t i = 0; i < self->n_params; i++) params[i] = block + self->offsets[i];
+  int err;
+  Py_BEGIN_ALLOW_THREADS
+  err = self->driver(self->function, self->g[0], self->g[1], self->g[2], self->g[3], self->g[4],
+                     self->g[5], self->g[6], stream, params, NULL);
+  Py_END_ALLOW_THREADS
+  if (err != 0) { /* the Python launcher retries under the device's context, or raises */
+    PyObject *fargs[3] = {PyLong_FromVoidPtr(params), PyLong_FromVoidPtr(stream), self->geometry};
+    PyObject *r = NULL;
+    if (fargs[0] != NULL && fargs[1] != NULL) r = PyObject_Vectorcall(self->fallback, fargs, 3, NULL);
+    Py_XDECREF(fargs[0]);
+    Py_XDECREF(fargs[1]);
+    if (r == NULL) goto done;
+    Py_DECREF(r);
+  } else {
+    Py_INCREF(self->entry);
+    if (PyList_SetItem(self->last, 0, self->entry) < 0) goto done;
+  }
+  self->served++;
+  result = PyList_New(self->n_out);
+  if (result == NULL) goto done;
+  for (Py_ssize_t j = 0; j < self->n_out; j++) {
+    PyObject *y = self->has_out ? arrays[n_arrays - self->n_out + j] : made[j];
+    Py_INCREF(y);
+    PyList_SET_ITEM(result, j, y);
+  }
+done:
+  for (Py_ssize_t i = 0; i < n_arrays; i++) Py_DECREF(arrays[i]);
+  for (Py_ssize_t i = 0; i < n_made; i++) Py_DECREF(made[i]);
+  return result;
+miss_clear:
+  PyErr_Clear();
+  for (Py_ssize_t i = 0; i < n_arrays; i++) Py_DECREF(arrays[i]);
+  for (Py_ssize_t i = 0; i < n_made; i++) Py_DECREF(made[i]);
+miss:
+  return kk_call_next(self, args, nargsf, kwnames);
+}
+
+static int kk_call_traverse(kk_call *self, visitproc visit, void *arg) {
+  Py_VISIT(self->last);
+  Py_VISIT(self->entry);
+  Py_VISIT(self->fallback);
+  Py_VISIT(self->next);
+  Py_VISIT(self->check);
+  Py_VISIT(self->expected);
+  Py_VISIT(self->stream);
+  Py_VISIT(self->geometry);
+  Py_VISIT(self->blob);
+  Py_VISIT(self->inputs_type);
+  for (Py_ssize_t i = 0; self->ins && i < self->n_in; i++) {
+    Py_VISIT(self->ins[i].pointer);
+    Py_VISIT(self->ins[i].value);
+  }
+  for (Py_ssize_t j = 0; self->outs && j < self->n_out; j++) {
+    Py_VISIT(self->outs[j].pointer);
+    Py_VISIT(self->outs[j].allocate);
+  }
+  return 0;
+}
+
+static int kk_call_clear(kk_call *self) {
+  Py_CLEAR(self->last);
+  Py_CLEAR(self->entry);
+  Py_CLEAR(self->fallback);
+  Py_CLEAR(self->next);
+  Py_CLEAR(self->check);
+  Py_CLEAR(self->expected);
+  Py_CLEAR(self->stream);
+  Py_CLEAR(self->geometry);
+  Py_CLEAR(self->blob);
+  Py_CLEAR(self->inputs_type);
+  for (Py_ssize_t i = 0; self->ins && i < self->n_in; i++) {
+    Py_CLEAR(self->ins[i].pointer);
+    Py_CLEAR(self->ins[i].value);
+  }
+  for (Py_ssize_t j = 0; self->outs && j < self->n_out; j++) {
+    Py_CLEAR(self->outs[j].pointer);
+    Py_CLEAR(self->outs[j].allocate);
+  }
+  return 0;
+}
+
+static void kk_call_dealloc(kk_call *self) {
+  PyObject_GC_UnTrack(self);
+  kk_call_clear(self);
+  PyMem_Free(self->ins);
+  PyMem_Free(self->outs);
+  PyMem_Free(self->offsets);
+  Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int kk_fail(const char *what) {
+  PyErr_Format(PyExc_ValueError, "[Call] bad %s", what);
+  return -1;
+}
+
+/* ``ins``/``outs`` tuples into ``kk_arg``s (the constructor's checks: every offset inside the
+ * block, 8 bytes from it). */
+static int kk_parse_args(PyObject *items, int outputs, Py_ssize_t blob_size, kk_arg **into) {
+  Py_ssize_t n = PyTuple_GET_SIZE(items);
+  *into = PyMem_Calloc(n ? (size_t)n : 1, sizeof(kk_arg));
+  if (*into == NULL) {
+    PyErr_NoMemory();
+    return -1;
+  }
+  for (Py_ssize_t i = 0; i < n; i++) {
+    PyObject *t = PyTuple_GET_ITEM(items, i);
+    kk_arg *a = &(*into)[i];
+    a->source = -1;
+    if (!PyTuple_Check(t)) return kk_fail("argument entry");
+    if (!outputs && PyTuple_GET_SIZE(t) == 2) { /* (1, value) */
+      a->scalar = 1;
+      a->value = Py_NewRef(PyTuple_GET_ITEM(t, 1));
+      continue;
+    }
+    PyObject *pointer, *allocate = Py_None;
+    Py_ssize_t offset, source = -1;
+    unsigned long long span;
+    if (outputs) {
+      if (!PyArg_ParseTuple(t, "OnKOn", &pointer, &offset, &span, &allocate, &source)) return -1;
+    } else {
+      int zero;
+      if (!PyArg_ParseTuple(t, "iOnK", &zero, &pointer, &offset, &span)) return -1;
+    }
+    if (offset < 0 || offset + 8 > blob_size || offset % 8) return kk_fail("array offset");
+    a->pointer = Py_NewRef(pointer);
+    a->allocate = allocate == Py_None ? NULL : Py_NewRef(allocate);
+    a->offset = offset;
+    a->source = source;
+    a->span = span;
+  }
+  return 0;
+}
+
+static PyObject *kk_call_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+  PyObject *driver, *function, *last, *entry, *fallback, *next, *inputs_type, *ins, *outs;
+  PyObject *check, *expected, *stream, *geometry, *blob, *offsets;
+  int has_out, alias_ok;
+  if (kwds != NULL && PyDict_GET_SIZE(kwds)) {
+    PyErr_SetString(PyExc_TypeError, "[Call] takes positional arguments only");
+    return NULL;
+  }
+  if (!PyArg_ParseTuple(args, "OOO!OOOO!O!O!ppOO!OO!O!O!", &driver, &function, &PyList_Type,
+                        &last, &entry, &fallback, &next, &PyType_Type, &inputs_type,
+                        &PyTuple_Type, &ins, &PyTuple_Type, &outs, &has_out, &alias_ok, &check,
+                        &PyTuple_Type, &expected, &stream, &PyTuple_Type, &geometry,
+                        &PyByteArray_Type, &blob, &PyTuple_Type, &offsets))
+    return NULL;
+  kk_call *self = PyObject_GC_New(kk_call, type);
+  if (self == NULL) return NULL;
+  memset((char *)self + sizeof(PyObject), 0, sizeof(kk_call) - sizeof(PyObject));
+  self->vectorcall = kk_call_vectorcall;
+  self->last = Py_NewRef(last);
+  self->entry = Py_NewRef(entry);
+  self->fallback = Py_NewRef(fallback);
+  self->next = Py_NewRef(next);
+  self->check = Py_NewRef(check);
+  self->expected = Py_NewRef(expected);
+  self->stream = Py_NewRef(stream);
+  self->geometry = Py_NewRef(geometry);
+  self->blob = Py_NewRef(blob);
+  self->inputs_type = (PyTypeObject *)Py_NewRef(inputs_type);
+  self->has_out = has_out;
+  self->alias_ok = alias_ok;
+  self->n_in = PyTuple_GET_SIZE(ins);
+  self->n_out = PyTuple_GET_SIZE(outs);
+  self->n_params = PyTuple_GET_SIZE(offsets);
+  PyObject_GC_Track(self);
+  Py_ssize_t size = PyByteArray_GET_SIZE(blob);
+  if (kk_parse_args(ins, 0, size, &self->ins) < 0 || kk_parse_args(outs, 1, size, &self->outs) < 0)
+    goto fail;
+  Py_ssize_t arrays = self->n_out;
+  for (Py_ssize_t i = 0; i < self->n_in; i++) arrays += !self->ins[i].scalar;
+  self->n_arrays = arrays;
+  for (Py_ssize_t j = 0; j < self->n_out; j++) {
+    int allocates = self->outs[j].allocate != NULL;
+    if (allocates == has_out || self->outs[j].source >= self->n_in ||
+        (self->outs[j].source >= 0 && self->ins[self->outs[j].source].scalar)) {
+      kk_fail("output entry");
+      goto fail;
+    }
+  }
+  if (inputs_type != (PyObject *)&PyList_Type && inputs_type != (PyObject *)&PyTuple_Type) {
+    kk_fail("inputs type (list or tuple)");
+    goto fail;
+  }
+  if (size > KK_MAX_BLOB || self->n_params > KK_MAX_PARAMS || arrays > KK_MAX_ARRAYS ||
+      arrays == 0) {
+    kk_fail("size (block, parameters or arrays over the limits, or no array)");
+    goto fail;
+  }
+  self->offsets = PyMem_Calloc(self->n_params ? (size_t)self->n_params : 1, sizeof(Py_ssize_t));
+  if (self->offsets == NULL) {
+    PyErr_NoMemory();
+    goto fail;
+  }
+  for (Py_ssize_t i = 0; i < self->n_params; i++) {
+    Py_ssize_t at = PyLong_AsSsize_t(PyTuple_GET_ITEM(offsets, i));
+    if (at == -1 && PyErr_Occurred()) goto fail;
+    if (at < 0 || at > size) {
+      kk_fail("parameter offset");
+      goto fail;
+    }
+    self->offsets[i] = at;
+  }
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(expected); i++) {
+    PyObject *pair = PyTuple_GET_ITEM(expected, i);
+    Py_ssize_t at;
+    if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2 ||
+        (at = PyLong_AsSsize_t(PyTuple_GET_ITEM(pair, 0))) < 1 || at > 11 || at == 7 ||
+        at == 8) {
+      PyErr_Clear();
+      kk_fail("expected argument (index 1-11, not stream or out)");
+      goto fail;
+    }
+  }
+  void *ptr[2];
+  PyObject *from[2] = {driver, function};
+  for (int i = 0; i < 2; i++) {
+    ptr[i] = PyLong_AsVoidPtr(from[i]);
+    if (ptr[i] == NULL) {
+      if (!PyErr_Occurred()) kk_fail("driver or function (null)");
+      goto fail;
+    }
+  }
+  self->driver = (kk_driver_launch)ptr[0];
+  self->function = ptr[1];
+  if (kk_geometry(geometry, self->g) < 0) goto fail;
+  return (PyObject *)self;
+fail:
+  Py_DECREF(self);
+  return NULL;
+}
+
+static PyObject *kk_call_get_next(kk_call *self, void *closure) {
+  (void)closure;
+  return Py_NewRef(self->next);
+}
+
+static int kk_call_set_next(kk_call *self, PyObject *value, void *closure) {
+  (void)closure;
+  if (value == NULL || !PyCallable_Check(value)) {
+    PyErr_SetString(PyExc_TypeError, "[Call] next must be callable");
+    return -1;
+  }
+  Py_SETREF(self->next, Py_NewRef(value));
+  return 0;
+}
+
+static PyObject *kk_call_get_served(kk_call *self, void *closure) {
+  (void)closure;
+  return PyLong_FromUnsignedLongLong(self->served);
+}
+
+static PyGetSetDef kk_call_getset[] = {
+    {"next", (getter)kk_call_get_next, (setter)kk_call_set_next, "called when a call differs", NULL},
+    {"served", (getter)kk_call_get_served, NULL, "calls it launched", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject kk_call_type = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "kk_launch.Call",
+    .tp_basicsize = sizeof(kk_call),
+    .tp_dealloc = (destructor)kk_call_dealloc,
+    .tp_vectorcall_offset = offsetof(kk_call, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_doc = "a kernel call repeated in C (see kk_launch.c)",
+    .tp_traverse = (traverseproc)kk_call_traverse,
+    .tp_clear = (inquiry)kk_call_clear,
+    .tp_getset = kk_call_getset,
+    .tp_new = kk_call_new,
+};
+
 static PyMethodDef kk_methods[] = {
     {"launch", (PyCFunction)(void (*)(void))kk_launch, METH_FASTCALL,
      "launch(driver_launch, function, last, entry, fallback, params, stream, geometry)"},
@@ -82,4 +559,13 @@ static struct PyModuleDef kk_module = {
     kk_methods, NULL, NULL, NULL, NULL,
 };
 
-PyMODINIT_FUNC PyInit_kk_launch(void) { return PyModule_Create(&kk_module); }
+PyMODINIT_FUNC PyInit_kk_launch(void) {
+  if (PyType_Ready(&kk_call_type) < 0) return NULL;
+  PyObject *module = PyModule_Create(&kk_module);
+  if (module == NULL) return NULL;
+  if (PyModule_AddObjectRef(module, "Call", (PyObject *)&kk_call_type) < 0) {
+    Py_DECREF(module);
+    return NULL;
+  }
+  return module;
+}

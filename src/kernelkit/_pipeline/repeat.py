@@ -1,0 +1,237 @@
+"""A kernel call repeated in C.
+
+A decode loop calls a kernel with arrays of the same layouts, the same geometry and the same
+options again and again, and the generated hot path (``launch``) checks each array in Python
+on every such call. Where the backend launches through the native module (CUDA's
+``kk_launch.c``: the launcher's ``native_call``) and the arrays' framework checks arrays in C
+(``_arrays.CHECKERS``: torch's ``TensorGuards``), a plan keeps up to ``Repeats.LIMIT`` of its
+recent calls as C objects (``kk_launch.Call``), each made from one call that its generated run
+served: its argument block (shapes, strides, scalars: what the run wrote) copied, its arrays'
+check, its other arguments' values. A later call like it is checked and launched in one C call,
+no Python frame; any other call is handed down the chain, whose end is ``Repeats`` itself: the
+plan's generated run, which checks everything as before.
+
+A call is made into one only when nothing in it may change unseen: inputs in a list or tuple,
+every array a checked framework's (none needing a gradient, none passed twice: torch's check
+refuses both), every array input that the kernel needs row-contiguous already so, scalars and
+options of plain values (bool, int, float, str, tuples of them, dtypes), ``init_value`` None and
+the stream None or an int. The outputs of an ``out=`` call that meet an input or each other go
+down the chain (the run names them).
+"""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Callable
+from typing import Any
+
+from .._arrays import CHECKERS, NULL
+from .._dtypes import DTYPES, normalize_dtype
+from .key import MISS
+from .launch import HotPath, like_inputs, thread_packs
+from .pack import ArgPack
+
+__all__ = ["Repeats", "repeats_for"]
+
+_NO = object()  # a value that a Call cannot compare
+# CallArgs positions that a Call compares with the call it was made from: output_shapes,
+# output_dtypes, grid, threadgroup, template, init_value, backend, check, shared_memory
+_COMPARED = (1, 2, 3, 4, 5, 6, 9, 10, 11)
+_SCALARS = (bool, int, float)
+
+
+def repeats_for(hot: HotPath, run: Callable[..., Any]) -> Repeats | None:
+    """``Repeats`` for a plan whose generated run is ``run``, or None where its calls cannot
+    be repeated in C: a launcher without ``native_call``, a framework that synchronizes its
+    results, an input that is not an array or a scalar (structs, tensor maps, optional
+    inputs), an output without its adapter."""
+    make = getattr(hot.loaded.launch, "native_call", None)
+    if make is None or hot.out_adapter.synchronous:
+        return None
+    for r in hot.ins:
+        if r.kind == "array" and r.adapter is not None and r.adapter is not NULL:
+            continue
+        if r.kind != "scalar":
+            return None
+    if any(r.adapter is None for r in hot.outs):
+        return None
+    return Repeats(hot, run, make)
+
+
+class Repeats:
+    """One plan's calls repeated in C, the newest first (``head``), and the end of their chain:
+    called with a call that none of them took, it runs the plan's generated run, and makes a
+    new one of the call while it has tried fewer than ``LIMIT`` times, then once every
+    ``EVERY`` such calls (a kernel called with a new size every time tries rarely). ``follow``
+    receives each new head (the kernel makes it the run it tries first)."""
+
+    LIMIT = 4
+    EVERY = 32
+    __slots__ = ("follow", "head", "hot", "make", "misses", "packs", "run", "stream", "tries")
+
+    def __init__(self, hot: HotPath, run: Callable[..., Any], make: Callable[..., Any]) -> None:
+        self.hot, self.run, self.make = hot, run, make
+        self.packs = thread_packs(run)
+        self.stream = hot.out_adapter.stream_getter(*hot.where)
+        self.head: Any = None
+        self.follow: Callable[[Any], None] | None = None
+        self.tries = self.misses = 0
+
+    def __call__(self, *args: Any) -> Any:
+        self.misses += 1
+        if self.tries < self.LIMIT or self.misses % self.EVERY == 0:
+            return self.prepare(args)
+        return self.run(*args)
+
+    def prepare(self, args: tuple) -> Any:
+        """Run the call (``CallArgs``' order) through the generated run, then keep it as a
+        call repeated in C where it may be one; the run's result (``MISS`` for another
+        specialization's call, which is never kept)."""
+        result = self.run(*args)
+        if result is MISS:
+            return result
+        self.tries += 1
+        call = self._make(args)
+        if call is not None:
+            self._push(call)
+        return result
+
+    def _push(self, call: Any) -> None:
+        head = self.head
+        call.next = self if head is None else head
+        self.head = call
+        node, n = call, 1  # the chain cut after LIMIT calls
+        while n < self.LIMIT and node.next is not self:
+            node, n = node.next, n + 1
+        node.next = self
+        if self.follow is not None:
+            self.follow(call)
+
+    def _make(self, args: tuple) -> Any:
+        """A ``kk_launch.Call`` of the call that the run has just launched, or None."""
+        hot = self.hot
+        inputs, stream, out = args[0], args[7], args[8]
+        if inputs.__class__ not in (list, tuple) or args[6] is not None:
+            return None
+        if not (stream is None or stream.__class__ is int):
+            return None
+        if hot.has_out and (out.__class__ not in (list, tuple) or len(out) != len(hot.outs)):
+            return None
+        expected = tuple((at, _frozen(args[at])) for at in _COMPARED)
+        if any(value is _NO for _, value in expected):
+            return None
+        pack = getattr(self.packs, "pack", None)
+        if pack is None:
+            return None
+        blob, offsets = _block(pack)
+        arrays: list[Any] = []
+        ins = _inputs(hot, inputs, offsets, arrays)
+        outs = _outputs(hot, args, offsets, arrays)
+        if ins is None or outs is None or not arrays:
+            return None
+        checker = CHECKERS.get(arrays[0].__class__)
+        if checker is None or any(CHECKERS.get(x.__class__) is not checker for x in arrays):
+            return None
+        try:
+            check = checker(tuple(arrays))
+            if check is None or not check(*arrays):
+                return None  # (one tensor passed twice, a gradient, a dispatch mode)
+            geometry = hot.loaded.geometries(args[3], args[4], args[11])
+            alias_ok = all(r.contiguous for r in hot.outs) and all(
+                r.contiguous for r in hot.ins if r.kind == "array"
+            )
+            return self.make(
+                self, inputs.__class__, ins, outs, hot.has_out, alias_ok, check, expected,
+                self.stream, tuple(geometry), blob, offsets,
+            )  # fmt: skip
+        except Exception:  # noqa: BLE001 - a call it cannot make: the run serves it
+            return None
+
+
+def _inputs(hot: HotPath, inputs: Any, offsets: tuple, arrays: list) -> tuple | None:
+    """``Call``'s per-input entries, the array inputs appended to ``arrays``; None where the
+    call cannot be repeated in C."""
+    if len(inputs) != len(hot.ins):
+        return None
+    entries: list[tuple] = []
+    for r, x in zip(hot.ins, inputs):
+        if r.kind == "scalar":
+            if x.__class__ not in _SCALARS:
+                return None
+            entries.append((1, x))
+            continue
+        a = r.adapter
+        if a is None or (r.contiguous and not a.is_contiguous(x)):
+            return None
+        span = _span(a, x, DTYPES[r.dtype].itemsize)
+        if span is None:
+            return None
+        entries.append((0, a.pointer, offsets[r.slot], span))
+        arrays.append(x)
+    return tuple(entries)
+
+
+def _outputs(hot: HotPath, args: tuple, offsets: tuple, arrays: list) -> tuple | None:
+    """``Call``'s per-output entries: ``out=``'s arrays (appended to ``arrays``), or how each
+    output is made (as the run makes it: ``empty_like`` of an input of its shape and dtype,
+    else the allocator with the output's shape)."""
+    entries: list[tuple] = []
+    likes = like_inputs(hot.ins, hot.outs)
+    inputs, shapes, out = args[0], args[1], args[8]
+    for j, r in enumerate(hot.outs):
+        a = r.adapter
+        if a is None:
+            return None
+        if hot.has_out:
+            y = out[j]
+            if r.contiguous and not a.is_contiguous(y):
+                return None
+            span = _span(a, y, DTYPES[r.dtype].itemsize)
+            if span is None:
+                return None
+            entries.append((a.output_pointer(r.what), offsets[r.slot], span, None, -1))
+            arrays.append(y)
+            continue
+        source, allocate = -1, hot.allocators[j]
+        if j in likes and shapes is not None:
+            i, dtype, like = likes[j]
+            if inputs[i].dtype is dtype and shapes[j] == inputs[i].shape:
+                source, allocate = i, like
+        entries.append((a.pointer, offsets[r.slot], 0, allocate, source))
+    return tuple(entries)
+
+
+def _frozen(value: Any, depth: int = 0) -> Any:
+    """``value`` as a Call compares it (``kk_matches``): None, bool, int, float and str as
+    they are, lists and tuples (torch.Size) as tuples of such, dtypes by identity; else
+    ``_NO``."""
+    if value is None or value.__class__ in (bool, int, float, str):
+        return value
+    if value.__class__ is list or isinstance(value, tuple):  # (torch.Size)
+        items = tuple(_frozen(v, depth + 1) for v in value) if depth < 4 else (_NO,)
+        return _NO if any(v is _NO for v in items) else items
+    try:
+        normalize_dtype(value)
+    except Exception:  # noqa: BLE001 - not a dtype: a value a Call cannot compare
+        return _NO
+    return value
+
+
+def _span(adapter: Any, x: Any, itemsize: int) -> int | None:
+    """The bytes from ``x``'s pointer that it may touch (None: negative strides)."""
+    shape, strides = adapter.layout(x)
+    if not all(shape):
+        return 0
+    if any(s < 0 for s in strides):
+        return None
+    return (1 + sum((n - 1) * s for n, s in zip(shape, strides))) * itemsize
+
+
+def _block(pack: ArgPack) -> tuple[bytearray, tuple[int, ...]]:
+    """The pack's slots copied into one block, each 8-byte aligned, and where each starts."""
+    blob, offsets = bytearray(), []
+    for slot in pack.slots:
+        offsets.append(len(blob))
+        blob += ctypes.string_at(ctypes.addressof(slot), ctypes.sizeof(slot))
+        blob += bytearray(-len(blob) % 8)
+    return blob, tuple(offsets)

@@ -1,0 +1,331 @@
+"""Kernel calls repeated in C (``_pipeline/repeat.py``, ``kk_launch.Call``), run on the CPU: the
+CPU backend's launcher is given a ``native_call`` whose driver is a ctypes callback with
+``cuLaunchKernel``'s signature that runs the CPU launch, so a Call's argument block, pointers,
+outputs and checks run real kernels and are compared with float64 references."""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import gc
+import sys
+import threading
+import weakref
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import kernelkit  # noqa: E402
+from kernelkit._arrays import CHECKERS  # noqa: E402
+from kernelkit._backends.cpu import _backend as cpu  # noqa: E402
+from kernelkit._backends.cuda import native  # noqa: E402
+from kernelkit._errors import ArgumentError  # noqa: E402
+from kernelkit._pipeline.repeat import Repeats  # noqa: E402
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux only")
+
+DRIVER = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, *[ctypes.c_uint] * 7,
+                          ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)  # fmt: skip
+# a marker in every body: these tests' programs are loaded (with the patched launcher) by them
+BODY = """/* repeat tests */
+uint i = blockIdx.x * blockDim.x + threadIdx.x;
+if (i < x_shape[0] * x_shape[1]) y[i] = a * x[i] + (float)n;
+"""
+
+
+class Driver:
+    """The stand-in driver: counts launches, runs each through the CPU backend's launcher."""
+
+    def __init__(self) -> None:
+        self.launches = 0
+        self.error = 0  # returned instead of launching, when set
+        self.keep: list = []
+
+    def native_call(self, launch):
+        def run(fn, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
+            if self.error:
+                return self.error
+            self.launches += 1
+            launch(params, stream or 0, (gx, gy, gz, bx, by, bz, shared))
+            return 0
+
+        callback = DRIVER(run)
+        self.keep.append(callback)
+        module, why = native._module()
+        assert module is not None, why
+
+        def fallback(params, stream, geometry):  # the CPU launcher, as CUDA's retries
+            launch(params, stream, geometry)
+
+        address = ctypes.cast(callback, ctypes.c_void_p).value
+        return functools.partial(module.Call, address, 1, [None], "k", fallback)
+
+
+@pytest.fixture(scope="module")
+def driver():
+    import kernelkit._arrays._torch  # noqa: F401 - torch's adapter sets its checker
+
+    if CHECKERS.get(torch.Tensor) is None:
+        pytest.skip("this torch has no usable TensorGuards")
+    fake = Driver()
+    original = cpu.CPUBackend.launcher
+
+    def launcher(self, program, target):
+        launch = original(self, program, target)
+        wrapped = functools.partial(launch)  # an attribute of its own
+        wrapped.native_call = fake.native_call(launch)
+        return wrapped
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(cpu.CPUBackend, "launcher", launcher)
+        yield fake
+
+
+def _kernel(tag: str):
+    return kernelkit.kernel(f"rep_{tag}", ["x", "a", "n"], ["y"], BODY + f"// {tag}\n")
+
+
+def _call(k, x, a=2.0, n=3, **kw):
+    kw.setdefault("grid", (x.numel(), 1, 1))
+    kw.setdefault("threadgroup", (64, 1, 1))
+    return k([x, a, n], **kw)
+
+
+def _expect(x, a=2.0, n=3):
+    return (a * x.double() + n).float()
+
+
+def _repeats(k) -> Repeats:
+    (plan,) = k._plans.values()
+    assert plan.repeats is not None
+    return plan.repeats
+
+
+def _count_runs(rep: Repeats) -> list:
+    """Counts the generated run's calls (the path a Call hands a call it does not take)."""
+    counted: list = []
+    run = rep.run
+
+    def counting(*args):
+        counted.append(1)
+        return run(*args)
+
+    rep.run = counting
+    return counted
+
+
+def test_a_repeated_call_launches_from_c_with_its_argument_block(driver):
+    k = _kernel("out")
+    x = torch.randn(5, 7)
+    y = torch.full_like(x, float("nan"))
+    _call(k, x, out=[y])
+    rep = _repeats(k)
+    call = rep.head
+    assert type(call).__name__ == "Call" and k._last is call
+    runs, before = _count_runs(rep), driver.launches
+    for a, n in ((2.0, 3),) * 5:
+        y.fill_(float("nan"))
+        assert _call(k, x, a, n, out=[y])[0] is y
+        torch.testing.assert_close(y, _expect(x, a, n))
+    assert driver.launches - before == 5 and call.served == 5 and not runs
+
+
+def test_allocated_outputs_come_from_c_as_the_run_makes_them(driver):
+    k = _kernel("alloc")
+    x = torch.randn(3, 33)
+    for shapes in ([x.shape], [(3, 33)], [[3, 33]]):  # empty_like, then the allocator
+        kw = {"output_shapes": shapes, "output_dtypes": [torch.float32]}
+        first = _call(k, x, **kw)[0]
+        rep = _repeats(k)
+        runs = _count_runs(rep)
+        outs = [_call(k, x, **kw)[0] for _ in range(3)]
+        assert not runs and rep.head.served >= 3
+        for y in (first, *outs):
+            assert y.shape == (3, 33) and y.is_contiguous()
+            torch.testing.assert_close(y, _expect(x))
+        assert len({y.data_ptr() for y in outs}) == 3  # a new array each call
+        rep.run = rep.run.__closure__[0].cell_contents  # (undo _count_runs)
+
+
+@pytest.mark.parametrize(
+    "change",
+    ["shape", "strides", "dtype", "scalar", "int as bool", "grid", "threadgroup",
+     "tuple inputs", "stream", "init_value", "gradient"],
+)  # fmt: skip
+def test_any_difference_goes_to_the_run_and_gets_its_own_result(driver, change):
+    k = _kernel(f"diff_{change.replace(' ', '_')}")
+    x = torch.randn(4, 16)
+    y = torch.empty_like(x)
+    for _ in range(2):
+        _call(k, x, out=[y])
+    a, n, kw = 2.0, 3, {}
+    other_x, other_y = x, torch.full_like(x, float("nan"))
+    if change == "shape":
+        other_x = torch.randn(2, 16)
+        other_y = torch.full_like(other_x, float("nan"))
+    elif change == "strides":  # the kernel reads x_shape and x[i]: a transposed x is copied
+        other_x = torch.randn(16, 4).t()
+    elif change == "dtype":
+        other_x = x.double()
+        other_y = torch.full_like(other_x, float("nan"))
+    elif change == "scalar":
+        a = 0.5
+    elif change == "int as bool":
+        n = True  # not the int 1 the Call was made with, though equal
+    elif change == "grid":
+        kw["grid"] = (32, 1, 1)
+    elif change == "threadgroup":
+        kw["threadgroup"] = (32, 1, 1)
+    elif change == "stream":
+        kw["stream"] = 0
+    elif change == "init_value":
+        kw["init_value"] = 7.0
+    if change == "int as bool":
+        n_first = 1
+        for _ in range(2):
+            _call(k, x, a, n_first, out=[y])
+    rep = _repeats(k)
+    runs = _count_runs(rep)
+    inputs = [other_x, a, n]
+    if change == "tuple inputs":
+        inputs = (other_x, a, n)
+    if change == "gradient":
+        other_x = x.clone().requires_grad_()
+        inputs = [other_x, a, n]
+    kw.setdefault("grid", (other_x.numel(), 1, 1))
+    kw.setdefault("threadgroup", (64, 1, 1))
+    with torch.no_grad():
+        k(inputs, out=[other_y], **kw)
+    want = _expect(other_x.detach(), a, n)
+    if change == "grid":
+        torch.testing.assert_close(other_y.flatten()[:32], want.flatten()[:32])
+    elif change != "init_value":
+        torch.testing.assert_close(other_y, want.to(other_y.dtype))
+    expect_run = change not in ("stream",)  # an int stream is one a Call takes
+    assert bool(runs) == expect_run, (change, runs)
+
+
+def test_a_float_scalar_is_compared_by_its_bits(driver):
+    k = kernelkit.kernel("rep_sign", ["x", "a"], ["y"], "/* repeat tests */ y[0] = a * x[0];")
+    x, y = torch.ones(1), torch.empty(1)
+    for a in (0.0, 0.0, -0.0, -0.0, 0.0):  # 0.0 == -0.0, but the kernel's product differs
+        k([x, a], grid=(1, 1, 1), threadgroup=(1, 1, 1), out=[y])
+        assert torch.signbit(y).item() == (str(a) == "-0.0")
+    assert _repeats(k).head is not None
+
+
+def test_overlapping_outputs_get_the_run_s_error(driver):
+    k = _kernel("overlap")
+    buf = torch.randn(2, 65)
+    x, y = buf[:, :32], torch.empty(2, 32)
+    x = buf.flatten()[:64].view(2, 32)
+    for _ in range(2):
+        _call(k, x, out=[y])
+    assert _repeats(k).head is not None
+    clash = buf.flatten()[1:65].view(2, 32)  # a distinct tensor over x's memory, shifted
+    with pytest.raises(ArgumentError, match="overlap"):
+        _call(k, x, out=[clash])
+
+
+def test_the_chain_keeps_the_newest_calls_and_tries_rarely_past_its_limit(driver):
+    k = _kernel("chain")
+    xs = [torch.randn(2, 8 * (i + 1)) for i in range(Repeats.LIMIT + 2)]
+    for x in xs:
+        y = torch.full_like(x, float("nan"))
+        _call(k, x, out=[y])
+        torch.testing.assert_close(y, _expect(x))
+    rep = _repeats(k)
+    chain, node = [], rep.head
+    while node is not rep:
+        chain.append(node)
+        node = node.next
+    assert len(chain) == Repeats.LIMIT and k._last is rep.head
+    tries = rep.tries
+    for i in range(Repeats.EVERY):  # the same cycle of six: each one a miss past the limit
+        x = xs[i % len(xs)]
+        y = torch.full_like(x, float("nan"))
+        _call(k, x, out=[y])
+        torch.testing.assert_close(y, _expect(x))
+    assert rep.tries - tries <= 2  # not one per call
+
+
+def test_no_call_for_one_tensor_passed_twice_and_in_place_is_right(driver):
+    k = _kernel("inplace")
+    x = torch.randn(3, 8)
+    want = _expect(x)
+    for _ in range(3):
+        x2 = x.clone()
+        _call(k, x2, out=[x2])  # torch's check refuses one tensor twice: the run serves it
+        torch.testing.assert_close(x2, want)
+    assert _repeats(k).head is None
+
+
+def test_a_driver_error_goes_to_the_fallback(driver):
+    k = _kernel("fallback")
+    x = torch.randn(2, 8)
+    y = torch.empty_like(x)
+    for _ in range(2):
+        _call(k, x, out=[y])
+    driver.error = 700
+    try:
+        y.fill_(float("nan"))
+        _call(k, x, out=[y])  # the CPU launcher stands in for CUDA's retry under its context
+    finally:
+        driver.error = 0
+    torch.testing.assert_close(y, _expect(x))
+
+
+def test_calls_keep_neither_the_kernel_nor_the_arrays_alive(driver):
+    k = _kernel("alive")
+    x = torch.randn(2, 8)
+    y = torch.empty_like(x)
+    for _ in range(3):
+        _call(k, x, out=[y])
+    assert _repeats(k).head.served >= 1
+    refs = [weakref.ref(k), weakref.ref(x), weakref.ref(y)]
+    del k, x, y
+    gc.collect()
+    assert all(r() is None for r in refs)
+
+
+def test_threads_share_calls_and_each_gets_its_own_result(driver):
+    k = _kernel("threads")
+    xs = [torch.randn(2, 8 * (i + 1)) for i in range(8)]
+    wrong: list = []
+
+    def work(offset: int) -> None:
+        for i in range(40):
+            x = xs[(i + offset) % len(xs)]
+            y = torch.full_like(x, float("nan"))
+            _call(k, x, float(offset), i, out=[y])
+            if not torch.allclose(y, _expect(x, float(offset), i)):
+                wrong.append((offset, i))
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not wrong
+
+
+def test_a_call_refuses_entries_it_cannot_trust():
+    module, why = native._module()
+    if module is None:
+        pytest.skip(why)
+    good = dict(ins=((0, len, 0, 8),), outs=((len, 8, 8, None, -1),), blob=bytearray(16),
+                offsets=(0, 8), expected=((3, (1, 1, 1)),))  # fmt: skip
+
+    def make(**changes):
+        a = {**good, **changes}
+        return module.Call(1, 1, [None], "k", print, print, list, a["ins"], a["outs"], True,
+                           True, print, a["expected"], int, (1, 1, 1, 1, 1, 1, 0), a["blob"],
+                           a["offsets"])  # fmt: skip
+
+    make()
+    for bad in ({"ins": ((0, len, 12, 8),)}, {"ins": ((0, len, 16, 8),)},
+                {"offsets": (0, 17)}, {"expected": ((8, None),)}, {"blob": bytearray(8192)},
+                {"outs": ((len, 8, 8, len, -1),)}, {"ins": ((1, 2.0),), "outs": ()}):  # fmt: skip
+        with pytest.raises((ValueError, TypeError)):
+            make(**bad)
