@@ -237,7 +237,7 @@ def test_the_chain_keeps_the_newest_calls_and_tries_rarely_past_its_limit(driver
         torch.testing.assert_close(y, _expect(x))
     rep = _repeats(k)
     chain, node = [], rep.head
-    while node is not rep:
+    while node is not rep.end:
         chain.append(node)
         node = node.next
     assert len(chain) == Repeats.LIMIT and k._last is rep.head

@@ -8,7 +8,7 @@ on every such call. Where the backend launches through the native module (CUDA's
 recent calls as C objects (``kk_launch.Call``), each made from one call that its generated run
 served: its argument block (shapes, strides, scalars: what the run wrote) copied, its arrays'
 check, its other arguments' values. A later call like it is checked and launched in one C call,
-no Python frame; any other call is handed down the chain, whose end is ``Repeats`` itself: the
+no Python frame; any other call is handed down the chain, whose end is ``Repeats.miss``: the
 plan's generated run, which checks everything as before.
 
 A call is made into one only when nothing in it may change unseen: inputs in a list or tuple,
@@ -59,15 +59,17 @@ def repeats_for(hot: HotPath, run: Callable[..., Any]) -> Repeats | None:
 
 
 class Repeats:
-    """One plan's calls repeated in C, the newest first (``head``), and the end of their chain:
-    called with a call that none of them took, it runs the plan's generated run, and makes a
-    new one of the call while it has tried fewer than ``LIMIT`` times, then once every
-    ``EVERY`` such calls (a kernel called with a new size every time tries rarely). ``follow``
-    receives each new head (the kernel makes it the run it tries first)."""
+    """One plan's calls repeated in C, the newest first (``head``), and the end of their chain
+    (``miss``): called with a call that none of them took, it runs the plan's generated run,
+    and makes a new one of the call while it has tried fewer than ``LIMIT`` times, then once
+    every ``EVERY`` such calls (a kernel called with a new size every time tries rarely).
+    ``follow`` receives each new head (the kernel makes it the run it tries first)."""
 
     LIMIT = 4
-    EVERY = 32
-    __slots__ = ("follow", "head", "hot", "make", "misses", "packs", "run", "stream", "tries")
+    EVERY = 256
+    __slots__ = (
+        "end", "follow", "head", "hot", "make", "misses", "packs", "run", "stream", "tries"
+    )  # fmt: skip
 
     def __init__(self, hot: HotPath, run: Callable[..., Any], make: Callable[..., Any]) -> None:
         self.hot, self.run, self.make = hot, run, make
@@ -76,8 +78,11 @@ class Repeats:
         self.head: Any = None
         self.follow: Callable[[Any], None] | None = None
         self.tries = self.misses = 0
+        self.end = self.miss
 
-    def __call__(self, *args: Any) -> Any:
+    def miss(self, *args: Any) -> Any:
+        """The chain's end (``end``: this method bound once, which Python calls faster than
+        an instance's ``__call__``)."""
         self.misses += 1
         if self.tries < self.LIMIT or self.misses % self.EVERY == 0:
             return self.prepare(args)
@@ -98,12 +103,12 @@ class Repeats:
 
     def _push(self, call: Any) -> None:
         head = self.head
-        call.next = self if head is None else head
+        call.next = self.end if head is None else head
         self.head = call
         node, n = call, 1  # the chain cut after LIMIT calls
-        while n < self.LIMIT and node.next is not self:
+        while n < self.LIMIT and node.next is not self.end:
             node, n = node.next, n + 1
-        node.next = self
+        node.next = self.end
         if self.follow is not None:
             self.follow(call)
 
@@ -141,7 +146,7 @@ class Repeats:
                 r.contiguous for r in hot.ins if r.kind == "array"
             )
             return self.make(
-                self, inputs.__class__, ins, outs, hot.has_out, alias_ok, check, expected,
+                self.end, inputs.__class__, ins, outs, hot.has_out, alias_ok, check, expected,
                 self.stream, tuple(geometry), blob, offsets,
             )  # fmt: skip
         except Exception:  # noqa: BLE001 - a call it cannot make: the run serves it

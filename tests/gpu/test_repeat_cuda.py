@@ -1,0 +1,128 @@
+"""Kernel calls repeated in C (``_pipeline/repeat.py``) on a CUDA GPU: a decode-like loop of
+``out=`` and allocating calls launched by ``kk_launch.Call`` (its count of launches checked),
+against float64 references with the outputs poisoned first; on the current stream (a side
+stream's work ordered, a CUDA graph captured and replayed with new values); another device
+index, shape or stride taken by the run."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+import kernelkit
+
+torch = pytest.importorskip("torch")
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
+]
+
+BODY = """
+uint i = blockIdx.x * blockDim.x + threadIdx.x;
+if (i < x_shape[0] * x_shape[1]) y[i] = (T)(scale * (float)x[i] + (float)bias[i % bias_shape[0]]);
+"""
+
+
+def _kernel() -> kernelkit.Kernel:
+    body = f"// {uuid.uuid4().hex}\n{BODY}"
+    return kernelkit.kernel("rep_cuda", ["x", "bias", "scale"], ["y"], body)
+
+
+def _call(k, x, bias, scale, **kw):
+    return k([x, bias, scale], grid=(x.numel(), 1, 1), threadgroup=(128, 1, 1),
+             template=[("T", x.dtype)], **kw)  # fmt: skip
+
+
+def _want(x, bias, scale):
+    return (scale * x.double() + bias.double()).to(x.dtype)
+
+
+def _head(k):
+    (plan,) = k._plans.values()
+    assert plan.repeats is not None, "no calls repeated in C (native launch not built?)"
+    return plan.repeats.head
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_a_decode_loop_launches_from_c_with_right_results(dtype):
+    k = _kernel()
+    x = torch.randn(3, 4097, device="cuda", dtype=dtype)
+    bias = torch.randn(4097, device="cuda", dtype=dtype)
+    y = torch.empty_like(x)
+    _call(k, x, bias, 0.5, out=[y])
+    head = _head(k)
+    assert head is not None and k._last is head
+    tol = {"atol": 1e-2, "rtol": 1e-2} if dtype != torch.float32 else {}
+    for _ in range(20):
+        x.normal_()
+        y.fill_(float("nan"))
+        assert _call(k, x, bias, 0.5, out=[y])[0] is y
+        torch.testing.assert_close(y, _want(x, bias, 0.5), **tol)
+    assert head.served == 20
+    shapes = [x.shape]
+    _call(k, x, bias, 0.5, output_shapes=shapes, output_dtypes=[dtype])
+    for _ in range(5):
+        (z,) = _call(k, x, bias, 0.5, output_shapes=shapes, output_dtypes=[dtype])
+        torch.testing.assert_close(z, _want(x, bias, 0.5), **tol)
+    assert _head_of_allocating(k).served == 5
+
+
+def _head_of_allocating(k):
+    heads = [p.repeats.head for p in k._plans.values() if not p.repeats.hot.has_out]
+    assert len(heads) == 1
+    return heads[0]
+
+
+def test_calls_run_on_the_current_stream_and_inside_a_captured_graph():
+    k = _kernel()
+    x = torch.randn(2, 1000, device="cuda")
+    bias = torch.randn(1000, device="cuda")
+    y = torch.empty_like(x)
+    for _ in range(2):
+        _call(k, x, bias, 2.0, out=[y])
+    head = _head(k)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        torch.cuda._sleep(20_000_000)  # the side stream busy: a launch elsewhere would run first
+        x.fill_(1.0)
+        y.fill_(float("nan"))
+        _call(k, x, bias, 2.0, out=[y])
+    torch.cuda.current_stream().wait_stream(side)
+    torch.testing.assert_close(y, _want(x, bias, 2.0))
+    graph = torch.cuda.CUDAGraph()
+    served = head.served
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        _call(k, x, bias, 2.0, out=[y])
+    torch.cuda.current_stream().wait_stream(side)
+    with torch.cuda.graph(graph):
+        _call(k, x, bias, 2.0, out=[y])
+    assert head.served == served + 2  # the capture's launch too
+    for value in (3.0, -1.0):
+        x.fill_(value)
+        y.fill_(float("nan"))
+        graph.replay()
+        torch.testing.assert_close(y, _want(x, bias, 2.0))
+
+
+def test_another_shape_stride_or_device_goes_to_the_run():
+    k = _kernel()
+    x = torch.randn(4, 256, device="cuda")
+    bias = torch.randn(256, device="cuda")
+    y = torch.empty_like(x)
+    for _ in range(2):
+        _call(k, x, bias, 1.5, out=[y])
+    cases = [torch.randn(2, 256, device="cuda"), torch.randn(256, 4, device="cuda").t()]
+    if torch.cuda.device_count() > 1:
+        cases.append(torch.randn(4, 256, device="cuda:1"))
+    for other in cases:
+        b = bias.to(other.device)
+        out = torch.full(other.shape, float("nan"), device=other.device)
+        with torch.cuda.device(other.device):
+            _call(k, other, b, 1.5, out=[out])
+        torch.testing.assert_close(out, _want(other.contiguous(), b, 1.5))
+    y.fill_(float("nan"))
+    _call(k, x, bias, 1.5, out=[y])
+    torch.testing.assert_close(y, _want(x, bias, 1.5))
