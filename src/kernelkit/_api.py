@@ -180,13 +180,19 @@ class Kernel:
         it; None until such a call has been made. For callers that key their own calls by
         signatures that fix the specialization (the built-in ops), so that a repeated call
         does not check its arguments twice. ``fixed``: a new one that serves only calls
-        sharing ``args``' geometry, array layouts and output shapes (``LaunchPlan.direct_for``)."""
+        sharing ``args``' geometry, array layouts and output shapes (``LaunchPlan.direct_for``),
+        or the call repeated in C (``Repeats.call_for``: checked in C, its other calls to the
+        plan's run) where it can be made."""
         try:
             plan = self._plans.get(call_key(*args))
         except Exception:  # noqa: BLE001 - unhashable arguments: no plan to share
             return None
         if plan is None:
             return None
+        if fixed and plan.repeats is not None:  # the call repeated in C, where it can be made
+            call = plan.repeats.call_for(args)
+            if call is not None:
+                return call
         return plan.direct_for(args) if fixed else plan.direct
 
     def precompile(

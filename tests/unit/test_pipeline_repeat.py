@@ -329,3 +329,27 @@ def test_a_call_refuses_entries_it_cannot_trust():
                 {"outs": ((len, 8, 8, len, -1),)}, {"ins": ((1, 2.0),), "outs": ()}):  # fmt: skip
         with pytest.raises((ValueError, TypeError)):
             make(**bad)
+
+
+@pytest.mark.parametrize("has_out", [False, True])
+def test_a_built_in_op_s_prepared_launch_is_a_call_made_without_launching(driver, has_out):
+    from kernelkit.ops._common import kernel_caller
+
+    k = _kernel(f"op_{has_out}")
+    x = torch.randn(3, 40)
+    kw = {"grid": (x.numel(), 1, 1), "threadgroup": (64, 1, 1)}
+    call = kernel_caller(k, kw)
+    shapes, dtypes = [x.shape], [torch.float32]
+    out = [torch.empty_like(x)] if has_out else None
+    arrays = [x, 2.0, 3]
+    for step in range(4):
+        x.normal_()
+        if has_out:
+            out[0].fill_(float("nan"))
+        before = driver.launches
+        got = call(arrays, None if has_out else shapes, None if has_out else dtypes, out)
+        torch.testing.assert_close(got[0], _expect(x))
+        if step:  # the first call made it; each one after launches through it, once
+            direct = call.direct[not has_out]
+            assert type(direct).__name__ == "Call" and driver.launches == before + 1
+    assert call.direct[not has_out].served == 3

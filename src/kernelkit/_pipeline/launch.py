@@ -183,13 +183,14 @@ def fixed_for(hot: HotPath, args: tuple) -> Fixed:
 
 
 def generate_run(
-    hot: HotPath, guard: Guard | None, fixed: Fixed | None = None
+    hot: HotPath, guard: Guard | None, fixed: Fixed | None = None, dry: bool = False
 ) -> tuple[Callable, str]:
     """Write and compile ``run(*CallArgs) -> outputs``, which first checks that the call is
     this plan's specialization (``key.guard_lines``: the same test as ``key.call_key``'s
     dictionary lookup) and returns ``MISS`` if not. Without a guard (unhashable arguments) the
     check is left out. With ``fixed`` (no guard), what it fixes is not read per call: such a
-    run serves only calls that share it."""
+    run serves only calls that share it. ``dry``: a run that writes the thread's argument pack
+    as a call would (outputs made) and returns it instead of launching (``repeat``)."""
     kernel, ins, outs, out_adapter = hot.kernel, hot.ins, hot.outs, hot.out_adapter
     params = hot.params  # not ``hot`` itself in the namespace: it holds the loaded program,
     # which must go with its plan, not wait for the collector (run and its namespace are a cycle)
@@ -210,6 +211,10 @@ def generate_run(
         code += _overlap_lines(kernel, ins, outs, ns)
     if fixed is not None:
         code += ["    if fresh:", "        _local.pack = pack"]
+    if dry:
+        source = "\n".join([*code, "    return pack"]) + "\n"
+        execute(source, ns, "argument pack")
+        return ns["run"], source
     code += [
         "    if stream is None:",
         "        stream = _stream()",

@@ -28,7 +28,7 @@ from typing import Any
 from .._arrays import CHECKERS, NULL
 from .._dtypes import DTYPES, normalize_dtype
 from .key import MISS
-from .launch import HotPath, like_inputs, thread_packs
+from .launch import HotPath, generate_run, like_inputs, thread_packs
 from .pack import ArgPack
 
 __all__ = ["Repeats", "repeats_for"]
@@ -68,7 +68,8 @@ class Repeats:
     LIMIT = 4
     EVERY = 256
     __slots__ = (
-        "end", "follow", "head", "hot", "make", "misses", "packs", "run", "stream", "tries"
+        "end", "fill", "follow", "head", "hot", "make", "misses", "packs", "run", "stream",
+        "tries",
     )  # fmt: skip
 
     def __init__(self, hot: HotPath, run: Callable[..., Any], make: Callable[..., Any]) -> None:
@@ -79,6 +80,7 @@ class Repeats:
         self.follow: Callable[[Any], None] | None = None
         self.tries = self.misses = 0
         self.end = self.miss
+        self.fill: Callable[..., ArgPack] | None = None  # ``call_for``'s dry run, when needed
 
     def miss(self, *args: Any) -> Any:
         """The chain's end (``end``: this method bound once, which Python calls faster than
@@ -96,10 +98,24 @@ class Repeats:
         if result is MISS:
             return result
         self.tries += 1
-        call = self._make(args)
+        call = self._make(args, getattr(self.packs, "pack", None))
         if call is not None:
             self._push(call)
         return result
+
+    def call_for(self, args: tuple) -> Any:
+        """A call repeated in C for calls like ``args`` (``CallArgs``' order), made without
+        launching (a dry run writes the argument block), outside the chain (its calls that
+        differ go to ``miss``); None where it cannot be made. For callers that keep their own
+        run per signature (the built-in ops' prepared calls)."""
+        fill = self.fill
+        if fill is None:
+            fill = self.fill = generate_run(self.hot, None, dry=True)[0]
+        try:
+            pack = fill(*args)
+        except Exception:  # noqa: BLE001 - the checked run reports what is wrong
+            return None
+        return self._make(args, pack)
 
     def _push(self, call: Any) -> None:
         head = self.head
@@ -112,8 +128,8 @@ class Repeats:
         if self.follow is not None:
             self.follow(call)
 
-    def _make(self, args: tuple) -> Any:
-        """A ``kk_launch.Call`` of the call that the run has just launched, or None."""
+    def _make(self, args: tuple, pack: ArgPack | None) -> Any:
+        """A ``kk_launch.Call`` of a call whose argument block ``pack`` holds, or None."""
         hot = self.hot
         inputs, stream, out = args[0], args[7], args[8]
         if inputs.__class__ not in (list, tuple) or args[6] is not None:
@@ -125,7 +141,6 @@ class Repeats:
         expected = tuple((at, _frozen(args[at])) for at in _COMPARED)
         if any(value is _NO for _, value in expected):
             return None
-        pack = getattr(self.packs, "pack", None)
         if pack is None:
             return None
         blob, offsets = _block(pack)
