@@ -148,6 +148,17 @@ def test_allocated_outputs_come_from_c_as_the_run_makes_them(driver):
         rep.run = rep.run.__closure__[0].cell_contents  # (undo _count_runs)
 
 
+def test_an_output_made_like_an_input_has_standard_strides(driver):
+    k = _kernel("strides")
+    odd = torch.randn(33, 1).t()  # (1, 33), strides (1, 1): contiguous, not standard
+    assert odd.is_contiguous() and odd.stride() == (1, 1)
+    for x in (odd, torch.randn(1, 33)):
+        for _ in range(3):
+            (y,) = _call(k, x, output_shapes=[x.shape], output_dtypes=[torch.float32])
+            assert y.stride() == (33, 1)
+            torch.testing.assert_close(y, _expect(x))
+
+
 @pytest.mark.parametrize(
     "change",
     ["shape", "strides", "dtype", "scalar", "int as bool", "grid", "threadgroup",

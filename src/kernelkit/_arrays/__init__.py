@@ -148,6 +148,10 @@ class Adapter:
         shape (torch: 3.9 µs against 6.5 on an H100 host); None: always the allocator."""
         return None
 
+    # ``empty_like`` for an input whose strides are already the standard row-major ones (no
+    # memory format to ask for: torch's parses no keyword), or None
+    plain_like: Callable[[Any], Any] | None = None
+
     def fill(self, x: Any, value: Any) -> None:
         raise NotImplementedError
 

@@ -90,6 +90,8 @@ class TorchAdapter(Adapter):
         # contiguous_format: standard strides even where the input's size-1 dims have others
         return None if tdt is None else (tdt, _EMPTY_LIKE)
 
+    plain_like = staticmethod(torch.empty_like)
+
     def fill(self, x: torch.Tensor, value: Any) -> None:
         x.fill_(value)
 

@@ -215,8 +215,11 @@ def _outputs(hot: HotPath, args: tuple, offsets: tuple, arrays: list) -> tuple |
         source, allocate = -1, hot.allocators[j]
         if j in likes and shapes is not None:
             i, dtype, like = likes[j]
-            if inputs[i].dtype is dtype and shapes[j] == inputs[i].shape:
-                source, allocate = i, like
+            x, made = inputs[i], hot.ins[i].adapter
+            if x.dtype is dtype and shapes[j] == x.shape and made is not None:
+                plain = made.plain_like  # without a memory format where none is needed
+                use = plain if plain is not None and _standard(*made.layout(x)) else like
+                source, allocate = i, use
         entries.append((a.pointer, offsets[r.slot], 0, allocate, source))
     return tuple(entries)
 
@@ -245,6 +248,16 @@ def _span(adapter: Any, x: Any, itemsize: int) -> int | None:
     if any(s < 0 for s in strides):
         return None
     return (1 + sum((n - 1) * s for n, s in zip(shape, strides))) * itemsize
+
+
+def _standard(shape: Any, strides: Any) -> bool:
+    """Whether ``strides`` (elements) are the row-major ones of ``shape``."""
+    step = 1
+    for n, st in zip(reversed(tuple(shape)), reversed(tuple(strides))):
+        if st != step:
+            return False
+        step *= n
+    return True
 
 
 def _block(pack: ArgPack) -> tuple[bytearray, tuple[int, ...]]:
