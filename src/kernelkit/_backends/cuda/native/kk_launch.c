@@ -112,6 +112,7 @@ typedef struct {
   PyObject *allocate;      /* output: allocate(source) -> new array, or NULL with out= */
   Py_ssize_t offset;       /* array: where its pointer goes in the block */
   Py_ssize_t source;       /* output: the input passed to allocate, -1: output_shapes[j] */
+  Py_ssize_t at;           /* array input: its place among the call's arrays */
   unsigned long long span; /* array: bytes from its pointer it may touch */
 } kk_arg;
 
@@ -253,10 +254,18 @@ static PyObject *kk_call_vectorcall(PyObject *callable, PyObject *const *args, s
       }
     }
   } else {
-    PyObject **shapes = args[1] == Py_None ? NULL : PySequence_Fast_ITEMS(args[1]);
     for (Py_ssize_t j = 0; j < self->n_out; j++) {
+      /* read again here, from what this call holds: a pointer getter or an allocator may have
+       * run Python code that changed the caller's lists */
       kk_arg *o = &self->outs[j];
-      PyObject *source = o->source >= 0 ? in[o->source] : (shapes ? shapes[j] : Py_None);
+      PyObject *source, *shapes = args[1];
+      if (o->source >= 0) {
+        source = arrays[self->ins[o->source].at];
+      } else if ((PyList_CheckExact(shapes) || PyTuple_CheckExact(shapes)) && Py_SIZE(shapes) > j) {
+        source = PySequence_Fast_ITEMS(shapes)[j];
+      } else {
+        goto miss_clear;
+      }
       Py_INCREF(source);
       PyObject *y = PyObject_Vectorcall(o->allocate, &source, 1, NULL);
       Py_DECREF(source);
@@ -445,8 +454,11 @@ static PyObject *kk_call_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
   Py_ssize_t size = PyByteArray_GET_SIZE(blob);
   if (kk_parse_args(ins, 0, size, &self->ins) < 0 || kk_parse_args(outs, 1, size, &self->outs) < 0)
     goto fail;
-  Py_ssize_t arrays = self->n_out;
-  for (Py_ssize_t i = 0; i < self->n_in; i++) arrays += !self->ins[i].scalar;
+  Py_ssize_t arrays = 0;
+  for (Py_ssize_t i = 0; i < self->n_in; i++) {
+    if (!self->ins[i].scalar) self->ins[i].at = arrays++;
+  }
+  arrays += self->n_out;
   self->n_arrays = arrays;
   for (Py_ssize_t j = 0; j < self->n_out; j++) {
     int allocates = self->outs[j].allocate != NULL;
