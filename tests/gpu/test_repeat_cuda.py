@@ -74,13 +74,19 @@ def _head_of_allocating(k):
     return heads[0]
 
 
-def test_calls_run_on_the_current_stream_and_inside_a_captured_graph():
+def _warm(rows: int, n: int, scale: float):
+    """A new kernel called twice with ``out=`` on (rows, n) float32: (kernel, x, bias, y)."""
     k = _kernel()
-    x = torch.randn(2, 1000, device="cuda")
-    bias = torch.randn(1000, device="cuda")
+    x = torch.randn(rows, n, device="cuda")
+    bias = torch.randn(n, device="cuda")
     y = torch.empty_like(x)
     for _ in range(2):
-        _call(k, x, bias, 2.0, out=[y])
+        _call(k, x, bias, scale, out=[y])
+    return k, x, bias, y
+
+
+def test_calls_run_on_the_current_stream_and_inside_a_captured_graph():
+    k, x, bias, y = _warm(2, 1000, 2.0)
     head = _head(k)
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
@@ -108,12 +114,7 @@ def test_calls_run_on_the_current_stream_and_inside_a_captured_graph():
 
 
 def test_another_shape_stride_or_device_goes_to_the_run():
-    k = _kernel()
-    x = torch.randn(4, 256, device="cuda")
-    bias = torch.randn(256, device="cuda")
-    y = torch.empty_like(x)
-    for _ in range(2):
-        _call(k, x, bias, 1.5, out=[y])
+    k, x, bias, y = _warm(4, 256, 1.5)
     cases = [torch.randn(2, 256, device="cuda"), torch.randn(256, 4, device="cuda").t()]
     if torch.cuda.device_count() > 1:
         cases.append(torch.randn(4, 256, device="cuda:1"))

@@ -272,12 +272,18 @@ def test_no_call_for_one_tensor_passed_twice_and_in_place_is_right(driver):
     assert _repeats(k).head is None
 
 
-def test_a_driver_error_goes_to_the_fallback(driver):
-    k = _kernel("fallback")
+def _warm(tag: str, times: int = 2):
+    """A new kernel called ``times`` times with ``out=`` on (2, 8) float32: (kernel, x, y)."""
+    k = _kernel(tag)
     x = torch.randn(2, 8)
     y = torch.empty_like(x)
-    for _ in range(2):
+    for _ in range(times):
         _call(k, x, out=[y])
+    return k, x, y
+
+
+def test_a_driver_error_goes_to_the_fallback(driver):
+    k, x, y = _warm("fallback")
     driver.error = 700
     try:
         y.fill_(float("nan"))
@@ -288,11 +294,7 @@ def test_a_driver_error_goes_to_the_fallback(driver):
 
 
 def test_calls_keep_neither_the_kernel_nor_the_arrays_alive(driver):
-    k = _kernel("alive")
-    x = torch.randn(2, 8)
-    y = torch.empty_like(x)
-    for _ in range(3):
-        _call(k, x, out=[y])
+    k, x, y = _warm("alive", 3)
     assert _repeats(k).head.served >= 1
     refs = [weakref.ref(k), weakref.ref(x), weakref.ref(y)]
     del k, x, y
