@@ -24,6 +24,7 @@ from typing import Any
 
 from .._api import Kernel
 from .._errors import ArgumentError, ArgumentTypeError
+from .._pipeline.key import MISS
 from .._records import Problem
 from .._select.decide import decide, explain_selection
 from .._select.override import FORCED, config_of, forced
@@ -144,6 +145,13 @@ class AutotunedKernel:
                 inputs, output_shapes, output_dtypes, out, init_value, backend, check
             )
         template, threadgroup, grid, shared = hit
+        if not verbose:  # the kernel's last specialization, as the kernel's own call tries it
+            result = self.kernel._last(
+                inputs, output_shapes, output_dtypes, grid, threadgroup, template, init_value,
+                stream, out, backend, check, shared,
+            )  # fmt: skip
+            if result is not MISS:
+                return result
         return self.kernel(
             inputs,
             output_shapes,
