@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .._generated import execute
+from .._pipeline.key import MISS
 
 __all__ = ["Constant", "generate"]
 
@@ -18,6 +19,12 @@ __all__ = ["Constant", "generate"]
 _CALL = (
     "inputs, {shapes}, {dtypes}, {grid}, {block}, {template}, _init, False, None, {out}, "
     "None, None, {shared}"
+)
+# the same call as the kernel's last specialization takes it (``key.CallArgs``' order), tried
+# first as the kernel's own call does, without a second instance call
+_RUN = (
+    "inputs, {shapes}, {dtypes}, {grid}, {block}, {template}, _init, None, {out}, None, None, "
+    "{shared}"
 )
 
 
@@ -46,6 +53,7 @@ def generate(
         "_init": init_value,
         "_grad": torch.is_grad_enabled,
         "_bump": torch.autograd.graph.increment_version,
+        "_MISS": MISS,
     }
 
     def expr(name: str) -> str:
@@ -54,6 +62,7 @@ def generate(
         return f"_{name}" if isinstance(rule, Constant) else f"_{name}(inputs)"
 
     values = {n: expr(n) for n in rules}
+    names = {n: f"r_{n}" for n in rules}  # each rule's value, computed once a call
     needs = " or ".join(_requires_grad(i, op) for i in op.tensor_positions) or "False"
     written = " or ".join(f"args[{n_in + j}].requires_grad" for j in range(outs))
     result = "ys[0]" if outs == 1 else "tuple(ys)"
@@ -62,20 +71,32 @@ def generate(
         f"    if _grad() and ({needs}) and not _op.differentiable:",
         "        _op.check_grad(args)",
         "    inputs = args",
-        f"    ys = _k({_CALL.format(out='None', **values)})",
+        *_rule_lines(values),
+        f"    ys = _k._last({_RUN.format(out='None', **names)})",
+        "    if ys is _MISS:",
+        f"        ys = _k({_CALL.format(out='None', **names)})",
         f"    return {result}",
         "",
         "def impl_out(*args):",
         f"    if _grad() and ({written}):",
         "        _op.check_out(args)",
         f"    inputs = args[:{n_in}]",
-        f"    _k({_CALL.format(out=f'args[{n_in}:]', **{**values, 'dtypes': 'None'})})",
+        f"    outs = args[{n_in}:]",
+        *_rule_lines({n: v for n, v in values.items() if n != "dtypes"}),
+        f"    if _k._last({_RUN.format(out='outs', **{**names, 'dtypes': 'None'})}) is _MISS:",
+        f"        _k({_CALL.format(out='outs', **{**names, 'dtypes': 'None'})})",
         *(f"    _bump(args[{n_in + j}])" for j in range(outs)),
     ]
     source = "\n".join(lines) + "\n"
     execute(source, ns, "torch op")
     op.impl_source = source
     return ns["impl"], ns["impl_out"]
+
+
+def _rule_lines(values: dict[str, str]) -> list[str]:
+    """The rules' values into locals ``r_<name>``, each computed once (a rule given as a
+    function is the user's: it runs once a call, whether or not the first try serves it)."""
+    return [f"    r_{n} = {v}" for n, v in values.items()]
 
 
 def _requires_grad(i: int, op: Any) -> str:
