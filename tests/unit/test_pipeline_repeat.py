@@ -302,6 +302,23 @@ def test_calls_keep_neither_the_kernel_nor_the_arrays_alive(driver):
     assert all(r() is None for r in refs)
 
 
+def test_a_call_that_differs_in_a_scalar_holds_no_array(driver):
+    """Every Call of the chain compares the scalars of a call whose scale changes each time;
+    none may keep a reference to its arrays (a leak would keep them, and their memory, alive)."""
+    k, x, y = _warm("scalar_leak", 3)
+    for step in range(3):
+        _call(k, x, 2.0, step, out=[y])  # (n differs each time: a Call made for 0 misses on 1)
+    assert _repeats(k).head is not None
+    before = sys.getrefcount(x)
+    for step in range(50):
+        _call(k, x, 2.0, 100 + step, out=[y])
+    assert sys.getrefcount(x) == before
+    refs = [weakref.ref(x), weakref.ref(y)]
+    del x, y
+    gc.collect()
+    assert all(r() is None for r in refs)
+
+
 def test_threads_share_calls_and_each_gets_its_own_result(driver):
     """Each thread its own scale, the shapes (and with them n) common: a thread's calls repeat,
     and must never be taken by another thread's Call."""
@@ -340,17 +357,51 @@ def test_a_call_refuses_entries_it_cannot_trust():
                 offsets=(0, 8), expected=((3, (1, 1, 1)),))  # fmt: skip
 
     def make(**changes):
-        a = {**good, **changes}
-        return module.Call(1, 1, [None], "k", print, print, list, a["ins"], a["outs"], True,
-                           True, print, a["expected"], int, (1, 1, 1, 1, 1, 1, 0), a["blob"],
-                           a["offsets"])  # fmt: skip
+        a = {"last": [None], "has_out": True, **good, **changes}
+        return module.Call(1, 1, a["last"], "k", print, print, list, a["ins"], a["outs"],
+                           a["has_out"], True, print, a["expected"], int, (1, 1, 1, 1, 1, 1, 0),
+                           a["blob"], a["offsets"])  # fmt: skip
 
     make()
     for bad in ({"ins": ((0, len, 12, 8),)}, {"ins": ((0, len, 16, 8),)},
-                {"offsets": (0, 17)}, {"expected": ((8, None),)}, {"blob": bytearray(8192)},
-                {"outs": ((len, 8, 8, len, -1),)}, {"ins": ((1, 2.0),), "outs": ()}):  # fmt: skip
+                {"offsets": (0, 16)}, {"expected": ((8, None),)}, {"blob": bytearray(8192)},
+                {"outs": ((len, 8, 8, len, -1),)}, {"ins": ((1, 2.0),), "outs": ()},
+                {"last": []}):  # fmt: skip
         with pytest.raises((ValueError, TypeError)):
             make(**bad)
+    # an output made by shape needs the shapes it was made with, one an output
+    alloc = {"outs": ((len, 8, 0, len, -1),), "has_out": False}
+    make(**alloc, expected=((1, ((2, 3),)),))
+    for shapes in (None, ((2, 3), (4,)), [(2, 3)]):
+        with pytest.raises(ValueError, match="output shapes"):
+            make(**alloc, expected=((1, shapes),))
+
+
+def test_a_call_copies_its_block_and_keeps_no_caller_buffer(driver):
+    """The block is the Call's own copy: its maker's bytearray resized after (past the stack
+    block's size) changes nothing that is launched."""
+    module, _ = native._module()
+    seen: list = []
+
+    def record(fn, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
+        p = ctypes.cast(params, ctypes.POINTER(ctypes.c_void_p))
+        seen.append((ctypes.c_uint64.from_address(p[0]).value,
+                     ctypes.c_uint32.from_address(p[1]).value))  # fmt: skip
+        return 0
+
+    callback = DRIVER(record)
+    address = ctypes.cast(callback, ctypes.c_void_p).value
+    blob = bytearray(16)
+    blob[8:12] = (77).to_bytes(4, "little")  # parameter 1: a value the block holds
+    x = torch.zeros(4)
+    ins = ((0, torch.Tensor.data_ptr, 0, 16),)
+    call = module.Call(address, 1, [None], "k", print, print, list, ins, (), False, True,
+                       lambda *a: True, (), int, (1, 1, 1, 1, 1, 1, 0), blob, (0, 8))  # fmt: skip
+    blob.extend(bytearray(1 << 16))
+    blob[8:12] = (5).to_bytes(4, "little")
+    args = ([x], None, None, None, None, None, None, None, None, None, None, None)
+    assert call(*args) == [] and call.served == 1
+    assert seen == [(x.data_ptr(), 77)]
 
 
 @pytest.mark.parametrize("has_out", [False, True])

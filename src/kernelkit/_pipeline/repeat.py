@@ -22,6 +22,7 @@ down the chain (the run names them).
 from __future__ import annotations
 
 import ctypes
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -68,8 +69,8 @@ class Repeats:
     LIMIT = 4
     EVERY = 256
     __slots__ = (
-        "end", "fill", "follow", "head", "hot", "make", "misses", "packs", "run", "stream",
-        "tries",
+        "end", "fill", "follow", "head", "hot", "lock", "make", "misses", "packs", "run",
+        "stream", "tries",
     )  # fmt: skip
 
     def __init__(self, hot: HotPath, run: Callable[..., Any], make: Callable[..., Any]) -> None:
@@ -80,6 +81,7 @@ class Repeats:
         self.follow: Callable[[Any], None] | None = None
         self.tries = self.misses = 0
         self.end = self.miss
+        self.lock = threading.Lock()  # one thread at a time changes the chain
         self.fill: Callable[..., ArgPack] | None = None  # ``call_for``'s dry run, when needed
 
     def miss(self, *args: Any) -> Any:
@@ -118,15 +120,16 @@ class Repeats:
         return self._make(args, pack)
 
     def _push(self, call: Any) -> None:
-        head = self.head
-        call.next = self.end if head is None else head
-        self.head = call
-        node, n = call, 1  # the chain cut after LIMIT calls
-        while n < self.LIMIT and node.next is not self.end:
-            node, n = node.next, n + 1
-        node.next = self.end
-        if self.follow is not None:
-            self.follow(call)
+        with self.lock:
+            head = self.head
+            call.next = self.end if head is None else head
+            self.head = call
+            node, n = call, 1  # the chain cut after LIMIT calls
+            while n < self.LIMIT and node.next is not self.end:
+                node, n = node.next, n + 1
+            node.next = self.end
+            if self.follow is not None:
+                self.follow(call)
 
     def _make(self, args: tuple, pack: ArgPack | None) -> Any:
         """A ``kk_launch.Call`` of a call whose argument block ``pack`` holds, or None."""

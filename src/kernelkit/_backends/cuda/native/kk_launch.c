@@ -121,7 +121,10 @@ typedef struct {
   vectorcallfunc vectorcall;
   kk_driver_launch driver;
   void *function;
-  PyObject *last, *entry, *fallback, *next, *check, *expected, *stream, *geometry, *blob;
+  PyObject *last, *entry, *fallback, *next, *check, *expected, *stream, *geometry;
+  PyObject *shapes;          /* the expected output_shapes (a tuple in ``expected``), or NULL */
+  unsigned char *blob;       /* the argument block, copied at construction (PyMem) */
+  Py_ssize_t blob_size;
   PyTypeObject *inputs_type;
   kk_arg *ins, *outs;
   Py_ssize_t n_in, n_out, n_arrays, n_params, *offsets;
@@ -182,6 +185,10 @@ static PyObject *kk_call_next(kk_call *self, PyObject *const *args, size_t nargs
 static PyObject *kk_call_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf,
                                     PyObject *kwnames) {
   kk_call *self = (kk_call *)callable;
+  if (self->check == NULL) { /* cleared by the collector while still reachable */
+    PyErr_SetString(PyExc_RuntimeError, "[Call] called after it was cleared");
+    return NULL;
+  }
   PyObject *arrays[KK_MAX_ARRAYS], *made[KK_MAX_ARRAYS];
   Py_ssize_t n_arrays = 0, n_made = 0;
   unsigned long long address[KK_MAX_ARRAYS];
@@ -202,10 +209,11 @@ static PyObject *kk_call_vectorcall(PyObject *callable, PyObject *const *args, s
     if (!kk_matches(args[at], PyTuple_GET_ITEM(pair, 1))) goto miss;
   }
   PyObject **in = PySequence_Fast_ITEMS(inputs);
+  for (Py_ssize_t i = 0; i < self->n_in; i++) { /* scalars first: nothing held yet */
+    if (self->ins[i].scalar && !kk_matches(in[i], self->ins[i].value)) goto miss;
+  }
   for (Py_ssize_t i = 0; i < self->n_in; i++) {
-    if (self->ins[i].scalar) {
-      if (!kk_matches(in[i], self->ins[i].value)) goto miss;
-    } else {
+    if (!self->ins[i].scalar) {
       Py_INCREF(in[i]); /* held: a pointer getter may run Python code */
       arrays[n_arrays++] = in[i];
     }
@@ -255,17 +263,11 @@ static PyObject *kk_call_vectorcall(PyObject *callable, PyObject *const *args, s
     }
   } else {
     for (Py_ssize_t j = 0; j < self->n_out; j++) {
-      /* read again here, from what this call holds: a pointer getter or an allocator may have
-       * run Python code that changed the caller's lists */
       kk_arg *o = &self->outs[j];
-      PyObject *source, *shapes = args[1];
-      if (o->source >= 0) {
-        source = arrays[self->ins[o->source].at];
-      } else if ((PyList_CheckExact(shapes) || PyTuple_CheckExact(shapes)) && Py_SIZE(shapes) > j) {
-        source = PySequence_Fast_ITEMS(shapes)[j];
-      } else {
-        goto miss_clear;
-      }
+      /* the input it is made like, held here, or the shape the Call was made with (the
+       * caller's own list may have changed since it matched) */
+      PyObject *source = o->source >= 0 ? arrays[self->ins[o->source].at]
+                                        : PyTuple_GET_ITEM(self->shapes, j);
       Py_INCREF(source);
       PyObject *y = PyObject_Vectorcall(o->allocate, &source, 1, NULL);
       Py_DECREF(source);
@@ -277,7 +279,7 @@ static PyObject *kk_call_vectorcall(PyObject *callable, PyObject *const *args, s
   /* the block: copied, then every array's address written in */
   _Alignas(16) unsigned char block[KK_MAX_BLOB];
   void *params[KK_MAX_PARAMS];
-  memcpy(block, PyByteArray_AS_STRING(self->blob), (size_t)PyByteArray_GET_SIZE(self->blob));
+  memcpy(block, self->blob, (size_t)self->blob_size);
   k = 0;
   for (Py_ssize_t i = 0; i < self->n_in; i++) {
     if (!self->ins[i].scalar) memcpy(block + self->ins[i].offset, &address[k++], 8);
@@ -314,9 +316,12 @@ done:
   for (Py_ssize_t i = 0; i < n_made; i++) Py_DECREF(made[i]);
   return result;
 miss_clear:
-  PyErr_Clear();
   for (Py_ssize_t i = 0; i < n_arrays; i++) Py_DECREF(arrays[i]);
   for (Py_ssize_t i = 0; i < n_made; i++) Py_DECREF(made[i]);
+  if (PyErr_Occurred()) { /* the checked path meets an Exception again and reports it */
+    if (!PyErr_ExceptionMatches(PyExc_Exception)) return NULL; /* KeyboardInterrupt & co. */
+    PyErr_Clear();
+  }
 miss:
   return kk_call_next(self, args, nargsf, kwnames);
 }
@@ -330,7 +335,6 @@ static int kk_call_traverse(kk_call *self, visitproc visit, void *arg) {
   Py_VISIT(self->expected);
   Py_VISIT(self->stream);
   Py_VISIT(self->geometry);
-  Py_VISIT(self->blob);
   Py_VISIT(self->inputs_type);
   for (Py_ssize_t i = 0; self->ins && i < self->n_in; i++) {
     Py_VISIT(self->ins[i].pointer);
@@ -352,7 +356,6 @@ static int kk_call_clear(kk_call *self) {
   Py_CLEAR(self->expected);
   Py_CLEAR(self->stream);
   Py_CLEAR(self->geometry);
-  Py_CLEAR(self->blob);
   Py_CLEAR(self->inputs_type);
   for (Py_ssize_t i = 0; self->ins && i < self->n_in; i++) {
     Py_CLEAR(self->ins[i].pointer);
@@ -371,6 +374,7 @@ static void kk_call_dealloc(kk_call *self) {
   PyMem_Free(self->ins);
   PyMem_Free(self->outs);
   PyMem_Free(self->offsets);
+  PyMem_Free(self->blob);
   Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -443,7 +447,6 @@ static PyObject *kk_call_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
   self->expected = Py_NewRef(expected);
   self->stream = Py_NewRef(stream);
   self->geometry = Py_NewRef(geometry);
-  self->blob = Py_NewRef(blob);
   self->inputs_type = (PyTypeObject *)Py_NewRef(inputs_type);
   self->has_out = has_out;
   self->alias_ok = alias_ok;
@@ -485,7 +488,7 @@ static PyObject *kk_call_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
   for (Py_ssize_t i = 0; i < self->n_params; i++) {
     Py_ssize_t at = PyLong_AsSsize_t(PyTuple_GET_ITEM(offsets, i));
     if (at == -1 && PyErr_Occurred()) goto fail;
-    if (at < 0 || at > size) {
+    if (at < 0 || at >= size) { /* every parameter is at least a byte */
       kk_fail("parameter offset");
       goto fail;
     }
@@ -514,6 +517,29 @@ static PyObject *kk_call_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
   self->driver = (kk_driver_launch)ptr[0];
   self->function = ptr[1];
   if (kk_geometry(geometry, self->g) < 0) goto fail;
+  if (PyList_GET_SIZE(last) < 1) {
+    kk_fail("last (an empty list)");
+    goto fail;
+  }
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(expected); i++) { /* output_shapes, if given */
+    PyObject *pair = PyTuple_GET_ITEM(expected, i);
+    if (PyLong_AsSsize_t(PyTuple_GET_ITEM(pair, 0)) == 1) self->shapes = PyTuple_GET_ITEM(pair, 1);
+  }
+  for (Py_ssize_t j = 0; j < self->n_out; j++) {
+    if (!has_out && self->outs[j].source < 0 &&
+        (self->shapes == NULL || !PyTuple_Check(self->shapes) ||
+         PyTuple_GET_SIZE(self->shapes) != self->n_out)) {
+      kk_fail("output shapes (a tuple of one shape an output, for an output made by shape)");
+      goto fail;
+    }
+  }
+  self->blob = PyMem_Malloc(size ? (size_t)size : 1);
+  if (self->blob == NULL) {
+    PyErr_NoMemory();
+    goto fail;
+  }
+  memcpy(self->blob, PyByteArray_AS_STRING(blob), (size_t)size);
+  self->blob_size = size;
   return (PyObject *)self;
 fail:
   Py_DECREF(self);
