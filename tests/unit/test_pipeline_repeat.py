@@ -426,3 +426,57 @@ def test_a_built_in_op_s_prepared_launch_is_a_call_made_without_launching(driver
             direct = call.direct[not has_out]
             assert type(direct).__name__ == "Call" and driver.launches == before + 1
     assert call.direct[not has_out].served == 3
+
+
+def test_two_outputs_overlapping_each_other_get_the_run_s_error(driver):
+    body = "/* repeat tests */ uint i = threadIdx.x;\n"
+    body += "if (i < x_shape[0]) { y[i] = x[i]; z[i] = -x[i]; }"
+    k = kernelkit.kernel("rep_two", ["x"], ["y", "z"], body)
+    x = torch.randn(8)
+    y, z = torch.empty(8), torch.empty(8)
+    for _ in range(3):  # out= as a tuple: as a list, a call repeated in C
+        assert k([x], grid=(8, 1, 1), threadgroup=(8, 1, 1), out=(y, z)) == [y, z]
+        torch.testing.assert_close(z, -x)
+    assert _repeats(k).head.served >= 1
+    buf = torch.empty(12)
+    with pytest.raises(ArgumentError, match="share memory"):
+        k([x], grid=(8, 1, 1), threadgroup=(8, 1, 1), out=[buf[:8], buf[4:]])
+
+
+def test_a_parameter_is_a_tensor_to_the_call(driver):
+    k = _kernel("param")
+    x = torch.nn.Parameter(torch.randn(2, 8), requires_grad=False)
+    y = torch.empty(2, 8)
+    for _ in range(3):
+        y.fill_(float("nan"))
+        _call(k, x, out=[y])
+        torch.testing.assert_close(y, _expect(x.detach()))
+    assert _repeats(k).head.served >= 1
+
+
+def test_a_failed_launch_raises_and_leaves_the_last_kernel_unnamed(driver):
+    module, _ = native._module()
+    last = ["before"]
+
+    def fail(fn, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
+        return 700
+
+    callback = DRIVER(fail)
+    address = ctypes.cast(callback, ctypes.c_void_p).value
+
+    def fallback(params, stream, geometry):
+        raise RuntimeError("launch failed: CUDA_ERROR_ILLEGAL_ADDRESS")
+
+    x = torch.zeros(4)
+    alloc = ((torch.Tensor.data_ptr, 8, 0, torch.empty_like, 0),)
+    call = module.Call(address, 1, last, "k", fallback, print, list,
+                       ((0, torch.Tensor.data_ptr, 0, 16),), alloc, False, True,
+                       lambda *a: True, (), int, (1, 1, 1, 1, 1, 1, 0), bytearray(16),
+                       (0, 8))  # fmt: skip
+    args = ([x], None, None, None, None, None, None, None, None, None, None, None)
+    before = sys.getrefcount(x)
+    with pytest.raises(RuntimeError, match="ILLEGAL_ADDRESS"):
+        call(*args)
+    assert last == ["before"] and call.served == 0 and sys.getrefcount(x) == before
+    with pytest.raises(TypeError):  # not a call's 12 positional arguments: the next one's
+        call(*args, out=None)
