@@ -226,6 +226,25 @@ def test_a_float_scalar_is_compared_by_its_bits(driver):
     assert _repeats(k).head is not None
 
 
+def test_numpy_scalars_are_compared_by_type_and_bytes(driver):
+    import numpy as np
+
+    k = kernelkit.kernel("rep_np", ["x", "a"], ["y"], "/* repeat tests */ y[0] = a * x[0];")
+    x, y = torch.ones(1), torch.empty(1)
+    calls = [np.float32(2.0), np.float32(2.0), np.float32(-0.0), np.float32(0.0),
+             np.float64(3.0), np.float32(3.0), np.float32(3.0)]  # fmt: skip
+    for a in calls:
+        y.fill_(float("nan"))
+        k([x, a], grid=(1, 1, 1), threadgroup=(1, 1, 1), out=[y])
+        assert y.item() == float(a) and torch.signbit(y).item() == bool(np.signbit(a))
+    served = 0
+    for plan in k._plans.values():  # (float64 is a specialization of its own)
+        node = plan.repeats.head
+        while node is not None and node is not plan.repeats.end:
+            served, node = served + node.served, node.next
+    assert served >= 2  # the repeated 2.0 and 3.0
+
+
 def test_overlapping_outputs_get_the_run_s_error(driver):
     k = _kernel("overlap")
     buf = torch.randn(2, 65)

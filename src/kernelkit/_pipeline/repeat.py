@@ -14,14 +14,15 @@ plan's generated run, which checks everything as before.
 A call is made into one only when nothing in it may change unseen: inputs in a list or tuple,
 every array a checked framework's (none needing a gradient, none passed twice: torch's check
 refuses both), every array input that the kernel needs row-contiguous already so, scalars and
-options of plain values (bool, int, float, str, tuples of them, dtypes), ``init_value`` None and
-the stream None or an int. The outputs of an ``out=`` call that meet an input or each other go
-down the chain (the run names them).
+options of plain values (bool, int, float, str, tuples of them, dtypes; NumPy scalars as
+inputs), ``init_value`` None and the stream None or an int. The outputs of an ``out=`` call
+that meet an input or each other go down the chain (the run names them).
 """
 
 from __future__ import annotations
 
 import ctypes
+import sys
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -179,7 +180,7 @@ def _inputs(hot: HotPath, inputs: Any, offsets: tuple, arrays: list) -> tuple | 
     entries: list[tuple] = []
     for r, x in zip(hot.ins, inputs):
         if r.kind == "scalar":
-            if x.__class__ not in _SCALARS:
+            if x.__class__ not in _SCALARS and not _numpy_scalar(x):
                 return None
             entries.append((1, x))
             continue
@@ -225,6 +226,12 @@ def _outputs(hot: HotPath, args: tuple, offsets: tuple, arrays: list) -> tuple |
                 source, allocate = i, use
         entries.append((a.pointer, offsets[r.slot], 0, allocate, source))
     return tuple(entries)
+
+
+def _numpy_scalar(x: Any) -> bool:
+    """Whether ``x`` is a NumPy scalar (a Call compares its type and bytes)."""
+    np = sys.modules.get("numpy")
+    return np is not None and isinstance(x, np.generic) and x.__class__.__module__ == "numpy"
 
 
 def _frozen(value: Any, depth: int = 0) -> Any:

@@ -137,7 +137,7 @@ typedef struct {
  * None, bool and anything else not below by identity; int and str of the same exact type and
  * equal; float of the same bits (0.0 and -0.0 differ, as their converted values do); tuple
  * against a list, tuple or tuple subclass (torch.Size) of the same length whose items match,
- * read from its storage. Never runs Python code. */
+ * read from its storage; a NumPy scalar of the same type and bytes. Never runs Python code. */
 static int kk_matches(PyObject *a, PyObject *e) {
   if (a == e) return 1;
   PyTypeObject *t = Py_TYPE(e);
@@ -160,6 +160,22 @@ static int kk_matches(PyObject *a, PyObject *e) {
     int r = PyObject_RichCompareBool(a, e, Py_EQ); /* exact int or str: no Python code */
     if (r < 0) PyErr_Clear();
     return r > 0;
+  }
+  if (PyObject_CheckBuffer(e)) { /* a NumPy scalar (``repeat.py`` lets no other through): */
+    Py_buffer x, y;             /* the same type and the same bytes */
+    if (PyObject_GetBuffer(a, &x, PyBUF_SIMPLE) < 0) {
+      PyErr_Clear();
+      return 0;
+    }
+    if (PyObject_GetBuffer(e, &y, PyBUF_SIMPLE) < 0) {
+      PyErr_Clear();
+      PyBuffer_Release(&x);
+      return 0;
+    }
+    int same = x.len == y.len && memcmp(x.buf, y.buf, (size_t)x.len) == 0;
+    PyBuffer_Release(&x);
+    PyBuffer_Release(&y);
+    return same;
   }
   return 0;
 }
