@@ -391,6 +391,12 @@ def test_cxx_names_take_template_arguments(name):
     assert kernelkit.cxx(name).name == name
 
 
+def test_cxx_gives_one_object_a_name():
+    """A call repeated in C compares C++ template values by identity."""
+    assert kernelkit.cxx("ggml_sort_order::ASC") is kernelkit.cxx("ggml_sort_order::ASC")
+    assert kernelkit.cxx("a::B") is not kernelkit.cxx("a::C")
+
+
 def test_cxx_name_of_another_type_is_refused():
     with pytest.raises(TypeError, match=r"\[cxx\] name must be a str"):
         kernelkit.cxx(3)

@@ -7,6 +7,7 @@ identifiers). The body and header are the user's code.
 
 from __future__ import annotations
 
+import functools
 import numbers
 import re
 from collections.abc import Iterable, Sequence
@@ -161,7 +162,8 @@ def cxx(name: str) -> CxxName:
     declares, e.g. ``kernelkit.cxx("ggml_sort_order::ASC")``, ``kernelkit.cxx("silu")`` or a
     function template's specialization, ``kernelkit.cxx("vllm::silu_kernel<__half>")``; the body
     receives it as a template parameter (``template <auto order>``). Only a (qualified,
-    possibly templated) name is accepted, never an expression.
+    possibly templated) name is accepted, never an expression. The same name gives the same
+    object (a call repeated in C compares template values of this kind by identity).
 
     Example::
 
@@ -171,6 +173,11 @@ def cxx(name: str) -> CxxName:
     """
     if not isinstance(name, str):
         raise ArgumentTypeError(f"[cxx] name must be a str, got {type(name).__name__}")
+    return _cxx(name)
+
+
+@functools.lru_cache(maxsize=4096)
+def _cxx(name: str) -> CxxName:
     tokens = _cxx_tokens(name)
     try:
         if not tokens or _cxx_parse(tokens, 0, False) != len(tokens):

@@ -29,6 +29,7 @@ from typing import Any
 
 from .._arrays import CHECKERS, NULL
 from .._dtypes import DTYPES, normalize_dtype
+from .._records import CxxName
 from .key import MISS
 from .launch import HotPath, generate_run, like_inputs, thread_packs
 from .pack import ArgPack
@@ -236,13 +237,15 @@ def _numpy_scalar(x: Any) -> bool:
 
 def _frozen(value: Any, depth: int = 0) -> Any:
     """``value`` as a Call compares it (``kk_matches``): None, bool, int, float and str as
-    they are, lists and tuples (torch.Size) as tuples of such, dtypes by identity; else
-    ``_NO``."""
+    they are, lists and tuples (torch.Size) as tuples of such, dtypes and C++ names by
+    identity; else ``_NO``."""
     if value is None or value.__class__ in (bool, int, float, str):
         return value
     if value.__class__ is list or isinstance(value, tuple):  # (torch.Size)
         items = tuple(_frozen(v, depth + 1) for v in value) if depth < 4 else (_NO,)
         return _NO if any(v is _NO for v in items) else items
+    if value.__class__ is CxxName:  # frozen, and ``kernelkit.cxx`` gives one object a name
+        return value
     try:
         normalize_dtype(value)
     except Exception:  # noqa: BLE001 - not a dtype: a value a Call cannot compare
