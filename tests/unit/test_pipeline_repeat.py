@@ -111,7 +111,10 @@ def _count_runs(rep: Repeats) -> list:
         counted.append(1)
         return run(*args)
 
+    counting.original = run  # type: ignore[attr-defined]
     rep.run = counting
+    if rep.head is not None:  # the chain's last Call hands calls to the run in C
+        rep._relink()
     return counted
 
 
@@ -145,7 +148,8 @@ def test_allocated_outputs_come_from_c_as_the_run_makes_them(driver):
             assert y.shape == (3, 33) and y.is_contiguous()
             torch.testing.assert_close(y, _expect(x))
         assert len({y.data_ptr() for y in outs}) == 3  # a new array each call
-        rep.run = rep.run.__closure__[0].cell_contents  # (undo _count_runs)
+        rep.run = rep.run.original  # (undo _count_runs)
+        rep._relink()
 
 
 def test_an_output_made_like_an_input_has_standard_strides(driver):
@@ -240,7 +244,7 @@ def test_numpy_scalars_are_compared_by_type_and_bytes(driver):
     served = 0
     for plan in k._plans.values():  # (float64 is a specialization of its own)
         node = plan.repeats.head
-        while node is not None and node is not plan.repeats.end:
+        while type(node).__name__ == "Call":
             served, node = served + node.served, node.next
     assert served >= 2  # the repeated 2.0 and 3.0
 
@@ -267,7 +271,7 @@ def test_the_chain_keeps_the_newest_calls_and_tries_rarely_past_its_limit(driver
         torch.testing.assert_close(y, _expect(x))
     rep = _repeats(k)
     chain, node = [], rep.head
-    while node is not rep.end:
+    while type(node).__name__ == "Call":
         chain.append(node)
         node = node.next
     assert len(chain) == Repeats.LIMIT and k._last is rep.head
@@ -278,6 +282,35 @@ def test_the_chain_keeps_the_newest_calls_and_tries_rarely_past_its_limit(driver
         _call(k, x, out=[y])
         torch.testing.assert_close(y, _expect(x))
     assert rep.tries - tries <= 2  # not one per call
+
+
+def test_a_chain_that_serves_nothing_is_cut_to_one_call(driver, monkeypatch):
+    """A new grid every call: the Calls made never serve; past the tries, the chain keeps one
+    (one C check a call, not four); calls that repeat again get their chain back."""
+    monkeypatch.setattr(Repeats, "EVERY", 4)
+    k = _kernel("idle")
+    x = torch.randn(2, 64)
+    y = torch.full_like(x, float("nan"))
+    for n in range(16, 16 + 40):  # a grid never seen before each call (threads past 128 idle)
+        _call(k, x, grid=(n * 8, 1, 1), out=[y])
+        torch.testing.assert_close(y, _expect(x))
+    rep = _repeats(k)
+    assert len(_chain(rep)) == 1 and rep.tries < 20
+    sizes = [torch.randn(2, 8 * (i + 1)) for i in range(3)]
+    for _ in range(12):  # three shapes that repeat: Calls serve again, the chain grows back
+        for z in sizes:
+            w = torch.full_like(z, float("nan"))
+            _call(k, z, out=[w])
+            torch.testing.assert_close(w, _expect(z))
+    assert len(_chain(rep)) >= 3 and sum(c.served for c in _chain(rep)) > 0
+
+
+def _chain(rep: Repeats) -> list:
+    calls, node = [], rep.head
+    while type(node).__name__ == "Call":
+        calls.append(node)
+        node = node.next
+    return calls
 
 
 def test_no_call_for_one_tensor_passed_twice_and_in_place_is_right(driver):
@@ -363,7 +396,7 @@ def test_threads_share_calls_and_each_gets_its_own_result(driver):
     assert not wrong
     rep, served = _repeats(k), 0
     node = rep.head
-    while node is not rep.end:
+    while type(node).__name__ == "Call":
         served, node = served + node.served, node.next
     assert served > 0  # calls were repeated in C, among the threads' own
 

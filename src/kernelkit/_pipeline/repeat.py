@@ -62,17 +62,17 @@ def repeats_for(hot: HotPath, run: Callable[..., Any]) -> Repeats | None:
 
 
 class Repeats:
-    """One plan's calls repeated in C, the newest first (``head``), and the end of their chain
-    (``miss``): called with a call that none of them took, it runs the plan's generated run,
-    and makes a new one of the call while it has tried fewer than ``LIMIT`` times, then once
-    every ``EVERY`` such calls (a kernel called with a new size every time tries rarely).
-    ``follow`` receives each new head (the kernel makes it the run it tries first)."""
+    """One plan's calls repeated in C, the newest first (``head``). The last one hands a call
+    that none of them took to the plan's generated run, in C, except once every ``EVERY``
+    such calls (every one while fewer than ``LIMIT`` tries were made) to ``miss``, which runs
+    it and makes a new Call of it: a kernel called with a new size every time pays no Python
+    frame of this module. ``follow`` receives each new head (the kernel tries it first)."""
 
     LIMIT = 4
     EVERY = 256
     __slots__ = (
-        "end", "fill", "follow", "head", "hot", "lock", "make", "misses", "packs", "run",
-        "stream", "tries",
+        "end", "fill", "follow", "head", "hot", "keep", "lock", "make", "packs", "run",
+        "served", "stream", "tries",
     )  # fmt: skip
 
     def __init__(self, hot: HotPath, run: Callable[..., Any], make: Callable[..., Any]) -> None:
@@ -81,18 +81,34 @@ class Repeats:
         self.stream = hot.out_adapter.stream_getter(*hot.where)
         self.head: Any = None
         self.follow: Callable[[Any], None] | None = None
-        self.tries = self.misses = 0
+        self.tries = self.served = 0
+        self.keep = self.LIMIT  # Calls kept in the chain: one while none of them serves
         self.end = self.miss
         self.lock = threading.Lock()  # one thread at a time changes the chain
         self.fill: Callable[..., ArgPack] | None = None  # ``call_for``'s dry run, when needed
 
     def miss(self, *args: Any) -> Any:
-        """The chain's end (``end``: this method bound once, which Python calls faster than
-        an instance's ``__call__``)."""
-        self.misses += 1
-        if self.tries < self.LIMIT or self.misses % self.EVERY == 0:
-            return self.prepare(args)
-        return self.run(*args)
+        """The chain's retry (``end``: this method bound once): the call run, and made into a
+        Call where it can be. Past ``LIMIT`` tries, a chain none of whose Calls served a call
+        since the last retry is cut to the newest (a kernel called with a new size every
+        time then checks one Call a call, not four)."""
+        served = self._served()
+        idle = self.tries >= self.LIMIT and served == self.served
+        self.keep = 1 if idle else self.LIMIT
+        result = self.prepare(args)
+        if result is not MISS and self.tries >= self.LIMIT:  # from now on, rarely
+            with self.lock:
+                self._relink()
+        self.served = self._served()
+        return result
+
+    def _served(self) -> int:
+        """Calls the chain's Calls have launched (those of Calls cut off are not counted)."""
+        total, node = 0, self.head
+        kind = node.__class__
+        while node is not None and node.__class__ is kind:
+            total, node = total + node.served, node.next
+        return total
 
     def prepare(self, args: tuple) -> Any:
         """Run the call (``CallArgs``' order) through the generated run, then keep it as a
@@ -110,7 +126,7 @@ class Repeats:
     def call_for(self, args: tuple) -> Any:
         """A call repeated in C for calls like ``args`` (``CallArgs``' order), made without
         launching (a dry run writes the argument block), outside the chain (its calls that
-        differ go to ``miss``); None where it cannot be made. For callers that keep their own
+        differ go to the run); None where it cannot be made. For callers that keep their own
         run per signature (the built-in ops' prepared calls)."""
         fill = self.fill
         if fill is None:
@@ -119,19 +135,29 @@ class Repeats:
             pack = fill(*args)
         except Exception:  # noqa: BLE001 - the checked run reports what is wrong
             return None
-        return self._make(args, pack)
+        call = self._make(args, pack)
+        if call is not None:
+            call.retry(self.end, self.EVERY)
+        return call
 
     def _push(self, call: Any) -> None:
         with self.lock:
-            head = self.head
-            call.next = self.end if head is None else head
+            if self.head is not None:
+                call.next = self.head
             self.head = call
-            node, n = call, 1  # the chain cut after LIMIT calls
-            while n < self.LIMIT and node.next is not self.end:
-                node, n = node.next, n + 1
-            node.next = self.end
+            self._relink()
             if self.follow is not None:
                 self.follow(call)
+
+    def _relink(self) -> None:
+        """The chain cut after ``LIMIT`` Calls, its last one handing calls to the run and
+        retrying through ``miss``, the others to the next Call only."""
+        node, n = self.head, 1
+        while n < self.keep and node.next.__class__ is node.__class__:
+            node.retry(None, 1)
+            node, n = node.next, n + 1
+        node.next = self.run
+        node.retry(self.end, 1 if self.tries < self.LIMIT else self.EVERY)
 
     def _make(self, args: tuple, pack: ArgPack | None) -> Any:
         """A ``kk_launch.Call`` of a call whose argument block ``pack`` holds, or None."""
@@ -166,7 +192,7 @@ class Repeats:
                 r.contiguous for r in hot.ins if r.kind == "array"
             )
             return self.make(
-                self.end, inputs.__class__, ins, outs, hot.has_out, alias_ok, check, expected,
+                self.run, inputs.__class__, ins, outs, hot.has_out, alias_ok, check, expected,
                 self.stream, tuple(geometry), blob, offsets,
             )  # fmt: skip
         except Exception:  # noqa: BLE001 - a call it cannot make: the run serves it

@@ -131,6 +131,8 @@ typedef struct {
   int has_out, alias_ok;
   unsigned g[7];
   unsigned long long served; /* calls it launched */
+  PyObject *trial;           /* called in place of ``next`` once every ``every`` calls it hands on */
+  unsigned long long every, count;
 } kk_call;
 
 /* Whether a call's argument ``a`` matches ``e``, a value from the call the Call was made from:
@@ -192,6 +194,10 @@ static int kk_address(PyObject *pointer, PyObject *x, unsigned long long *out) {
 static PyObject *kk_call_next(kk_call *self, PyObject *const *args, size_t nargsf,
                               PyObject *kwnames) {
   PyObject *next = self->next;
+  if (self->trial != NULL && ++self->count >= self->every) { /* the chain's end tries again */
+    self->count = 0;
+    next = self->trial;
+  }
   Py_INCREF(next); /* the chain may be cut while it runs */
   PyObject *r = PyObject_Vectorcall(next, args, PyVectorcall_NARGS(nargsf), kwnames);
   Py_DECREF(next);
@@ -347,6 +353,7 @@ static int kk_call_traverse(kk_call *self, visitproc visit, void *arg) {
   Py_VISIT(self->entry);
   Py_VISIT(self->fallback);
   Py_VISIT(self->next);
+  Py_VISIT(self->trial);
   Py_VISIT(self->check);
   Py_VISIT(self->expected);
   Py_VISIT(self->stream);
@@ -368,6 +375,7 @@ static int kk_call_clear(kk_call *self) {
   Py_CLEAR(self->entry);
   Py_CLEAR(self->fallback);
   Py_CLEAR(self->next);
+  Py_CLEAR(self->trial);
   Py_CLEAR(self->check);
   Py_CLEAR(self->expected);
   Py_CLEAR(self->stream);
@@ -582,9 +590,40 @@ static PyObject *kk_call_get_served(kk_call *self, void *closure) {
   return PyLong_FromUnsignedLongLong(self->served);
 }
 
+static PyObject *kk_call_get_trial(kk_call *self, void *closure) {
+  (void)closure;
+  return Py_NewRef(self->trial ? self->trial : Py_None);
+}
+
+/* retry(trial, every): once every ``every`` calls it hands on, call ``trial`` in place of
+ * ``next`` (None: always ``next``) */
+static PyObject *kk_call_retry(kk_call *self, PyObject *const *args, Py_ssize_t nargs) {
+  if (nargs != 2 || (args[0] != Py_None && !PyCallable_Check(args[0]))) {
+    PyErr_SetString(PyExc_TypeError, "[Call] retry(trial callable or None, every)");
+    return NULL;
+  }
+  unsigned long long every = PyLong_AsUnsignedLongLong(args[1]);
+  if (every == (unsigned long long)-1 && PyErr_Occurred()) return NULL;
+  if (every < 1) {
+    PyErr_SetString(PyExc_ValueError, "[Call] every must be at least 1");
+    return NULL;
+  }
+  Py_XSETREF(self->trial, args[0] == Py_None ? NULL : Py_NewRef(args[0]));
+  self->every = every;
+  self->count = 0;
+  Py_RETURN_NONE;
+}
+
+static PyMethodDef kk_call_methods[] = {
+    {"retry", (PyCFunction)(void (*)(void))kk_call_retry, METH_FASTCALL,
+     "retry(trial, every): call trial in place of next once every `every` hand-ons"},
+    {NULL, NULL, 0, NULL},
+};
+
 static PyGetSetDef kk_call_getset[] = {
     {"next", (getter)kk_call_get_next, (setter)kk_call_set_next, "called when a call differs", NULL},
     {"served", (getter)kk_call_get_served, NULL, "calls it launched", NULL},
+    {"trial", (getter)kk_call_get_trial, NULL, "what retry set, or None", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
@@ -599,6 +638,7 @@ static PyTypeObject kk_call_type = {
     .tp_traverse = (traverseproc)kk_call_traverse,
     .tp_clear = (inquiry)kk_call_clear,
     .tp_getset = kk_call_getset,
+    .tp_methods = kk_call_methods,
     .tp_new = kk_call_new,
 };
 
