@@ -39,7 +39,10 @@
  *             strides, scalars), copied per call before the pointers are written in
  *   offsets   per kernel parameter, where its value starts in ``blob``
  *
- *   Nothing of a call is kept: the block is copied onto the stack, so threads may share one. */
+ *   Nothing of a call is kept: the block is copied onto the stack, so threads may share one.
+ *   ``retry(trial, every)``: of the calls it hands on, one in ``every`` goes to ``trial``
+ *   instead of ``next`` (the last Call of a chain: ``next`` the generated run, ``trial`` the
+ *   Python side that makes a new Call); ``served`` counts its launches. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <limits.h>
