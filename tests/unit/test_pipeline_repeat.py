@@ -532,3 +532,29 @@ def test_a_failed_launch_raises_and_leaves_the_last_kernel_unnamed(driver):
     assert last == ["before"] and call.served == 0 and sys.getrefcount(x) == before
     with pytest.raises(TypeError):  # not a call's 12 positional arguments: the next one's
         call(*args, out=None)
+
+
+def test_an_op_s_call_hands_other_calls_to_the_run_and_retries(driver, monkeypatch):
+    """A Call made by ``call_for`` (outside the chain) retries through ``miss`` even where the
+    plan has no chain yet."""
+    monkeypatch.setattr(Repeats, "EVERY", 2)
+    k = _kernel("standalone")
+    x = torch.randn(2, 16)
+    y = torch.empty_like(x)
+    args = ([x, 2.0, 3], None, None, (32, 1, 1), (64, 1, 1), None, None, None, [y], None, None,
+            None)  # fmt: skip
+    _call(k, x, out=[y])
+    rep = _repeats(k)
+    rep.head, rep.tries = None, Repeats.LIMIT  # (as if no call had been kept yet)
+    call = rep.call_for(args)
+    assert call is not None and call.trial is not None
+
+    def refuse(*a):
+        raise ValueError("no Call this time")
+
+    rep.make = refuse  # misses make no Call: the chain stays empty
+    for a in (0.5, 1.5, 2.5, 3.5):  # other scalars: to the run, every second one through miss
+        y.fill_(float("nan"))
+        call([x, a, 3], None, None, (32, 1, 1), (64, 1, 1), None, None, None, [y], None, None,
+             None)  # fmt: skip
+        torch.testing.assert_close(y, _expect(x, a, 3))

@@ -96,8 +96,8 @@ class Repeats:
         idle = self.tries >= self.LIMIT and served == self.served
         self.keep = 1 if idle else self.LIMIT
         result = self.prepare(args)
-        if result is not MISS and self.tries >= self.LIMIT:  # from now on, rarely
-            with self.lock:
+        if result is not MISS and self.tries >= self.LIMIT and self.head is not None:
+            with self.lock:  # from now on, rarely
                 self._relink()
         self.served = self._served()
         return result
@@ -150,7 +150,7 @@ class Repeats:
                 self.follow(call)
 
     def _relink(self) -> None:
-        """The chain cut after ``LIMIT`` Calls, its last one handing calls to the run and
+        """The chain cut after ``keep`` Calls, its last one handing calls to the run and
         retrying through ``miss``, the others to the next Call only."""
         node, n = self.head, 1
         while n < self.keep and node.next.__class__ is node.__class__:
