@@ -204,7 +204,7 @@ EAGER_SIGNERS: dict[type, Callable[[tuple], Any]] = {}
 # array class -> checker(tuple of arrays) -> check(*arrays) -> bool, or None: a check made in C
 # that later arrays are like these (class, dtype, device, shape, strides, no gradient), for the
 # built-in ops' most recent prepared calls (``ops._prepared.Recent``) and the kernels' calls
-# repeated in C (``_pipeline.repeat``); torch's set by its adapter (``_torch.CHECKER``)
+# repeated in C (``_pipeline.repeat``); torch's set by its adapter (``_torch.checker``)
 CHECKERS: dict[type, Callable[[tuple], Any]] = {}
 # hook(op name, arrays, args, out) -> NotImplemented (the op's eager path runs) or the call's
 # result through an integration (``_integrations.torch_route``), asked on a signature's first call
