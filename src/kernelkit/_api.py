@@ -139,12 +139,19 @@ class Kernel:
             result = plan.run(*args)
         elif repeats.head is not None:  # its calls repeated in C, then its run
             result = repeats.head(*args)
-        else:
+        elif repeats.seen:  # a second call: kept as a call repeated in C where it can be
             result = repeats.prepare(args)
+        else:  # a first call makes none (a kernel called once pays nothing for them)
+            repeats.seen = True
+            result = plan.run(*args)
         if result is MISS:  # cannot happen: a plan's guard is its dictionary key
             raise RuntimeError(f"[{self.name}] internal error: plan guard disagrees with its key")
         if plan.guarded:  # only a plan that checks its calls may be tried first next time
-            self._last = plan.run if repeats is None or repeats.head is None else repeats.head
+            self._last = (
+                plan.run if repeats is None
+                else repeats.head if repeats.head is not None
+                else repeats.end  # the next call, if it is this plan's, makes one
+            )  # fmt: skip
         return result
 
     def _call_timed(self, args: tuple, verbose: bool, timeout: Any) -> list[Any]:

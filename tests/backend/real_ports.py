@@ -93,13 +93,14 @@ class Ports:
     def run(self, port: Port, dtype: str, values: list[Any], outs: list[Any], **kw: Any) -> list:
         """float64 results; ``outs`` are shapes (NaN-poisoned outputs) or arrays (read and
         written in place). On the CPU backend also in checked mode, which must agree; on CUDA,
-        where every output is new, the same call again (a call repeated in C where it can be:
-        ``_pipeline/repeat.py``), which must agree."""
+        where every output is new, the same call twice again (the second call makes a call
+        repeated in C where it can be, ``_pipeline/repeat.py``, the third one runs it), which
+        must agree."""
         k = port.kernel(dtype)
         template = [(t, dtype) for t in port.template] + list(kw.pop("template", []))
         results = []
         again = all(isinstance(o, tuple) for o in outs)
-        runs = (False, True) if self.backend == "cpu" else (False, False) if again else (False,)
+        runs = (False, True) if self.backend == "cpu" else (False,) * (3 if again else 1)
         for check in runs:
             out = []
             for kind, o in zip(port.outputs, outs, strict=True):

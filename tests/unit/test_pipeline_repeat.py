@@ -123,6 +123,8 @@ def test_a_repeated_call_launches_from_c_with_its_argument_block(driver):
     y = torch.full_like(x, float("nan"))
     _call(k, x, out=[y])
     rep = _repeats(k)
+    assert rep.head is None and k._last == rep.end  # a first call makes none
+    _call(k, x, out=[y])  # the second makes one
     call = rep.head
     assert type(call).__name__ == "Call" and k._last is call
     runs, before = _count_runs(rep), driver.launches
@@ -139,6 +141,7 @@ def test_allocated_outputs_come_from_c_as_the_run_makes_them(driver):
     for shapes in ([x.shape], [(3, 33)], [[3, 33]]):  # empty_like, then the allocator
         kw = {"output_shapes": shapes, "output_dtypes": [torch.float32]}
         first = _call(k, x, **kw)[0]
+        _call(k, x, **kw)  # (the second call makes the Call)
         rep = _repeats(k)
         runs = _count_runs(rep)
         outs = [_call(k, x, **kw)[0] for _ in range(3)]
@@ -234,8 +237,8 @@ def test_numpy_scalars_are_compared_by_type_and_bytes(driver):
 
     k = kernelkit.kernel("rep_np", ["x", "a"], ["y"], "/* repeat tests */ y[0] = a * x[0];")
     x, y = torch.ones(1), torch.empty(1)
-    calls = [np.float32(2.0), np.float32(2.0), np.float32(-0.0), np.float32(0.0),
-             np.float64(3.0), np.float32(3.0), np.float32(3.0)]  # fmt: skip
+    calls = [np.float32(2.0), np.float32(2.0), np.float32(2.0), np.float32(-0.0),
+             np.float32(0.0), np.float64(3.0), np.float32(3.0), np.float32(3.0)]  # fmt: skip
     for a in calls:
         y.fill_(float("nan"))
         k([x, a], grid=(1, 1, 1), threadgroup=(1, 1, 1), out=[y])

@@ -72,7 +72,7 @@ class Repeats:
     EVERY = 256
     __slots__ = (
         "end", "fill", "follow", "head", "hot", "keep", "lock", "make", "packs", "run",
-        "served", "stream", "tries",
+        "seen", "served", "stream", "tries",
     )  # fmt: skip
 
     def __init__(self, hot: HotPath, run: Callable[..., Any], make: Callable[..., Any]) -> None:
@@ -82,6 +82,7 @@ class Repeats:
         self.head: Any = None
         self.follow: Callable[[Any], None] | None = None
         self.tries = self.served = 0
+        self.seen = False  # the kernel has run this plan once (its second call makes a Call)
         self.keep = self.LIMIT  # Calls kept in the chain: one while none of them serves
         self.end = self.miss
         self.lock = threading.Lock()  # one thread at a time changes the chain

@@ -1,9 +1,9 @@
 """A pytest plugin for ``tests/unit/test_pipeline_repeat_real_ports.py``: the CPU backend's
 launcher gets a ``native_call`` whose driver is a ctypes callback with ``cuLaunchKernel``'s
 signature that runs the CPU launch, so a repeated kernel call is launched by ``kk_launch.Call``
-as on CUDA; each real-port call whose outputs are new runs a second time with the same kernel
-(through a Call where one can be made), and must give the same results; at the end it prints
-how many Calls were made and used."""
+as on CUDA; each real-port call whose outputs are new runs twice more with the same kernel (the
+second run makes Calls, the third runs through them where they can be made), and must give the
+same results; at the end it prints how many Calls were made and used."""
 
 import ctypes
 import functools
@@ -64,9 +64,10 @@ def pytest_configure(config):
     def run_twice(self, port, dtype, values, outs, **kw):
         first = run(self, port, dtype, values, outs, **dict(kw))
         if all(isinstance(o, tuple) for o in outs):
-            again = run(self, port, dtype, values, outs, **dict(kw))
-            for a, b in zip(first, again, strict=True):
-                np.testing.assert_array_equal(a, b)
+            for _ in range(2):  # the second run makes the Calls, the third one runs them
+                again = run(self, port, dtype, values, outs, **dict(kw))
+                for a, b in zip(first, again, strict=True):
+                    np.testing.assert_array_equal(a, b)
         return first
 
     real_ports.Ports.run = run_twice
