@@ -126,6 +126,8 @@ typedef struct {
   void *function;
   PyObject *last, *entry, *fallback, *next, *check, *expected, *stream, *geometry;
   PyObject *shapes;          /* the expected output_shapes (a tuple in ``expected``), or NULL */
+  Py_ssize_t n_expected, expected_at[12]; /* ``expected``'s pairs, read once: index and value */
+  PyObject *expected_value[12];           /* (borrowed from ``expected``) */
   unsigned char *blob;       /* the argument block, copied at construction (PyMem) */
   Py_ssize_t blob_size;
   PyTypeObject *inputs_type;
@@ -228,10 +230,8 @@ static PyObject *kk_call_vectorcall(PyObject *callable, PyObject *const *args, s
     goto miss;
   }
   if (stream_arg != Py_None && !PyLong_CheckExact(stream_arg)) goto miss;
-  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(self->expected); i++) {
-    PyObject *pair = PyTuple_GET_ITEM(self->expected, i);
-    Py_ssize_t at = PyLong_AsSsize_t(PyTuple_GET_ITEM(pair, 0));
-    if (!kk_matches(args[at], PyTuple_GET_ITEM(pair, 1))) goto miss;
+  for (Py_ssize_t i = 0; i < self->n_expected; i++) {
+    if (!kk_matches(args[self->expected_at[i]], self->expected_value[i])) goto miss;
   }
   PyObject **in = PySequence_Fast_ITEMS(inputs);
   for (Py_ssize_t i = 0; i < self->n_in; i++) { /* scalars first: nothing held yet */
@@ -521,6 +521,10 @@ static PyObject *kk_call_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     }
     self->offsets[i] = at;
   }
+  if (PyTuple_GET_SIZE(expected) > 12) {
+    kk_fail("expected arguments (more than 12)");
+    goto fail;
+  }
   for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(expected); i++) {
     PyObject *pair = PyTuple_GET_ITEM(expected, i);
     Py_ssize_t at;
@@ -531,7 +535,11 @@ static PyObject *kk_call_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
       kk_fail("expected argument (index 1-11, not stream or out)");
       goto fail;
     }
+    self->expected_at[i] = at;
+    self->expected_value[i] = PyTuple_GET_ITEM(pair, 1);
+    if (at == 1) self->shapes = self->expected_value[i]; /* output_shapes, if given */
   }
+  self->n_expected = PyTuple_GET_SIZE(expected);
   void *ptr[2];
   PyObject *from[2] = {driver, function};
   for (int i = 0; i < 2; i++) {
@@ -547,10 +555,6 @@ static PyObject *kk_call_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
   if (PyList_GET_SIZE(last) < 1) {
     kk_fail("last (an empty list)");
     goto fail;
-  }
-  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(expected); i++) { /* output_shapes, if given */
-    PyObject *pair = PyTuple_GET_ITEM(expected, i);
-    if (PyLong_AsSsize_t(PyTuple_GET_ITEM(pair, 0)) == 1) self->shapes = PyTuple_GET_ITEM(pair, 1);
   }
   for (Py_ssize_t j = 0; j < self->n_out; j++) {
     if (!has_out && self->outs[j].source < 0 &&
