@@ -12,7 +12,7 @@ import functools
 import math
 import threading
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ._arrays.lookup import adapter_for
@@ -201,6 +201,20 @@ class Kernel:
             if call is not None:
                 return call
         return plan.direct_for(args) if fixed else plan.direct
+
+    def _decided_call(self, args: tuple, after: Callable[..., Any]) -> Any:
+        """A call repeated in C of calls like ``args`` (``CallArgs``' order) whose launch
+        settings (grid, threadgroup, template, shared_memory) the caller derives from what the
+        Call checks, so it does not compare them (``Repeats.call_for``'s ``decided``); the
+        calls it does not take go to ``after``. None where it cannot be made (no plan of
+        ``args`` yet, or calls of it cannot be repeated in C)."""
+        try:
+            plan = self._plans.get(call_key(*args))
+        except Exception:  # noqa: BLE001 - unhashable arguments: no plan to share
+            return None
+        if plan is None or plan.repeats is None:
+            return None
+        return plan.repeats.call_for(args, decided=after)
 
     def precompile(
         self,

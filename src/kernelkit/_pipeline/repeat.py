@@ -40,6 +40,9 @@ _NO = object()  # a value that a Call cannot compare
 # CallArgs positions that a Call compares with the call it was made from: output_shapes,
 # output_dtypes, grid, threadgroup, template, init_value, backend, check, shared_memory
 _COMPARED = (1, 2, 3, 4, 5, 6, 9, 10, 11)
+# and those of a decided Call: the launch settings (grid, threadgroup, template, shared_memory)
+# are left out, its caller having derived them from what the Call checks
+_DECIDED = (1, 2, 6, 9, 10)
 _SCALARS = (bool, int, float)
 
 
@@ -124,11 +127,17 @@ class Repeats:
             self._push(call)
         return result
 
-    def call_for(self, args: tuple) -> Any:
+    def call_for(self, args: tuple, decided: Callable[..., Any] | None = None) -> Any:
         """A call repeated in C for calls like ``args`` (``CallArgs``' order), made without
         launching (a dry run writes the argument block), outside the chain (its calls that
         differ go to the run); None where it cannot be made. For callers that keep their own
-        run per signature (the built-in ops' prepared calls)."""
+        run per signature (the built-in ops' prepared calls).
+
+        ``decided``: a Call for a caller that derives ``args``' launch settings (grid,
+        threadgroup, template, shared memory) from what a Call checks (arrays' types,
+        shapes, strides, dtypes and devices; scalars; options), as an autotuned kernel's
+        key does: it does not compare them (the caller may pass anything there) and hands
+        every call it does not take to ``decided``, never to the run."""
         fill = self.fill
         if fill is None:
             fill = self.fill = generate_run(self.hot, None, dry=True)[0]
@@ -136,6 +145,8 @@ class Repeats:
             pack = fill(*args)
         except Exception:  # noqa: BLE001 - the checked run reports what is wrong
             return None
+        if decided is not None:
+            return self._make(args, pack, _DECIDED, decided)
         call = self._make(args, pack)
         if call is not None:
             call.retry(self.end, self.EVERY)
@@ -160,8 +171,16 @@ class Repeats:
         node.next = self.run
         node.retry(self.end, 1 if self.tries < self.LIMIT else self.EVERY)
 
-    def _make(self, args: tuple, pack: ArgPack | None) -> Any:
-        """A ``kk_launch.Call`` of a call whose argument block ``pack`` holds, or None."""
+    def _make(
+        self,
+        args: tuple,
+        pack: ArgPack | None,
+        compared: tuple[int, ...] = _COMPARED,
+        after: Callable[..., Any] | None = None,
+    ) -> Any:
+        """A ``kk_launch.Call`` of a call whose argument block ``pack`` holds, comparing the
+        arguments at ``compared`` with ``args``' and handing other calls to ``after`` (the
+        run by default), or None."""
         hot = self.hot
         inputs, stream, out = args[0], args[7], args[8]
         if inputs.__class__ not in (list, tuple) or args[6] is not None:
@@ -170,7 +189,7 @@ class Repeats:
             return None
         if hot.has_out and (out.__class__ not in (list, tuple) or len(out) != len(hot.outs)):
             return None
-        expected = tuple((at, _frozen(args[at])) for at in _COMPARED)
+        expected = tuple((at, _frozen(args[at])) for at in compared)
         if any(value is _NO for _, value in expected):
             return None
         if pack is None:
@@ -193,8 +212,9 @@ class Repeats:
                 r.contiguous for r in hot.ins if r.kind == "array"
             )
             return self.make(
-                self.run, inputs.__class__, ins, outs, hot.has_out, alias_ok, check, expected,
-                self.stream, tuple(geometry), blob, offsets,
+                self.run if after is None else after, inputs.__class__, ins, outs,
+                hot.has_out, alias_ok, check, expected, self.stream, tuple(geometry), blob,
+                offsets,
             )  # fmt: skip
         except Exception:  # noqa: BLE001 - a call it cannot make: the run serves it
             return None

@@ -7,6 +7,9 @@ settings decided earlier (the hot path: one lookup, then the kernel call). A new
 slow path: bind the arguments into a ``Problem``, ``decide`` (override > database > table >
 default), tune first when the database has no record for the key and ``KERNELKIT_TUNE=auto``
 (once per key across threads and processes: a file lock per key), and remember the settings.
+Where the kernel's calls can be repeated in C (``_pipeline/repeat.py``), a call served from a
+remembered decision is also kept as a decided ``Call``: tried first, it checks everything the
+key reads (and more: strides, scalar values), so a repeated call computes no key at all.
 
 Records are bound to the kernel they were measured on: ``Op.identity`` is a digest of the kernel's
 spec (body, header, names, options) and of the configs it offers, and a record of another
@@ -39,6 +42,13 @@ from .tuner import Session, TuneResult, tune_session
 __all__ = ["AutotunedKernel", "KernelCall", "autotune"]
 
 MAX_FAST = 4096  # distinct argument layouts remembered per kernel (then forgotten at once)
+DECIDED = 4  # decided calls repeated in C kept per kernel
+RETRY = 256  # calls none of them took before another is made (once DECIDED were made)
+
+
+def _not_decided(*args: Any) -> Any:
+    """The end of an autotuned kernel's decided calls: a call none of them took."""
+    return MISS
 
 
 class _AutotunedOp(Op):
@@ -109,7 +119,10 @@ class AutotunedKernel:
         self._locks: dict[Any, threading.Lock] = {}
         self._lock = threading.Lock()
         self._warned: set[str] = set()
-        self.op.on_forget = self._fast.clear
+        self._head: Any = None  # decided calls repeated in C (``_decide``), newest first
+        self._calls: list[Any] = []
+        self._made = self._missed = 0
+        self.op.on_forget = self._forget
         self.tunings = 0  # tunings this object ran (tests, benchmarks)
 
     def __repr__(self) -> str:
@@ -134,39 +147,65 @@ class AutotunedKernel:
         """Run the kernel with the launch settings selected for these arguments. Takes the
         kernel's call arguments, less ``template``, ``threadgroup``, ``grid`` and
         ``shared_memory`` (the config decides them)."""
+        head = self._head
+        if head is not None and not verbose and not FORCED.get():  # decided calls, in C
+            result = head(
+                inputs, output_shapes, output_dtypes, None, None, None, init_value, stream,
+                out, backend, check, None,
+            )  # fmt: skip
+            if result is not MISS:
+                return result
+            self._missed += 1
         try:
             hit = self._fast.get(self._fast_key(inputs, out, output_shapes, output_dtypes, backend))
         except Exception:  # noqa: BLE001 - an unusual call is understood on the slow path
             hit = None
         if hit is None and len(self._keys) > 1:
             hit = self._other_pattern(inputs, out, output_shapes, output_dtypes, backend)
+        known = hit is not None
         if hit is None or FORCED.get():
+            known = False
             hit = self._settle(
                 inputs, output_shapes, output_dtypes, out, init_value, backend, check
             )
         template, threadgroup, grid, shared = hit
-        if not verbose:  # the kernel's last specialization, as the kernel's own call tries it
-            result = self.kernel._last(
-                inputs, output_shapes, output_dtypes, grid, threadgroup, template, init_value,
-                stream, out, backend, check, shared,
-            )  # fmt: skip
-            if result is not MISS:
-                return result
-        return self.kernel(
-            inputs,
-            output_shapes,
-            output_dtypes,
-            grid,
-            threadgroup,
-            template,
-            init_value,
-            verbose,
-            stream,
-            out,
-            backend,
-            check,
-            shared,
-        )
+        args = (
+            inputs, output_shapes, output_dtypes, grid, threadgroup, template, init_value,
+            stream, out, backend, check, shared,
+        )  # fmt: skip
+        if verbose:  # (the kernel's own call prints its source)
+            return self.kernel(*args[:7], True, *args[7:])
+        result = self.kernel._last(*args)  # the kernel's last specialization, as its call does
+        if result is MISS:
+            result = self.kernel(*args[:7], False, *args[7:])
+        if known and (self._made < DECIDED or self._missed >= RETRY):
+            self._decide(args)
+        return result
+
+    def _decide(self, args: tuple) -> None:
+        """Keep the call ``args`` (``CallArgs``' order, its launch settings served from a
+        stored decision) as a decided call repeated in C (``Kernel._decided_call``): a later
+        call with the same arrays' layouts, scalars and options is launched with the same
+        settings without computing its key. Up to ``DECIDED`` are kept, the newest first;
+        past that many made, one is made again only after ``RETRY`` calls none of them
+        took."""
+        call = self.kernel._decided_call(args, _not_decided)
+        with self._lock:
+            self._made += 1
+            self._missed = 0
+            if call is None:
+                return
+            self._calls = [call, *self._calls[: DECIDED - 1]]
+            for node, after in zip(self._calls, [*self._calls[1:], _not_decided]):
+                node.next = after
+            self._head = call
+
+    def _forget(self) -> None:
+        """The remembered decisions dropped, and the calls repeated with them."""
+        with self._lock:
+            self._fast.clear()
+            self._head = None
+            self._calls = []
 
     # the slow path -----------------------------------------------------------------------------
     def problem(
@@ -368,7 +407,7 @@ class AutotunedKernel:
         if fn is None:
             if len(self._keys) >= 8:  # call patterns are few; more means something odd
                 self._keys.clear()
-                self._fast.clear()
+                self._forget()
             texts = self.op.key.texts  # type: ignore[union-attr]
             fn = self._keys[pattern] = compile_key(pattern, texts, len(self._keys))
         self._fast_key = fn
@@ -377,7 +416,7 @@ class AutotunedKernel:
         except Exception:  # noqa: BLE001
             return
         if len(self._fast) >= MAX_FAST:
-            self._fast.clear()
+            self._forget()
         self._fast[k] = s
 
     # explain and explicit tuning ---------------------------------------------------------------
