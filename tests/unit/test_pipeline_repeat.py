@@ -171,6 +171,8 @@ def test_an_output_made_like_an_input_has_standard_strides(driver):
      "tuple inputs", "stream", "init_value", "gradient"],
 )  # fmt: skip
 def test_any_difference_goes_to_the_run_and_gets_its_own_result(driver, change):
+    """... except the stream (an int) and the geometry: a Call launches another grid or
+    threadgroup with its own block (the block does not depend on them)."""
     k = _kernel(f"diff_{change.replace(' ', '_')}")
     x = torch.randn(4, 16)
     y = torch.empty_like(x)
@@ -219,8 +221,33 @@ def test_any_difference_goes_to_the_run_and_gets_its_own_result(driver, change):
         torch.testing.assert_close(other_y.flatten()[:32], want.flatten()[:32])
     elif change != "init_value":
         torch.testing.assert_close(other_y, want.to(other_y.dtype))
-    expect_run = change not in ("stream",)  # an int stream is one a Call takes
+    expect_run = change not in ("stream", "grid", "threadgroup")
     assert bool(runs) == expect_run, (change, runs)
+
+
+def test_a_call_launches_another_geometry_and_the_run_refuses_a_bad_one(driver):
+    k = _kernel("geometry")
+    x = torch.randn(8, 40)
+    y = torch.empty_like(x)
+    for _ in range(2):
+        _call(k, x, out=[y])
+    head = _repeats(k).head
+    runs = _count_runs(_repeats(k))
+    for grid, group, shared in [((320, 1, 1), (32, 1, 1), None), ((100,), (64,), None),
+                                ([320, 1, 1], [128, 1, 1], None), ((320, 1, 1), (64, 1, 1), 256),
+                                ((1, 1, 1), (64, 1, 1), None)]:  # fmt: skip
+        y.fill_(float("nan"))
+        _call(k, x, out=[y], grid=grid, threadgroup=group, shared_memory=shared)
+        b = min(group[0], grid[0])  # threads run: whole blocks of the threadgroup (as in MLX)
+        n = -(-grid[0] // b) * b
+        torch.testing.assert_close(y.flatten()[:n], _expect(x).flatten()[:n])
+        assert y.flatten()[n:].isnan().all()  # (the grid launched is the one asked for)
+    assert not runs and head.served == 5
+    for bad, why in [({"threadgroup": (2048, 1, 1)}, "threads per block"),
+                     ({"grid": (0, 1, 1)}, "positive ints"), ({"grid": None}, "grid")]:  # fmt: skip
+        with pytest.raises(ArgumentError, match=why):
+            _call(k, x, out=[y], **bad)
+    assert len(runs) == 3 and head.served == 5  # refused by the run, which names it
 
 
 def test_a_float_scalar_is_compared_by_its_bits(driver):

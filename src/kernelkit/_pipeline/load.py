@@ -107,7 +107,10 @@ def _dims3(name: str, what: str, value: Any) -> tuple[int, int, int]:
 @dataclass(eq=False)
 class Geometries:
     """The checked geometries of one program, keyed by the call's ``(grid, threadgroup,
-    shared_memory)`` as given. ``table`` is read on the hot path; a miss calls this object."""
+    shared_memory)`` as given. ``table`` is read on the hot path; a miss calls this object,
+    which checks a geometry of plain int tuples with the limits read once (``quick``: a
+    kernel called with a new grid every time, as an attention kernel over a growing cache
+    is) and anything else, or anything refused, through ``geometry`` (which names it)."""
 
     name: str
     target: Target
@@ -116,11 +119,24 @@ class Geometries:
     reserve: Callable[[int], None]  # backend.reserve_shared_memory for this program
     table: dict[Any, Geometry] = field(default_factory=dict)
     _reserved: int = 0
+    _bounds: tuple = ()
+
+    def __post_init__(self) -> None:
+        t, lim = self.target, self.limits
+        self._bounds = (
+            min(t.max_threads_per_block, lim.get("max_threads_per_block", t.max_threads_per_block)),
+            *t.max_block_dims,
+            *t.max_grid_dims,
+            *(lim.get(f"cluster_{a}", 1) for a in "xyz"),
+            t.max_shared_memory_optin_bytes - lim.get("static_shared_bytes", 0),
+        )
 
     def __call__(self, grid: Any, threadgroup: Any, shared_bytes: Any) -> Geometry:
         """Check a geometry not seen before, remember it and return it."""
         nbytes = self.default_shared_bytes if shared_bytes is None else shared_bytes
-        geo = geometry(self.name, grid, threadgroup, nbytes, self.target, self.limits)
+        geo = self.quick(grid, threadgroup, nbytes)
+        if geo is None:
+            geo = geometry(self.name, grid, threadgroup, nbytes, self.target, self.limits)
         # the default limit covers static and dynamic shared memory together
         static = self.limits.get("static_shared_bytes", 0)
         if nbytes > self._reserved and nbytes + static > self.target.max_shared_memory_bytes:
@@ -133,6 +149,47 @@ class Geometries:
         except TypeError:  # grid given as a list: checked again next time
             pass
         return geo
+
+    def of(self, grid: Any, threadgroup: Any, shared_bytes: Any) -> Geometry:
+        """The geometry of a call's ``(grid, threadgroup, shared_memory)``: from the table, else
+        checked (a call repeated in C with another grid asks this)."""
+        try:
+            return self.table[grid, threadgroup, shared_bytes]
+        except (KeyError, TypeError):
+            return self(grid, threadgroup, shared_bytes)
+
+    def quick(self, grid: Any, threadgroup: Any, nbytes: Any) -> Geometry | None:
+        """``geometry``'s result where ``grid`` and ``threadgroup`` are tuples of 1 to 3 ints
+        and the launch is within every limit; None for anything else (``geometry`` then
+        names what is wrong, or takes what is unusual)."""
+        if grid.__class__ is not tuple or threadgroup.__class__ is not tuple:
+            return None
+        if nbytes.__class__ is not int or nbytes < 0 or not 0 < len(grid) <= 3:
+            return None
+        if not 0 < len(threadgroup) <= 3:
+            return None
+        gx, gy, gz = grid + _ONES[len(grid)]
+        tx, ty, tz = threadgroup + _ONES[len(threadgroup)]
+        int_ = int
+        if not (
+            gx.__class__ is int_ and gy.__class__ is int_ and gz.__class__ is int_
+            and tx.__class__ is int_ and ty.__class__ is int_ and tz.__class__ is int_
+            and gx > 0 and gy > 0 and gz > 0 and tx > 0 and ty > 0 and tz > 0
+        ):  # fmt: skip
+            return None
+        threads, mbx, mby, mbz, mgx, mgy, mgz, cx, cy, cz, shared = self._bounds
+        bx, by, bz = min(tx, gx), min(ty, gy), min(tz, gz)
+        nx, ny, nz = -(-gx // bx), -(-gy // by), -(-gz // bz)
+        if (
+            tx * ty * tz > threads or tx > mbx or ty > mby or tz > mbz
+            or nx > mgx or ny > mgy or nz > mgz or nx % cx or ny % cy or nz % cz
+            or nbytes > shared
+        ):  # fmt: skip
+            return None
+        return (nx, ny, nz, bx, by, bz, nbytes)
+
+
+_ONES = ((), (1, 1), (1,), ())  # what pads a tuple of n dims to 3
 
 
 @dataclass(eq=False)

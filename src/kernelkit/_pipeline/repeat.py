@@ -211,10 +211,12 @@ class Repeats:
             alias_ok = all(r.contiguous for r in hot.outs) and all(
                 r.contiguous for r in hot.ins if r.kind == "array"
             )
+            # (a decided Call compares no geometry: it launches the one it was made with)
+            others = hot.loaded.geometries.of if after is None else None
             return self.make(
                 self.run if after is None else after, inputs.__class__, ins, outs,
                 hot.has_out, alias_ok, check, expected, self.stream, tuple(geometry), blob,
-                offsets,
+                offsets, others,
             )  # fmt: skip
         except Exception:  # noqa: BLE001 - a call it cannot make: the run serves it
             return None

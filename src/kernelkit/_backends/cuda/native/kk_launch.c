@@ -17,7 +17,7 @@
  * The driver is called without the GIL: a launch can wait for room in a full queue.
  *
  * Call(driver_launch, function, last, entry, fallback, next, inputs_type, ins, outs, has_out,
- *      alias_ok, check, expected, stream, geometry, blob, offsets)
+ *      alias_ok, check, expected, stream, geometry, blob, offsets[, geometries])
  *
  *   A kernel call repeated in C (``_pipeline/repeat.py`` makes them): called with a call's 12
  *   arguments (``key.CallArgs``' order), it launches the kernel when the call is like the one
@@ -38,6 +38,10 @@
  *   blob      a bytearray: the whole argument block of the call it was made from (shapes,
  *             strides, scalars), copied per call before the pointers are written in
  *   offsets   per kernel parameter, where its value starts in ``blob``
+ *   geometries  optional: ``geometries(grid, threadgroup, shared_memory)`` gives the geometry
+ *             of a call whose arguments 3, 4 or 11 (in ``expected``) differ from the call's it
+ *             was made from (the argument block does not depend on them); an error from it
+ *             hands the call on. Without it they are compared as any ``expected`` argument
  *
  *   Nothing of a call is kept: the block is copied onto the stack, so threads may share one.
  *   ``retry(trial, every)``: of the calls it hands on, one in ``every`` goes to ``trial``
@@ -125,6 +129,7 @@ typedef struct {
   kk_driver_launch driver;
   void *function;
   PyObject *last, *entry, *fallback, *next, *check, *expected, *stream, *geometry;
+  PyObject *geometries;      /* geometries(grid, threadgroup, shared_memory), or NULL */
   PyObject *shapes;          /* the expected output_shapes (a tuple in ``expected``), or NULL */
   Py_ssize_t n_expected, expected_at[12]; /* ``expected``'s pairs, read once: index and value */
   PyObject *expected_value[12];           /* (borrowed from ``expected``) */
@@ -217,7 +222,9 @@ static PyObject *kk_call_vectorcall(PyObject *callable, PyObject *const *args, s
     return NULL;
   }
   PyObject *arrays[KK_MAX_ARRAYS], *made[KK_MAX_ARRAYS];
+  PyObject *geometry = NULL; /* another geometry's tuple, from ``geometries`` */
   Py_ssize_t n_arrays = 0, n_made = 0;
+  int regeo = 0;
   unsigned long long address[KK_MAX_ARRAYS];
   PyObject *result = NULL;
   if (PyVectorcall_NARGS(nargsf) != 12 || kwnames != NULL) goto miss;
@@ -231,11 +238,22 @@ static PyObject *kk_call_vectorcall(PyObject *callable, PyObject *const *args, s
   }
   if (stream_arg != Py_None && !PyLong_CheckExact(stream_arg)) goto miss;
   for (Py_ssize_t i = 0; i < self->n_expected; i++) {
-    if (!kk_matches(args[self->expected_at[i]], self->expected_value[i])) goto miss;
+    Py_ssize_t at = self->expected_at[i];
+    if (!kk_matches(args[at], self->expected_value[i])) {
+      if (self->geometries == NULL || !(at == 3 || at == 4 || at == 11)) goto miss;
+      regeo = 1; /* grid, threadgroup or shared memory: another geometry */
+    }
   }
   PyObject **in = PySequence_Fast_ITEMS(inputs);
   for (Py_ssize_t i = 0; i < self->n_in; i++) { /* scalars first: nothing held yet */
     if (self->ins[i].scalar && !kk_matches(in[i], self->ins[i].value)) goto miss;
+  }
+  unsigned g[7];
+  memcpy(g, self->g, sizeof g);
+  if (regeo) { /* nothing held yet either; may run Python code */
+    PyObject *geo_args[3] = {args[3], args[4], args[11]};
+    geometry = PyObject_Vectorcall(self->geometries, geo_args, 3, NULL);
+    if (geometry == NULL || kk_geometry(geometry, g) < 0) goto miss_clear;
   }
   for (Py_ssize_t i = 0; i < self->n_in; i++) {
     if (!self->ins[i].scalar) {
@@ -313,11 +331,12 @@ static PyObject *kk_call_vectorcall(PyObject *callable, PyObject *const *args, s
   for (Py_ssize_t i = 0; i < self->n_params; i++) params[i] = block + self->offsets[i];
   int err;
   Py_BEGIN_ALLOW_THREADS
-  err = self->driver(self->function, self->g[0], self->g[1], self->g[2], self->g[3], self->g[4],
-                     self->g[5], self->g[6], stream, params, NULL);
+  err = self->driver(self->function, g[0], g[1], g[2], g[3], g[4], g[5], g[6], stream, params,
+                     NULL);
   Py_END_ALLOW_THREADS
   if (err != 0) { /* the Python launcher retries under the device's context, or raises */
-    PyObject *fargs[3] = {PyLong_FromVoidPtr(params), PyLong_FromVoidPtr(stream), self->geometry};
+    PyObject *fargs[3] = {PyLong_FromVoidPtr(params), PyLong_FromVoidPtr(stream),
+                          geometry != NULL ? geometry : self->geometry};
     PyObject *r = NULL;
     if (fargs[0] != NULL && fargs[1] != NULL) r = PyObject_Vectorcall(self->fallback, fargs, 3, NULL);
     Py_XDECREF(fargs[0]);
@@ -339,10 +358,12 @@ static PyObject *kk_call_vectorcall(PyObject *callable, PyObject *const *args, s
 done:
   for (Py_ssize_t i = 0; i < n_arrays; i++) Py_DECREF(arrays[i]);
   for (Py_ssize_t i = 0; i < n_made; i++) Py_DECREF(made[i]);
+  Py_XDECREF(geometry);
   return result;
 miss_clear:
   for (Py_ssize_t i = 0; i < n_arrays; i++) Py_DECREF(arrays[i]);
   for (Py_ssize_t i = 0; i < n_made; i++) Py_DECREF(made[i]);
+  Py_XDECREF(geometry);
   if (PyErr_Occurred()) { /* the checked path meets an Exception again and reports it */
     if (!PyErr_ExceptionMatches(PyExc_Exception)) return NULL; /* KeyboardInterrupt & co. */
     PyErr_Clear();
@@ -361,6 +382,7 @@ static int kk_call_traverse(kk_call *self, visitproc visit, void *arg) {
   Py_VISIT(self->expected);
   Py_VISIT(self->stream);
   Py_VISIT(self->geometry);
+  Py_VISIT(self->geometries);
   Py_VISIT(self->inputs_type);
   for (Py_ssize_t i = 0; self->ins && i < self->n_in; i++) {
     Py_VISIT(self->ins[i].pointer);
@@ -383,6 +405,7 @@ static int kk_call_clear(kk_call *self) {
   Py_CLEAR(self->expected);
   Py_CLEAR(self->stream);
   Py_CLEAR(self->geometry);
+  Py_CLEAR(self->geometries);
   Py_CLEAR(self->inputs_type);
   for (Py_ssize_t i = 0; self->ins && i < self->n_in; i++) {
     Py_CLEAR(self->ins[i].pointer);
@@ -450,18 +473,23 @@ static int kk_parse_args(PyObject *items, int outputs, Py_ssize_t blob_size, kk_
 
 static PyObject *kk_call_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
   PyObject *driver, *function, *last, *entry, *fallback, *next, *inputs_type, *ins, *outs;
-  PyObject *check, *expected, *stream, *geometry, *blob, *offsets;
+  PyObject *check, *expected, *stream, *geometry, *blob, *offsets, *geometries = Py_None;
   int has_out, alias_ok;
   if (kwds != NULL && PyDict_GET_SIZE(kwds)) {
     PyErr_SetString(PyExc_TypeError, "[Call] takes positional arguments only");
     return NULL;
   }
-  if (!PyArg_ParseTuple(args, "OOO!OOOO!O!O!ppOO!OO!O!O!", &driver, &function, &PyList_Type,
-                        &last, &entry, &fallback, &next, &PyType_Type, &inputs_type,
-                        &PyTuple_Type, &ins, &PyTuple_Type, &outs, &has_out, &alias_ok, &check,
-                        &PyTuple_Type, &expected, &stream, &PyTuple_Type, &geometry,
-                        &PyByteArray_Type, &blob, &PyTuple_Type, &offsets))
+  if (!PyArg_ParseTuple(args, "OOO!OOOO!O!O!ppOO!OO!O!O!|O", &driver, &function,
+                        &PyList_Type, &last, &entry, &fallback, &next, &PyType_Type,
+                        &inputs_type, &PyTuple_Type, &ins, &PyTuple_Type, &outs, &has_out,
+                        &alias_ok, &check, &PyTuple_Type, &expected, &stream, &PyTuple_Type,
+                        &geometry, &PyByteArray_Type, &blob, &PyTuple_Type, &offsets,
+                        &geometries))
     return NULL;
+  if (geometries != Py_None && !PyCallable_Check(geometries)) {
+    PyErr_SetString(PyExc_TypeError, "[Call] geometries must be callable or None");
+    return NULL;
+  }
   kk_call *self = PyObject_GC_New(kk_call, type);
   if (self == NULL) return NULL;
   memset((char *)self + sizeof(PyObject), 0, sizeof(kk_call) - sizeof(PyObject));
@@ -474,6 +502,7 @@ static PyObject *kk_call_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
   self->expected = Py_NewRef(expected);
   self->stream = Py_NewRef(stream);
   self->geometry = Py_NewRef(geometry);
+  self->geometries = geometries == Py_None ? NULL : Py_NewRef(geometries);
   self->inputs_type = (PyTypeObject *)Py_NewRef(inputs_type);
   self->has_out = has_out;
   self->alias_ok = alias_ok;
