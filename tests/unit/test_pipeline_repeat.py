@@ -727,3 +727,52 @@ def test_decided_calls_keep_the_newest_and_are_made_again_only_rarely(driver, se
     served = tuned._head.served
     tuned([last, 1.0, 0], out=[y])
     assert tuned._head.served == served + 1
+
+
+def test_a_call_asks_for_another_geometry_before_it_reads_the_caller_s_lists(driver):
+    """``geometries`` runs Python code (another thread may run meanwhile): a call whose
+    inputs list changes under it is handed on, never read stale; an interrupt raised there
+    is not swallowed; its geometry is the one launched."""
+    module, _ = native._module()
+    seen: list = []
+
+    def run(fn, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
+        seen.append((gx, gy, gz, bx, by, bz, shared))
+        return 0
+
+    callback = DRIVER(run)
+    address = ctypes.cast(callback, ctypes.c_void_p).value
+    x, y = torch.zeros(4), torch.zeros(4)
+    handed: list = []
+    asked: list = []
+
+    def geometries(grid, group, shared):
+        asked.append(grid)
+        if grid == (64, 1, 1):
+            inputs.clear()  # as another thread could, while this Python code runs
+        if grid == (128, 1, 1):
+            raise KeyboardInterrupt
+        return (grid[0] // 32, 1, 1, 32, 1, 1, 0)
+
+    call = module.Call(address, 1, [None], "k", None, lambda *a: handed.append(a) or "run",
+                       list, ((0, torch.Tensor.data_ptr, 0, 16),),
+                       ((torch.Tensor.data_ptr, 8, 16, None, -1),), True, True,
+                       lambda *a: True, ((3, (32, 1, 1)),), int, (1, 1, 1, 32, 1, 1, 0),
+                       bytearray(16), (0, 8), geometries)  # fmt: skip
+
+    def args(grid):
+        return (inputs, None, None, grid, None, None, None, None, [y], None, None, None)
+
+    inputs = [x]
+    assert call(*args((32, 1, 1))) == [y] and not asked  # its own geometry: nothing asked
+    assert call(*args((96, 1, 1))) == [y] and asked == [(96, 1, 1)]
+    assert seen == [(1, 1, 1, 32, 1, 1, 0), (3, 1, 1, 32, 1, 1, 0)]
+    assert call(*args((64, 1, 1))) == "run" and len(handed) == 1 and len(seen) == 2
+    inputs = [x]
+    with pytest.raises(KeyboardInterrupt):
+        call(*args((128, 1, 1)))
+    with pytest.raises(TypeError, match="callable"):
+        module.Call(address, 1, [None], "k", None, print, list,
+                    ((0, torch.Tensor.data_ptr, 0, 16),), ((torch.Tensor.data_ptr, 8, 16, None, -1),),
+                    True, True, lambda *a: True, (), int, (1, 1, 1, 32, 1, 1, 0), bytearray(16),
+                    (0, 8), 5)  # fmt: skip

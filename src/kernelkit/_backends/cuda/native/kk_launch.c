@@ -228,15 +228,6 @@ static PyObject *kk_call_vectorcall(PyObject *callable, PyObject *const *args, s
   unsigned long long address[KK_MAX_ARRAYS];
   PyObject *result = NULL;
   if (PyVectorcall_NARGS(nargsf) != 12 || kwnames != NULL) goto miss;
-  PyObject *inputs = args[0], *out = args[8], *stream_arg = args[7];
-  if (Py_TYPE(inputs) != self->inputs_type || Py_SIZE(inputs) != self->n_in) goto miss;
-  if (self->has_out) {
-    if ((!PyList_CheckExact(out) && !PyTuple_CheckExact(out)) || Py_SIZE(out) != self->n_out)
-      goto miss;
-  } else if (out != Py_None) {
-    goto miss;
-  }
-  if (stream_arg != Py_None && !PyLong_CheckExact(stream_arg)) goto miss;
   for (Py_ssize_t i = 0; i < self->n_expected; i++) {
     Py_ssize_t at = self->expected_at[i];
     if (!kk_matches(args[at], self->expected_value[i])) {
@@ -244,16 +235,25 @@ static PyObject *kk_call_vectorcall(PyObject *callable, PyObject *const *args, s
       regeo = 1; /* grid, threadgroup or shared memory: another geometry */
     }
   }
-  PyObject **in = PySequence_Fast_ITEMS(inputs);
-  for (Py_ssize_t i = 0; i < self->n_in; i++) { /* scalars first: nothing held yet */
-    if (self->ins[i].scalar && !kk_matches(in[i], self->ins[i].value)) goto miss;
-  }
   unsigned g[7];
   memcpy(g, self->g, sizeof g);
-  if (regeo) { /* nothing held yet either; may run Python code */
+  if (regeo) { /* Python code: before anything of the caller's lists is read */
     PyObject *geo_args[3] = {args[3], args[4], args[11]};
     geometry = PyObject_Vectorcall(self->geometries, geo_args, 3, NULL);
     if (geometry == NULL || kk_geometry(geometry, g) < 0) goto miss_clear;
+  }
+  PyObject *inputs = args[0], *out = args[8], *stream_arg = args[7];
+  if (Py_TYPE(inputs) != self->inputs_type || Py_SIZE(inputs) != self->n_in) goto miss_clear;
+  if (self->has_out) {
+    if ((!PyList_CheckExact(out) && !PyTuple_CheckExact(out)) || Py_SIZE(out) != self->n_out)
+      goto miss_clear;
+  } else if (out != Py_None) {
+    goto miss_clear;
+  }
+  if (stream_arg != Py_None && !PyLong_CheckExact(stream_arg)) goto miss_clear;
+  PyObject **in = PySequence_Fast_ITEMS(inputs);
+  for (Py_ssize_t i = 0; i < self->n_in; i++) { /* scalars first: nothing held yet */
+    if (self->ins[i].scalar && !kk_matches(in[i], self->ins[i].value)) goto miss_clear;
   }
   for (Py_ssize_t i = 0; i < self->n_in; i++) {
     if (!self->ins[i].scalar) {
