@@ -773,6 +773,6 @@ def test_a_call_asks_for_another_geometry_before_it_reads_the_caller_s_lists(dri
         call(*args((128, 1, 1)))
     with pytest.raises(TypeError, match="callable"):
         module.Call(address, 1, [None], "k", None, print, list,
-                    ((0, torch.Tensor.data_ptr, 0, 16),), ((torch.Tensor.data_ptr, 8, 16, None, -1),),
-                    True, True, lambda *a: True, (), int, (1, 1, 1, 32, 1, 1, 0), bytearray(16),
-                    (0, 8), 5)  # fmt: skip
+                    ((0, torch.Tensor.data_ptr, 0, 16),),
+                    ((torch.Tensor.data_ptr, 8, 16, None, -1),), True, True, lambda *a: True,
+                    (), int, (1, 1, 1, 32, 1, 1, 0), bytearray(16), (0, 8), 5)  # fmt: skip
