@@ -183,3 +183,38 @@ def test_elementwise_flat_outputs_through_the_ffi(route_on_cpu):
         np.testing.assert_allclose(np.asarray(z), a - b, rtol=1e-6, atol=1e-6)
     runs = [p.run for k in f._kernels.values() for p in k._plans.values()]
     assert runs and all(isinstance(r, jax_eager.EagerRoute) for r in runs)
+
+
+def test_a_zero_s_sign_is_a_scalar_of_its_own(route_on_cpu):
+    """0.0 and -0.0 are equal as Python values but not as the scalar an XLA call holds: each
+    gets its own call (with b = -0.0, alpha * x + b keeps alpha's sign for x > 0)."""
+    k = _kernel("eager_signed_zero")
+    x, b = np.full(64, 2.0, np.float32), np.array([-0.0], np.float32)
+    for alpha in (0.0, -0.0, 0.0, -0.0):
+        y, _ = _call(k, _cpu(x), alpha, _cpu(b))
+        assert np.signbit(np.asarray(y)).all() == np.signbit(alpha)
+    assert len(_route(k)._calls) == 2
+
+
+def test_an_op_s_prepared_run_calls_the_xla_call_without_the_route_s_checks(route_on_cpu):
+    """The built-in ops' prepared calls (one signature each) run the compiled XLA call of
+    their signature directly (``EagerRoute.fixed``): no guard, no key; a scalar input of
+    another value (or sign) takes the route and gets its own result."""
+    from kernelkit import ops
+
+    rng = np.random.default_rng(4)
+    f = ops.elementwise("y = a * s + b")
+    a, b = (rng.standard_normal((4, 33)).astype(np.float32) for _ in range(2))
+    guarded: list = []
+    for s in (2.0, 2.0):  # the first call prepares
+        f(_cpu(a), s, _cpu(b))
+    (route,) = [p.run for kk in f._kernels.values() for p in kk._plans.values()]
+    matches = route._matches
+    route._matches = lambda *args: guarded.append(1) or matches(*args)
+    for s in (2.0, 2.0, 0.5, -0.0, 0.0, 2.0):
+        y = f(_cpu(a), s, _cpu(b))
+        np.testing.assert_allclose(np.asarray(y), a.astype(np.float64) * s + b, rtol=1e-6)
+        if s == 0.0:
+            bits = np.signbit(np.asarray(y)) == np.signbit(a * np.float32(s) + b)
+            assert bits.all()
+    assert len(guarded) == 3  # 0.5, -0.0 and 0.0 through the route; 2.0 never

@@ -16,6 +16,7 @@ plan's ``run_source`` starts with the route it runs.
 
 from __future__ import annotations
 
+import struct
 import threading
 import warnings
 from collections.abc import Callable
@@ -123,19 +124,57 @@ class EagerRoute:
             return MISS
         if init_value is None and stream is None:
             try:
-                key = (
-                    tuple([x.shape if a else x for x, a in zip(inputs, self._is_array)]),
-                    tuple(map(tuple, output_shapes)),
-                    tuple(grid),
-                    tuple(threadgroup),
-                    shared_memory,
-                )
+                key = self._key(inputs, output_shapes, grid, threadgroup, shared_memory)
                 call = self._calls.get(key) or self._compile(key)
             except (TypeError, ValueError):  # malformed: the direct path says what is wrong
                 call = None
             if call is not None:
                 return list(call(*[x for x, a in zip(inputs, self._is_array) if a]))
         return self._direct(*args)
+
+    def fixed(self, args: tuple) -> Callable[..., Any]:
+        """The run of calls that share ``args``' array shapes, dtypes and devices, output
+        shapes and geometry (``LaunchPlan.direct_for``: the built-in ops' prepared calls, whose
+        signature fixed them): the compiled XLA call of them, without the route's guard and
+        key; a call whose scalar inputs differ from ``args``' takes the route. The route itself
+        where the call is not one it compiles (``init_value=``, ``stream=``, ``out=``, past
+        the variants' limit)."""
+        inputs, shapes, grid, threadgroup, shared = args[0], args[1], args[3], args[4], args[11]
+        if args[6] is not None or args[7] is not None or args[8] is not None:
+            return self
+        try:
+            key = self._key(inputs, shapes, grid, threadgroup, shared)
+            call = self._calls.get(key) or self._compile(key)
+        except (TypeError, ValueError):
+            return self
+        if call is None:
+            return self
+        is_array = self._is_array
+        scalars = tuple(
+            (i, _scalar_id(x)) for i, (x, a) in enumerate(zip(inputs, is_array)) if not a
+        )
+        route = self
+
+        def run(inputs: Any, *rest: Any) -> Any:
+            for i, held in scalars:  # (the XLA call holds their values)
+                if _scalar_id(inputs[i]) != held:
+                    return route(inputs, *rest)
+            return list(call(*[x for x, a in zip(inputs, is_array) if a]))
+
+        return run
+
+    def _key(self, inputs: Any, shapes: Any, grid: Any, threadgroup: Any, shared: Any) -> tuple:
+        """The compiled XLA call's key of a call (TypeError/ValueError where malformed): what
+        ``_build`` takes, then the scalars' types and bits (0.0 and -0.0 are equal keys)."""
+        pairs = tuple(zip(inputs, self._is_array))
+        return (
+            tuple([x.shape if a else x for x, a in pairs]),
+            tuple(map(tuple, shapes)),
+            tuple(grid),
+            tuple(threadgroup),
+            shared,
+            tuple([_scalar_id(x) for x, a in pairs if not a]),
+        )
 
     def _compile(self, key: tuple) -> Callable[..., Any] | None:
         """The jitted FFI call for ``key`` (once), or None to take the direct path."""
@@ -153,7 +192,7 @@ class EagerRoute:
                 )
                 return None
             try:
-                call = self._build(*key)
+                call = self._build(*key[:5])
             except KernelkitError:  # the direct path raises it with the call's context
                 return None
             self._calls[key] = call
@@ -182,3 +221,12 @@ class EagerRoute:
         )
         call = jax.ffi.ffi_call(_TARGET_OF[self._platform], results)
         return jax.jit(lambda *xs: call(*xs, **attributes))
+
+
+def _scalar_id(x: Any) -> tuple:
+    """A scalar input as a compiled XLA call holds it: its type and its bits (-0.0 is not
+    0.0; a NaN is itself), for the keys and checks that choose one."""
+    if x.__class__ is float:
+        return (float, struct.pack("<d", x))
+    tobytes = getattr(x, "tobytes", None)  # a NumPy scalar
+    return (x.__class__, x if tobytes is None else tobytes())

@@ -155,8 +155,11 @@ def _framework_run(plan: LaunchPlan, bound: Bound, guard: Any) -> LaunchPlan:
     if run is plan.run:
         return plan
     source = f"# run: {run!r}; else\n{plan.run_source}"
+    # a route may offer its own run for one signature's calls (``fixed``: the ops' prepared
+    # calls), which need not check what their signature fixed
+    fixed = getattr(run, "fixed", None)
     return replace(
-        plan, run=run, run_source=source, make_direct=_same(run), make_fixed=None, repeats=None
+        plan, run=run, run_source=source, make_direct=_same(run), make_fixed=fixed, repeats=None
     )
 
 
