@@ -666,13 +666,13 @@ def test_decided_calls_never_serve_another_size_of_the_same_bucket(driver, serve
     """1000 and 1024 share a key bucket (one decision) but not a grid (one thread per element):
     a Call made for one is never launched for the other."""
     tuned = _tuned("bucket")
-    xs = [torch.randn(1000), torch.randn(1024), torch.randn(1000)[None].expand(2, 1000)[1]]
+    xs = [torch.randn(1000), torch.randn(1024), torch.randn(2000)[::2]]  # (the last strided)
     for _ in range(4):
-        for n, x in enumerate(xs):
+        for x in xs:
             y = torch.full_like(x, float("nan"))
-            tuned([x, 1.5, n], out=[y])
-            torch.testing.assert_close(y, _tuned_expect(x, 1.5, n, 32))
-    assert len(tuned._calls) == 3
+            tuned([x, 1.5, 0], out=[y])
+            torch.testing.assert_close(y, _tuned_expect(x, 1.5, 0, 32))
+    assert len(tuned._calls) == 2  # the strided input is copied by the run: never a Call
 
 
 def test_a_new_stored_decision_or_a_forced_one_replaces_the_decided_calls(driver, served):
@@ -732,7 +732,8 @@ def test_decided_calls_keep_the_newest_and_are_made_again_only_rarely(driver, se
 def test_a_call_asks_for_another_geometry_before_it_reads_the_caller_s_lists(driver):
     """``geometries`` runs Python code (another thread may run meanwhile): a call whose
     inputs list changes under it is handed on, never read stale; an interrupt raised there
-    is not swallowed; its geometry is the one launched."""
+    is not swallowed; its geometry is the one launched, and the last one asked for is kept
+    (where its arguments cannot change)."""
     module, _ = native._module()
     seen: list = []
 
@@ -767,7 +768,16 @@ def test_a_call_asks_for_another_geometry_before_it_reads_the_caller_s_lists(dri
     assert call(*args((32, 1, 1))) == [y] and not asked  # its own geometry: nothing asked
     assert call(*args((96, 1, 1))) == [y] and asked == [(96, 1, 1)]
     assert seen == [(1, 1, 1, 32, 1, 1, 0), (3, 1, 1, 32, 1, 1, 0)]
-    assert call(*args((64, 1, 1))) == "run" and len(handed) == 1 and len(seen) == 2
+    for grid in [(96, 1, 1), [96, 1, 1], (32, 1, 1), (96, 1, 1)]:  # the last other one is kept
+        assert call(*args(grid)) == [y]
+    assert asked == [(96, 1, 1)] and seen[-1] == seen[-4] == seen[1] and seen[-2] == seen[0]
+    listed = [160, 1, 1]
+    assert call(*args(listed)) == [y] and asked[-1] == [160, 1, 1]
+    listed[0] = 320  # a list may change: never kept
+    assert call(*args(listed)) == [y] and asked[-1] == [320, 1, 1]
+    assert seen[-1] == (10, 1, 1, 32, 1, 1, 0)
+    launched = len(seen)
+    assert call(*args((64, 1, 1))) == "run" and len(handed) == 1 and len(seen) == launched
     inputs = [x]
     with pytest.raises(KeyboardInterrupt):
         call(*args((128, 1, 1)))
@@ -776,3 +786,50 @@ def test_a_call_asks_for_another_geometry_before_it_reads_the_caller_s_lists(dri
                     ((0, torch.Tensor.data_ptr, 0, 16),),
                     ((torch.Tensor.data_ptr, 8, 16, None, -1),), True, True, lambda *a: True,
                     (), int, (1, 1, 1, 32, 1, 1, 0), bytearray(16), (0, 8), 5)  # fmt: skip
+
+
+def test_a_decided_call_made_across_a_forget_is_not_kept(driver, served):
+    """A call served from a stored decision keeps a Call of it after it launched; where a new
+    decision was stored meanwhile (another thread's ``tune(store=True)``, run here at that
+    moment), the Call of the old one is dropped, and later calls run the new decision."""
+    tuned = _tuned("across")
+    x = torch.randn(300)
+    y = torch.empty_like(x)
+    tuned([x, 1.0, 2], out=[y])  # decided (the default, 32), remembered
+    make = tuned.kernel._decided_call
+    stored: list = []
+
+    def meanwhile(args, after):
+        if not stored:
+            stored.append(tuned.tune([x, 1.0, 2], out=[y], configs=[{"threadgroup": (64,)}]))
+        return make(args, after)
+
+    tuned.kernel._decided_call = meanwhile
+    tuned([x, 1.0, 2], out=[y])  # served with 32, then a Call of it would be made
+    assert stored[0].record is not None and tuned._head is None
+    for _ in range(4):
+        y.fill_(float("nan"))
+        tuned([x, 1.0, 2], out=[y])
+        torch.testing.assert_close(y, _tuned_expect(x, 1.0, 2, 64))
+
+
+def test_decided_calls_are_made_again_after_a_forget(driver, served):
+    from kernelkit._tune import autotune as at
+
+    tuned = _tuned("again")
+    xs = [torch.randn(100 + 10 * i) for i in range(at.DECIDED)]
+    for _ in range(2):
+        for x in xs:
+            tuned([x, 1.0, 0], out=[torch.empty_like(x)])
+    assert tuned._made == at.DECIDED
+    x, y = xs[0], torch.empty_like(xs[0])
+    tuned.tune([x, 1.0, 0], out=[y], configs=[{"threadgroup": (64,)}])
+    assert tuned._head is None
+    for _ in range(3):
+        tuned([x, 1.0, 0], out=[y])
+    assert tuned._head is not None and tuned._made == 1
+    served = tuned._head.served
+    y.fill_(float("nan"))
+    tuned([x, 1.0, 0], out=[y])
+    torch.testing.assert_close(y, _tuned_expect(x, 1.0, 0, 64))
+    assert tuned._head.served == served + 1

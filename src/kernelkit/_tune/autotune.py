@@ -122,6 +122,7 @@ class AutotunedKernel:
         self._head: Any = None  # decided calls repeated in C (``_decide``), newest first
         self._calls: list[Any] = []
         self._made = self._missed = 0
+        self._generation = 0  # counts forgets (``_decide`` keeps no Call made across one)
         self.op.on_forget = self._forget
         self.tunings = 0  # tunings this object ran (tests, benchmarks)
 
@@ -156,6 +157,7 @@ class AutotunedKernel:
             if result is not MISS:
                 return result
             self._missed += 1
+        generation = self._generation  # (a forget from now on: no Call is kept of this call)
         try:
             hit = self._fast.get(self._fast_key(inputs, out, output_shapes, output_dtypes, backend))
         except Exception:  # noqa: BLE001 - an unusual call is understood on the slow path
@@ -179,18 +181,20 @@ class AutotunedKernel:
         if result is MISS:
             result = self.kernel(*args[:7], False, *args[7:])
         if known and (self._made < DECIDED or self._missed >= RETRY):
-            self._decide(args)
+            self._decide(args, generation)
         return result
 
-    def _decide(self, args: tuple) -> None:
+    def _decide(self, args: tuple, generation: int) -> None:
         """Keep the call ``args`` (``CallArgs``' order, its launch settings served from a
         stored decision) as a decided call repeated in C (``Kernel._decided_call``): a later
         call with the same arrays' layouts, scalars and options is launched with the same
         settings without computing its key. Up to ``DECIDED`` are kept, the newest first;
         past that many made, one is made again only after ``RETRY`` calls none of them
-        took."""
+        took. None is kept where the decisions were forgotten since ``generation``."""
         call = self.kernel._decided_call(args, _not_decided)
         with self._lock:
+            if generation != self._generation:  # made from a decision forgotten meanwhile
+                return
             self._made += 1
             self._missed = 0
             if call is None:
@@ -206,6 +210,8 @@ class AutotunedKernel:
             self._fast.clear()
             self._head = None
             self._calls = []
+            self._made = self._missed = 0
+            self._generation += 1
 
     # the slow path -----------------------------------------------------------------------------
     def problem(

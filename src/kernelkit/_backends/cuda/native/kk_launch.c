@@ -130,6 +130,8 @@ typedef struct {
   void *function;
   PyObject *last, *entry, *fallback, *next, *check, *expected, *stream, *geometry;
   PyObject *geometries;      /* geometries(grid, threadgroup, shared_memory), or NULL */
+  PyObject *other[3], *other_geometry; /* the last other geometry it asked for, and its */
+  unsigned other_g[7];                 /* arguments (kept only when they cannot change) */
   PyObject *shapes;          /* the expected output_shapes (a tuple in ``expected``), or NULL */
   Py_ssize_t n_expected, expected_at[12]; /* ``expected``'s pairs, read once: index and value */
   PyObject *expected_value[12];           /* (borrowed from ``expected``) */
@@ -192,6 +194,16 @@ static int kk_matches(PyObject *a, PyObject *e) {
   return 0;
 }
 
+/* Whether ``x`` cannot change: None, an int, or a tuple of ints (a geometry argument kept). */
+static int kk_frozen(PyObject *x) {
+  if (x == Py_None || PyLong_CheckExact(x)) return 1;
+  if (!PyTuple_CheckExact(x)) return 0;
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(x); i++) {
+    if (!PyLong_CheckExact(PyTuple_GET_ITEM(x, i))) return 0;
+  }
+  return 1;
+}
+
 /* An address from ``pointer(x)``; 0 with an error set when it gives none. */
 static int kk_address(PyObject *pointer, PyObject *x, unsigned long long *out) {
   PyObject *r = PyObject_Vectorcall(pointer, &x, 1, NULL);
@@ -237,10 +249,23 @@ static PyObject *kk_call_vectorcall(PyObject *callable, PyObject *const *args, s
   }
   unsigned g[7];
   memcpy(g, self->g, sizeof g);
-  if (regeo) { /* Python code: before anything of the caller's lists is read */
+  if (regeo) {
     PyObject *geo_args[3] = {args[3], args[4], args[11]};
-    geometry = PyObject_Vectorcall(self->geometries, geo_args, 3, NULL);
-    if (geometry == NULL || kk_geometry(geometry, g) < 0) goto miss_clear;
+    if (self->other_geometry != NULL && kk_matches(args[3], self->other[0]) &&
+        kk_matches(args[4], self->other[1]) && kk_matches(args[11], self->other[2])) {
+      geometry = Py_NewRef(self->other_geometry); /* the one asked for last time */
+      memcpy(g, self->other_g, sizeof g);
+    } else { /* Python code: before anything of the caller's lists is read */
+      geometry = PyObject_Vectorcall(self->geometries, geo_args, 3, NULL);
+      if (geometry == NULL || kk_geometry(geometry, g) < 0) goto miss_clear;
+      if (kk_frozen(args[3]) && kk_frozen(args[4]) && kk_frozen(args[11])) {
+        PyObject *old[4] = {self->other[0], self->other[1], self->other[2], self->other_geometry};
+        for (int i = 0; i < 3; i++) self->other[i] = Py_NewRef(geo_args[i]);
+        self->other_geometry = Py_NewRef(geometry);
+        memcpy(self->other_g, g, sizeof g);
+        for (int i = 0; i < 4; i++) Py_XDECREF(old[i]); /* ints and tuples of them */
+      }
+    }
   }
   PyObject *inputs = args[0], *out = args[8], *stream_arg = args[7];
   if (Py_TYPE(inputs) != self->inputs_type || Py_SIZE(inputs) != self->n_in) goto miss_clear;
@@ -383,6 +408,8 @@ static int kk_call_traverse(kk_call *self, visitproc visit, void *arg) {
   Py_VISIT(self->stream);
   Py_VISIT(self->geometry);
   Py_VISIT(self->geometries);
+  for (int i = 0; i < 3; i++) Py_VISIT(self->other[i]);
+  Py_VISIT(self->other_geometry);
   Py_VISIT(self->inputs_type);
   for (Py_ssize_t i = 0; self->ins && i < self->n_in; i++) {
     Py_VISIT(self->ins[i].pointer);
@@ -406,6 +433,8 @@ static int kk_call_clear(kk_call *self) {
   Py_CLEAR(self->stream);
   Py_CLEAR(self->geometry);
   Py_CLEAR(self->geometries);
+  for (int i = 0; i < 3; i++) Py_CLEAR(self->other[i]);
+  Py_CLEAR(self->other_geometry);
   Py_CLEAR(self->inputs_type);
   for (Py_ssize_t i = 0; self->ins && i < self->n_in; i++) {
     Py_CLEAR(self->ins[i].pointer);
