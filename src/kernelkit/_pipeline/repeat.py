@@ -8,8 +8,11 @@ on every such call. Where the backend launches through the native module (CUDA's
 recent calls as C objects (``kk_launch.Call``), each made from one call that its generated run
 served: its argument block (shapes, strides, scalars: what the run wrote) copied, its arrays'
 check, its other arguments' values. A later call like it is checked and launched in one C call,
-no Python frame; any other call is handed down the chain, whose end is ``Repeats.miss``: the
-plan's generated run, which checks everything as before.
+no Python frame; one that differs only in its grid, threadgroup or shared memory size is
+launched too, with the geometry the program's checked geometries give (``Geometries.of``: the
+argument block does not depend on it; the Call keeps the last other one). Any other call is
+handed down the chain, whose end is ``Repeats.miss``: the plan's generated run, which checks
+everything as before.
 
 A call is made into one only when nothing in it may change unseen: inputs in a list or tuple,
 every array a checked framework's (none needing a gradient, none passed twice: torch's check
