@@ -6,7 +6,6 @@ outputs and checks run real kernels and are compared with float64 references."""
 from __future__ import annotations
 
 import ctypes
-import functools
 import gc
 import sys
 import threading
@@ -16,69 +15,27 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from native_driver import DRIVER, stand_in  # noqa: E402
+
 import kernelkit  # noqa: E402
-from kernelkit._backends.cpu import _backend as cpu  # noqa: E402
 from kernelkit._backends.cuda import native  # noqa: E402
 from kernelkit._errors import ArgumentError  # noqa: E402
 from kernelkit._pipeline.repeat import Repeats  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux only")
 
-DRIVER = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, *[ctypes.c_uint] * 7,
-                          ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)  # fmt: skip
+
+@pytest.fixture(scope="module")
+def driver():
+    with stand_in() as fake:
+        yield fake
+
+
 # a marker in every body: these tests' programs are loaded (with the patched launcher) by them
 BODY = """/* repeat tests */
 uint i = blockIdx.x * blockDim.x + threadIdx.x;
 if (i < x_shape[0] * x_shape[1]) y[i] = a * x[i] + (float)n;
 """
-
-
-class Driver:
-    """The stand-in driver: counts launches, runs each through the CPU backend's launcher."""
-
-    def __init__(self) -> None:
-        self.launches = 0
-        self.error = 0  # returned instead of launching, when set
-        self.keep: list = []
-
-    def native_call(self, launch):
-        def run(fn, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
-            if self.error:
-                return self.error
-            self.launches += 1
-            launch(params, stream or 0, (gx, gy, gz, bx, by, bz, shared))
-            return 0
-
-        callback = DRIVER(run)
-        self.keep.append(callback)
-        module, why = native._module()
-        assert module is not None, why
-
-        def fallback(params, stream, geometry):  # the CPU launcher, as CUDA's retries
-            launch(params, stream, geometry)
-
-        address = ctypes.cast(callback, ctypes.c_void_p).value
-        return functools.partial(module.Call, address, 1, [None], "k", fallback)
-
-
-@pytest.fixture(scope="module")
-def driver():
-    from kernelkit._arrays._torch import checker
-
-    if checker() is None:
-        pytest.skip("this torch has no usable TensorGuards")
-    fake = Driver()
-    original = cpu.CPUBackend.launcher
-
-    def launcher(self, program, target):
-        launch = original(self, program, target)
-        wrapped = functools.partial(launch)  # an attribute of its own
-        wrapped.native_call = fake.native_call(launch)
-        return wrapped
-
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(cpu.CPUBackend, "launcher", launcher)
-        yield fake
 
 
 def _kernel(tag: str):
@@ -589,146 +546,6 @@ def test_an_op_s_call_hands_other_calls_to_the_run_and_retries(driver, monkeypat
         torch.testing.assert_close(y, _expect(x, a, 3))
 
 
-# ---- an autotuned kernel's stored decisions, repeated in C (``Repeats.call_for(decided=)``) ----
-# blockDim.x is in the result, so a call launched with another decision's settings is seen
-TUNED = """/* repeat tests */
-uint i = blockIdx.x * blockDim.x + threadIdx.x;
-if (i < x_shape[0]) y[i] = a * x[i] + (float)(n + (int)blockDim.x);
-"""
-
-
-@pytest.fixture
-def served(tmp_path, monkeypatch):
-    """A private tuning database, served only (a missing key runs the default: no timing)."""
-    from kernelkit import _config
-    from kernelkit._select.tuning import db as tuning
-
-    monkeypatch.setenv("KERNELKIT_TUNE", "serve")
-    _config.reload()
-    store = tuning.TuningDB(tmp_path / "tuning")
-    monkeypatch.setattr(tuning, "_current", (_config.config, store))
-    yield store
-    monkeypatch.undo()
-    _config.reload()
-
-
-def _tuned(tag: str):
-    k = kernelkit.kernel(f"rep_tuned_{tag}", ["x", "a", "n"], ["y"], TUNED + f"// {tag}\n")
-    configs = [{"threadgroup": (32,)}, {"threadgroup": (64,)}]
-    return kernelkit.autotune(
-        k, configs=configs, key=["x.shape[0]:pow2", "n"], grid="x", default=configs[0],
-        quiet=True,
-    )  # fmt: skip
-
-
-def _tuned_expect(x, a, n, block):
-    return (a * x.double() + n + block).float()
-
-
-def _count_keys(tuned) -> list:
-    counted: list = []
-    for pattern, fn in list(tuned._keys.items()):
-
-        def counting(*args, fn=fn):
-            counted.append(1)
-            return fn(*args)
-
-        tuned._keys[pattern] = counting
-        if tuned._fast_key is fn:
-            tuned._fast_key = counting
-    return counted
-
-
-def test_an_autotuned_kernel_s_stored_decision_launches_from_c(driver, served):
-    tuned = _tuned("stored")
-    x = torch.randn(1000)
-    y = torch.empty_like(x)
-    for _ in range(3):  # decided, then kept as a decided call
-        tuned([x, 2.0, 3], out=[y])
-        tuned([x, 2.0, 3], output_shapes=[x.shape], output_dtypes=[x.dtype])
-    assert tuned._head is not None and len(tuned._calls) == 2
-    keys, before = _count_keys(tuned), driver.launches
-    for a in (2.0, 2.0, 2.0):
-        y.fill_(float("nan"))
-        (got,) = tuned([x, a, 3], out=[y])
-        assert got is y
-        torch.testing.assert_close(y, _tuned_expect(x, a, 3, 32))
-        (made,) = tuned([x, a, 3], output_shapes=[x.shape], output_dtypes=[x.dtype])
-        torch.testing.assert_close(made, _tuned_expect(x, a, 3, 32))
-    assert driver.launches - before == 6 and not keys  # no key computed: the Calls took them
-    y.fill_(float("nan"))
-    tuned([x, 0.5, 3], out=[y])  # another float scalar: the keys, then the kernel's own path
-    torch.testing.assert_close(y, _tuned_expect(x, 0.5, 3, 32))
-    assert keys
-
-
-def test_decided_calls_never_serve_another_size_of_the_same_bucket(driver, served):
-    """1000 and 1024 share a key bucket (one decision) but not a grid (one thread per element):
-    a Call made for one is never launched for the other."""
-    tuned = _tuned("bucket")
-    xs = [torch.randn(1000), torch.randn(1024), torch.randn(2000)[::2]]  # (the last strided)
-    for _ in range(4):
-        for x in xs:
-            y = torch.full_like(x, float("nan"))
-            tuned([x, 1.5, 0], out=[y])
-            torch.testing.assert_close(y, _tuned_expect(x, 1.5, 0, 32))
-    assert len(tuned._calls) == 2  # the strided input is copied by the run: never a Call
-
-
-def test_a_new_stored_decision_or_a_forced_one_replaces_the_decided_calls(driver, served):
-    tuned = _tuned("replace")
-    x = torch.randn(300)
-    y = torch.empty_like(x)
-    for _ in range(3):
-        tuned([x, 1.0, 2], out=[y])
-    torch.testing.assert_close(y, _tuned_expect(x, 1.0, 2, 32))
-    assert tuned._head is not None
-    with kernelkit.force(tuned.name, "generic", {"threadgroup": (64,)}):
-        for _ in range(2):
-            y.fill_(float("nan"))
-            tuned([x, 1.0, 2], out=[y])
-            torch.testing.assert_close(y, _tuned_expect(x, 1.0, 2, 64))
-    y.fill_(float("nan"))
-    tuned([x, 1.0, 2], out=[y])  # the stored decision again
-    torch.testing.assert_close(y, _tuned_expect(x, 1.0, 2, 32))
-    # a tuning that stores another winner forgets the decisions and the Calls made with them
-    result = tuned.tune([x, 1.0, 2], out=[y], configs=[{"threadgroup": (64,)}], quiet=True)
-    assert result.record is not None and tuned._head is None
-    for _ in range(4):
-        y.fill_(float("nan"))
-        tuned([x, 1.0, 2], out=[y])
-        torch.testing.assert_close(y, _tuned_expect(x, 1.0, 2, 64))
-    assert tuned._head is not None
-
-
-def test_decided_calls_keep_the_newest_and_are_made_again_only_rarely(driver, served):
-    from kernelkit._tune import autotune as at
-
-    tuned = _tuned("limit")
-    xs = [torch.randn(100 + 10 * i) for i in range(6)]
-    for _ in range(3):
-        for x in xs:
-            y = torch.full_like(x, float("nan"))
-            tuned([x, 1.0, 0], out=[y])
-            torch.testing.assert_close(y, _tuned_expect(x, 1.0, 0, 32))
-    # the first four sizes were kept (from their second calls); the other two miss them
-    assert len(tuned._calls) == at.DECIDED and tuned._made == at.DECIDED
-    assert tuned._missed == 2 * (len(xs) - at.DECIDED)
-    last = xs[-1]
-    y = torch.empty_like(last)
-    for _ in range(at.RETRY - tuned._missed - 1):
-        tuned([last, 1.0, 0], out=[y])  # not among the four: the Python path
-    assert tuned._made == at.DECIDED
-    y.fill_(float("nan"))
-    tuned([last, 1.0, 0], out=[y])  # the RETRY-th miss: kept, the oldest dropped
-    torch.testing.assert_close(y, _tuned_expect(last, 1.0, 0, 32))
-    assert tuned._made == at.DECIDED + 1 and tuned._missed == 0
-    assert len(tuned._calls) == at.DECIDED and tuned._head is tuned._calls[0]
-    served = tuned._head.served
-    tuned([last, 1.0, 0], out=[y])
-    assert tuned._head.served == served + 1
-
-
 def test_a_call_asks_for_another_geometry_before_it_reads_the_caller_s_lists(driver):
     """``geometries`` runs Python code (another thread may run meanwhile): a call whose
     inputs list changes under it is handed on, never read stale; an interrupt raised there
@@ -786,50 +603,3 @@ def test_a_call_asks_for_another_geometry_before_it_reads_the_caller_s_lists(dri
                     ((0, torch.Tensor.data_ptr, 0, 16),),
                     ((torch.Tensor.data_ptr, 8, 16, None, -1),), True, True, lambda *a: True,
                     (), int, (1, 1, 1, 32, 1, 1, 0), bytearray(16), (0, 8), 5)  # fmt: skip
-
-
-def test_a_decided_call_made_across_a_forget_is_not_kept(driver, served):
-    """A call served from a stored decision keeps a Call of it after it launched; where a new
-    decision was stored meanwhile (another thread's ``tune(store=True)``, run here at that
-    moment), the Call of the old one is dropped, and later calls run the new decision."""
-    tuned = _tuned("across")
-    x = torch.randn(300)
-    y = torch.empty_like(x)
-    tuned([x, 1.0, 2], out=[y])  # decided (the default, 32), remembered
-    make = tuned.kernel._decided_call
-    stored: list = []
-
-    def meanwhile(args, after):
-        if not stored:
-            stored.append(tuned.tune([x, 1.0, 2], out=[y], configs=[{"threadgroup": (64,)}]))
-        return make(args, after)
-
-    tuned.kernel._decided_call = meanwhile
-    tuned([x, 1.0, 2], out=[y])  # served with 32, then a Call of it would be made
-    assert stored[0].record is not None and tuned._head is None
-    for _ in range(4):
-        y.fill_(float("nan"))
-        tuned([x, 1.0, 2], out=[y])
-        torch.testing.assert_close(y, _tuned_expect(x, 1.0, 2, 64))
-
-
-def test_decided_calls_are_made_again_after_a_forget(driver, served):
-    from kernelkit._tune import autotune as at
-
-    tuned = _tuned("again")
-    xs = [torch.randn(100 + 10 * i) for i in range(at.DECIDED)]
-    for _ in range(2):
-        for x in xs:
-            tuned([x, 1.0, 0], out=[torch.empty_like(x)])
-    assert tuned._made == at.DECIDED
-    x, y = xs[0], torch.empty_like(xs[0])
-    tuned.tune([x, 1.0, 0], out=[y], configs=[{"threadgroup": (64,)}])
-    assert tuned._head is None
-    for _ in range(3):
-        tuned([x, 1.0, 0], out=[y])
-    assert tuned._head is not None and tuned._made == 1
-    served = tuned._head.served
-    y.fill_(float("nan"))
-    tuned([x, 1.0, 0], out=[y])
-    torch.testing.assert_close(y, _tuned_expect(x, 1.0, 0, 64))
-    assert tuned._head.served == served + 1

@@ -8,8 +8,8 @@ slow path: bind the arguments into a ``Problem``, ``decide`` (override > databas
 default), tune first when the database has no record for the key and ``KERNELKIT_TUNE=auto``
 (once per key across threads and processes: a file lock per key), and remember the settings.
 Where the kernel's calls can be repeated in C (``_pipeline/repeat.py``), a call served from a
-remembered decision is also kept as a decided ``Call``: tried first, it checks everything the
-key reads (and more: strides, scalar values), so a repeated call computes no key at all.
+remembered decision is also kept as a decided call (``decided.py``): tried first, it checks
+everything the key reads (and more: strides, scalar values), so a repeated call computes no key.
 
 Records are bound to the kernel they were measured on: ``Op.identity`` is a digest of the kernel's
 spec (body, header, names, options) and of the configs it offers, and a record of another
@@ -36,19 +36,13 @@ from .._select.registry import Implementation, Op
 from .._select.select import Selection, unservable
 from .._select.tuning import db as tuning
 from .calls import KernelCall, grid_rule, identity, launch_settings, run_choice
+from .decided import DecidedCalls
 from .keyfn import call_pattern, compile_key, is_int_scalar, no_key, row_strides
 from .tuner import Session, TuneResult, tune_session
 
 __all__ = ["AutotunedKernel", "KernelCall", "autotune"]
 
 MAX_FAST = 4096  # distinct argument layouts remembered per kernel (then forgotten at once)
-DECIDED = 4  # decided calls repeated in C kept per kernel
-RETRY = 256  # calls none of them took before another is made (once DECIDED were made)
-
-
-def _not_decided(*args: Any) -> Any:
-    """The end of an autotuned kernel's decided calls: a call none of them took."""
-    return MISS
 
 
 class _AutotunedOp(Op):
@@ -119,10 +113,7 @@ class AutotunedKernel:
         self._locks: dict[Any, threading.Lock] = {}
         self._lock = threading.Lock()
         self._warned: set[str] = set()
-        self._head: Any = None  # decided calls repeated in C (``_decide``), newest first
-        self._calls: list[Any] = []
-        self._made = self._missed = 0
-        self._generation = 0  # counts forgets (``_decide`` keeps no Call made across one)
+        self._decided = DecidedCalls()  # stored decisions' calls repeated in C
         self.op.on_forget = self._forget
         self.tunings = 0  # tunings this object ran (tests, benchmarks)
 
@@ -148,7 +139,8 @@ class AutotunedKernel:
         """Run the kernel with the launch settings selected for these arguments. Takes the
         kernel's call arguments, less ``template``, ``threadgroup``, ``grid`` and
         ``shared_memory`` (the config decides them)."""
-        head = self._head
+        decided = self._decided
+        head = decided.head
         if head is not None and not verbose and not FORCED.get():  # decided calls, in C
             result = head(
                 inputs, output_shapes, output_dtypes, None, None, None, init_value, stream,
@@ -156,8 +148,8 @@ class AutotunedKernel:
             )  # fmt: skip
             if result is not MISS:
                 return result
-            self._missed += 1
-        generation = self._generation  # (a forget from now on: no Call is kept of this call)
+            decided.missed += 1
+        generation = decided.generation  # (a forget from now on: this call is not kept)
         try:
             hit = self._fast.get(self._fast_key(inputs, out, output_shapes, output_dtypes, backend))
         except Exception:  # noqa: BLE001 - an unusual call is understood on the slow path
@@ -180,38 +172,14 @@ class AutotunedKernel:
         result = self.kernel._last(*args)  # the kernel's last specialization, as its call does
         if result is MISS:
             result = self.kernel(*args[:7], False, *args[7:])
-        if known and (self._made < DECIDED or self._missed >= RETRY):
-            self._decide(args, generation)
+        if known and decided.wants():
+            decided.keep(self.kernel, args, generation)
         return result
-
-    def _decide(self, args: tuple, generation: int) -> None:
-        """Keep the call ``args`` (``CallArgs``' order, its launch settings served from a
-        stored decision) as a decided call repeated in C (``Kernel._decided_call``): a later
-        call with the same arrays' layouts, scalars and options is launched with the same
-        settings without computing its key. Up to ``DECIDED`` are kept, the newest first;
-        past that many made, one is made again only after ``RETRY`` calls none of them
-        took. None is kept where the decisions were forgotten since ``generation``."""
-        call = self.kernel._decided_call(args, _not_decided)
-        with self._lock:
-            if generation != self._generation:  # made from a decision forgotten meanwhile
-                return
-            self._made += 1
-            self._missed = 0
-            if call is None:
-                return
-            self._calls = [call, *self._calls[: DECIDED - 1]]
-            for node, after in zip(self._calls, [*self._calls[1:], _not_decided]):
-                node.next = after
-            self._head = call
 
     def _forget(self) -> None:
         """The remembered decisions dropped, and the calls repeated with them."""
-        with self._lock:
-            self._fast.clear()
-            self._head = None
-            self._calls = []
-            self._made = self._missed = 0
-            self._generation += 1
+        self._fast.clear()
+        self._decided.forget()
 
     # the slow path -----------------------------------------------------------------------------
     def problem(
