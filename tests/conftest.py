@@ -30,6 +30,9 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
 from kernelkit import _config
 from kernelkit._backends import registry as _registry
 
+# the ``driver`` fixture: a stand-in CUDA driver that runs calls repeated in C on the CPU
+pytest_plugins = ["native_driver"]
+
 
 def _loads(name: str) -> bool:
     """Whether backend ``name`` imports (quietly: a missing backend is not a test failure)."""

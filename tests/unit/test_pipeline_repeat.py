@@ -15,7 +15,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from native_driver import DRIVER, stand_in  # noqa: E402
+from native_driver import DRIVER  # noqa: E402
 
 import kernelkit  # noqa: E402
 from kernelkit._backends.cuda import native  # noqa: E402
@@ -23,12 +23,6 @@ from kernelkit._errors import ArgumentError  # noqa: E402
 from kernelkit._pipeline.repeat import Repeats  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux only")
-
-
-@pytest.fixture(scope="module")
-def driver():
-    with stand_in() as fake:
-        yield fake
 
 
 # a marker in every body: these tests' programs are loaded (with the patched launcher) by them

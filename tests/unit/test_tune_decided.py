@@ -12,18 +12,11 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from native_driver import stand_in  # noqa: E402
 
 import kernelkit  # noqa: E402
 from kernelkit._tune import decided as dc  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux only")
-
-
-@pytest.fixture(scope="module")
-def driver():
-    with stand_in() as fake:
-        yield fake
 
 
 # blockDim.x is in the result, so a call launched with another decision's settings is seen

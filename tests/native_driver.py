@@ -1,7 +1,8 @@
 """A stand-in for the CUDA driver, for tests of calls repeated in C on the CPU: the CPU backend's
 launcher is given a ``native_call`` (``kk_launch.Call``) whose driver is a ctypes callback with
 ``cuLaunchKernel``'s signature that runs the CPU launch, so a Call's argument block, pointers,
-outputs and checks run real kernels (``stand_in``, opened by a test module's fixture)."""
+outputs and checks run real kernels. A pytest plugin (``tests/conftest.py`` loads it): a test
+that asks for the ``driver`` fixture runs with it (``stand_in``)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import pytest
 from kernelkit._backends.cpu import _backend as cpu
 from kernelkit._backends.cuda import native
 
-__all__ = ["DRIVER", "Driver", "stand_in"]
+__all__ = ["DRIVER", "Driver", "driver", "stand_in"]
 
 DRIVER = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, *[ctypes.c_uint] * 7,
                           ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)  # fmt: skip
@@ -69,4 +70,12 @@ def stand_in() -> Iterator[Driver]:
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(cpu.CPUBackend, "launcher", launcher)
+        yield fake
+
+
+@pytest.fixture(scope="module")
+def driver() -> Iterator[Driver]:
+    """The stand-in driver for the module's tests (skips without torch's ``TensorGuards``)."""
+    pytest.importorskip("torch")
+    with stand_in() as fake:
         yield fake
