@@ -129,3 +129,55 @@ def test_another_shape_stride_or_device_goes_to_the_run():
     y.fill_(float("nan"))
     _call(k, x, bias, 1.5, out=[y])
     torch.testing.assert_close(y, _want(x, bias, 1.5))
+
+
+def test_a_new_grid_every_call_is_launched_from_c_with_its_own_geometry():
+    """A growing grid (an attention kernel over a growing cache): the Call launches each new
+    grid (and a shared memory size past the default limit) itself; only the asked-for threads
+    write (the rest stays poisoned)."""
+    k, x, bias, y = _warm(4, 1024, 2.0)
+    head = _head(k)
+    served = head.served
+    for n in range(100, 4096, 97):
+        y.fill_(float("nan"))
+        k([x, bias, 2.0], grid=(n, 1, 1), threadgroup=(128, 1, 1), template=[("T", x.dtype)],
+          out=[y], shared_memory=64 * 1024 if n % 2 else None)  # fmt: skip
+        b = min(128, n)  # a grid smaller than a block runs as one block of it
+        threads = -(-n // b) * b
+        want = _want(x, bias, 2.0).flatten()
+        torch.testing.assert_close(y.flatten()[:threads], want[:threads])
+        assert y.flatten()[threads:].isnan().all()
+    assert head.served - served == len(range(100, 4096, 97)) and _head(k) is head
+
+
+def test_an_autotuned_kernel_s_stored_decision_launches_from_c(tmp_path, monkeypatch):
+    from kernelkit import _config
+    from kernelkit._select.tuning import db as tuning
+
+    monkeypatch.setenv("KERNELKIT_TUNE", "serve")
+    _config.reload()
+    monkeypatch.setattr(tuning, "_current", (_config.config, tuning.TuningDB(tmp_path / "db")))
+    try:
+        k = _kernel()
+        tuned = kernelkit.autotune(
+            k, configs=[{"T": "float32", "threadgroup": (128,)}], key=["x.shape[0]"],
+            grid=lambda problem, config: (problem.args[0].shape[0] * problem.args[0].shape[1],),
+            default={"T": "float32", "threadgroup": (256,)}, quiet=True,
+        )  # fmt: skip
+        x = torch.randn(3, 4097, device="cuda")
+        bias = torch.randn(4097, device="cuda")
+        y = torch.empty_like(x)
+        for _ in range(3):
+            tuned([x, bias, 0.25], out=[y])
+        head = tuned._decided.head
+        assert head is not None
+        served = head.served
+        for _ in range(10):
+            x.normal_()
+            y.fill_(float("nan"))
+            tuned([x, bias, 0.25], out=[y])
+            torch.testing.assert_close(y, _want(x, bias, 0.25))
+        assert head.served - served == 10
+    finally:
+        monkeypatch.undo()
+        _config.reload()
