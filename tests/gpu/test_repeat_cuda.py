@@ -151,6 +151,8 @@ def test_a_new_grid_every_call_is_launched_from_c_with_its_own_geometry():
 
 
 def test_an_autotuned_kernel_s_stored_decision_launches_from_c(tmp_path, monkeypatch):
+    """A decision stored by ``tune(store=True)`` (threadgroup 128, not the default 256: the
+    block size is in the result) replaces the default's decided Call; its own serves."""
     from kernelkit import _config
     from kernelkit._select.tuning import db as tuning
 
@@ -158,7 +160,10 @@ def test_an_autotuned_kernel_s_stored_decision_launches_from_c(tmp_path, monkeyp
     _config.reload()
     monkeypatch.setattr(tuning, "_current", (_config.config, tuning.TuningDB(tmp_path / "db")))
     try:
-        k = _kernel()
+        body = BODY.replace("(float)bias[i % bias_shape[0]]",
+                            "(float)bias[i % bias_shape[0]] + (float)blockDim.x")  # fmt: skip
+        k = kernelkit.kernel("rep_cuda_tuned", ["x", "bias", "scale"], ["y"],
+                             f"// {uuid.uuid4().hex}\n{body}")  # fmt: skip
         tuned = kernelkit.autotune(
             k, configs=[{"T": "float32", "threadgroup": (128,)}], key=["x.shape[0]"],
             grid=lambda problem, config: (problem.args[0].shape[0] * problem.args[0].shape[1],),
@@ -167,6 +172,12 @@ def test_an_autotuned_kernel_s_stored_decision_launches_from_c(tmp_path, monkeyp
         x = torch.randn(3, 4097, device="cuda")
         bias = torch.randn(4097, device="cuda")
         y = torch.empty_like(x)
+        for _ in range(3):  # nothing stored: the default, kept as a decided Call
+            tuned([x, bias, 0.25], out=[y])
+        torch.testing.assert_close(y, _want(x, bias, 0.25) + 256)
+        assert tuned._decided.head is not None
+        result = tuned.tune([x, bias, 0.25], out=[y], store=True)
+        assert result.record is not None and tuned._decided.head is None
         for _ in range(3):
             tuned([x, bias, 0.25], out=[y])
         head = tuned._decided.head
@@ -176,7 +187,7 @@ def test_an_autotuned_kernel_s_stored_decision_launches_from_c(tmp_path, monkeyp
             x.normal_()
             y.fill_(float("nan"))
             tuned([x, bias, 0.25], out=[y])
-            torch.testing.assert_close(y, _want(x, bias, 0.25))
+            torch.testing.assert_close(y, _want(x, bias, 0.25) + 128)
         assert head.served - served == 10
     finally:
         monkeypatch.undo()
