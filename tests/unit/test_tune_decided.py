@@ -201,3 +201,30 @@ def test_decided_calls_are_made_again_after_a_forget(driver, served):
     tuned([x, 1.0, 0], out=[y])
     torch.testing.assert_close(y, _tuned_expect(x, 1.0, 0, 64))
     assert tuned._decided.head.served == served + 1
+
+
+def test_a_decision_replaced_while_it_was_made_is_not_remembered(driver, served):
+    """A call decides (the default, 32) and, before it remembers the decision, another thread
+    stores a new one (64; run here from inside the decision): the call runs what it decided,
+    and no later call runs that replaced decision (neither from the table nor from C)."""
+    tuned = _tuned("replaced")
+    x = torch.randn(300)
+    y = torch.full_like(x, float("nan"))
+    choose = tuned._choose
+    stored: list = []
+
+    def meanwhile(problem, bound, call):
+        found = choose(problem, bound, call)
+        if not stored:
+            stored.append(tuned.tune([x, 1.0, 2], out=[y], configs=[{"threadgroup": (64,)}]))
+        return found
+
+    tuned._choose = meanwhile
+    tuned([x, 1.0, 2], out=[y])
+    assert stored[0].record is not None
+    torch.testing.assert_close(y, _tuned_expect(x, 1.0, 2, 32))
+    for _ in range(5):
+        y.fill_(float("nan"))
+        tuned([x, 1.0, 2], out=[y])
+        torch.testing.assert_close(y, _tuned_expect(x, 1.0, 2, 64))
+    assert tuned._decided.head is not None

@@ -178,8 +178,7 @@ class AutotunedKernel:
 
     def _forget(self) -> None:
         """The remembered decisions dropped, and the calls repeated with them."""
-        self._fast.clear()
-        self._decided.forget()
+        self._decided.forget(self._fast.clear)
 
     # the slow path -----------------------------------------------------------------------------
     def problem(
@@ -224,23 +223,27 @@ class AutotunedKernel:
         call = KernelCall(
             inputs, output_shapes, output_dtypes, out, None, init_value, backend, check
         )
-        choice = self._choose(problem, bound, call)
+        choice, generation = self._choose(problem, bound, call)
         settings = launch_settings(choice)
         if forced(self.op.name) is None:
-            self._remember(inputs, out, output_shapes, output_dtypes, backend, settings)
+            self._remember(inputs, out, output_shapes, output_dtypes, backend, settings, generation)
         return settings
 
-    def _choose(self, problem: Problem, bound: Any, call: KernelCall) -> KernelChoice:
+    def _choose(self, problem: Problem, bound: Any, call: KernelCall) -> tuple[KernelChoice, int]:
+        """The choice for ``problem`` (tuned first where nothing stored serves it and tuning
+        is on), and the count of forgets it was decided at (``DecidedCalls.record``)."""
+        generation = self._decided.generation
         try:
             key = self.op.key.of(problem)  # type: ignore[union-attr]
         except KeyError as e:
-            return self._without_key(problem, e)
+            return self._without_key(problem, e), generation
         choice = decide(self.op, problem, bound.target, bound.backend)
         untuned = choice.source in ("heuristic", "default") and self.impl.configs
         if untuned and tuning.tune_mode() == "auto":
-            self._tune_once(key, problem, bound, call)
+            self._tune_once(key, problem, bound, call)  # (forgets what was decided before)
+            generation = self._decided.generation
             choice = decide(self.op, problem, bound.target, bound.backend)
-        return choice
+        return choice, generation
 
     def _without_key(self, problem: Problem, error: KeyError) -> KernelChoice:
         why = str(error.args[0]) if error.args else str(error)
@@ -374,8 +377,18 @@ class AutotunedKernel:
         return None
 
     def _remember(
-        self, inputs: Any, out: Any, shapes: Any, dtypes: Any, backend: Any, s: tuple
+        self,
+        inputs: Any,
+        out: Any,
+        shapes: Any,
+        dtypes: Any,
+        backend: Any,
+        s: tuple,
+        generation: int,
     ) -> None:
+        """Remember the settings ``s`` decided at ``generation`` for calls with this call's
+        key, unless the decisions were forgotten since (one replaced meanwhile, by another
+        thread's tuning, is not remembered)."""
         pattern = call_pattern(inputs, out, shapes, dtypes)
         fn = self._keys.get(pattern)
         if fn is None:
@@ -390,8 +403,8 @@ class AutotunedKernel:
         except Exception:  # noqa: BLE001
             return
         if len(self._fast) >= MAX_FAST:
-            self._forget()
-        self._fast[k] = s
+            self._forget()  # (this call's settings are then remembered by its next call)
+        self._decided.record(generation, functools.partial(self._fast.__setitem__, k, s))
 
     # explain and explicit tuning ---------------------------------------------------------------
     def explain(

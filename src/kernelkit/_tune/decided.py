@@ -7,12 +7,13 @@ types, shapes, dtypes and devices; int and bool scalars; output shapes and dtype
 and more (strides, every scalar's value), so a later call like it has the same key and the same
 decision: it launches with no key computed. A forget (a new decision stored, a full table)
 drops them all, and one made from a decision forgotten while it was being made is not kept
-(``generation``).
+(``generation``); the autotuner's own table of decisions is kept the same way (``record``).
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from .._pipeline.key import MISS
@@ -63,10 +64,21 @@ class DecidedCalls:
                 node.next = after
             self.head = call
 
-    def forget(self) -> None:
-        """Drop every decided call (their decisions are forgotten)."""
+    def forget(self, also: Callable[[], None] | None = None) -> None:
+        """Drop every decided call (their decisions are forgotten); ``also`` (the caller's own
+        remembered decisions cleared) runs under the same lock, so no ``record`` meets half a
+        forget."""
         with self.lock:
+            if also is not None:
+                also()
             self.head = None
             self.calls = []
             self.made = self.missed = 0
             self.generation += 1
+
+    def record(self, generation: int, store: Callable[[], None]) -> None:
+        """Run ``store`` (a decision made from what was known at ``generation`` remembered)
+        unless a forget came since: a decision replaced meanwhile is not remembered."""
+        with self.lock:
+            if generation == self.generation:
+                store()
