@@ -543,8 +543,7 @@ def test_an_op_s_call_hands_other_calls_to_the_run_and_retries(driver, monkeypat
 def test_a_call_asks_for_another_geometry_before_it_reads_the_caller_s_lists(driver):
     """``geometries`` runs Python code (another thread may run meanwhile): a call whose
     inputs list changes under it is handed on, never read stale; an interrupt raised there
-    is not swallowed; its geometry is the one launched, and the last one asked for is kept
-    (where its arguments cannot change)."""
+    is not swallowed; its geometry is the one launched."""
     module, _ = native._module()
     seen: list = []
 
@@ -579,14 +578,6 @@ def test_a_call_asks_for_another_geometry_before_it_reads_the_caller_s_lists(dri
     assert call(*args((32, 1, 1))) == [y] and not asked  # its own geometry: nothing asked
     assert call(*args((96, 1, 1))) == [y] and asked == [(96, 1, 1)]
     assert seen == [(1, 1, 1, 32, 1, 1, 0), (3, 1, 1, 32, 1, 1, 0)]
-    for grid in [(96, 1, 1), [96, 1, 1], (32, 1, 1), (96, 1, 1)]:  # the last other one is kept
-        assert call(*args(grid)) == [y]
-    assert asked == [(96, 1, 1)] and seen[-1] == seen[-4] == seen[1] and seen[-2] == seen[0]
-    listed = [160, 1, 1]
-    assert call(*args(listed)) == [y] and asked[-1] == [160, 1, 1]
-    listed[0] = 320  # a list may change: never kept
-    assert call(*args(listed)) == [y] and asked[-1] == [320, 1, 1]
-    assert seen[-1] == (10, 1, 1, 32, 1, 1, 0)
     launched = len(seen)
     assert call(*args((64, 1, 1))) == "run" and len(handed) == 1 and len(seen) == launched
     inputs = [x]
@@ -597,3 +588,86 @@ def test_a_call_asks_for_another_geometry_before_it_reads_the_caller_s_lists(dri
                     ((0, torch.Tensor.data_ptr, 0, 16),),
                     ((torch.Tensor.data_ptr, 8, 16, None, -1),), True, True, lambda *a: True,
                     (), int, (1, 1, 1, 32, 1, 1, 0), bytearray(16), (0, 8), 5)  # fmt: skip
+
+
+def test_a_call_computes_a_new_geometry_as_the_full_check_does():
+    """Property test of a Call's new geometries (``kk_quick`` in C, with ``Geometries.bounds``;
+    else ``Geometries.of``): on any grid, threadgroup and shared size, it launches exactly the
+    geometry ``load.geometry`` gives, or hands the call on where that refuses; int tuples within
+    the limits, and a shared size that needs no raised limit, never reach Python."""
+    from hypothesis import example, given, settings
+    from hypothesis import strategies as st
+
+    from kernelkit._pipeline.load import Geometries, geometry
+    from kernelkit._records import Target
+
+    target = Target(
+        backend="test", device=0, arch="sm_90", name="a device", max_threads_per_block=1024,
+        max_block_dims=(1024, 1024, 64), max_grid_dims=(2**31 - 1, 65535, 65535),
+        max_shared_memory_bytes=48 * 1024, max_shared_memory_optin_bytes=227 * 1024,
+    )  # fmt: skip
+    module, _ = native._module()
+    seen: list = []
+
+    def run(fn, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
+        seen.append((gx, gy, gz, bx, by, bz, shared))
+        return 0
+
+    callback = DRIVER(run)
+    address = ctypes.cast(callback, ctypes.c_void_p).value
+    x, y = torch.zeros(4), torch.zeros(4)
+    limits_of = [{}, {"cluster_y": 4, "static_shared_bytes": 1024}, {"max_threads_per_block": 256}]
+    calls = []
+    for limits in limits_of:
+        geos = Geometries("k", target, limits, 512, lambda n: None)
+        asked: list = []
+
+        def of(grid, group, shared, geos=geos, asked=asked):
+            asked.append(1)
+            return geos.of(grid, group, shared)
+
+        call = module.Call(address, 1, [None], "k", None, lambda *a: "handed on", list,
+                           ((0, torch.Tensor.data_ptr, 0, 16),),
+                           ((torch.Tensor.data_ptr, 8, 16, None, -1),), True, True,
+                           lambda *a: True, ((3, (4, 4, 1)), (4, (1, 1, 1)), (11, None)), int,
+                           (4, 4, 1, 1, 1, 1, 512), bytearray(16), (0, 8), of,
+                           geos.bounds())  # fmt: skip
+        assert geos.of((4, 4, 1), (1, 1, 1), None) == (4, 4, 1, 1, 1, 1, 512)  # (its own)
+        calls.append((call, limits, asked))
+
+    dim = st.one_of(st.integers(1, 300), st.sampled_from([1, 2, 4, 64, 128, 1024, 65535, 65536]),
+                    st.integers(-1, 0), st.booleans())  # fmt: skip
+    dims = st.one_of(st.tuples(dim), st.tuples(dim, dim), st.tuples(dim, dim, dim),
+                     st.lists(dim, min_size=1, max_size=3),
+                     st.tuples(dim, dim, dim, dim))  # fmt: skip
+    shared = st.one_of(st.none(), st.integers(-1, 230 * 1024), st.sampled_from([48 * 1024]))
+
+    @settings(max_examples=1500, deadline=None)
+    @given(dims, dims, shared, st.sampled_from(range(len(calls))))
+    @example((64, 8), (64, 4), None, 1)  # 2 blocks in y: not whole clusters of 4
+    @example((1, 1, 128), (1, 1, 65), None, 0)
+    @example((300,), (300,), None, 2)
+    @example((64,), (64,), 47 * 1024, 1)  # + 1 KiB static: the default limit exactly
+    @example((64,), (64,), 47 * 1024 + 1, 1)
+    def check(grid, group, nbytes, which):
+        call, limits, asked = calls[which]
+        try:
+            want = geometry("k", grid, group, 512 if nbytes is None else nbytes, target, limits)
+        except ArgumentError:
+            want = None
+        seen.clear()
+        asked.clear()
+        got = call([x], None, None, grid, group, None, None, None, [y], None, None, nbytes)
+        if want is None:
+            assert got == "handed on" and not seen
+            return
+        assert got == [y] and seen == [tuple(want)]
+        plain = all(d.__class__ is tuple and all(v.__class__ is int for v in d)
+                    for d in (grid, group))  # fmt: skip
+        free = nbytes is None or nbytes + limits.get("static_shared_bytes", 0) <= 48 * 1024
+        if plain and free:
+            assert not asked  # computed in C
+        if not free:
+            assert asked  # past the default limit: Python raises the kernel's limit first
+
+    check()

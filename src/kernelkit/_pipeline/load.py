@@ -158,6 +158,14 @@ class Geometries:
         except (KeyError, TypeError):
             return self(grid, threadgroup, shared_bytes)
 
+    def bounds(self) -> tuple[int, ...]:
+        """What a call repeated in C checks a new geometry against (``kk_launch.c``'s
+        ``kk_quick``, the same rules as ``quick``): ``quick``'s limits, the default shared
+        memory size, and the most shared memory a launch needs no raised limit for (now)."""
+        static = self.limits.get("static_shared_bytes", 0)
+        free = max(self._reserved, self.target.max_shared_memory_bytes - static)
+        return (*self._bounds, self.default_shared_bytes, free)
+
     def quick(self, grid: Any, threadgroup: Any, nbytes: Any) -> Geometry | None:
         """``geometry``'s result where ``grid`` and ``threadgroup`` are tuples of 1 to 3 ints
         and the launch is within every limit; None for anything else (``geometry`` then

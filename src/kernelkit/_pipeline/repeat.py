@@ -9,10 +9,10 @@ recent calls as C objects (``kk_launch.Call``), each made from one call that its
 served: its argument block (shapes, strides, scalars: what the run wrote) copied, its arrays'
 check, its other arguments' values. A later call like it is checked and launched in one C call,
 no Python frame; one that differs only in its grid, threadgroup or shared memory size is
-launched too, with the geometry the program's checked geometries give (``Geometries.of``: the
-argument block does not depend on it; the Call keeps the last other one). Any other call is
-handed down the chain, whose end is ``Repeats.miss``: the plan's generated run, which checks
-everything as before.
+launched too (the argument block does not depend on them), a geometry of int tuples checked in C
+against the limits ``Geometries.bounds`` gives, anything else asked of ``Geometries.of``. Any
+other call is handed down the chain, whose end is ``Repeats.miss``: the plan's generated run,
+which checks everything as before.
 
 A call is made into one only when nothing in it may change unseen: inputs in a list or tuple,
 every array a checked framework's (none needing a gradient, none passed twice: torch's check
@@ -215,11 +215,12 @@ class Repeats:
                 r.contiguous for r in hot.ins if r.kind == "array"
             )
             # (a decided Call compares no geometry: it launches the one it was made with)
-            others = hot.loaded.geometries.of if after is None else None
+            geometries = hot.loaded.geometries
+            others = (geometries.of, geometries.bounds()) if after is None else (None, None)
             return self.make(
                 self.run if after is None else after, inputs.__class__, ins, outs,
                 hot.has_out, alias_ok, check, expected, self.stream, tuple(geometry), blob,
-                offsets, others,
+                offsets, *others,
             )  # fmt: skip
         except Exception:  # noqa: BLE001 - a call it cannot make: the run serves it
             return None

@@ -42,6 +42,11 @@
  *             of a call whose arguments 3, 4 or 11 (in ``expected``) differ from the call's it
  *             was made from (the argument block does not depend on them); an error from it
  *             hands the call on. Without it they are compared as any ``expected`` argument
+ *   bounds    optional, with ``geometries``: 13 ints, the limits ``Geometries.quick`` checks
+ *             (threads a block, block dims, grid dims in blocks, cluster dims, the most shared
+ *             memory), the default shared memory size and the most that needs no raised limit;
+ *             a geometry of int tuples within them is computed here (``kk_quick``), anything
+ *             else asked of ``geometries``
  *
  *   Nothing of a call is kept: the block is copied onto the stack, so threads may share one.
  *   ``retry(trial, every)``: of the calls it hands on, one in ``every`` goes to ``trial``
@@ -130,8 +135,8 @@ typedef struct {
   void *function;
   PyObject *last, *entry, *fallback, *next, *check, *expected, *stream, *geometry;
   PyObject *geometries;      /* geometries(grid, threadgroup, shared_memory), or NULL */
-  PyObject *other[3], *other_geometry; /* the last other geometry it asked for, and its */
-  unsigned other_g[7];                 /* arguments (kept only when they cannot change) */
+  long long bounds[13];      /* ``bounds`` (``kk_quick``), with ``has_bounds`` */
+  int has_bounds;
   PyObject *shapes;          /* the expected output_shapes (a tuple in ``expected``), or NULL */
   Py_ssize_t n_expected, expected_at[12]; /* ``expected``'s pairs, read once: index and value */
   PyObject *expected_value[12];           /* (borrowed from ``expected``) */
@@ -194,13 +199,46 @@ static int kk_matches(PyObject *a, PyObject *e) {
   return 0;
 }
 
-/* Whether ``x`` cannot change: None, an int, or a tuple of ints (a geometry argument kept). */
-static int kk_frozen(PyObject *x) {
-  if (x == Py_None || PyLong_CheckExact(x)) return 1;
-  if (!PyTuple_CheckExact(x)) return 0;
+/* A tuple of 1 to 3 positive ints as 3 dims (missing ones 1); 0 for anything else. */
+static int kk_dims(PyObject *x, long long d[3]) {
+  if (!PyTuple_CheckExact(x) || PyTuple_GET_SIZE(x) < 1 || PyTuple_GET_SIZE(x) > 3) return 0;
+  d[0] = d[1] = d[2] = 1;
   for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(x); i++) {
-    if (!PyLong_CheckExact(PyTuple_GET_ITEM(x, i))) return 0;
+    PyObject *v = PyTuple_GET_ITEM(x, i);
+    if (!PyLong_CheckExact(v)) return 0; /* (not a bool) */
+    int overflow;
+    d[i] = PyLong_AsLongLongAndOverflow(v, &overflow);
+    if (overflow || d[i] < 1) return 0;
   }
+  return 1;
+}
+
+/* ``Geometries.quick`` in C: the launch geometry of (grid in threads, threadgroup, shared
+ * memory) within ``bounds``; 0 where it cannot say (not int tuples, a limit passed, a shared
+ * size that would need the kernel's limit raised): ``geometries`` then decides, and names what
+ * is wrong. Never runs Python code, never sets an error. */
+static int kk_quick(kk_call *self, PyObject *grid, PyObject *group, PyObject *shared,
+                    unsigned g[7]) {
+  long long gd[3], td[3], nbytes, *b = self->bounds;
+  if (!self->has_bounds || !kk_dims(grid, gd) || !kk_dims(group, td)) return 0;
+  if (shared == Py_None) {
+    nbytes = b[11];
+  } else if (PyLong_CheckExact(shared)) {
+    int overflow;
+    nbytes = PyLong_AsLongLongAndOverflow(shared, &overflow);
+    if (overflow) return 0;
+  } else {
+    return 0;
+  }
+  if (nbytes < 0 || nbytes > b[10] || nbytes > b[12]) return 0;
+  if (td[0] * td[1] * td[2] > b[0]) return 0; /* (each <= a block dim: no overflow) */
+  for (int i = 0; i < 3; i++) {
+    long long block = td[i] < gd[i] ? td[i] : gd[i], blocks = (gd[i] + block - 1) / block;
+    if (td[i] > b[1 + i] || blocks > b[4 + i] || blocks % b[7 + i]) return 0;
+    g[i] = (unsigned)blocks;
+    g[3 + i] = (unsigned)block;
+  }
+  g[6] = (unsigned)nbytes;
   return 1;
 }
 
@@ -249,23 +287,11 @@ static PyObject *kk_call_vectorcall(PyObject *callable, PyObject *const *args, s
   }
   unsigned g[7];
   memcpy(g, self->g, sizeof g);
-  if (regeo) {
+  if (regeo && !kk_quick(self, args[3], args[4], args[11], g)) {
+    /* Python code: before anything of the caller's lists is read */
     PyObject *geo_args[3] = {args[3], args[4], args[11]};
-    if (self->other_geometry != NULL && kk_matches(args[3], self->other[0]) &&
-        kk_matches(args[4], self->other[1]) && kk_matches(args[11], self->other[2])) {
-      geometry = Py_NewRef(self->other_geometry); /* the one asked for last time */
-      memcpy(g, self->other_g, sizeof g);
-    } else { /* Python code: before anything of the caller's lists is read */
-      geometry = PyObject_Vectorcall(self->geometries, geo_args, 3, NULL);
-      if (geometry == NULL || kk_geometry(geometry, g) < 0) goto miss_clear;
-      if (kk_frozen(args[3]) && kk_frozen(args[4]) && kk_frozen(args[11])) {
-        PyObject *old[4] = {self->other[0], self->other[1], self->other[2], self->other_geometry};
-        for (int i = 0; i < 3; i++) self->other[i] = Py_NewRef(geo_args[i]);
-        self->other_geometry = Py_NewRef(geometry);
-        memcpy(self->other_g, g, sizeof g);
-        for (int i = 0; i < 4; i++) Py_XDECREF(old[i]); /* ints and tuples of them */
-      }
-    }
+    geometry = PyObject_Vectorcall(self->geometries, geo_args, 3, NULL);
+    if (geometry == NULL || kk_geometry(geometry, g) < 0) goto miss_clear;
   }
   PyObject *inputs = args[0], *out = args[8], *stream_arg = args[7];
   if (Py_TYPE(inputs) != self->inputs_type || Py_SIZE(inputs) != self->n_in) goto miss_clear;
@@ -360,10 +386,13 @@ static PyObject *kk_call_vectorcall(PyObject *callable, PyObject *const *args, s
                      NULL);
   Py_END_ALLOW_THREADS
   if (err != 0) { /* the Python launcher retries under the device's context, or raises */
+    if (regeo && geometry == NULL) /* computed here: the fallback is given it as a tuple */
+      geometry = Py_BuildValue("(IIIIIII)", g[0], g[1], g[2], g[3], g[4], g[5], g[6]);
     PyObject *fargs[3] = {PyLong_FromVoidPtr(params), PyLong_FromVoidPtr(stream),
-                          geometry != NULL ? geometry : self->geometry};
+                          regeo ? geometry : self->geometry};
     PyObject *r = NULL;
-    if (fargs[0] != NULL && fargs[1] != NULL) r = PyObject_Vectorcall(self->fallback, fargs, 3, NULL);
+    if (fargs[0] != NULL && fargs[1] != NULL && fargs[2] != NULL)
+      r = PyObject_Vectorcall(self->fallback, fargs, 3, NULL);
     Py_XDECREF(fargs[0]);
     Py_XDECREF(fargs[1]);
     if (r == NULL) goto done;
@@ -408,8 +437,6 @@ static int kk_call_traverse(kk_call *self, visitproc visit, void *arg) {
   Py_VISIT(self->stream);
   Py_VISIT(self->geometry);
   Py_VISIT(self->geometries);
-  for (int i = 0; i < 3; i++) Py_VISIT(self->other[i]);
-  Py_VISIT(self->other_geometry);
   Py_VISIT(self->inputs_type);
   for (Py_ssize_t i = 0; self->ins && i < self->n_in; i++) {
     Py_VISIT(self->ins[i].pointer);
@@ -433,8 +460,6 @@ static int kk_call_clear(kk_call *self) {
   Py_CLEAR(self->stream);
   Py_CLEAR(self->geometry);
   Py_CLEAR(self->geometries);
-  for (int i = 0; i < 3; i++) Py_CLEAR(self->other[i]);
-  Py_CLEAR(self->other_geometry);
   Py_CLEAR(self->inputs_type);
   for (Py_ssize_t i = 0; self->ins && i < self->n_in; i++) {
     Py_CLEAR(self->ins[i].pointer);
@@ -503,17 +528,18 @@ static int kk_parse_args(PyObject *items, int outputs, Py_ssize_t blob_size, kk_
 static PyObject *kk_call_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
   PyObject *driver, *function, *last, *entry, *fallback, *next, *inputs_type, *ins, *outs;
   PyObject *check, *expected, *stream, *geometry, *blob, *offsets, *geometries = Py_None;
+  PyObject *bounds = Py_None;
   int has_out, alias_ok;
   if (kwds != NULL && PyDict_GET_SIZE(kwds)) {
     PyErr_SetString(PyExc_TypeError, "[Call] takes positional arguments only");
     return NULL;
   }
-  if (!PyArg_ParseTuple(args, "OOO!OOOO!O!O!ppOO!OO!O!O!|O", &driver, &function,
+  if (!PyArg_ParseTuple(args, "OOO!OOOO!O!O!ppOO!OO!O!O!|OO", &driver, &function,
                         &PyList_Type, &last, &entry, &fallback, &next, &PyType_Type,
                         &inputs_type, &PyTuple_Type, &ins, &PyTuple_Type, &outs, &has_out,
                         &alias_ok, &check, &PyTuple_Type, &expected, &stream, &PyTuple_Type,
                         &geometry, &PyByteArray_Type, &blob, &PyTuple_Type, &offsets,
-                        &geometries))
+                        &geometries, &bounds))
     return NULL;
   if (geometries != Py_None && !PyCallable_Check(geometries)) {
     PyErr_SetString(PyExc_TypeError, "[Call] geometries must be callable or None");
@@ -532,6 +558,21 @@ static PyObject *kk_call_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
   self->stream = Py_NewRef(stream);
   self->geometry = Py_NewRef(geometry);
   self->geometries = geometries == Py_None ? NULL : Py_NewRef(geometries);
+  if (bounds != Py_None) {
+    if (!PyTuple_Check(bounds) || PyTuple_GET_SIZE(bounds) != 13 || geometries == Py_None) {
+      kk_fail("bounds (13 ints, with geometries)");
+      goto fail;
+    }
+    for (int i = 0; i < 13; i++) {
+      self->bounds[i] = PyLong_AsLongLong(PyTuple_GET_ITEM(bounds, i));
+      if (self->bounds[i] == -1 && PyErr_Occurred()) goto fail;
+      if (self->bounds[i] < (i >= 7 && i <= 9 ? 1 : 0)) { /* cluster dims divide: >= 1 */
+        kk_fail("bounds (negative, or a cluster dim under 1)");
+        goto fail;
+      }
+    }
+    self->has_bounds = 1;
+  }
   self->inputs_type = (PyTypeObject *)Py_NewRef(inputs_type);
   self->has_out = has_out;
   self->alias_ok = alias_ok;
