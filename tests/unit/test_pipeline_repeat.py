@@ -647,6 +647,8 @@ def test_a_call_computes_a_new_geometry_as_the_full_check_does():
     @example((64, 8), (64, 4), None, 1)  # 2 blocks in y: not whole clusters of 4
     @example((1, 1, 128), (1, 1, 65), None, 0)
     @example((300,), (300,), None, 2)
+    @example((2**62, 1, 1), (2**40, 2**40, 2**40), None, 0)  # (no overflow in C)
+    @example((2**63 - 1,), (1024,), None, 0)
     @example((64,), (64,), 47 * 1024, 1)  # + 1 KiB static: the default limit exactly
     @example((64,), (64,), 47 * 1024 + 1, 1)
     def check(grid, group, nbytes, which):
