@@ -540,11 +540,9 @@ def test_an_op_s_call_hands_other_calls_to_the_run_and_retries(driver, monkeypat
         torch.testing.assert_close(y, _expect(x, a, 3))
 
 
-def test_a_call_asks_for_another_geometry_before_it_reads_the_caller_s_lists(driver):
-    """``geometries`` runs Python code (another thread may run meanwhile): a call whose
-    inputs list changes under it is handed on, never read stale; an interrupt raised there
-    is not swallowed; its geometry is the one launched."""
-    module, _ = native._module()
+def _recording_driver() -> tuple[int, list, object]:
+    """A driver that launches nothing and records each geometry: (its address, the geometries,
+    the callback to keep alive)."""
     seen: list = []
 
     def run(fn, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
@@ -552,7 +550,15 @@ def test_a_call_asks_for_another_geometry_before_it_reads_the_caller_s_lists(dri
         return 0
 
     callback = DRIVER(run)
-    address = ctypes.cast(callback, ctypes.c_void_p).value
+    return ctypes.cast(callback, ctypes.c_void_p).value, seen, callback
+
+
+def test_a_call_asks_for_another_geometry_before_it_reads_the_caller_s_lists(driver):
+    """``geometries`` runs Python code (another thread may run meanwhile): a call whose
+    inputs list changes under it is handed on, never read stale; an interrupt raised there
+    is not swallowed; its geometry is the one launched."""
+    module, _ = native._module()
+    address, seen, _keep = _recording_driver()
     x, y = torch.zeros(4), torch.zeros(4)
     handed: list = []
     asked: list = []
@@ -607,14 +613,7 @@ def test_a_call_computes_a_new_geometry_as_the_full_check_does():
         max_shared_memory_bytes=48 * 1024, max_shared_memory_optin_bytes=227 * 1024,
     )  # fmt: skip
     module, _ = native._module()
-    seen: list = []
-
-    def run(fn, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
-        seen.append((gx, gy, gz, bx, by, bz, shared))
-        return 0
-
-    callback = DRIVER(run)
-    address = ctypes.cast(callback, ctypes.c_void_p).value
+    address, seen, _keep = _recording_driver()
     x, y = torch.zeros(4), torch.zeros(4)
     limits_of = [{}, {"cluster_y": 4, "static_shared_bytes": 1024}, {"max_threads_per_block": 256}]
     calls = []
