@@ -231,13 +231,13 @@ static int kk_quick(kk_call *self, PyObject *grid, PyObject *group, PyObject *sh
     return 0;
   }
   if (nbytes < 0 || nbytes > b[10] || nbytes > b[12]) return 0;
-  for (int i = 0; i < 3; i++) {
-    if (td[i] > b[1 + i]) return 0;
-  }
-  if (td[0] * td[1] * td[2] > b[0]) return 0; /* (each within a block dim: no overflow) */
+  long long threads;
+  if (__builtin_mul_overflow(td[0], td[1], &threads) ||
+      __builtin_mul_overflow(threads, td[2], &threads) || threads > b[0])
+    return 0;
   for (int i = 0; i < 3; i++) {
     long long block = td[i] < gd[i] ? td[i] : gd[i], blocks = (gd[i] - 1) / block + 1;
-    if (blocks > b[4 + i] || blocks % b[7 + i]) return 0;
+    if (td[i] > b[1 + i] || blocks > b[4 + i] || blocks % b[7 + i]) return 0;
     g[i] = (unsigned)blocks;
     g[3 + i] = (unsigned)block;
   }
