@@ -190,10 +190,7 @@ class Kernel:
         sharing ``args``' geometry, array layouts and output shapes (``LaunchPlan.direct_for``),
         or the call repeated in C (``Repeats.call_for``: checked in C, its other calls to the
         plan's run) where it can be made."""
-        try:
-            plan = self._plans.get(call_key(*args))
-        except Exception:  # noqa: BLE001 - unhashable arguments: no plan to share
-            return None
+        plan = self._plan_of(args)
         if plan is None:
             return None
         if fixed and plan.repeats is not None:  # the call repeated in C, where it can be made
@@ -208,13 +205,17 @@ class Kernel:
         Call checks, so it does not compare them (``Repeats.call_for``'s ``decided``); the
         calls it does not take go to ``after``. None where it cannot be made (no plan of
         ``args`` yet, or calls of it cannot be repeated in C)."""
-        try:
-            plan = self._plans.get(call_key(*args))
-        except Exception:  # noqa: BLE001 - unhashable arguments: no plan to share
-            return None
+        plan = self._plan_of(args)
         if plan is None or plan.repeats is None:
             return None
         return plan.repeats.call_for(args, decided=after)
+
+    def _plan_of(self, args: tuple) -> _plan.LaunchPlan | None:
+        """The specialization a call with ``args`` (``CallArgs``' order) is of, if made yet."""
+        try:
+            return self._plans.get(call_key(*args))
+        except Exception:  # noqa: BLE001 - unhashable arguments: no plan to share
+            return None
 
     def precompile(
         self,
