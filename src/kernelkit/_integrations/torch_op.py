@@ -171,27 +171,27 @@ def define(
     return op
 
 
-def checked(
-    op: TorchOp, impl: Callable[..., Any], impl_out: Callable[..., None]
-) -> tuple[Callable[..., Any], Callable[..., None]]:
-    """``impl`` and ``impl_out`` behind the op's gradient tests, and ``impl_out`` followed by
-    the version bump of its output (the last argument), as torch's own out= ops do."""
+def checked(op: TorchOp, run: Callable[..., Any]) -> tuple[Callable[..., Any], Callable[..., None]]:
+    """The op's implementations from ``run(*args, out)`` (out None: allocate): behind the op's
+    gradient tests, and the out= one followed by the version bump of its output (the last
+    argument), as torch's own out= ops do. ``run`` is called directly: one Python frame of
+    kernelkit's between the dispatcher and the eager op."""
     import torch
 
     is_grad_enabled, bump = torch.is_grad_enabled, torch.autograd.graph.increment_version
 
-    def run(*args: Any) -> Any:
+    def impl(*args: Any) -> Any:
         if is_grad_enabled():
             op.check_grad(args)
-        return impl(*args)
+        return run(*args, None)
 
-    def run_out(*args: Any) -> None:
+    def impl_out(*args: Any) -> None:
         if is_grad_enabled():
             op.check_out(args)
-        impl_out(*args)
+        run(*args[:-1], args[-1])
         bump(args[-1])
 
-    return run, run_out
+    return impl, impl_out
 
 
 def _fake_out(*args: Any) -> None:

@@ -41,15 +41,8 @@ def _op(
     fake: Callable[..., Any],
 ) -> TorchOp:
     """Define ``kernelkit::name``; ``run(*args, out)`` is the eager op (out None: allocate)."""
-
-    def impl(*args: Any) -> Any:
-        return run(*args, None)
-
-    def impl_out(*args: Any) -> None:
-        run(*args[:-1], args[-1])
-
     schema = OpSchema(f"kernelkit::{name}", params, ("y",))
-    return define(schema, lambda op: checked(op, impl, impl_out), fake)
+    return define(schema, lambda op: checked(op, run), fake)
 
 
 # The fake implementations also check the arguments as the eager ops do (ArgumentError naming

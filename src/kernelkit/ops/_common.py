@@ -361,6 +361,7 @@ def kernel_caller(k: Any, kw: dict[str, Any]) -> Callable[[Any, Any, Any, Any], 
     grid, group = kw["grid"], kw["threadgroup"]
     template, smem = kw.get("template"), kw.get("shared_memory")
     direct: dict[bool, Callable[..., Any]] = {}  # outs given? -> the plan's unchecked run
+    decided: list[Any] = []  # the call without outs repeated in C as a whole (``decided_of``)
 
     # -> Any, not list[Any]: a typing.cast here would be one more Python call on every warm call
     def call(arrays: Any, shapes: Any, dtypes: Any, outs: Any) -> Any:
@@ -374,9 +375,12 @@ def kernel_caller(k: Any, kw: dict[str, Any]) -> Callable[[Any, Any, Any, Any], 
             found = k._direct_run(args, fixed=True)  # this signature's geometry and layouts
             if found is not None:
                 direct[outs is None] = found
+            if outs is None and not decided:
+                decided.append(k._decided_call(args, _declined))
         return result  # k(...) returns the outputs list; MISS was replaced
 
     call.direct = direct  # type: ignore[attr-defined]  # read by direct_of
+    call.decided = decided  # type: ignore[attr-defined]  # read by decided_of
     call.fixed = (grid, group, template, smem)  # type: ignore[attr-defined]
     return call
 
@@ -395,6 +399,7 @@ def one_output_launch(
         return call(arrays, shapes, dtypes, None)[0]
 
     launch.direct = direct_of(call, shapes, dtypes)  # type: ignore[attr-defined]
+    launch.decided = decided_of(call, shapes, dtypes)  # type: ignore[attr-defined]
     return launch
 
 
@@ -411,6 +416,31 @@ def direct_of(call: Any, shapes: Any, dtypes: Any) -> Callable[[bool], tuple | N
         return run, shapes, dtypes, grid, group, template, smem
 
     return direct
+
+
+def decided_of(call: Any, shapes: Any, dtypes: Any) -> Callable[[], tuple | None]:
+    """A launcher's ``decided()`` for ``_prepared.direct_launch``, over a ``kernel_caller``
+    ``call``: (a call repeated in C that takes the signature's calls without out= whole, its
+    arguments after the inputs) once such a call has been made and where it can be, else
+    None. It compares what the op's signature fixes (the arrays' types, shapes, strides,
+    dtypes and devices, scalars by type and bits; ``Repeats.call_for``'s ``decided``) and
+    returns ``MISS`` for any other call, so a caller whose own key fixed the rest (the op's
+    options) needs no check of its own before it (``_prepared.Recent``)."""
+
+    def made() -> tuple | None:
+        found = call.decided[0] if call.decided else None
+        if found is None:
+            return None
+        grid, group, template, smem = call.fixed
+        return found, (shapes, dtypes, grid, group, template, None, None, None, None, None,
+                       smem)  # fmt: skip
+
+    return made
+
+
+def _declined(*args: Any) -> Any:
+    """A decided Call's answer to the calls it does not take: the op's own path serves them."""
+    return MISS
 
 
 def run_prepared(

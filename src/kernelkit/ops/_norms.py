@@ -9,6 +9,7 @@ from typing import Any
 
 from .. import _config
 from .._errors import ArgumentError
+from .._pipeline.key import MISS
 from .._select.select import Selection
 from . import _rows
 from ._common import float_array
@@ -89,6 +90,11 @@ def rms_norm(x: Any, weight: Any, eps: float = 1e-6, *, out: Any = None) -> Any:
     """
     extras = (eps.__class__, RMS_OP.generation, FORCED.get(), _config.config.select_force)
     if out is None:
+        for call, kept, rest in _RMS_RECENT.calls:
+            if kept == extras:
+                ys = call([x, weight, eps], *rest)
+                if ys is not MISS:
+                    return ys[0]
         for check, kept, run in _RMS_RECENT.entries:
             # eps >= 0 last: a float there (its class is kept)
             if kept == extras and check(x, weight) and eps >= 0:
@@ -112,6 +118,11 @@ def eager_rms_norm(x: Any, weight: Any, eps: float, out: Any) -> Any:
     """``rms_norm`` without the integrations (what the torch op runs): the same prepared call."""
     extras = (eps.__class__, RMS_OP.generation, FORCED.get(), _config.config.select_force)
     if out is None:
+        for call, kept, rest in _RMS_RECENT_EAGER.calls:
+            if kept == extras:
+                ys = call([x, weight, eps], *rest)
+                if ys is not MISS:
+                    return ys[0]
         for check, kept, run in _RMS_RECENT_EAGER.entries:
             # eps >= 0 last: a float there (its class is kept)
             if kept == extras and check(x, weight) and eps >= 0:
@@ -136,6 +147,11 @@ def layer_norm(x: Any, weight: Any, bias: Any, eps: float = 1e-5, *, out: Any = 
     variance, as torch), in ``x``'s dtype; statistics in float32."""
     extras = (eps.__class__, LAYER_OP.generation, FORCED.get(), _config.config.select_force)
     if out is None:
+        for call, kept, rest in _LAYER_RECENT.calls:
+            if kept == extras:
+                ys = call([x, weight, bias, eps], *rest)
+                if ys is not MISS:
+                    return ys[0]
         for check, kept, run in _LAYER_RECENT.entries:
             # eps >= 0 last: a float there (its class is kept)
             if kept == extras and check(x, weight, bias) and eps >= 0:
@@ -162,6 +178,11 @@ def eager_layer_norm(x: Any, weight: Any, bias: Any, eps: float, out: Any) -> An
     call."""
     extras = (eps.__class__, LAYER_OP.generation, FORCED.get(), _config.config.select_force)
     if out is None:
+        for call, kept, rest in _LAYER_RECENT_EAGER.calls:
+            if kept == extras:
+                ys = call([x, weight, bias, eps], *rest)
+                if ys is not MISS:
+                    return ys[0]
         for check, kept, run in _LAYER_RECENT_EAGER.entries:
             # eps >= 0 last: a float there (its class is kept)
             if kept == extras and check(x, weight, bias) and eps >= 0:

@@ -85,20 +85,35 @@ class Recent:
     before. Entries are added when a signature is first prepared, at most ``LIMIT`` kept (the
     oldest dropped), and replaced as one tuple, so a reading thread sees one or the other.
     (torch's check also refuses one tensor passed twice, as ``f(a, a)``: such calls take the
-    signature.)"""
+    signature.)
+
+    Where the run launches through a call repeated in C that takes the signature's calls whole
+    (``_common.decided_of``: it checks all that ``check`` does, scalars too, and returns
+    ``MISS`` for any other call), ``calls`` holds (that Call, extras, its arguments after the
+    inputs) instead, which the op tries first: one C call checks and launches, no Python frame
+    of kernelkit's and no second check of the arrays (``call(inputs, *rest)`` gives the outputs'
+    list, or ``MISS``)."""
 
     LIMIT = 4
-    __slots__ = ("entries", "tried")
+    __slots__ = ("calls", "entries", "tried")
 
     def __init__(self) -> None:
         self.entries: tuple[tuple[Any, tuple, Any], ...] = ()
+        self.calls: tuple[tuple[Any, tuple, tuple], ...] = ()
         self.tried: set[Any] = set()  # the runs that a warm call has tried to ``again``
 
     def remember(self, arrays: tuple, extras: tuple, run: Any) -> None:
         """Keep ``run`` (the prepared run, or the op's own form of it) for calls with arrays
         like ``arrays`` and these ``extras``, where the arrays' framework has a checker that
         takes them (none needs a gradient) and passes them (torch's refuses one tensor passed
-        twice)."""
+        twice); as its decided Call where it has one (``calls``)."""
+        taken = getattr(run, "decided", None)
+        found = None if taken is None else taken()
+        if found is not None:
+            entry = (found[0], extras, found[1])
+            if not any(c is entry[0] and kept == extras for c, kept, _ in self.calls):
+                self.calls = (entry, *self.calls[: self.LIMIT - 1])  # (another scalar: kept once)
+            return
         checker = CHECKERS.get(arrays[0].__class__)
         if checker is None:
             return
@@ -180,6 +195,7 @@ def direct_launch(
         return run(arrays, shapes, dtypes, grid, group, template, None, None, None, None, None,
                    smem)[0]  # fmt: skip
 
+    run_new.decided = getattr(launch, "decided", None)  # type: ignore[attr-defined]  # (Recent)
     return run_new
 
 

@@ -1,0 +1,167 @@
+"""A built-in op's warm call as one C call (``ops._prepared.Recent.calls``, issue 26): where the
+op's kernel launches through the native module, a signature's calls without out= are taken
+whole by a call repeated in C (``_common.decided_of``), which checks the arrays and scalars and
+launches, with no Python frame of kernelkit's; every other call (another shape, dtype, stride,
+scalar, a gradient, one tensor passed twice, another forced choice) gets its own right result.
+
+Run in a fresh process each: the ops' kernels must be loaded while the stand-in driver
+(``tests/native_driver.py``: ``kk_launch.Call`` on the CPU backend, a ctypes callback in the
+driver's place) is open, and other tests of this process may have loaded them without it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+
+TESTS = Path(__file__).resolve().parents[1]
+
+PRELUDE = """
+import sys
+sys.path.insert(0, {tests!r})
+import torch
+import torch.nn.functional as F
+import kernelkit
+from kernelkit import ops
+from native_driver import stand_in
+
+F64 = torch.float64
+
+
+def frames(fn):
+    '''kernelkit's Python functions that one call of fn enters (not the CPU backend's launch,
+    which the stand-in driver runs where CUDA's driver would launch).'''
+    seen = []
+
+    def profile(frame, event, arg):
+        where = frame.f_code.co_filename
+        if event == "call" and "kernelkit" in where and "_backends/cpu" not in where:
+            seen.append(frame.f_code.co_name)
+
+    sys.setprofile(profile)
+    try:
+        y = fn()
+    finally:
+        sys.setprofile(None)
+    return y, seen
+
+
+def warm(fn, ref, calls):
+    '''fn's result checked three times (prepared, then served), then once more counted:
+    (kernelkit frames of the last call, launches it made, the op's Calls' served counts).'''
+    for _ in range(3):
+        torch.testing.assert_close(fn(), ref())
+    before = drv.launches
+    y, seen = frames(fn)
+    torch.testing.assert_close(y, ref())
+    return seen, drv.launches - before, [c[0].served for c in calls.calls]
+"""
+
+
+def _run(body: str) -> str:
+    script = PRELUDE.format(tests=str(TESTS)) + "\nwith stand_in() as drv:\n"
+    script += textwrap.indent(textwrap.dedent(body), "    ")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS.parent / "src"), *sys.path])}
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=600, env=env
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return done.stdout
+
+
+def test_row_ops_and_elementwise_launch_warm_calls_from_c_alone():
+    out = _run("""
+        from kernelkit.ops import _norms, _softmax
+        g = torch.Generator().manual_seed(0)
+        x, b = torch.randn(5, 70, generator=g), torch.randn(5, 70, generator=g)
+        w, bias = torch.rand(70, generator=g) + 0.5, torch.randn(70, generator=g)
+        swiglu = ops.elementwise("y = a * b / (1 + exp(-b))")
+        cases = {
+            "softmax": (lambda: ops.softmax(x),
+                        lambda: torch.softmax(x.to(F64), -1).float(), _softmax._RECENT),
+            "rms_norm": (lambda: ops.rms_norm(x, w, 1e-6),
+                         lambda: F.rms_norm(x.to(F64), (70,), w.to(F64), 1e-6).float(),
+                         _norms._RMS_RECENT),
+            "layer_norm": (lambda: ops.layer_norm(x, w, bias, 1e-5),
+                           lambda: F.layer_norm(x.to(F64), (70,), w.to(F64), bias.to(F64),
+                                                1e-5).float(), _norms._LAYER_RECENT),
+            "elementwise": (lambda: swiglu(x, b),
+                            lambda: (x.to(F64) * F.silu(b.to(F64))).float(), swiglu._recent),
+        }
+        own = {"softmax": ["softmax"], "rms_norm": ["rms_norm"], "layer_norm": ["layer_norm"],
+               "elementwise": ["__call__", "call"]}  # the op's own function, nothing below it
+        for name, (fn, ref, recent) in cases.items():
+            seen, launches, served = warm(fn, ref, recent)
+            assert seen == own[name] and launches == 1, (name, seen, launches)
+            assert served == [3] and recent.entries == (), (name, served)
+            y1, y2 = fn(), fn()
+            assert y1.data_ptr() != y2.data_ptr()  # a new output each call
+        print("ok")
+    """)
+    assert out.strip().endswith("ok")
+
+
+def test_calls_a_decided_call_does_not_take_get_their_own_results():
+    out = _run("""
+        from kernelkit.ops import _norms, _softmax
+        g = torch.Generator().manual_seed(1)
+        x = torch.randn(4, 48, generator=g)
+        w = torch.rand(48, generator=g) + 0.5
+
+        def sm(t):
+            return torch.softmax(t.to(F64), -1).to(t.dtype)
+
+        def rms(t, eps):
+            return F.rms_norm(t.to(F64), (48,), w.to(F64), eps).to(t.dtype)
+
+        for _ in range(3):
+            ops.softmax(x), ops.rms_norm(x, w, 1e-6)
+        made = _softmax._RECENT.calls[0][0]
+        others = [
+            torch.randn(5, 48, generator=g),              # another shape
+            torch.randn(48, 4, generator=g).t(),          # another stride
+            torch.randn(4, 96, generator=g)[:, ::2],      # another stride, same shape
+            torch.randn(4, 48, generator=g).double(),     # another dtype (float64: refused)
+        ]
+        for t in others:
+            for _ in range(2):
+                if t.dtype == F64:
+                    try:
+                        ops.softmax(t)
+                    except (kernelkit.ArgumentError, TypeError):
+                        pass
+                    else:
+                        raise AssertionError("float64 ran")
+                    continue
+                torch.testing.assert_close(ops.softmax(t), sm(t))
+        half = torch.randn(4, 48, generator=g).half()
+        for _ in range(3):
+            torch.testing.assert_close(ops.softmax(half), sm(half), atol=2e-3, rtol=2e-3)
+        # a gradient: through the torch op, with its backward
+        xg = x.clone().requires_grad_(True)
+        y = ops.softmax(xg)
+        y.backward(torch.ones_like(y))
+        assert y.grad_fn is not None and xg.grad is not None
+        # other eps values: each its own result (a Call compares its scalars' bits)
+        for eps in (1e-6, 0.25, 1e-6, 0.25, 0.0):
+            torch.testing.assert_close(ops.rms_norm(x, w, eps), rms(x, eps))
+        # a forced choice: the key's extras differ, the Call is not asked
+        before = made.served
+        with kernelkit.force("softmax", "rows"):
+            for _ in range(2):
+                torch.testing.assert_close(ops.softmax(x), sm(x))
+        torch.testing.assert_close(ops.softmax(x), sm(x))
+        assert made.served == before + 1
+        # one tensor passed twice (torch's check refuses it): the signature serves it
+        swiglu = ops.elementwise("y = a * b / (1 + exp(-b))")
+        for _ in range(3):
+            torch.testing.assert_close(swiglu(x, x), (x.to(F64) * F.silu(x.to(F64))).float())
+        print("ok")
+    """)
+    assert out.strip().endswith("ok")
