@@ -77,10 +77,11 @@ def _run(body: str) -> str:
 
 def test_row_ops_and_elementwise_launch_warm_calls_from_c_alone():
     out = _run("""
-        from kernelkit.ops import _norms, _softmax
+        from kernelkit.ops import _matmul, _norms, _softmax
         g = torch.Generator().manual_seed(0)
         x, b = torch.randn(5, 70, generator=g), torch.randn(5, 70, generator=g)
         w, bias = torch.rand(70, generator=g) + 0.5, torch.randn(70, generator=g)
+        wt = torch.randn(40, 70, generator=g)  # a weight [N, K]: x's first row, M = 1
         swiglu = ops.elementwise("y = a * b / (1 + exp(-b))")
         cases = {
             "softmax": (lambda: ops.softmax(x),
@@ -93,9 +94,15 @@ def test_row_ops_and_elementwise_launch_warm_calls_from_c_alone():
                                                 1e-5).float(), _norms._LAYER_RECENT),
             "elementwise": (lambda: swiglu(x, b),
                             lambda: (x.to(F64) * F.silu(b.to(F64))).float(), swiglu._recent),
+            "matmul": (lambda: ops.matmul(x[:1], wt, transpose_b=True),
+                       lambda: (x[:1].to(F64) @ wt.to(F64).T).float(), _matmul._RECENT[True]),
+            "matmul bias": (lambda: ops.matmul(x[:1], wt, bias=bias[:40], transpose_b=True),
+                            lambda: (x[:1].to(F64) @ wt.to(F64).T + bias[:40].to(F64)).float(),
+                            _matmul._RECENT[False]),
         }
         own = {"softmax": ["softmax"], "rms_norm": ["rms_norm"], "layer_norm": ["layer_norm"],
-               "elementwise": ["__call__", "call"]}  # the op's own function, nothing below it
+               "elementwise": ["__call__", "call"], "matmul": ["matmul"],
+               "matmul bias": ["matmul"]}  # the op's own function, nothing below it
         for name, (fn, ref, recent) in cases.items():
             seen, launches, served = warm(fn, ref, recent)
             assert seen == own[name] and launches == 1, (name, seen, launches)
@@ -158,6 +165,14 @@ def test_calls_a_decided_call_does_not_take_get_their_own_results():
                 torch.testing.assert_close(ops.softmax(x), sm(x))
         torch.testing.assert_close(ops.softmax(x), sm(x))
         assert made.served == before + 1
+        # matmul: other rows, a bias, none again: each its own result
+        wt = torch.randn(24, 48, generator=g)
+        bias = torch.randn(24, generator=g)
+        for rows, bb in ((1, None), (1, None), (1, None), (2, None), (1, bias), (3, None),
+                         (1, None), (2, bias), (1, bias)):
+            want = x[:rows].to(F64) @ wt.to(F64).T + (0 if bb is None else bb.to(F64))
+            got = ops.matmul(x[:rows], wt, bias=bb, transpose_b=True)
+            torch.testing.assert_close(got, want.float())
         # one tensor passed twice (torch's check refuses it): the signature serves it
         swiglu = ops.elementwise("y = a * b / (1 + exp(-b))")
         for _ in range(3):

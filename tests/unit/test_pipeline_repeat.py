@@ -86,6 +86,33 @@ def test_a_repeated_call_launches_from_c_with_its_argument_block(driver):
     assert driver.launches - before == 5 and call.served == 5 and not runs
 
 
+def test_an_optional_input_left_out_is_repeated_as_none(driver):
+    """A plan of calls that leave an optional input out (its pointer null in the block) is
+    repeated in C; a call that passes an array there is another plan's, and gets its own
+    result (the bias added)."""
+    body = "/* repeat tests: optional */ uint i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+    body += "if (i < x_shape[0]) y[i] = 2.0f * x[i] + (bias != NULL ? bias[i] : 0.0f);"
+    k = kernelkit.kernel("rep_optional", ["x", "bias"], ["y"], body,
+                         optional_inputs={"bias": "float32"})  # fmt: skip
+    x, bias = torch.randn(70), torch.randn(70)
+    y = torch.full_like(x, float("nan"))
+    kw = {"grid": (70, 1, 1), "threadgroup": (32, 1, 1), "out": [y]}
+    for _ in range(2):  # the second call makes the Call
+        k([x, None], **kw)
+    before = driver.launches
+    for _ in range(3):
+        y.fill_(float("nan"))
+        k([x, None], **kw)
+        torch.testing.assert_close(y, 2 * x)
+    calls = [p.repeats.head for p in k._plans.values() if p.repeats is not None]
+    assert len(calls) == 1 and calls[0].served == 3 and driver.launches - before == 3
+    for _ in range(2):
+        y.fill_(float("nan"))
+        k([x, bias], **kw)
+        torch.testing.assert_close(y, (2 * x.double() + bias.double()).float())
+    assert calls[0].served == 3
+
+
 def test_allocated_outputs_come_from_c_as_the_run_makes_them(driver):
     k = _kernel("alloc")
     x = torch.randn(3, 33)

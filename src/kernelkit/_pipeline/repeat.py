@@ -16,10 +16,11 @@ which checks everything as before.
 
 A call is made into one only when nothing in it may change unseen: inputs in a list or tuple,
 every array a checked framework's (none needing a gradient, none passed twice: torch's check
-refuses both), every array input that the kernel needs row-contiguous already so, scalars and
-options of plain values (bool, int, float, str, tuples of them, dtypes; NumPy scalars as
-inputs), ``init_value`` None and the stream None or an int. The outputs of an ``out=`` call
-that meet an input or each other go down the chain (the run names them).
+refuses both), every array input that the kernel needs row-contiguous already so, an optional
+input left out None again (compared as a scalar, by identity), scalars and options of plain
+values (bool, int, float, str, tuples of them, dtypes; NumPy scalars as inputs),
+``init_value`` None and the stream None or an int. The outputs of an ``out=`` call that meet
+an input or each other go down the chain (the run names them).
 """
 
 from __future__ import annotations
@@ -52,13 +53,13 @@ _SCALARS = (bool, int, float)
 def repeats_for(hot: HotPath, run: Callable[..., Any]) -> Repeats | None:
     """``Repeats`` for a plan whose generated run is ``run``, or None where its calls cannot
     be repeated in C: a launcher without ``native_call``, a framework that synchronizes its
-    results, an input that is not an array or a scalar (structs, tensor maps, optional
-    inputs), an output without its adapter."""
+    results, an input that is not an array, a scalar or an optional input left out
+    (structs, tensor maps), an output without its adapter."""
     make = getattr(hot.loaded.launch, "native_call", None)
     if make is None or hot.out_adapter.synchronous:
         return None
     for r in hot.ins:
-        if r.kind == "array" and r.adapter is not None and r.adapter is not NULL:
+        if r.kind == "array" and r.adapter is not None:  # (NULL: an optional input left out)
             continue
         if r.kind != "scalar":
             return None
@@ -239,6 +240,11 @@ def _inputs(hot: HotPath, inputs: Any, offsets: tuple, arrays: list) -> tuple | 
             entries.append((1, x))
             continue
         a = r.adapter
+        if a is NULL:  # an optional input left out: the block holds its null pointer and
+            if x is not None:  # extents, and a call passes None there again (compared as a
+                return None  # scalar: by identity)
+            entries.append((1, None))
+            continue
         if a is None or (r.contiguous and not a.is_contiguous(x)):
             return None
         span = _span(a, x, DTYPES[r.dtype].itemsize)
@@ -274,7 +280,7 @@ def _outputs(hot: HotPath, args: tuple, offsets: tuple, arrays: list) -> tuple |
         if j in likes and shapes is not None:
             i, dtype, like = likes[j]
             x, made = inputs[i], hot.ins[i].adapter
-            if x.dtype is dtype and shapes[j] == x.shape and made is not None:
+            if made is not None and made is not NULL and x.dtype is dtype and shapes[j] == x.shape:
                 plain = made.plain_like  # without a memory format where none is needed
                 use = plain if plain is not None and _standard(*made.layout(x)) else like
                 source, allocate = i, use

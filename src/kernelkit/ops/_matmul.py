@@ -39,6 +39,7 @@ from typing import Any
 from .. import _config
 from .._arrays.lookup import adapter_for
 from .._errors import KernelkitError
+from .._pipeline.key import MISS
 from .._records import Problem
 from .._select.select import Selection
 from . import _matmul_mma as MMA
@@ -87,6 +88,11 @@ def matmul(
               OP.generation, FORCED.get(), _config.config.select_force)  # fmt: skip
     recent = _RECENT[bias is None]
     if out is None:
+        for call, kept, rest in recent.calls:
+            if kept == extras:
+                ys = call([a, b, bias], *rest)
+                if ys is not MISS:
+                    return ys[0]
         for check, kept, (linear, run) in recent.entries:
             if kept == extras and (check(a, b) if bias is None else check(a, b, bias)):
                 if linear is not None:  # torch's own F.linear is the whole call
@@ -126,6 +132,11 @@ def eager_matmul(
               OP.generation, FORCED.get(), _config.config.select_force)  # fmt: skip
     recent = _RECENT_EAGER[bias is None]
     if out is None:
+        for call, kept, rest in recent.calls:
+            if kept == extras:
+                ys = call([a, b, bias], *rest)
+                if ys is not MISS:
+                    return ys[0]
         for check, kept, (linear, run) in recent.entries:
             if kept == extras and (check(a, b) if bias is None else check(a, b, bias)):
                 if linear is not None:  # torch's own F.linear is the whole call
@@ -171,7 +182,9 @@ def _first(
         store(_TABLE if route else _EAGER, (key, *extras), run)
         if out is None:
             arrays = (a, b) if bias is None else (a, b, bias)
-            (_RECENT if route else _RECENT_EAGER)[bias is None].remember(arrays, extras, _kept(run))
+            (_RECENT if route else _RECENT_EAGER)[bias is None].remember(
+                arrays, extras, run, _kept(run)
+            )
     return y
 
 

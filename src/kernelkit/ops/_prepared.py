@@ -102,11 +102,12 @@ class Recent:
         self.calls: tuple[tuple[Any, tuple, tuple], ...] = ()
         self.tried: set[Any] = set()  # the runs that a warm call has tried to ``again``
 
-    def remember(self, arrays: tuple, extras: tuple, run: Any) -> None:
-        """Keep ``run`` (the prepared run, or the op's own form of it) for calls with arrays
-        like ``arrays`` and these ``extras``, where the arrays' framework has a checker that
-        takes them (none needs a gradient) and passes them (torch's refuses one tensor passed
-        twice); as its decided Call where it has one (``calls``)."""
+    def remember(self, arrays: tuple, extras: tuple, run: Any, kept: Any = None) -> None:
+        """Keep ``run`` (the prepared run; ``kept``: the op's own form of it, to hold in its
+        place) for calls with arrays like ``arrays`` and these ``extras``, where the arrays'
+        framework has a checker that takes them (none needs a gradient) and passes them
+        (torch's refuses one tensor passed twice); as its decided Call where it has one
+        (``calls``)."""
         taken = getattr(run, "decided", None)
         found = None if taken is None else taken()
         if found is not None:
@@ -119,11 +120,12 @@ class Recent:
             return
         try:
             check = checker(arrays)
-            kept = check is not None and check(*arrays)
+            passed = check is not None and check(*arrays)
         except Exception:  # noqa: BLE001 - arrays it cannot check: the signature serves them
             return
-        if kept:
-            self.entries = ((check, extras, run), *self.entries[: self.LIMIT - 1])
+        if passed:
+            entry = (check, extras, run if kept is None else kept)
+            self.entries = (entry, *self.entries[: self.LIMIT - 1])
 
     def again(
         self, arrays: tuple, extras: tuple, run: Callable[..., Any], kept: Any = None
@@ -137,7 +139,7 @@ class Recent:
         if len(self.tried) >= _LIMIT:
             self.tried.clear()
         self.tried.add(run)
-        self.remember(arrays, extras, run if kept is None else kept)
+        self.remember(arrays, extras, run, kept)
 
 
 def routed(name: str, arrays: Sequence[Any], args: tuple, out: Any) -> Any:
