@@ -155,9 +155,13 @@ def test_calls_a_decided_call_does_not_take_get_their_own_results():
         y = ops.softmax(xg)
         y.backward(torch.ones_like(y))
         assert y.grad_fn is not None and xg.grad is not None
-        # other eps values: each its own result (a Call compares its scalars' bits)
+        # other eps values: each its own result (a Call compares its scalars' bits), and a
+        # recent entry that checks the arrays alone serves them (not the signature each time)
         for eps in (1e-6, 0.25, 1e-6, 0.25, 0.0):
             torch.testing.assert_close(ops.rms_norm(x, w, eps), rms(x, eps))
+        assert len(_norms._RMS_RECENT.calls) == 1 and len(_norms._RMS_RECENT.entries) == 1
+        _, seen = frames(lambda: ops.rms_norm(x, w, 0.5))
+        assert seen[:3] == ["rms_norm", "_declined", "run_new"], seen  # the Call, the entry
         # a forced choice: the key's extras differ, the Call is not asked
         before = made.served
         with kernelkit.force("softmax", "rows"):

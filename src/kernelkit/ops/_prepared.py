@@ -113,8 +113,10 @@ class Recent:
         if found is not None:
             entry = (found[0], extras, found[1])
             if not any(c is entry[0] and kept == extras for c, kept, _ in self.calls):
-                self.calls = (entry, *self.calls[: self.LIMIT - 1])  # (another scalar: kept once)
-            return
+                self.calls = (entry, *self.calls[: self.LIMIT - 1])
+                return
+            # kept already: a call it declined (another scalar value, another dispatch state)
+            # gets the arrays' check, which serves any scalar
         checker = CHECKERS.get(arrays[0].__class__)
         if checker is None:
             return
