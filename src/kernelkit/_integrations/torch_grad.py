@@ -5,7 +5,7 @@ gradient: asked by the route (``torch_route``) and by the traced ops (``torch_op
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from .._errors import ArgumentError
@@ -14,6 +14,7 @@ __all__ = [
     "needs_grad",
     "no_gradient",
     "refuse_functorch",
+    "refuse_tangents",
     "requires_grad",
     "torch_signer",
 ]
@@ -53,6 +54,23 @@ def refuse_functorch(torch: Any) -> None:
             "[kernelkit.ops] torch.func transforms (vmap, grad, jacrev, ...) are not supported: "
             "call the op outside the transform, or use torch.autograd / a loop over the batch"
         )
+
+
+def refuse_tangents(torch: Any, name: str, names: Sequence[str], arrays: Sequence[Any]) -> None:
+    """ArgumentError for a tensor that carries a forward-mode AD tangent (inside
+    ``torch.autograd.forward_ad.dual_level()``): the ops have no JVP, and their kernels would
+    return a result without one where torch's own op propagates it."""
+    forward = torch.autograd.forward_ad
+    if getattr(forward, "_current_level", -1) < 0:
+        return
+    for i, a in enumerate(arrays):
+        if isinstance(a, torch.Tensor) and forward.unpack_dual(a).tangent is not None:
+            what = repr(names[i]) if i < len(names) else f"input {i}"
+            raise ArgumentError(
+                f"[{name}] {what} carries a forward-mode AD tangent, which kernelkit's ops do "
+                "not propagate: call the op on its primal (forward_ad.unpack_dual(x).primal) "
+                "or outside dual_level()"
+            )
 
 
 def torch_signer(torch: Any) -> Callable[[tuple], tuple]:

@@ -23,6 +23,7 @@ from typing import Any
 
 from .._dtypes import normalize_dtype
 from .._errors import ArgumentError, ArgumentTypeError
+from .torch_grad import refuse_tangents
 from .torch_impl import Constant, generate
 
 __all__ = ["OpSchema", "TorchOp", "as_torch_op", "checked", "define"]
@@ -174,20 +175,26 @@ def define(
 def checked(op: TorchOp, run: Callable[..., Any]) -> tuple[Callable[..., Any], Callable[..., None]]:
     """The op's implementations from ``run(*args, out)`` (out None: allocate): behind the op's
     gradient tests, and the out= one followed by the version bump of its output (the last
-    argument), as torch's own out= ops do. ``run`` is called directly: one Python frame of
-    kernelkit's between the dispatcher and the eager op."""
+    argument), as torch's own out= ops do; an input with a forward-mode AD tangent refused
+    (the op has no JVP). ``run`` is called directly: one Python frame of kernelkit's between
+    the dispatcher and the eager op."""
     import torch
 
     is_grad_enabled, bump = torch.is_grad_enabled, torch.autograd.graph.increment_version
+    forward = torch.autograd.forward_ad  # its level: >= 0 inside dual_level()
 
     def impl(*args: Any) -> Any:
         if is_grad_enabled():
             op.check_grad(args)
+        if forward._current_level >= 0:
+            refuse_tangents(torch, op.name, op.input_names, args)
         return run(*args, None)
 
     def impl_out(*args: Any) -> None:
         if is_grad_enabled():
             op.check_out(args)
+        if forward._current_level >= 0:
+            refuse_tangents(torch, op.name, op.input_names, args)
         run(*args[:-1], args[-1])
         bump(args[-1])
 

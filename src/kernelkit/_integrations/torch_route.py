@@ -19,7 +19,7 @@ from typing import Any
 
 from .. import _arrays
 from .._errors import ArgumentError
-from .torch_grad import needs_grad, no_gradient, refuse_functorch, requires_grad
+from .torch_grad import needs_grad, no_gradient, refuse_functorch, refuse_tangents, requires_grad
 
 __all__ = ["call", "hook", "install", "install_torch", "needs_grad", "no_gradient", "wants"]
 
@@ -74,6 +74,8 @@ def hook(name: str, arrays: Any, args: tuple, out: Any) -> Any:
     if torch is None or not isinstance(arrays[0], torch.Tensor):
         return NotImplemented
     install_torch(torch)
+    if getattr(torch.autograd.forward_ad, "_current_level", -1) >= 0:  # in dual_level()
+        refuse_tangents(torch, name, _array_names(name, args), arrays)
     if name == "elementwise":  # args: (the op, its positional args, its keyword args)
         if torch.compiler.is_compiling():  # (a trace that began before install_torch)
             from .torch_traced import elementwise
@@ -87,12 +89,29 @@ def hook(name: str, arrays: Any, args: tuple, out: Any) -> Any:
     return NotImplemented
 
 
+# the ops' array inputs, in the order the hook is given them (elementwise: the op's ``inputs``)
+_NAMES = {"softmax": ("x",), "rms_norm": ("x", "weight"), "layer_norm": ("x", "weight", "bias"),
+          "matmul": ("a", "b", "bias")}  # fmt: skip
+
+
+def _array_names(name: str, args: tuple) -> tuple[str, ...]:
+    """The names of the arrays the hook is given, in order."""
+    if name != "elementwise":
+        return _NAMES.get(name, ())
+    op, pos, kw = args
+    values = pos if pos else tuple(kw.get(n) for n in op.inputs)
+    return tuple(n for n, v in zip(op.inputs, values) if hasattr(v, "shape"))
+
+
 def install_torch(torch: Any) -> None:
     """Define the ops' torch ops (``torch_ops``), register what Dynamo traces in place of the
     public ops, and only then give torch tensors (plain and parameters) prepared eager calls:
     nothing traced ever reaches a prepared call. All of it at ``torch_traced``'s import (run for
     real even when a trace imports it). Once per process."""
     if torch.Tensor not in _arrays.SIGNERS:
+        from ..ops import _prepared
+
+        _prepared.AD.module = torch.autograd.forward_ad  # (the ops prepare nothing in a level)
         from . import torch_traced  # noqa: F401
 
 

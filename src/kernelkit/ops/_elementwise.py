@@ -49,7 +49,7 @@ from ._elementwise_parse import (
     python_source,
     tree,
 )
-from ._prepared import FORCED, SIGNERS, Recent, routed, signature, store
+from ._prepared import AD, FORCED, SIGNERS, Recent, routed, signature, store
 
 __all__ = ["Elementwise", "elementwise"]
 
@@ -336,7 +336,8 @@ class Elementwise:
             if key is None:
                 return self._runner.run(views, dtype, outs, options, signature=sig)
             result, run = self._runner.first(views, dtype, outs, options)
-            extras = (self.op.generation, FORCED.get(), _config.config.select_force)
+            extras = (self.op.generation, FORCED.get(),
+                      _config.config.select_force, AD.module._current_level)  # fmt: skip
             store(self._table, (key, *extras), run)
             if out is None:
                 self._recent.remember(args, extras, run)
@@ -415,7 +416,8 @@ def call(self: Elementwise, args: tuple, out: Any, kwargs: dict[str, Any]) -> An
         except KeyError:  # a name that is no input's: _call says which
             pass
     if args and not kwargs:  # a prepared signature: arrays in order, one out= or none
-        extras = (self.op.generation, FORCED.get(), _config.config.select_force)
+        extras = (self.op.generation, FORCED.get(),
+                  _config.config.select_force, AD.module._current_level)  # fmt: skip
         if out is None and len(args) == len(self.inputs):
             for call, kept, rest in self._recent.calls:
                 if kept == extras:

@@ -47,7 +47,7 @@ from ._common import OpRunner, empty
 from ._matmul_args import check_out
 from ._matmul_args import prepare as _prepare
 from ._matmul_impls import GEMV_KERNEL, OP
-from ._prepared import EAGER_SIGNERS, FORCED, SIGNERS, Recent, routed, signature, store
+from ._prepared import AD, EAGER_SIGNERS, FORCED, SIGNERS, Recent, routed, signature, store
 
 __all__ = ["OP", "eager_matmul", "matmul"]
 
@@ -85,7 +85,8 @@ def matmul(
         [[4.0, 4.0, 4.0], [4.0, 4.0, 4.0]]
     """
     extras = (activation.__class__, transpose_b.__class__, activation, transpose_b,
-              OP.generation, FORCED.get(), _config.config.select_force)  # fmt: skip
+              OP.generation, FORCED.get(), _config.config.select_force,
+              AD.module._current_level)  # fmt: skip
     recent = _RECENT[bias is None]
     if out is None:
         for call, kept, rest in recent.calls:
@@ -129,7 +130,8 @@ def eager_matmul(
 ) -> Any:
     """``matmul`` without the integrations (what the torch op runs): the same prepared call."""
     extras = (activation.__class__, transpose_b.__class__, activation, transpose_b,
-              OP.generation, FORCED.get(), _config.config.select_force)  # fmt: skip
+              OP.generation, FORCED.get(), _config.config.select_force,
+              AD.module._current_level)  # fmt: skip
     recent = _RECENT_EAGER[bias is None]
     if out is None:
         for call, kept, rest in recent.calls:
@@ -171,7 +173,8 @@ def _first(
         check_out(out, (*lead, n))
     key = signature((a, b, bias, out), not route)
     extras = (activation.__class__, bool, activation, transpose_b, OP.generation, FORCED.get(),
-              _config.config.select_force)  # fmt: skip
+              _config.config.select_force,
+              AD.module._current_level)  # fmt: skip
     if len(lead) == 1 and lead[0] and n and _alignment_free(a, b, bias, out, options):
         # 2-d, no alignment to read per call: the runner's prepared run is the whole call
         y, run = _RUNNER.first([a, b, bias], a.dtype, out, options)

@@ -13,7 +13,7 @@ from .._pipeline.key import MISS
 from .._select.select import Selection
 from . import _rows
 from ._common import float_array
-from ._prepared import EAGER_SIGNERS, FORCED, SIGNERS, Recent, routed, signature, store
+from ._prepared import AD, EAGER_SIGNERS, FORCED, SIGNERS, Recent, routed, signature, store
 from ._rows import make_row_op
 
 __all__ = ["layer_norm", "rms_norm"]
@@ -88,7 +88,8 @@ def rms_norm(x: Any, weight: Any, eps: float = 1e-6, *, out: Any = None) -> Any:
         >>> bool(np.allclose(rms_norm(x, np.ones(2, np.float32), eps=0.0), x / np.sqrt(12.5)))
         True
     """
-    extras = (eps.__class__, RMS_OP.generation, FORCED.get(), _config.config.select_force)
+    extras = (eps.__class__, RMS_OP.generation, FORCED.get(),
+              _config.config.select_force, AD.module._current_level)  # fmt: skip
     if out is None:
         for call, kept, rest in _RMS_RECENT.calls:
             if kept == extras:
@@ -116,7 +117,8 @@ def rms_norm(x: Any, weight: Any, eps: float = 1e-6, *, out: Any = None) -> Any:
 
 def eager_rms_norm(x: Any, weight: Any, eps: float, out: Any) -> Any:
     """``rms_norm`` without the integrations (what the torch op runs): the same prepared call."""
-    extras = (eps.__class__, RMS_OP.generation, FORCED.get(), _config.config.select_force)
+    extras = (eps.__class__, RMS_OP.generation, FORCED.get(),
+              _config.config.select_force, AD.module._current_level)  # fmt: skip
     if out is None:
         for call, kept, rest in _RMS_RECENT_EAGER.calls:
             if kept == extras:
@@ -145,7 +147,8 @@ def eager_rms_norm(x: Any, weight: Any, eps: float, out: Any) -> Any:
 def layer_norm(x: Any, weight: Any, bias: Any, eps: float = 1e-5, *, out: Any = None) -> Any:
     """``(x - mean) / sqrt(var + eps) * weight + bias`` over the last dimension (biased
     variance, as torch), in ``x``'s dtype; statistics in float32."""
-    extras = (eps.__class__, LAYER_OP.generation, FORCED.get(), _config.config.select_force)
+    extras = (eps.__class__, LAYER_OP.generation, FORCED.get(),
+              _config.config.select_force, AD.module._current_level)  # fmt: skip
     if out is None:
         for call, kept, rest in _LAYER_RECENT.calls:
             if kept == extras:
@@ -176,7 +179,8 @@ def layer_norm(x: Any, weight: Any, bias: Any, eps: float = 1e-5, *, out: Any = 
 def eager_layer_norm(x: Any, weight: Any, bias: Any, eps: float, out: Any) -> Any:
     """``layer_norm`` without the integrations (what the torch op runs): the same prepared
     call."""
-    extras = (eps.__class__, LAYER_OP.generation, FORCED.get(), _config.config.select_force)
+    extras = (eps.__class__, LAYER_OP.generation, FORCED.get(),
+              _config.config.select_force, AD.module._current_level)  # fmt: skip
     if out is None:
         for call, kept, rest in _LAYER_RECENT_EAGER.calls:
             if kept == extras:
@@ -229,7 +233,8 @@ def _first(
         if result is not NotImplemented:
             return result
     key = signature((x, *params.values(), out), not route)
-    extras = (eps.__class__, runner.op.generation, FORCED.get(), _config.config.select_force)
+    extras = (eps.__class__, runner.op.generation, FORCED.get(),
+              _config.config.select_force, AD.module._current_level)  # fmt: skip
     y, run = runner.first([x, *params.values(), value], x.dtype, out, {})
     if key is not None and eps.__class__ is float:  # the fast path checks eps >= 0
         store(table, (key, *extras), run)

@@ -30,6 +30,7 @@ from .._errors import ArgumentError
 from .._select.override import FORCED
 
 __all__ = [
+    "AD",
     "EAGER_SIGNERS",
     "FORCED",
     "HOOKS",
@@ -57,6 +58,30 @@ HOOKS = _arrays.OP_HOOKS
 # _config) are part of every prepared key, as selection reads both
 FORCED = FORCED
 _LIMIT = 4096  # prepared signatures kept per op (a table past it starts over)
+
+
+class _NoLevels:
+    """Until the torch integration names torch's forward-mode AD module: never inside a level."""
+
+    _current_level = -1
+
+
+class _ForwardAD:
+    """Where torch keeps its forward-mode AD level (``torch.autograd.forward_ad``'s
+    ``_current_level``: -1 outside ``dual_level()``), set by the torch integration. Inside a
+    level a tensor may carry a tangent that neither an array's signature nor torch's C check
+    sees, and the ops' kernels would drop it: the ops put the level in their keys' options (a
+    call inside a level never matches a call prepared outside one) and prepare nothing inside
+    one (``store``, ``Recent.remember``), so every such call takes the validating path, where
+    the torch integration refuses a tangent by name."""
+
+    __slots__ = ("module",)
+
+    def __init__(self) -> None:
+        self.module: Any = _NoLevels
+
+
+AD = _ForwardAD()
 
 
 def numpy_signature(arrays: tuple) -> tuple:
@@ -108,6 +133,8 @@ class Recent:
         framework has a checker that takes them (none needs a gradient) and passes them
         (torch's refuses one tensor passed twice); as its decided Call where it has one
         (``calls``)."""
+        if AD.module._current_level >= 0:  # tangents no check sees: nothing kept (``AD``)
+            return
         taken = getattr(run, "decided", None)
         found = None if taken is None else taken()
         if found is not None:
@@ -167,7 +194,10 @@ def signature(arrays: tuple, eager: bool = False) -> Any:
 
 
 def store(table: dict[Any, Any], key: Any, run: Callable[..., Any]) -> None:
-    """Keep ``run`` for ``key`` (bounded: a table past ``_LIMIT`` entries starts over)."""
+    """Keep ``run`` for ``key`` (bounded: a table past ``_LIMIT`` entries starts over; nothing
+    inside a forward-mode AD level, ``AD``)."""
+    if AD.module._current_level >= 0:
+        return
     if len(table) >= _LIMIT:
         table.clear()
     try:

@@ -11,7 +11,7 @@ from .._pipeline.key import MISS
 from .._select.select import Selection
 from . import _rows
 from ._common import move_last
-from ._prepared import EAGER_SIGNERS, FORCED, SIGNERS, Recent, routed, signature, store
+from ._prepared import AD, EAGER_SIGNERS, FORCED, SIGNERS, Recent, routed, signature, store
 from ._rows import make_row_op
 
 __all__ = ["softmax"]
@@ -44,7 +44,8 @@ def softmax(x: Any, dim: int = -1, *, out: Any = None) -> Any:
         >>> bool(np.allclose(y, [[0.09003057, 0.24472847, 0.66524096]]))
         True
     """
-    extras = (dim.__class__, dim, OP.generation, FORCED.get(), _config.config.select_force)
+    extras = (dim.__class__, dim, OP.generation, FORCED.get(),
+              _config.config.select_force, AD.module._current_level)  # fmt: skip
     if out is None:
         for call, kept, rest in _RECENT.calls:
             if kept == extras:
@@ -70,7 +71,8 @@ def softmax(x: Any, dim: int = -1, *, out: Any = None) -> Any:
 
 def eager_softmax(x: Any, dim: int, out: Any) -> Any:
     """``softmax`` without the integrations (what the torch op runs): the same prepared call."""
-    extras = (dim.__class__, dim, OP.generation, FORCED.get(), _config.config.select_force)
+    extras = (dim.__class__, dim, OP.generation, FORCED.get(),
+              _config.config.select_force, AD.module._current_level)  # fmt: skip
     if out is None:
         for call, kept, rest in _RECENT_EAGER.calls:
             if kept == extras:
@@ -106,7 +108,8 @@ def _first(x: Any, dim: Any, out: Any, route: bool) -> Any:
             raise ArgumentError("[softmax] out= is only supported for dim=-1 (the last dimension)")
         return back(_RUNNER.run([moved], moved.dtype, None, {}))
     key = signature((x, out), not route)
-    extras = (dim.__class__, dim, OP.generation, FORCED.get(), _config.config.select_force)
+    extras = (dim.__class__, dim, OP.generation, FORCED.get(),
+              _config.config.select_force, AD.module._current_level)  # fmt: skip
     y, run = _RUNNER.first([x], x.dtype, out, {})
     if key is not None:
         store(_TABLE if route else _EAGER, (key, *extras), run)
