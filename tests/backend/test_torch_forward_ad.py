@@ -91,3 +91,20 @@ def test_calls_inside_a_level_keep_nothing_and_warm_calls_outside_still_serve():
             torch.testing.assert_close(ops.softmax(y), torch.softmax(y.to(F64), -1).float())
     assert (_softmax._RECENT.calls, _softmax._RECENT.entries, len(_softmax._TABLE)) == kept
     torch.testing.assert_close(ops.softmax(x), torch.softmax(x.to(F64), -1).float())
+
+
+def test_a_kernel_s_torch_op_refuses_a_tangent():
+    each = "uint i = blockIdx.x * blockDim.x + threadIdx.x; if (i < x_shape[0]) "
+    k = kernelkit.kernel("fwd_ad_scale", ["x", "s"], ["y"], each + "y[i] = s * x[i];")
+    op = k.as_torch_op("kk_tests::fwd_ad_scale", output_shapes="x", output_dtypes="x",
+                       grid="x", scalars={"s": float})  # fmt: skip
+    x = torch.randn(33, generator=G)
+    torch.testing.assert_close(op(x, 3.0), 3.0 * x)
+    with forward_ad.dual_level():
+        dual = forward_ad.make_dual(x, torch.ones_like(x))
+        with pytest.raises(kernelkit.ArgumentError, match=r"'x'.*forward-mode AD"):
+            op(dual, 3.0)
+        y = torch.empty_like(x)
+        with pytest.raises(kernelkit.ArgumentError, match=r"'x'.*forward-mode AD"):
+            op(dual, 3.0, out=y)
+        torch.testing.assert_close(op(x, 3.0), 3.0 * x)  # a plain tensor in the level runs

@@ -12,6 +12,7 @@ from typing import Any
 
 from .._generated import execute
 from .._pipeline.key import MISS
+from .torch_grad import refuse_tangents
 
 __all__ = ["Constant", "generate"]
 
@@ -42,8 +43,9 @@ def generate(
     op: Any, kernel: Any, rules: dict[str, Callable[[tuple], Any]], init_value: Any
 ) -> tuple[Callable[..., Any], Callable[..., None]]:
     """``impl(*inputs) -> output(s)`` and ``impl_out(*inputs, *outs)`` for ``op``: gradient
-    tests, then the kernel call (``out=`` calls check the outputs' shapes and bump their
-    versions, as torch's own out= ops do)."""
+    tests (and a forward-mode AD tangent refused: the op has no JVP), then the kernel call
+    (``out=`` calls check the outputs' shapes and bump their versions, as torch's own out= ops
+    do)."""
     import torch
 
     n_in, outs = len(op.input_names), len(op.output_names)
@@ -54,6 +56,8 @@ def generate(
         "_grad": torch.is_grad_enabled,
         "_bump": torch.autograd.graph.increment_version,
         "_MISS": MISS,
+        "_fwd": torch.autograd.forward_ad,  # its level: >= 0 inside dual_level()
+        "_tangents": lambda args: refuse_tangents(torch, op.name, op.input_names, args),
     }
 
     def expr(name: str) -> str:
@@ -70,6 +74,8 @@ def generate(
         "def impl(*args):",
         f"    if _grad() and ({needs}) and not _op.differentiable:",
         "        _op.check_grad(args)",
+        "    if _fwd._current_level >= 0:",
+        "        _tangents(args)",
         "    inputs = args",
         *_rule_lines(values),
         f"    ys = _k._last({_RUN.format(out='None', **names)})",
@@ -80,6 +86,8 @@ def generate(
         "def impl_out(*args):",
         f"    if _grad() and ({written}):",
         "        _op.check_out(args)",
+        "    if _fwd._current_level >= 0:",
+        f"        _tangents(args[:{n_in}])",
         f"    inputs = args[:{n_in}]",
         f"    outs = args[{n_in}:]",
         *_rule_lines({n: v for n, v in values.items() if n != "dtypes"}),
