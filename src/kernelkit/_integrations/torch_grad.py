@@ -57,12 +57,10 @@ def refuse_functorch(torch: Any) -> None:
 
 
 def refuse_tangents(torch: Any, name: str, names: Sequence[str], arrays: Sequence[Any]) -> None:
-    """ArgumentError for a tensor that carries a forward-mode AD tangent (inside
-    ``torch.autograd.forward_ad.dual_level()``): the ops have no JVP, and their kernels would
-    return a result without one where torch's own op propagates it."""
+    """ArgumentError for a tensor that carries a forward-mode AD tangent: the ops have no JVP,
+    and their kernels would return a result without one where torch's own op propagates it.
+    Asked only inside ``torch.autograd.forward_ad.dual_level()`` (the callers read the level)."""
     forward = torch.autograd.forward_ad
-    if getattr(forward, "_current_level", -1) < 0:
-        return
     for i, a in enumerate(arrays):
         if isinstance(a, torch.Tensor) and forward.unpack_dual(a).tangent is not None:
             what = repr(names[i]) if i < len(names) else f"input {i}"

@@ -74,7 +74,7 @@ def hook(name: str, arrays: Any, args: tuple, out: Any) -> Any:
     if torch is None or not isinstance(arrays[0], torch.Tensor):
         return NotImplemented
     install_torch(torch)
-    if getattr(torch.autograd.forward_ad, "_current_level", -1) >= 0:  # in dual_level()
+    if torch.autograd.forward_ad._current_level >= 0:  # in dual_level()
         refuse_tangents(torch, name, _array_names(name, args), arrays)
     if name == "elementwise":  # args: (the op, its positional args, its keyword args)
         if torch.compiler.is_compiling():  # (a trace that began before install_torch)
