@@ -30,10 +30,11 @@ from _common import cuda_or_skip, graph_us
 import kernelkit
 from kernelkit import ops
 from kernelkit._choices import force
-from kernelkit.ops._rows_long import CLUSTER_CONFIGS, SMEM_CONFIGS
-from kernelkit.ops._rows_split import CONFIGS as SPLIT_CONFIGS
+from kernelkit.ops import _norms, _softmax
 
 SHAPES = [(1024, 32000), (512, 65536), (4096, 128256), (64, 262144)]
+OPS = {"softmax": _softmax.OP, "rms_norm": _norms.RMS_OP, "layer_norm": _norms.LAYER_OP}
+SWEPT = ("rows_smem", "rows_cluster", "rows_split")
 F = torch.nn.functional
 ROTATE_BYTES = 256 << 20  # the copies of x the timed calls take turns over hold at least this
 MAX_COPIES = 64  # (a tiny --shape: the calls' own launches dominate, L2 or not)
@@ -72,9 +73,8 @@ def forced_us(name: str, impl: str, values: dict | None, kk) -> float | None:
 
 def sweep(name: str, kk, t_chosen: float) -> None:
     times = []
-    for c in (*SMEM_CONFIGS, *CLUSTER_CONFIGS, *SPLIT_CONFIGS):
-        impl = "rows_cluster" if c.values.get("CL", 1) > 1 else "rows_smem"
-        impl = "rows_split" if "U" in c.values else impl
+    listed = [(i.name, c) for i in OPS[name].implementations if i.name in SWEPT for c in i.configs]
+    for impl, c in listed:
         try:
             with force(name, impl, {**c.values, "threadgroup": c.threadgroup}):
                 t = graph_us(kk, batch=10, reps=5)
