@@ -132,33 +132,6 @@ def test_every_cluster_size_on_short_rows(dev, cl):
             check({name: f64(out)}, {name: want[name]}, "float32", (n, cl))
 
 
-@pytest.mark.parametrize("r", [2, 4])
-def test_several_rows_a_block_share_their_weights(dev, r):
-    """R rows a block (or a cluster): row counts that leave the last group short (1, 3, 5 rows
-    over groups of R), the vector and the element path, one block and a cluster; each row's
-    result equals R = 1's bit for bit (the same sums in the same order)."""
-    norms = {"rms_norm": ops.rms_norm, "layer_norm": ops.layer_norm}
-    cls = [1, 2] if _clusters(dev) else [1]
-    for rows, n in ((1, 4096), (3, 4099), (5, 20000)):
-        a = RNG.standard_normal((rows, n)) * 3 + 2
-        w, b = RNG.standard_normal(n), RNG.standard_normal(n)
-        x, wx, bx = (put(v, "bfloat16", dev) for v in (a, w, b))
-        want = refs(f64(x), f64(wx), f64(bx))
-        for name, fn in norms.items():
-            args = (x, wx, 1e-5) if name == "rms_norm" else (x, wx, bx, 1e-5)
-            for cl in cls:
-                impl = "rows_smem" if cl == 1 else "rows_cluster"
-                got = {}
-                for rr in (1, r):
-                    forced = {"BLOCK": 64, "CL": cl, "R": rr, "threadgroup": (64,)}
-                    out = torch.full(x.shape, float("nan"), dtype=x.dtype, device=dev)
-                    with force(name, impl, forced):
-                        assert fn(*args, out=out) is out
-                    got[rr] = f64(out)
-                check({name: got[r]}, {name: want[name]}, "bfloat16", (rows, n, cl, r))
-                assert (got[r] == got[1]).all(), (name, rows, n, cl, r)
-
-
 def test_non_contiguous_and_3d_inputs_and_weights_of_another_dtype(dev):
     n = 20000  # 78 KiB of float32: one block a row on every target
     base = RNG.standard_normal((3, 2 * n)) * 2

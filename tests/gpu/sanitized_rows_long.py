@@ -23,9 +23,8 @@ TOL = {torch.float32: 2e-5, torch.bfloat16: 1.6e-2}
 
 
 def case(name: str, n: int, rows: int, dtype: torch.dtype, cl: int, block: int, u: int = 0,
-         hint: int = 1, r: int = 1) -> bool:  # fmt: skip
-    """cl: blocks a row (rows_smem, rows_cluster), r rows a block; u > 0: rows_split with
-    U = u, HINT = hint."""
+         hint: int = 1) -> bool:  # fmt: skip
+    """cl: blocks a row (rows_smem, rows_cluster); u > 0: rows_split with U = u, HINT = hint."""
     g = torch.Generator(device="cuda").manual_seed(n * 31 + cl)
     x = torch.randn(rows, n, device="cuda", generator=g).to(dtype)
     w = torch.randn(n, device="cuda", generator=g).to(dtype)
@@ -38,7 +37,7 @@ def case(name: str, n: int, rows: int, dtype: torch.dtype, cl: int, block: int, 
     }[name]
     out = torch.full_like(x, float("nan"))
     impl = "rows_smem" if cl == 1 else "rows_cluster"
-    values = {"BLOCK": block, "CL": cl, "R": r, "threadgroup": (block,)}
+    values = {"BLOCK": block, "CL": cl, "threadgroup": (block,)}
     if u:
         impl, values = "rows_split", {"BLOCK": block, "U": u, "HINT": hint, "threadgroup": (block,)}
     with force(name, impl, values):
@@ -46,7 +45,7 @@ def case(name: str, n: int, rows: int, dtype: torch.dtype, cl: int, block: int, 
     torch.cuda.synchronize()
     err = ((out.double() - ref).abs().max() / ref.abs().max().clamp(min=1)).item()
     ok = bool(torch.isfinite(out).all()) and err <= TOL[dtype]
-    how = f"U={u} HINT={hint}" if u else f"CL={cl} R={r}"
+    how = f"U={u} HINT={hint}" if u else f"CL={cl}"
     print(f"{name:<11}{n:>7} x {rows} {str(dtype)[6:]:<9} {how} BLOCK={block}: err {err:.1e}"
           f"{'' if ok else '  FAILED'}")  # fmt: skip
     return ok
@@ -62,9 +61,6 @@ def main() -> int:
             cases.append((name, 7, 2, dtype, 8, 32))  # ranks past the row hold nothing
             cases += [(name, n, 3, dtype, 1, 64, u, h) for n in (4099, 40000) for u in (2, 8)
                       for h in (0, 1)]  # fmt: skip
-            if name != "softmax":  # R rows a block: 3 and 5 rows leave the last group short
-                cases += [(name, n, rows, dtype, cl, 64, 0, 1, r) for n in (4099, 4096)
-                          for rows in (3, 5) for cl in (1, 2) for r in (2, 4)]  # fmt: skip
     failed = [c for c in cases if not case(*c)]
     print(f"{len(cases)} cases, {len(failed)} failed;")
     return 1 if failed else 0

@@ -2,8 +2,7 @@
 row in one block's shared memory (opt-in, up to 227 KiB on an H100: 58K float32 or 116K 16-bit
 elements); ``rows_cluster`` splits a row over a thread-block cluster of CL = 2-8 blocks (sm_90),
 each keeping its slice and combining the statistics through distributed shared memory. Kernel
-source: ``rows/kernels/rows_smem.cuh``; configs are (BLOCK threads a block, CL blocks a row, and
-for the norms R rows a block or cluster takes: their weights read from L2 once for R rows).
+source: ``rows/kernels/rows_smem.cuh``; configs are (BLOCK threads a block, CL blocks a row).
 
 The register kernel (``rows``) reads a row once only while it fits its registers (at most 2048
 16-byte vectors a row); beyond that it reads twice, and these take over (the heuristics below);
@@ -37,9 +36,7 @@ HEADER = source("rows", "rows", "softmax", "rows_smem")  # the row helpers, soft
 REGISTER_VECTORS = 2048  # the longest row (in 16-byte vectors) ``rows`` keeps in registers
 CLUSTER_SIZES = (2, 3, 4, 6, 8)  # a kernel each (the cluster shape is a kernel attribute)
 BLOCKS = (256, 512, 1024)
-STATIC_SHARED = 1024  # bytes: the kernel's own arrays (268 at R = 1) and the runtime's reserve
-ROW_STATIC = 268  # bytes of the kernel's own arrays each further row of R adds
-ROWS = (1, 2, 4)  # R: rows a block (or a cluster) takes, for the norms (softmax has no weight)
+STATIC_SHARED = 1024  # bytes: the kernel's own arrays (268) and the runtime's reserve per block
 SHARED_LIMIT = 227 * 1024  # the most any target offers a block (sm_90); match checks the target's
 FEW_ROWS = 32  # a power of two: the op's key buckets rows to the next one
 WANT_SLICE = 64 * 1024  # bytes a block: three blocks an SM on an H100 overlap loads and stores
@@ -47,28 +44,21 @@ KERNELS: dict[str, dict[int, Any]] = {}  # op name -> cluster size -> kernel (1:
 _ITEMSIZE = {"float16": 2, "bfloat16": 2, "float32": 4}
 _KIND = {"softmax": 0, "rms_norm": 1, "layer_norm": 2}
 _ARGS = {
-    "softmax": "(x, y, (const T*)0, (const T*)0, 0.0f, r, nr, n)",
-    "rms_norm": "(x, y, w, w, eps, r, nr, n)",
-    "layer_norm": "(x, y, w, b, eps, r, nr, n)",
+    "softmax": "(x, y, (const T*)0, (const T*)0, 0.0f, r, n)",
+    "rms_norm": "(x, y, w, w, eps, r, n)",
+    "layer_norm": "(x, y, w, b, eps, r, n)",
 }
 
 _BODY = source("rows", "long_row_body")  # ARGS, KIND, EXTRA_ALIGN filled per op
 
 
-def config(block: int, cl: int, r: int = 1) -> Config:
-    """BLOCK threads a block, CL blocks a row, R rows a block (R = 1 left out of the values)."""
-    values = {"BLOCK": block, "CL": cl} | ({"R": r} if r != 1 else {})
-    return Config(values, (block,))
+def config(block: int, cl: int) -> Config:
+    """BLOCK threads a block, CL blocks a row."""
+    return Config({"BLOCK": block, "CL": cl}, (block,))
 
 
-def configs(clusters: bool, rows: Sequence[int] = (1,)) -> tuple[Config, ...]:
-    """rows_cluster's (``clusters``) or rows_smem's configs, R = 1 first."""
-    sizes = CLUSTER_SIZES if clusters else (1,)
-    return tuple(config(b, cl, r) for r in rows for cl in sizes for b in BLOCKS)
-
-
-SMEM_CONFIGS = configs(False)
-CLUSTER_CONFIGS = configs(True)
+SMEM_CONFIGS = tuple(config(b, 1) for b in BLOCKS)
+CLUSTER_CONFIGS = tuple(config(b, cl) for cl in CLUSTER_SIZES for b in BLOCKS)
 
 
 def slice_bytes(n: int, cl: int, dtype: str) -> int:
@@ -84,15 +74,6 @@ def _dims(p: Problem) -> tuple[int, int, str]:
 
 def _cl(c: Config) -> int:
     return int(c.values.get("CL", 1))
-
-
-def _r(c: Config) -> int:
-    return int(c.values.get("R", 1))
-
-
-def block_bytes(n: int, cl: int, r: int, dtype: str) -> int:
-    """Shared memory of one block holding its slices of ``r`` rows (and its arrays' growth)."""
-    return r * slice_bytes(n, cl, dtype) + (r - 1) * ROW_STATIC
 
 
 def room(t: Target) -> int:
@@ -126,20 +107,15 @@ def block_refusal(c: Config) -> str | None:
 def fits(p: Problem, c: Config) -> str | None:
     """The slice must fit a block's shared memory (227 KiB at most; match checks the target)."""
     n, _, dtype = _dims(p)
-    cl, r = _cl(c), _r(c)
+    cl = _cl(c)
     refused = block_refusal(c)
     if refused:
         return refused
     if cl != 1 and cl not in CLUSTER_SIZES:
         return f"CL = {cl} is not one of {(1, *CLUSTER_SIZES)}"
-    if r not in ROWS:
-        return f"R = {r} is not one of {ROWS}"
-    need = block_bytes(n, cl, r, dtype)
+    need = slice_bytes(n, cl, dtype)
     if need > SHARED_LIMIT - STATIC_SHARED:
-        return (
-            f"{r} slice(s) of a row of {n} over {cl} block(s), {need} bytes, "
-            f"> {SHARED_LIMIT - STATIC_SHARED}"
-        )
+        return f"a slice of {need} bytes (a row of {n} over {cl} block(s)) > {SHARED_LIMIT}"
     return None
 
 
@@ -176,9 +152,8 @@ def _heuristic(clusters: bool) -> Callable[[Problem, Target], Config | None]:
 
 
 def grid(p: Problem, c: Config) -> tuple[int, int, int]:
-    """CL blocks of BLOCK threads a group of R rows."""
-    groups = -(-max(1, int(p.attr("rows"))) // _r(c))
-    return (groups * _cl(c) * int(c.values["BLOCK"]), 1, 1)
+    """CL blocks of BLOCK threads a row."""
+    return (max(1, int(p.attr("rows"))) * _cl(c) * int(c.values["BLOCK"]), 1, 1)
 
 
 def _kernels(name: str, inputs: Sequence[str], aligned: tuple[str, ...]) -> dict[int, Any]:
@@ -213,7 +188,7 @@ def register(
         shape, dtype = problem.arg("x").shape, problem.arg("x").dtype
         if problem.attr("rows") == 0 or problem.attr("N") == 0:  # nothing to launch
             return lambda arrays, out: out if out is not None else empty(arrays[0], shape)
-        cl, r = _cl(choice.config), _r(choice.config)
+        cl = _cl(choice.config)
         values = dict(template(problem))
         kw: dict[str, Any] = {
             "grid": choice.grid,
@@ -222,26 +197,26 @@ def register(
                 ("BLOCK", choice.config.values["BLOCK"]),
                 ("CL", cl),
                 ("ND", len(shape)),
-                ("R", r),
                 ("T", dtype),
                 ("WT", values.get("WT", dtype)),
             ),
-            "shared_memory": r * slice_bytes(int(problem.attr("N")), cl, dtype),
+            "shared_memory": slice_bytes(int(problem.attr("N")), cl, dtype),
         }
         return one_output_launch(kernels[cl], kw, shape, output_dtype)
 
     run = run_prepared(prepare)
-    rows = (1,) if name == "softmax" else ROWS  # softmax has no weight to read once
-    for impl, clusters in (("rows_cluster", True), ("rows_smem", False)):
-        listed = configs(clusters, rows)
+    for impl, configs, clusters in (
+        ("rows_cluster", CLUSTER_CONFIGS, True),
+        ("rows_smem", SMEM_CONFIGS, False),
+    ):
         op.register(
             Implementation(
                 impl,
                 run=run,
                 prepare=prepare,
                 grid=grid,
-                configs=listed,
-                default=listed[1],
+                configs=configs,
+                default=configs[1],
                 heuristic=_heuristic(clusters),
                 requires=frozenset({"clusters"}) if clusters else frozenset(),
                 match=_match(clusters),

@@ -9,10 +9,9 @@
 // Needs (from the row header before it): kk_pack, kk_words, kk_get/kk_set, kk_block_reduce,
 // kk_exp2, kk_max_nan, kk_softmax_merge, kk_softmax_reduce, KK_L2E.
 // Template values: T (x, y), W (weight, bias), OP (0 softmax, 1 rms_norm, 2 layer_norm), BLOCK
-// (threads, a multiple of 32), CL (blocks a row), R (rows a block, or a cluster, takes: the
-// weights read once for all of them), VECTOR (n % VEC == 0 and every pointer 16-byte aligned:
-// 16-byte loads and stores; else element by element).
-// Dynamic shared memory: R * S * sizeof(T) bytes, S = kk_long_slice<T>(n, CL).
+// (threads, a multiple of 32), CL (blocks a row), VECTOR (n % VEC == 0 and every pointer
+// 16-byte aligned: 16-byte loads and stores; else element by element).
+// Dynamic shared memory: S * sizeof(T) bytes, S = kk_long_slice<T>(n, CL).
 
 #define KK_LONG_UNROLL 4  // vectors a thread has in flight while loading: 4 x 16 B per thread
 
@@ -168,181 +167,113 @@ __device__ __forceinline__ float kk_long_out(float v, float sh, float p0, float 
   return (v - sh - p0) * p1 * (float)w[e] + (float)b[e];
 }
 
-// Sums of R values over the block, one barrier for all of them (`red`: 32 R floats; each warp
-// reads what every warp wrote, so any whole number of warps up to 1024 threads).
-template <int BLOCK, int R>
-__device__ __forceinline__ void kk_long_block_sums(float (&v)[R], float* red) {
-#pragma unroll
-  for (int j = 0; j < R; ++j) v[j] = kk_warp_sum(v[j]);
-  if (BLOCK > 32) {
-    constexpr int WN = BLOCK / 32;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    if (lane == 0) {
-#pragma unroll
-      for (int j = 0; j < R; ++j) red[j * 32 + warp] = v[j];
-    }
-    __syncthreads();
-#pragma unroll
-    for (int j = 0; j < R; ++j) v[j] = kk_warp_sum(lane < WN ? red[j * 32 + lane] : 0.0f);
-  }
-}
-
-// Phase 2: y[lo, lo + m) of `nr` rows (at most R, `stride` elements apart in y and `slice`
-// apart in shared memory) from shared memory. The weights (and bias) are read once for all the
-// rows: a block that takes R rows reads them from L2 R times less than R blocks of one row.
-// Weights of T's width in vectors, two vectors' worth loaded before the first store (a store may
-// alias a weight as far as the compiler knows, so it does not move a load above one: one L2 read
-// in flight otherwise). layer_norm in 16 bits keeps one: two, with the bias, take 56 registers a
-// thread against 32-40 (two blocks of 512 an SM instead of three), which measured slower there
-// on an H100 (1-7%) and faster in float32 (2-8%). With R > 1 rows, one: each vector of weights
-// is followed by R stores already.
-template <class T, class W, int OP, int BLOCK, int R, bool VECTOR>
-__device__ __forceinline__ void kk_long_store(const T* s, long long slice, T* ys,
-                                              long long stride, long long m, int nr,
-                                              const float (&sh)[R], const float (&p0)[R],
-                                              const float (&p1)[R], const W* w, const W* b) {
+// Phase 2: y[lo, lo + m) from shared memory. Weights (and bias) of T's width in vectors, two
+// vectors' worth loaded before the first store (a store may alias a weight as far as the
+// compiler knows, so it does not move a load above one: one L2 read in flight otherwise).
+// layer_norm in 16 bits keeps one: two, with the bias, take 56 registers a thread against 32-40
+// (two blocks of 512 an SM instead of three), which measured slower there on an H100 (1-7%)
+// and faster in float32 (2-8%).
+template <class T, class W, int OP, int BLOCK, bool VECTOR>
+__device__ __forceinline__ void kk_long_store(const T* s, T* ys, long long m, float sh, float p0,
+                                              float p1, const W* w, const W* b) {
   constexpr int VEC = kk_pack<T>::N;
   constexpr bool WVEC = VECTOR && OP != 0 && sizeof(W) == sizeof(T);
-  constexpr int U = R == 1 && WVEC && (OP == 1 || sizeof(T) == 4) ? 2 : 1;
+  constexpr int U = WVEC && (OP == 1 || sizeof(T) == 4) ? 2 : 1;
   const int t = threadIdx.x;
   if (VECTOR) {
     const int nv = (int)(m / VEC);
+    const kk_words* src = reinterpret_cast<const kk_words*>(s);
+    kk_words* dst = reinterpret_cast<kk_words*>(ys);
 #pragma unroll 2
     for (int base = t; base < nv; base += BLOCK * U) {
-      kk_words wv[U], bv[U];
+      kk_words v[U], wv[U], bv[U];
 #pragma unroll
-      for (int u = 0; u < U; ++u) {  // the weights' loads issued before the first store
+      for (int u = 0; u < U; ++u) {  // every load issued before the first store
         const int i = base + u * BLOCK;
-        if (WVEC && i < nv) {
-          wv[u] = reinterpret_cast<const kk_words*>(w)[i];
-          if (OP == 2) bv[u] = reinterpret_cast<const kk_words*>(b)[i];
+        if (i < nv) {
+          v[u] = src[i];
+          if (WVEC) wv[u] = reinterpret_cast<const kk_words*>(w)[i];
+          if (WVEC && OP == 2) bv[u] = reinterpret_cast<const kk_words*>(b)[i];
         }
       }
 #pragma unroll
-      for (int j = 0; j < R; ++j) {
-        if (j >= nr) break;
-        const kk_words* src = reinterpret_cast<const kk_words*>(s + j * slice);
-        kk_words* dst = reinterpret_cast<kk_words*>(ys + j * stride);
-        kk_words v[U];
-#pragma unroll
-        for (int u = 0; u < U; ++u) {
-          const int i = base + u * BLOCK;
-          if (i < nv) v[u] = src[i];
-        }
-#pragma unroll
-        for (int u = 0; u < U; ++u) {
-          const int i = base + u * BLOCK;
-          if (i >= nv) break;
-          for (int q = 0; q < VEC; ++q) {
-            const float e = kk_get<T>(v[u], q);
-            float o;
-            if (WVEC) {
-              o = OP == 1 ? e * p1[j] * kk_get<W>(wv[u], q)
-                          : (e - sh[j] - p0[j]) * p1[j] * kk_get<W>(wv[u], q) +
-                                kk_get<W>(bv[u], q);
-            } else {
-              o = kk_long_out<T, W, OP>(e, sh[j], p0[j], p1[j], w, b, (long long)i * VEC + q);
-            }
-            kk_set<T>(v[u], q, o);
+      for (int u = 0; u < U; ++u) {
+        const int i = base + u * BLOCK;
+        if (i >= nv) break;
+        for (int j = 0; j < VEC; ++j) {
+          const float e = kk_get<T>(v[u], j);
+          float o;
+          if (WVEC) {
+            o = OP == 1 ? e * p1 * kk_get<W>(wv[u], j)
+                        : (e - sh - p0) * p1 * kk_get<W>(wv[u], j) + kk_get<W>(bv[u], j);
+          } else {
+            o = kk_long_out<T, W, OP>(e, sh, p0, p1, w, b, (long long)i * VEC + j);
           }
-          dst[i] = v[u];
+          kk_set<T>(v[u], j, o);
         }
+        dst[i] = v[u];
       }
     }
   } else {
-    for (long long e = t; e < m; e += BLOCK) {
-#pragma unroll
-      for (int j = 0; j < R; ++j) {
-        if (j >= nr) break;
-        const float v = (float)s[j * slice + e];
-        ys[j * stride + e] = T(kk_long_out<T, W, OP>(v, sh[j], p0[j], p1[j], w, b, e));
-      }
-    }
+    for (long long e = t; e < m; e += BLOCK)
+      ys[e] = T(kk_long_out<T, W, OP>((float)s[e], sh, p0, p1, w, b, e));
   }
 }
 
-// One block's part of rows [r0, r0 + nr) (nr <= R, the same for every block of a cluster): its
-// slice [lo, lo + m) of each row of x in, of y out; the rows' slices side by side in shared
-// memory. `w`, `b`: the whole weight and bias (null for softmax).
-template <class T, class W, int OP, int BLOCK, int CL, int R, bool VECTOR>
+// One block's part of row r: its slice [lo, lo + m) of x in, y out. `w`, `b`: the whole
+// weight and bias (null for softmax).
+template <class T, class W, int OP, int BLOCK, int CL, bool VECTOR>
 __device__ __forceinline__ void kk_long_row(const T* x, T* y, const W* w, const W* b, float eps,
-                                            long long r0, int nr, long long n) {
+                                            long long r, long long n) {
   extern __shared__ __align__(16) unsigned char kk_long_smem[];
-  __shared__ float red[64 * R];
-  __shared__ float st[3 * R];  // this block's (count, first, second) statistics a row
+  __shared__ float red[64];
+  __shared__ float st[3];  // this block's (count, first, second) statistics for the cluster
   T* s = reinterpret_cast<T*>(kk_long_smem);
   const unsigned rank = kk_long_rank<CL>();
   const long long slice = kk_long_slice<T>(n, CL), lo = (long long)rank * slice;
   const long long m = lo >= n ? 0 : (n - lo < slice ? n - lo : slice);
-  float sh[R], a[R], bb[R];
-#pragma unroll
-  for (int j = 0; j < R; ++j) {  // every row's loads issued before any barrier
-    a[j] = OP == 0 ? -INFINITY : 0.0f, bb[j] = 0.0f, sh[j] = 0.0f;
-    if (j < nr) {
-      const T* xr = x + (r0 + j) * n;
-      // layer_norm takes its statistics of x - x[0]: a constant row's deviations are exact
-      // zeros (its output is the bias, as in torch), and a large mean loses no digits
-      if (OP == 2) sh[j] = (float)xr[0];
-      kk_long_load<T, OP, BLOCK, VECTOR>(xr + lo, s + j * slice, m, sh[j], a[j], bb[j]);
-    }
-  }
-  float mine0[R], mine1[R];  // this block's (first, second) a row
+  const T* xr = x + r * n;
+  // layer_norm takes its statistics of x - x[0]: a constant row's deviations are exact zeros
+  // (its output is the bias, as in torch), and a large mean loses no digits
+  const float sh = OP == 2 ? (float)xr[0] : 0.0f;
+  float a = OP == 0 ? -INFINITY : 0.0f, bb = 0.0f;
+  kk_long_load<T, OP, BLOCK, VECTOR>(xr + lo, s, m, sh, a, bb);
+  float mine0 = 0.0f, mine1 = 0.0f;  // this block's (first, second)
   if (OP == 0) {
-#pragma unroll
-    for (int j = 0; j < R; ++j) {
-      if (j < nr) kk_softmax_reduce<BLOCK>(a[j], bb[j], red + 64 * j);
-      mine0[j] = a[j], mine1[j] = bb[j];
-    }
+    kk_softmax_reduce<BLOCK>(a, bb, red);
+    mine0 = a, mine1 = bb;
   } else if (OP == 1) {
-    kk_long_block_sums<BLOCK, R>(a, red);
-#pragma unroll
-    for (int j = 0; j < R; ++j) mine0[j] = 0.0f, mine1[j] = a[j];
+    mine1 = kk_block_reduce<BLOCK, false>(a, red);
   } else {
-    // each slice's mean, then its squared deviations around it from shared memory: each thread
+    // the slice's mean, then its squared deviations around it from shared memory: each thread
     // reads back what it wrote (no barrier needed, whatever BLOCK is)
-    kk_long_block_sums<BLOCK, R>(a, red);
-    float q[R];
-#pragma unroll
-    for (int j = 0; j < R; ++j) {
-      mine0[j] = m ? a[j] / (float)m : 0.0f;
-      q[j] = 0.0f;
-      if (j >= nr) continue;
-      if (VECTOR) {
-        constexpr int VEC = kk_pack<T>::N;
-        const kk_words* sv = reinterpret_cast<const kk_words*>(s + j * slice);
-        for (int i = threadIdx.x; i < (int)(m / VEC); i += BLOCK) {
-          const kk_words v = sv[i];
-          for (int e = 0; e < VEC; ++e) {
-            const float d = kk_get<T>(v, e) - sh[j] - mine0[j];
-            q[j] = fmaf(d, d, q[j]);
-          }
-        }
-      } else {
-        for (long long e = threadIdx.x; e < m; e += BLOCK) {
-          const float d = (float)s[j * slice + e] - sh[j] - mine0[j];
-          q[j] = fmaf(d, d, q[j]);
+    const float mean = m ? kk_block_reduce<BLOCK, false>(a, red) / (float)m : 0.0f;
+    float q = 0.0f;
+    if (VECTOR) {
+      constexpr int VEC = kk_pack<T>::N;
+      const kk_words* sv = reinterpret_cast<const kk_words*>(s);
+      for (int i = threadIdx.x; i < (int)(m / VEC); i += BLOCK) {
+        const kk_words v = sv[i];
+        for (int j = 0; j < VEC; ++j) {
+          const float d = kk_get<T>(v, j) - sh - mean;
+          q = fmaf(d, d, q);
         }
       }
+    } else {
+      for (long long e = threadIdx.x; e < m; e += BLOCK) {
+        const float d = (float)s[e] - sh - mean;
+        q = fmaf(d, d, q);
+      }
     }
-    kk_long_block_sums<BLOCK, R>(q, red + 32 * R);
-#pragma unroll
-    for (int j = 0; j < R; ++j) mine1[j] = q[j];
+    mine0 = mean;
+    mine1 = kk_block_reduce<BLOCK, false>(q, red + 32);
   }
-  if (threadIdx.x == 0) {
-#pragma unroll
-    for (int j = 0; j < R; ++j) {
-      st[3 * j] = (float)m, st[3 * j + 1] = mine0[j], st[3 * j + 2] = mine1[j];
-    }
-  }
-  if (CL > 1) kk_long_cluster_sync<CL>();  // every block's st (and its slices) is complete
+  if (threadIdx.x == 0) st[0] = (float)m, st[1] = mine0, st[2] = mine1;
+  if (CL > 1) kk_long_cluster_sync<CL>();  // every block's st (and its slice) is complete
   else __syncthreads();
-  float p0[R], p1[R];
-#pragma unroll
-  for (int j = 0; j < R; ++j) {
-    p0[j] = p1[j] = 0.0f;
-    if (j < nr) kk_long_combine<OP, CL>(st + 3 * j, n, eps, p0[j], p1[j]);
-  }
-  kk_long_store<T, W, OP, BLOCK, R, VECTOR>(s, slice, y + r0 * n + lo, n, m, nr, sh, p0, p1,
-                                            OP == 0 ? w : w + lo, OP == 2 ? b + lo : b);
+  float p0, p1;
+  kk_long_combine<OP, CL>(st, n, eps, p0, p1);
+  kk_long_store<T, W, OP, BLOCK, VECTOR>(s, y + r * n + lo, m, sh, p0, p1,
+                                         OP == 0 ? w : w + lo, OP == 2 ? b + lo : b);
   kk_long_cluster_sync<CL>();  // no block leaves while another may still read its st
 }
