@@ -37,6 +37,7 @@ CASES = {
     "elementwise": (lambda a, b: SWIGLU(a, b, 2.0), [X, B],
                     lambda a, b: a * F.silu(b) * 2.0),
 }  # fmt: skip
+DEVICES = ["cpu", *(["cuda"] if torch.cuda.is_available() else [])]  # warm CUDA calls: C Calls
 NAMES = {
     "softmax": ["x"], "rms_norm": ["x", "weight"], "layer_norm": ["x", "weight", "bias"],
     "matmul": ["a", "b"], "matmul bias": ["a", "b", "bias"], "elementwise": ["a", "b"],
@@ -49,10 +50,12 @@ def _check(case: str, arrays: list) -> None:
     torch.testing.assert_close(fn(*arrays), want, atol=1e-4, rtol=1e-4)
 
 
+@pytest.mark.parametrize("dev", DEVICES)
 @pytest.mark.parametrize("warm", [False, True], ids=["cold", "warm"])
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_a_tangent_is_refused_by_name(case, warm):
+def test_a_tangent_is_refused_by_name(case, warm, dev):
     fn, arrays, _ = CASES[case]
+    arrays = [a.to(dev) for a in arrays]
     if warm:
         for _ in range(3):  # prepared, then served, outside any level
             _check(case, arrays)
@@ -93,12 +96,18 @@ def test_calls_inside_a_level_keep_nothing_and_warm_calls_outside_still_serve():
     torch.testing.assert_close(ops.softmax(x), torch.softmax(x.to(F64), -1).float())
 
 
-def test_a_kernel_s_torch_op_refuses_a_tangent():
+_SCALE_OPS: dict = {}
+
+
+@pytest.mark.parametrize("dev", DEVICES)
+def test_a_kernel_s_torch_op_refuses_a_tangent(dev):
     each = "uint i = blockIdx.x * blockDim.x + threadIdx.x; if (i < x_shape[0]) "
     k = kernelkit.kernel("fwd_ad_scale", ["x", "s"], ["y"], each + "y[i] = s * x[i];")
-    op = k.as_torch_op("kk_tests::fwd_ad_scale", output_shapes="x", output_dtypes="x",
-                       grid="x", scalars={"s": float})  # fmt: skip
-    x = torch.randn(33, generator=G)
+    op = _SCALE_OPS.get("op") or k.as_torch_op(
+        "kk_tests::fwd_ad_scale", output_shapes="x", output_dtypes="x", grid="x",
+        scalars={"s": float})  # fmt: skip
+    _SCALE_OPS["op"] = op  # an op's name is registered once a process
+    x = torch.randn(33, generator=G).to(dev)
     torch.testing.assert_close(op(x, 3.0), 3.0 * x)
     with forward_ad.dual_level():
         dual = forward_ad.make_dual(x, torch.ones_like(x))
