@@ -152,3 +152,32 @@ def test_without_clusters_few_rows_beyond_shared_memory_go_to_rows_split():
     assert select(_softmax.OP, problem(64, 32000, "float32"), roomy).choice.impl == (
         "softmax/rows_smem"
     )
+
+
+def test_tuned_rows_take_over_from_the_heuristic_where_they_measured_ahead():
+    """Shipped rows (``kernelkit tune`` on each GPU): float32 layer_norm on 4096x128256 runs
+    rows_cluster CL = 6 on an H100 and an H200 (1.055x and 1.089x the heuristic's CL = 8), and
+    64 rows of 262144 on an H200 rows_split; the heuristic alone keeps CL = 8."""
+    from kernelkit._select.decide import _table
+
+    h100 = dataclasses.replace(H100, name="NVIDIA H100 80GB HBM3")
+    h200 = dataclasses.replace(H100, name="NVIDIA H200")
+
+    def layer_norm(rows: int, n: int) -> Problem:
+        p = _row_problem(_norms._LAYER.spec, "float32", n, "float32")
+        return dataclasses.replace(p, name="layer_norm", attrs=(("N", n), ("rows", rows)))
+
+    vocab = layer_norm(4096, 128256)
+    for target in (h100, h200):
+        choice = select(_norms.LAYER_OP, vocab, target, table=_table()).choice
+        assert (choice.impl, choice.config.values["CL"], choice.source) == (
+            "layer_norm/rows_cluster",
+            6,
+            "table",
+        ), choice
+    assert select(_norms.LAYER_OP, vocab, h100).choice.config.values["CL"] == 8
+    few = select(_norms.LAYER_OP, layer_norm(64, 262144), h200, table=_table()).choice
+    assert few.impl == "layer_norm/rows_split", few
+    assert select(_norms.LAYER_OP, layer_norm(64, 262144), h100, table=_table()).choice.impl == (
+        "layer_norm/rows_cluster"
+    )
