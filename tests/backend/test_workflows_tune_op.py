@@ -330,3 +330,31 @@ def test_a_shipped_choice_outside_the_implementations_asked_for_is_timed_never_c
     assert all(c.impl == "matmul/gemv_slab" for c in r.candidates[1:]), r.report()
     assert r.winner is None and r.record is None and t.records == [] and db.records() == []
     assert "(shipped; not asked for, so never chosen)" in r.report()
+
+
+def test_outputs_on_a_device_are_compared_there(db, monkeypatch):
+    """A torch output on a GPU is compared where it lies (``tuner.compare_on_device``), never
+    copied to the host: here torch's CPU tensors stand in for a device's. The same candidates
+    pass, and one whose output is wrong is still rejected."""
+    pytest.importorskip("torch")
+    from kernelkit._tune import tuner
+
+    seen = []
+    real = tuner.compare_on_device
+
+    def spy(ref, got, dtype):
+        seen.append(type(got).__module__)
+        return real(ref, got, dtype)
+
+    monkeypatch.setattr(tuner, "on_device", lambda x: hasattr(x, "detach"))
+    monkeypatch.setattr(tuner, "compare_on_device", spy)
+    t = kernelkit.tune_op("softmax", "8x64", framework="torch", limit=2, quiet=True, store=False)
+    r = t.results[0]
+    assert seen and all(m.startswith("torch") for m in seen), seen
+    assert [c.status for c in r.candidates] == ["ok"] * len(r.candidates), r.report()
+    monkeypatch.setattr(
+        tuner, "compare_on_device", lambda ref, got, dtype: real(ref, got * 2, dtype)
+    )
+    r = kernelkit.tune_op("softmax", "8x64", framework="torch", limit=2, quiet=True,
+                          store=False).results[0]  # fmt: skip
+    assert {c.status for c in r.candidates} == {"rejected"}, r.report()

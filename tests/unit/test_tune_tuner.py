@@ -88,3 +88,35 @@ def test_shapes_and_integers_are_checked_as_before():
     x = np.linspace(1.0, 2.0, 6, dtype=np.float32)
     assert tuner.compare_outputs([x], [x + np.float32(1e-6)], ["float32"]) is None
     assert "by up to 0.01" in tuner.compare_outputs([x], [x + np.float32(0.01)], ["float32"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(pairs())
+def test_the_verdict_on_the_device_is_the_whole_arrays(monkeypatch_chunk, pair):
+    """``compare_on_device`` (the output compared where it lies: a torch tensor, here on the
+    host's device) against the same definition, chunks of 8 elements, float32 and bfloat16."""
+    torch = pytest.importorskip("torch")
+    a, b = pair
+    for dtype, tdtype in (("float32", torch.float32), ("bfloat16", torch.bfloat16)):
+        out = torch.from_numpy(b).to(tdtype)
+        got = tuner.compare_on_device(a.astype(np.float64), out, dtype)
+        want = _whole(a, out.float().numpy(), dtype)
+        if want is None:
+            assert got is None, (got, dtype)
+        elif want in ("NaN", "infinities"):
+            assert got is not None and want in got, (got, want, dtype)
+        else:
+            assert got is not None and f"by up to {want}" in got, (got, want, dtype)
+        assert (got is None) == (tuner.compare_outputs([a], [out.float().numpy()], [dtype]) is None)
+
+
+def test_on_device_shapes_and_integers():
+    torch = pytest.importorskip("torch")
+    ref = np.zeros((2, 3))
+    assert "shape" in tuner.compare_on_device(ref, torch.zeros(3, 2), "float32")
+    ints = torch.arange(6, dtype=torch.int32)
+    other = ints.clone()
+    other[2] = 7
+    assert "differs in 1 of 6" in tuner.compare_on_device(ints.numpy(), other, "int32")
+    assert tuner.compare_on_device(ref, torch.zeros(2, 3), "float32") is None
+    assert not tuner.on_device(torch.zeros(2)) and not tuner.on_device(np.zeros(2))

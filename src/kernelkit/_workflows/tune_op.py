@@ -156,14 +156,17 @@ class _Bench:
         self.backend.synchronize(self.timer.stream)
 
     def output(self, run: Callable[..., Any]) -> Any:
-        """One run from the NaN-filled output; the output as a host array."""
+        """One run from the NaN-filled output; the output as a host array, or where it lies
+        when ``tuner.compare_on_device`` compares it there (a torch tensor on a GPU)."""
+        from .._tune import tuner
         from .._tune.timing import to_host
 
         self.sets.restore(0)
         self.timer.start()
         run(*self.sets.sets[0], self.timer.stream)
         self.timer.stop()
-        return to_host(self.sets.sets[0][1][0])
+        out = self.sets.sets[0][1][0]
+        return out if tuner.on_device(out) else to_host(out)
 
     def time(self, run: Callable[..., Any]) -> tuple[float, str]:
         from .._tune.timing import measure
@@ -290,7 +293,7 @@ def _check_and_time(
 ) -> str:
     """Step 3 for each compiled candidate: compare with the reference, then time. Returns a
     note (the budget spent) or ""."""
-    from .._tune.tuner import compare_outputs, failure_reason
+    from .._tune import tuner
 
     expected = case.expected() if any(f is None for _, f in compiled) else None
     note, timed = "", 0
@@ -304,7 +307,12 @@ def _check_and_time(
             note = f"time budget of {budget_s:g} s spent after {timed} timed candidates"
         else:
             try:
-                wrong = compare_outputs([expected], [bench.output(runs[i])], [case.dtype])
+                got = bench.output(runs[i])
+                wrong = (
+                    tuner.compare_on_device(expected, got, case.dtype)
+                    if tuner.on_device(got)
+                    else tuner.compare_outputs([expected], [got], [case.dtype])
+                )
                 if wrong is not None:
                     status, detail = "rejected", f"{wrong} (float64 reference)"
                 else:
@@ -313,7 +321,7 @@ def _check_and_time(
             except LaunchError:
                 raise  # a device fault: this process's CUDA context is lost, the run ends
             except Exception as e:  # noqa: BLE001
-                detail = failure_reason(e)
+                detail = tuner.failure_reason(e)
         results[i] = OpCandidate(p.ident, p.label, p.config, status, seconds, detail)
         bar.update(1)
     return note
