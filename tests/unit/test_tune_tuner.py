@@ -7,6 +7,8 @@ errors."""
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -119,4 +121,9 @@ def test_on_device_shapes_and_integers():
     other[2] = 7
     assert "differs in 1 of 6" in tuner.compare_on_device(ints.numpy(), other, "int32")
     assert tuner.compare_on_device(ref, torch.zeros(2, 3), "float32") is None
+    ref.flags.writeable = False  # a read-only reference: no warning (torch.from_numpy's)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert tuner.compare_on_device(ref, torch.zeros(2, 3), "float32") is None
+        assert tuner.compare_on_device(ref, torch.zeros(3, 2).T, "float16") is None
     assert not tuner.on_device(torch.zeros(2)) and not tuner.on_device(np.zeros(2))

@@ -222,6 +222,8 @@ def compare_on_device(ref: Any, got: Any, dtype: str) -> str | None:
     flags = torch.zeros(3, dtype=torch.bool, device=device)  # NaN, infinity, a finite pair
     for start in range(0, flat.numel(), COMPARE_CHUNK):
         chunk = np.ascontiguousarray(flat_ref[start : start + COMPARE_CHUNK], dtype=np.float64)
+        if not chunk.flags.writeable:  # torch.from_numpy warns of a read-only array
+            chunk = chunk.copy()
         a = torch.from_numpy(chunk).to(device)
         b = flat[start : start + COMPARE_CHUNK].to(f64)
         nan = a.isnan()
