@@ -96,17 +96,12 @@ def test_calls_inside_a_level_keep_nothing_and_warm_calls_outside_still_serve():
     torch.testing.assert_close(ops.softmax(x), torch.softmax(x.to(F64), -1).float())
 
 
-_SCALE_OPS: dict = {}
-
-
 @pytest.mark.parametrize("dev", DEVICES)
 def test_a_kernel_s_torch_op_refuses_a_tangent(dev):
     each = "uint i = blockIdx.x * blockDim.x + threadIdx.x; if (i < x_shape[0]) "
     k = kernelkit.kernel("fwd_ad_scale", ["x", "s"], ["y"], each + "y[i] = s * x[i];")
-    op = _SCALE_OPS.get("op") or k.as_torch_op(
-        "kk_tests::fwd_ad_scale", output_shapes="x", output_dtypes="x", grid="x",
-        scalars={"s": float})  # fmt: skip
-    _SCALE_OPS["op"] = op  # an op's name is registered once a process
+    op = k.as_torch_op(f"kk_tests::fwd_ad_scale_{dev}", output_shapes="x", output_dtypes="x",
+                       grid="x", scalars={"s": float})  # fmt: skip
     x = torch.randn(33, generator=G).to(dev)
     torch.testing.assert_close(op(x, 3.0), 3.0 * x)
     with forward_ad.dual_level():
