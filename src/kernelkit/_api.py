@@ -45,6 +45,9 @@ def _follow(kernel: weakref.ref[Kernel], call: Any) -> None:
 
 
 MAX_PLANS = 256  # specializations a kernel object keeps (the oldest goes first)
+# blocks a cluster may have: 8 is CUDA's portable size, 16 the most sm_90 (H100, H200) allows a
+# kernel that opts in (the CUDA backend does so when it loads one with more than 8)
+MAX_CLUSTER_BLOCKS = 16
 # Kernel.as_torch_op / as_jax_callable: the integrations' wrappers, installed by kernelkit/__init__
 # (integrations sit above the API: it never imports them)
 WRAPPERS: dict[str, Any] = {}
@@ -389,7 +392,9 @@ def kernel(
     ``launch_bounds=256`` or ``(256, 2)`` puts ``__launch_bounds__(256, 2)`` on the kernel and
     refuses launches of more threads per block. ``cluster_dims=2`` or ``(2, 1, 1)`` puts
     ``__cluster_dims__(2, 1, 1)`` on it (CUDA, sm_90+): every launch runs its blocks in clusters
-    of that shape, so the grid's blocks must divide into them (checked per launch).
+    of that shape, so the grid's blocks must divide into them (checked per launch). Up to 8
+    blocks is CUDA's portable cluster size; 9-16 (``cluster_dims=16``) is allowed where the
+    GPU offers it (H100, H200: kernelkit opts the kernel in when it loads it).
     A call's ``template=[("block_size", 32), ("T", np.float16), ("order", kernelkit.cxx(
     "ggml_sort_order::ASC"))]`` makes the body a function template instantiated with them
     (ints, bools, dtypes, and enumerators or functions of ``header=`` through ``kernelkit.cxx``),
@@ -525,10 +530,10 @@ def _cluster_dims(value: Any, kernel_name: str) -> tuple[int, ...]:
         and 1 <= len(dims) <= 3
         and all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in dims)
     )
-    if not ok or math.prod(dims) > 8:
+    if not ok or math.prod(dims) > MAX_CLUSTER_BLOCKS:
         raise ArgumentError(
             f"[{kernel_name}] cluster_dims must be a positive int or a tuple of 1 to 3 positive "
-            f"ints with at most 8 blocks in all (the portable cluster size), got {value!r}"
+            f"ints with at most {MAX_CLUSTER_BLOCKS} blocks in all, got {value!r}"
         )
     return (*dims, *(1,) * (3 - len(dims)))
 

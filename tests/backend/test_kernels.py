@@ -749,8 +749,11 @@ def test_cluster_dims_run_blocks_in_clusters(arrays):
 
 
 def test_cluster_dims_are_checked():
-    for bad in (0, (1, 2, 3, 4), "2", (2.0,), (4, 4), True):
+    for bad in (0, (1, 2, 3, 4), "2", (2.0,), (4, 8), 17, True):
         with pytest.raises(kernelkit.ArgumentError, match="cluster_dims"):
             kernelkit.kernel("t_bad_cluster", ["x"], ["y"], "", cluster_dims=bad)
     k = kernelkit.kernel("t_cluster", ["x"], ["y"], "", cluster_dims=(2, 1))
     assert k.spec.cluster_dims == (2, 1, 1)
+    # up to 16 blocks: 8 is the portable size, 16 the most an sm_90 kernel may opt in to
+    k16 = kernelkit.kernel("t_cluster16", ["x"], ["y"], "", cluster_dims=(4, 4))
+    assert k16.spec.cluster_dims == (4, 4, 1)

@@ -196,6 +196,7 @@ def load(binary: bytes, entry: str, device: int, ptx_hint: str = "") -> Program:
                 f"[backend cuda] loading the kernel failed: {name}. {ptx_hint}".strip()
             )
         fn = check(mod.cuModuleGetFunction(module, entry.encode()), "cuModuleGetFunction")
+        _allow_large_clusters(mod, fn)
     program = Program(
         module=module,
         function=fn,
@@ -210,6 +211,24 @@ def load(binary: bytes, entry: str, device: int, ptx_hint: str = "") -> Program:
     # the driver frees everything then, and may already be shutting down)
     weakref.finalize(program, _unload, module, device, os.getpid()).atexit = False
     return program
+
+
+PORTABLE_CLUSTER = 8  # blocks a cluster may have without the kernel's opt-in
+
+
+def _allow_large_clusters(mod: Any, fn: Any) -> None:
+    """A kernel compiled with ``__cluster_dims__`` of more than PORTABLE_CLUSTER blocks (up to
+    16 on sm_90) launches only once it allows a non-portable cluster size: set it here, where
+    the binary's own cluster shape is known. A GPU that has no such size refuses the launch
+    (cuLaunchKernel's error names it)."""
+    size = 1
+    for dim in ("WIDTH", "HEIGHT", "DEPTH"):
+        attr = getattr(mod.CUfunction_attribute, f"CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_{dim}")
+        err, value = mod.cuFuncGetAttribute(attr, fn)
+        size *= max(1, int(value)) if int(err) == 0 else 1  # a driver without it: no clusters
+    if size > PORTABLE_CLUSTER:
+        attr = mod.CUfunction_attribute.CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED
+        check(mod.cuFuncSetAttribute(fn, attr, 1), "cuFuncSetAttribute")
 
 
 def _unload(module: Any, device: int, pid: int) -> None:
