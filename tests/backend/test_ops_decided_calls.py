@@ -184,3 +184,66 @@ def test_calls_a_decided_call_does_not_take_get_their_own_results():
         print("ok")
     """)
     assert out.strip().endswith("ok")
+
+
+def test_arrays_checked_through_their_attributes_launch_warm_calls_from_c():
+    """CuPy's arrays are checked by ``kk_launch.Guards`` (their class, dtype, shape, strides
+    and device, read as attributes): NumPy arrays stand in for them here, with the same check
+    (``_arrays.attribute_checker``), so a warm op call is the op's frame and one C call, and
+    calls of another shape, stride or dtype get their own results."""
+    out = _run("""
+        import numpy as np
+        from kernelkit import _arrays
+        from kernelkit.ops import _norms, _softmax
+        _arrays.CHECKERS[np.ndarray] = _arrays.attribute_checker(
+            (("dtype",), ("shape",), ("strides",)))
+        rng = np.random.default_rng(2)
+        x = rng.standard_normal((5, 70)).astype(np.float32)
+        w = (rng.random(70) + 0.5).astype(np.float32)
+        b = rng.standard_normal((5, 70)).astype(np.float32)
+
+        def sm(t):
+            e = np.exp(t.astype(np.float64) - t.max(-1, keepdims=True))
+            return e / e.sum(-1, keepdims=True)
+
+        def rms(t):
+            t = t.astype(np.float64)
+            return t / np.sqrt((t * t).mean(-1, keepdims=True) + 1e-6) * w
+
+        swiglu = ops.elementwise("y = a * b / (1 + exp(-b))")
+        cases = {
+            "softmax": (lambda: ops.softmax(x), lambda: sm(x), _softmax._RECENT, ["softmax"]),
+            "rms_norm": (lambda: ops.rms_norm(x, w, 1e-6), lambda: rms(x), _norms._RMS_RECENT,
+                         ["rms_norm"]),
+            "elementwise": (lambda: swiglu(x, b),
+                            lambda: x * b / (1 + np.exp(-b.astype(np.float64))),
+                            swiglu._recent, ["__call__", "call"]),
+        }
+        for name, (fn, ref, recent, own) in cases.items():
+            for _ in range(3):
+                np.testing.assert_allclose(fn(), ref(), rtol=2e-6, atol=1e-6)
+            before = drv.launches
+            y, seen = frames(fn)
+            np.testing.assert_allclose(y, ref(), rtol=2e-6, atol=1e-6)
+            # (NumPy's address is read by a Python function; CuPy's by operator.attrgetter)
+            assert [f for f in seen if f != "pointer"] == own, (name, seen)
+            assert drv.launches - before == 1, name
+            assert [c[0].served for c in recent.calls] == [3], name
+            assert fn() is not fn()  # a new output each call
+        made = _softmax._RECENT.calls[0][0]
+        served = made.served
+        others = [rng.standard_normal((6, 70)).astype(np.float32),   # another shape
+                  rng.standard_normal((70, 5)).astype(np.float32).T,  # another stride
+                  rng.standard_normal((5, 140)).astype(np.float32)[:, ::2],
+                  rng.standard_normal((5, 70)).astype(np.float16)]    # another dtype
+        for t in others:
+            for _ in range(2):
+                got = ops.softmax(t)
+                assert got.dtype == t.dtype and got.shape == t.shape
+                np.testing.assert_allclose(got, sm(t), rtol=2e-3 if t.dtype == np.float16
+                                           else 2e-6, atol=1e-3 if t.dtype == np.float16
+                                           else 1e-6)
+        assert made.served == served
+        print("ok")
+    """)
+    assert out.strip().endswith("ok")

@@ -206,6 +206,24 @@ EAGER_SIGNERS: dict[type, Callable[[tuple], Any]] = {}
 # built-in ops' most recent prepared calls (``ops._prepared.Recent``) and the kernels' calls
 # repeated in C (``_pipeline.repeat``); torch's set by its adapter (``_torch.checker``)
 CHECKERS: dict[type, Callable[[tuple], Any]] = {}
+# the native module's ``Guards(fields, arrays)`` (``kk_launch.c``: each array's exact class and
+# the values of attribute paths, compared in C), once that module is loaded
+# (``_backends.cuda.native``); ``attribute_checker`` makes CHECKERS entries from it
+GUARDS: list[Callable[[tuple, tuple], Any]] = []
+
+
+def attribute_checker(fields: tuple[tuple[str, ...], ...]) -> Callable[[tuple], Any]:
+    """A CHECKERS entry for arrays that describe themselves through attributes (``fields``:
+    paths such as ``("data", "device_id")``, which with the exact class must say everything a
+    signature does): ``Guards(fields, arrays).check``, or None while the native module that
+    makes it is not loaded (then the signature serves every call)."""
+
+    def checker(arrays: tuple) -> Any:
+        return GUARDS[0](fields, arrays).check if GUARDS else None
+
+    return checker
+
+
 # hook(op name, arrays, args, out) -> NotImplemented (the op's eager path runs) or the call's
 # result through an integration (``_integrations.torch_route``), asked on a signature's first call
 OP_HOOKS: list[Callable[..., Any]] = []

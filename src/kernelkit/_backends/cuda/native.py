@@ -30,7 +30,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from ... import _config
+from ... import _arrays, _config
 
 __all__ = ["AREA", "SOURCE", "bind", "build", "load_module", "status"]
 
@@ -109,9 +109,12 @@ def _decide() -> tuple[ModuleType | None, str]:
     if found is None:
         return None, why[0] if why else "the disk cache could not keep it (not writable?)"
     try:
-        return load_module(found / f"kk_launch{_SUFFIX}"), ""
+        module = load_module(found / f"kk_launch{_SUFFIX}")
     except (ImportError, OSError) as e:
         return None, f"the built module did not load: {e}"
+    if not _arrays.GUARDS:  # CuPy's arrays are checked in C from now on
+        _arrays.GUARDS.append(module.Guards)
+    return module, ""
 
 
 def _module() -> tuple[ModuleType | None, str]:

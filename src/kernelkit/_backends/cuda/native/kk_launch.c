@@ -51,7 +51,13 @@
  *   Nothing of a call is kept: the block is copied onto the stack, so threads may share one.
  *   ``retry(trial, every)``: of the calls it hands on, one in ``every`` goes to ``trial``
  *   instead of ``next`` (the last Call of a chain: ``next`` the generated run, ``trial`` the
- *   Python side that makes a new Call); ``served`` counts its launches. */
+ *   Python side that makes a new Call); ``served`` counts its launches.
+ *
+ * Guards(fields, arrays)
+ *
+ *   ``check(*arrays)``: a check in C that arrays are like ``arrays`` (their exact classes and
+ *   the values of attribute paths, ``fields``), the ``check`` a Call takes for frameworks
+ *   without one of their own (CuPy: dtype, shape, strides, data.device_id). */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <limits.h>
@@ -751,6 +757,132 @@ static PyTypeObject kk_call_type = {
     .tp_new = kk_call_new,
 };
 
+/* Guards(fields, arrays): a check made in C that later arrays are like ``arrays``, for a
+ * framework whose arrays describe themselves through attributes (CuPy: dtype, shape, strides,
+ * data.device_id). ``fields`` is a tuple of attribute paths, each a tuple of names
+ * (("data", "device_id") reads x.data.device_id). ``check(*arrays)`` is True when there are as
+ * many arrays, each of exactly the class its counterpart had and with every field matching the
+ * value it had (``kk_matches``: ints and tuples of ints equal, anything else the same object,
+ * so an equal dtype that is another object fails the check and the caller's slower path
+ * serves the call). An attribute that cannot be read fails the check; only an error that is
+ * not an Exception (KeyboardInterrupt) propagates. One array passed twice passes. */
+typedef struct {
+  PyObject_HEAD
+  PyObject *fields;  /* tuple of tuples of str */
+  Py_ssize_t n_arrays, n_fields;
+  PyTypeObject **types;
+  PyObject **values; /* n_arrays * n_fields, row by row */
+} kk_guards;
+
+/* x's attribute path ``path`` (a new reference), or NULL with an error set */
+static PyObject *kk_field(PyObject *x, PyObject *path) {
+  PyObject *v = Py_NewRef(x);
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(path) && v != NULL; i++) {
+    PyObject *next = PyObject_GetAttr(v, PyTuple_GET_ITEM(path, i));
+    Py_DECREF(v);
+    v = next;
+  }
+  return v;
+}
+
+static void kk_guards_dealloc(kk_guards *self) {
+  if (self->values != NULL) {
+    for (Py_ssize_t i = 0; i < self->n_arrays * self->n_fields; i++) Py_XDECREF(self->values[i]);
+    PyMem_Free(self->values);
+  }
+  if (self->types != NULL) {
+    for (Py_ssize_t i = 0; i < self->n_arrays; i++) Py_XDECREF((PyObject *)self->types[i]);
+    PyMem_Free(self->types);
+  }
+  Py_XDECREF(self->fields);
+  Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *kk_guards_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+  PyObject *fields, *arrays;
+  if (kwds != NULL && PyDict_GET_SIZE(kwds)) {
+    PyErr_SetString(PyExc_TypeError, "[Guards] takes no keyword arguments");
+    return NULL;
+  }
+  if (!PyArg_ParseTuple(args, "O!O!", &PyTuple_Type, &fields, &PyTuple_Type, &arrays)) return NULL;
+  Py_ssize_t nf = PyTuple_GET_SIZE(fields), na = PyTuple_GET_SIZE(arrays);
+  if (na > KK_MAX_ARRAYS) {
+    PyErr_Format(PyExc_ValueError, "[Guards] at most %d arrays", KK_MAX_ARRAYS);
+    return NULL;
+  }
+  for (Py_ssize_t f = 0; f < nf; f++) {
+    PyObject *path = PyTuple_GET_ITEM(fields, f);
+    int ok = PyTuple_Check(path) && PyTuple_GET_SIZE(path) > 0;
+    for (Py_ssize_t i = 0; ok && i < PyTuple_GET_SIZE(path); i++)
+      ok = PyUnicode_CheckExact(PyTuple_GET_ITEM(path, i));
+    if (!ok) {
+      PyErr_SetString(PyExc_TypeError, "[Guards] each field is a non-empty tuple of str");
+      return NULL;
+    }
+  }
+  kk_guards *self = (kk_guards *)type->tp_alloc(type, 0);
+  if (self == NULL) return NULL;
+  self->fields = Py_NewRef(fields);
+  self->n_arrays = na;
+  self->n_fields = nf;
+  self->types = PyMem_Calloc(na ? (size_t)na : 1, sizeof(PyTypeObject *));
+  self->values = PyMem_Calloc(na * nf ? (size_t)(na * nf) : 1, sizeof(PyObject *));
+  if (self->types == NULL || self->values == NULL) {
+    Py_DECREF(self);
+    return PyErr_NoMemory();
+  }
+  for (Py_ssize_t a = 0; a < na; a++) {
+    PyObject *x = PyTuple_GET_ITEM(arrays, a);
+    self->types[a] = (PyTypeObject *)Py_NewRef((PyObject *)Py_TYPE(x));
+    for (Py_ssize_t f = 0; f < nf; f++) {
+      PyObject *v = kk_field(x, PyTuple_GET_ITEM(fields, f));
+      if (v == NULL) {
+        Py_DECREF(self);
+        return NULL;
+      }
+      self->values[a * nf + f] = v;
+    }
+  }
+  return (PyObject *)self;
+}
+
+static PyObject *kk_guards_check(kk_guards *self, PyObject *const *args, Py_ssize_t nargs) {
+  if (nargs != self->n_arrays) Py_RETURN_FALSE;
+  for (Py_ssize_t a = 0; a < nargs; a++) {
+    if (Py_TYPE(args[a]) != self->types[a]) Py_RETURN_FALSE;
+  }
+  for (Py_ssize_t a = 0; a < nargs; a++) {
+    for (Py_ssize_t f = 0; f < self->n_fields; f++) {
+      PyObject *v = kk_field(args[a], PyTuple_GET_ITEM(self->fields, f));
+      if (v == NULL) {
+        if (!PyErr_ExceptionMatches(PyExc_Exception)) return NULL; /* KeyboardInterrupt & co. */
+        PyErr_Clear();
+        Py_RETURN_FALSE;
+      }
+      int same = kk_matches(v, self->values[a * self->n_fields + f]);
+      Py_DECREF(v);
+      if (!same) Py_RETURN_FALSE;
+    }
+  }
+  Py_RETURN_TRUE;
+}
+
+static PyMethodDef kk_guards_methods[] = {
+    {"check", (PyCFunction)(void (*)(void))kk_guards_check, METH_FASTCALL,
+     "check(*arrays): whether they are like the arrays these guards were made from"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject kk_guards_type = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "kk_launch.Guards",
+    .tp_basicsize = sizeof(kk_guards),
+    .tp_dealloc = (destructor)kk_guards_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "arrays' classes and attribute values, checked in C (see kk_launch.c)",
+    .tp_methods = kk_guards_methods,
+    .tp_new = kk_guards_new,
+};
+
 static PyMethodDef kk_methods[] = {
     {"launch", (PyCFunction)(void (*)(void))kk_launch, METH_FASTCALL,
      "launch(driver_launch, function, last, entry, fallback, params, stream, geometry)"},
@@ -763,10 +895,11 @@ static struct PyModuleDef kk_module = {
 };
 
 PyMODINIT_FUNC PyInit_kk_launch(void) {
-  if (PyType_Ready(&kk_call_type) < 0) return NULL;
+  if (PyType_Ready(&kk_call_type) < 0 || PyType_Ready(&kk_guards_type) < 0) return NULL;
   PyObject *module = PyModule_Create(&kk_module);
   if (module == NULL) return NULL;
-  if (PyModule_AddObjectRef(module, "Call", (PyObject *)&kk_call_type) < 0) {
+  if (PyModule_AddObjectRef(module, "Call", (PyObject *)&kk_call_type) < 0 ||
+      PyModule_AddObjectRef(module, "Guards", (PyObject *)&kk_guards_type) < 0) {
     Py_DECREF(module);
     return NULL;
   }
