@@ -10,6 +10,7 @@ norm, ``x @ w.T``), each on its own arrays, in one process.
 
     python benchmarks/op_call_frameworks.py            # a CUDA GPU with CuPy and/or JAX
     python benchmarks/op_call_frameworks.py --calls 50  # quicker
+    python benchmarks/op_call_frameworks.py --frameworks cupy
 
 Without a CUDA GPU it says so and exits 0.
 """
@@ -127,7 +128,9 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--calls", type=int, default=200)
     p.add_argument("--rounds", type=int, default=9)
+    p.add_argument("--frameworks", default="cupy,jax", help="comma-separated: cupy, jax")
     args = p.parse_args()
+    wanted = set(args.frameworks.split(","))
     try:
         from cuda.bindings import driver
 
@@ -143,6 +146,8 @@ def main() -> int:
 
     failed = False
     for name, make in (("cupy", cupy_cases), ("jax", jax_cases)):
+        if name not in wanted:
+            continue
         try:
             cases, sync = make(ops)
         except Exception as e:  # noqa: BLE001 - a framework that is missing is reported
