@@ -12,7 +12,9 @@ Measured on an H100 (``benchmarks/long_rows.py --sweep``, inputs read from DRAM)
 the rules keep them; against the register kernel ``rows`` (what a target without clusters runs
 once a row outgrows a block's shared memory: two reads, one block a row) faster at 64 rows of
 262144: 1.40-1.47x for softmax, 2.1-3.5x for the norms. ``heuristic`` takes that case: no
-clusters, a row that no block's shared memory holds, fewer rows than SMs.
+clusters, a row that no block's shared memory holds, fewer rows than SMs. With clusters it takes
+1-4 rows of 192 KiB or more (a vocabulary's logits at decode): a cluster of 8 a row is 8-32
+blocks on 132 SMs, where the chunks fill the GPU (fourteenth session's sweep, both GPUs).
 
 Kernel source: ``rows/kernels/rows_split.cuh``; configs are (BLOCK, U, HINT).
 """
@@ -44,6 +46,11 @@ _ARGS = {
 }
 BLOCKS = (256, 512)
 UNROLLS = (2, 4, 8)  # 16-byte vectors a thread holds
+# where a GPU with clusters still splits rows over many blocks (the heuristic): at most this
+# many rows, each of at least this many bytes (measured: 192 KiB and up split faster, 128 KiB
+# and less not; between, untested)
+FEW_ROWS = 4
+FEW_ROW_BYTES = 192 * 1024
 
 
 def config(block: int, u: int, hint: int = 1) -> Config:
@@ -86,12 +93,21 @@ def fits(p: Problem, c: Config) -> str | None:
 
 
 def heuristic(p: Problem, t: Target) -> Config | None:
-    """A row too long for one block's shared memory (and the registers) on a target without
-    clusters, with fewer rows than SMs: BLOCK 256, U = 2 (16-bit) or 4 (float32), HINT = 1,
-    the best of the H100 sweep at 64 rows of 262144 in each dtype. Elsewhere None."""
+    """BLOCK 256, U = 2 (16-bit) or 4 (float32), HINT = 1 (the best of the H100 sweep at 64 rows
+    of 262144 in each dtype) for: a row too long for one block's shared memory (and the
+    registers) on a target without clusters, with fewer rows than SMs; and on a GPU with
+    clusters, at most FEW_ROWS rows of at least FEW_ROW_BYTES each, where a cluster a row
+    leaves most SMs idle (1-4 rows of 98304-262144 elements: 1.05-1.97x faster than the
+    cluster kernel's CL = 8 on an H100 and an H200, every op and dtype; at 8 rows level, at
+    rows of 128 KiB or less the clusters ahead). Elsewhere None."""
     n, rows, dtype = _dims(p)
-    if dtype not in _ITEMSIZE or "clusters" in t.features or not 0 < rows < t.multiprocessor_count:
+    if dtype not in _ITEMSIZE or not 0 < rows < t.multiprocessor_count:
         return None
+    if "clusters" in t.features:
+        few = rows <= FEW_ROWS and n * _ITEMSIZE[dtype] >= FEW_ROW_BYTES
+        if "cpu" in t.features or not few:  # (the CPU backend emulates clusters: not a GPU)
+            return None
+        return config(256, 4 if _ITEMSIZE[dtype] == 4 else 2)
     if -(-n // vec_width(dtype)) <= REGISTER_VECTORS:
         return None
     if slice_bytes(n, 1, dtype) <= room(t):
