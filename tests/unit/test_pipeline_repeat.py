@@ -699,3 +699,64 @@ def test_a_call_computes_a_new_geometry_as_the_full_check_does():
             assert asked  # past the default limit: Python raises the kernel's limit first
 
     check()
+
+
+def test_arrays_checked_through_their_attributes_are_repeated_in_c(driver, monkeypatch):
+    """CuPy arrays get their check from ``kk_launch.Guards`` (class, dtype, shape, strides,
+    device, read as attributes); NumPy arrays registered the same way stand in for them: a
+    kernel's repeated call launches from C, outputs it allocates are new arrays each call,
+    one array passed as input and output is right, and any other shape, stride, dtype or a
+    read-only ``out=`` goes to the run (its own result, or its error)."""
+    import numpy as np
+
+    from kernelkit import _arrays
+
+    fields = (("dtype",), ("shape",), ("strides",))
+    monkeypatch.setitem(_arrays.CHECKERS, np.ndarray, _arrays.attribute_checker(fields))
+    rng = np.random.default_rng(5)
+    k = _kernel("numpy_attrs")
+    x = rng.standard_normal((4, 9)).astype(np.float32)
+    y = np.full_like(x, np.nan)
+
+    def call(x, **kw):
+        kw.setdefault("grid", (x.size, 1, 1))
+        kw.setdefault("threadgroup", (64, 1, 1))
+        return k([x, 2.0, 3], **kw)
+
+    def want(x):
+        return (2.0 * x.astype(np.float64) + 3).astype(x.dtype)
+
+    for _ in range(2):
+        call(x, out=[y])
+    rep = _repeats(k)
+    head = rep.head
+    assert type(head).__name__ == "Call"
+    runs, before = _count_runs(rep), driver.launches
+    for _ in range(4):
+        y.fill(np.nan)
+        assert call(x, out=[y])[0] is y
+        np.testing.assert_allclose(y, want(x), rtol=1e-6)
+    assert head.served == 4 and driver.launches - before == 4 and not runs
+    z = x.copy()
+    call(z, out=[z])  # one array as input and output (the run allows it exactly aliased)
+    np.testing.assert_allclose(z, want(x), rtol=1e-6)
+    served = head.served
+    others = [
+        (rng.standard_normal((5, 9)).astype(np.float32), None),  # another shape
+        (rng.standard_normal((9, 4)).astype(np.float32).T, None),  # another stride
+        (rng.standard_normal((4, 9)), None),  # float64
+    ]
+    for other, _ in others:
+        out = np.full(other.shape, np.nan, other.dtype)
+        call(other, out=[out])
+        np.testing.assert_allclose(out, want(other), rtol=1e-6)
+    assert head.served == served
+    frozen = np.full_like(x, np.nan)
+    frozen.flags.writeable = False
+    with pytest.raises(ArgumentError, match="read-only"):
+        call(x, out=[frozen])
+    assert np.isnan(frozen).all()
+    made = [call(x, output_shapes=[x.shape], output_dtypes=[np.float32])[0] for _ in range(4)]
+    for m in made:
+        np.testing.assert_allclose(m, want(x), rtol=1e-6)
+    assert len({m.__array_interface__["data"][0] for m in made}) == 4
