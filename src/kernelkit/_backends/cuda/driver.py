@@ -195,8 +195,12 @@ def load(binary: bytes, entry: str, device: int, ptx_hint: str = "") -> Program:
             raise BackendError(
                 f"[backend cuda] loading the kernel failed: {name}. {ptx_hint}".strip()
             )
-        fn = check(mod.cuModuleGetFunction(module, entry.encode()), "cuModuleGetFunction")
-        _allow_large_clusters(mod, fn)
+        try:
+            fn = check(mod.cuModuleGetFunction(module, entry.encode()), "cuModuleGetFunction")
+            _allow_large_clusters(mod, fn)
+        except BaseException:
+            mod.cuModuleUnload(module)  # (no program holds it yet)
+            raise
     program = Program(
         module=module,
         function=fn,
@@ -219,8 +223,8 @@ PORTABLE_CLUSTER = 8  # blocks a cluster may have without the kernel's opt-in
 def _allow_large_clusters(mod: Any, fn: Any) -> None:
     """A kernel compiled with ``__cluster_dims__`` of more than PORTABLE_CLUSTER blocks (up to
     16 on sm_90) launches only once it allows a non-portable cluster size: set it here, where
-    the binary's own cluster shape is known. A GPU that has no such size refuses the launch
-    (cuLaunchKernel's error names it)."""
+    the binary's own cluster shape is known (a driver that refuses the attribute raises here,
+    when the kernel loads; a launch the device cannot place fails with the driver's error)."""
     size = 1
     for dim in ("WIDTH", "HEIGHT", "DEPTH"):
         attr = getattr(mod.CUfunction_attribute, f"CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_{dim}")

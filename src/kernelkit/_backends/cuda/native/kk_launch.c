@@ -328,7 +328,9 @@ static PyObject *kk_call_vectorcall(PyObject *callable, PyObject *const *args, s
       arrays[n_arrays++] = o[j];
     }
   }
-  PyObject *ok = PyObject_Vectorcall(self->check, arrays, n_arrays, NULL);
+  PyObject *check = Py_NewRef(self->check); /* a check may run Python code (attribute getters) */
+  PyObject *ok = PyObject_Vectorcall(check, arrays, n_arrays, NULL);
+  Py_DECREF(check);
   if (ok == NULL) goto miss_clear;
   Py_DECREF(ok);
   if (ok != Py_True) goto miss_clear;
@@ -765,7 +767,10 @@ static PyTypeObject kk_call_type = {
  * value it had (``kk_matches``: ints and tuples of ints equal, anything else the same object,
  * so an equal dtype that is another object fails the check and the caller's slower path
  * serves the call). An attribute that cannot be read fails the check; only an error that is
- * not an Exception (KeyboardInterrupt) propagates. One array passed twice passes. */
+ * not an Exception (KeyboardInterrupt) propagates. One array passed twice passes (a Call
+ * compares out= against the inputs by address). The values kept must be immutable atoms that
+ * own nothing (dtypes, ints, tuples of ints): the type is not tracked by the collector, and a
+ * value is matched by identity first. */
 typedef struct {
   PyObject_HEAD
   PyObject *fields;  /* tuple of tuples of str */
