@@ -40,6 +40,7 @@ __all__ = [
     "TuneResult",
     "candidate_line",
     "compare_on_device",
+    "compare_output",
     "compare_outputs",
     "compile_candidates",
     "fastest",
@@ -199,6 +200,14 @@ def on_device(x: Any) -> bool:
     ``compare_on_device`` checks where it lies."""
     device = getattr(x, "device", None)
     return hasattr(x, "detach") and getattr(device, "type", "cpu") != "cpu"
+
+
+def compare_output(ref: Any, got: Any, dtype: str) -> str | None:
+    """``compare_outputs`` for one output ``got`` as it lies: on its device where ``on_device``
+    says so (``compare_on_device``), else copied to the host."""
+    if on_device(got):
+        return compare_on_device(ref, got, dtype)
+    return compare_outputs([ref], [to_host(got)], [dtype])
 
 
 def compare_on_device(ref: Any, got: Any, dtype: str) -> str | None:

@@ -156,17 +156,13 @@ class _Bench:
         self.backend.synchronize(self.timer.stream)
 
     def output(self, run: Callable[..., Any]) -> Any:
-        """One run from the NaN-filled output; the output as a host array, or where it lies
-        when ``tuner.compare_on_device`` compares it there (a torch tensor on a GPU)."""
-        from .._tune import tuner
-        from .._tune.timing import to_host
-
+        """One run from the NaN-filled output; the output array where it lies (compared before
+        the next run: ``tuner.compare_output``)."""
         self.sets.restore(0)
         self.timer.start()
         run(*self.sets.sets[0], self.timer.stream)
         self.timer.stop()
-        out = self.sets.sets[0][1][0]
-        return out if tuner.on_device(out) else to_host(out)
+        return self.sets.sets[0][1][0]
 
     def time(self, run: Callable[..., Any]) -> tuple[float, str]:
         from .._tune.timing import measure
@@ -307,12 +303,7 @@ def _check_and_time(
             note = f"time budget of {budget_s:g} s spent after {timed} timed candidates"
         else:
             try:
-                got = bench.output(runs[i])
-                wrong = (
-                    tuner.compare_on_device(expected, got, case.dtype)
-                    if tuner.on_device(got)
-                    else tuner.compare_outputs([expected], [got], [case.dtype])
-                )
+                wrong = tuner.compare_output(expected, bench.output(runs[i]), case.dtype)
                 if wrong is not None:
                     status, detail = "rejected", f"{wrong} (float64 reference)"
                 else:

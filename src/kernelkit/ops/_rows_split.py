@@ -110,10 +110,9 @@ def heuristic(p: Problem, t: Target) -> Config | None:
         few = rows <= FEW_ROWS and n * _ITEMSIZE[dtype] >= FEW_ROW_BYTES
         if "cpu" in t.features or not few:  # (the CPU backend emulates clusters: not a GPU)
             return None
-        return config(256, 4 if _ITEMSIZE[dtype] == 4 else 2)
-    if -(-n // vec_width(dtype)) <= REGISTER_VECTORS:
+    elif -(-n // vec_width(dtype)) <= REGISTER_VECTORS:
         return None
-    if slice_bytes(n, 1, dtype) <= room(t):
+    elif slice_bytes(n, 1, dtype) <= room(t):
         return None  # rows_smem: one read
     return config(256, 4 if _ITEMSIZE[dtype] == 4 else 2)
 
