@@ -141,7 +141,8 @@ def test_the_heuristic_takes_few_long_rows_where_they_leave_sms_idle(dev):
     for rows, n, dtype in ((1, 128256, "float32"), (4, 128256, "bfloat16"), (1, 98304, "bfloat16"),
                            (2, 262144, "float16"), (1, 49152, "float32")):  # fmt: skip
         got = _rows_split.heuristic(problem(rows, n, dtype), clusters)
-        assert got is not None and got.values["BLOCK"] == 256, (rows, n, dtype)
+        # U = 2 in every dtype there (float32's U = 4 measured 1.00-1.22x the best, the H200)
+        assert got is not None and got.values == {"BLOCK": 256, "U": 2, "HINT": 1}, (rows, n)
     for rows, n, dtype in ((8, 128256, "float32"), (1, 65536, "bfloat16"), (1, 32000, "float32"),
                            (5, 262144, "float32"), (1, 49151, "float32")):  # fmt: skip
         assert _rows_split.heuristic(problem(rows, n, dtype), clusters) is None, (rows, n, dtype)

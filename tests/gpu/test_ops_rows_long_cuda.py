@@ -22,7 +22,7 @@ pytestmark = [
 
 from kernelkit import ops  # noqa: E402
 from kernelkit._choices import force  # noqa: E402
-from kernelkit.ops import _norms, _softmax  # noqa: E402
+from kernelkit.ops import _norms, _rows_split, _softmax  # noqa: E402
 
 F = torch.nn.functional
 TOL = {torch.float32: 2e-5, torch.float16: 2e-3, torch.bfloat16: 1.6e-2}
@@ -67,9 +67,13 @@ def test_the_chosen_kernel_reads_long_rows_right(shape, dtype):
         _check(name, x, w, b, out)
     choice = ops.softmax.explain(x).choice
     if torch.cuda.get_device_capability() >= (9, 0):  # before: rows that fit one block only
-        assert choice.impl in ("softmax/rows_smem", "softmax/rows_cluster"), choice
-        if shape[1] >= 65536:
-            assert choice.impl == "softmax/rows_cluster", choice
+        few = shape[0] <= _rows_split.FEW_ROWS
+        if few and shape[1] * x.element_size() >= _rows_split.FEW_ROW_BYTES:
+            assert choice.impl == "softmax/rows_split", choice  # a vocabulary row or four
+        else:
+            assert choice.impl in ("softmax/rows_smem", "softmax/rows_cluster"), choice
+            if shape[1] >= 65536:
+                assert choice.impl == "softmax/rows_cluster", choice
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)

@@ -193,6 +193,9 @@ def test_clusters_of_16_run_where_a_table_row_measured_them_ahead():
     h100 = dataclasses.replace(H100, name="NVIDIA H100 80GB HBM3")
     h200 = dataclasses.replace(H100, name="NVIDIA H200")
     assert 16 in _rows_long.CLUSTER_SIZES and 16 not in _rows_long.HEURISTIC_SIZES
+    # not 1024 threads at CL = 16: layer_norm's kernel launches at most 640-768 there (H200)
+    listed = {(c.values["BLOCK"], c.values["CL"]) for c in _rows_long.CLUSTER_CONFIGS}
+    assert (1024, 16) not in listed and {(256, 16), (512, 16), (1024, 8)} <= listed
     cases = [
         (_softmax.OP, _softmax._RUNNER.spec, "float32", 16),
         (_softmax.OP, _softmax._RUNNER.spec, "bfloat16", 16),

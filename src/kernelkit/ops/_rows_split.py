@@ -47,8 +47,8 @@ _ARGS = {
 BLOCKS = (256, 512)
 UNROLLS = (2, 4, 8)  # 16-byte vectors a thread holds
 # where a GPU with clusters still splits rows over many blocks (the heuristic): at most this
-# many rows, each of at least this many bytes (measured: 192 KiB and up split faster, 128 KiB
-# and less not; between, untested)
+# many rows, each of at least this many bytes (measured: 192 KiB and up split faster, 160 KiB
+# and less not)
 FEW_ROWS = 4
 FEW_ROW_BYTES = 192 * 1024
 
@@ -93,16 +93,22 @@ def fits(p: Problem, c: Config) -> str | None:
 
 
 def heuristic(p: Problem, t: Target) -> Config | None:
-    """BLOCK 256, U = 2 (16-bit) or 4 (float32), HINT = 1 (the best of the H100 sweep at 64 rows
-    of 262144 in each dtype) for: a row too long for one block's shared memory (and the
-    registers) on a target without clusters, with fewer rows than SMs; and on a GPU with
-    clusters, at most FEW_ROWS rows of at least FEW_ROW_BYTES each, where a cluster a row
-    leaves most SMs idle. Measured (every config forced, bfloat16 and float32, the three ops,
-    an H100 and an H200): at 1-4 rows of 98304-262144 elements the best rows_split config was
-    1.05-1.97x faster than the rules' CL = 8 in all but four bfloat16 rms_norm cells, whose best
-    was CL = 16 (3-6% ahead of CL = 8); at 8 rows 1.00-1.15x; at rows of 128 KiB or less the
-    clusters were best. Not measured: float16, float32 rows of 192-256 KiB, this config itself
-    against the best split config (it was the best in about half the cells). Elsewhere None."""
+    """Where rows_split runs by rule, and its config:
+
+    - on a target without clusters, a row too long for one block's shared memory (and the
+      registers), with fewer rows than SMs: BLOCK 256, U = 2 (16-bit) or 4 (float32), HINT = 1
+      (the best of the H100 sweep at 64 rows of 262144 in each dtype);
+    - on a GPU with clusters, at most FEW_ROWS rows of at least FEW_ROW_BYTES each, where a
+      cluster a row leaves most SMs idle: BLOCK 256, U = 2, HINT = 1. Measured (every config
+      forced, the three ops, an H100 and an H200, fourteenth session): at 1-4 rows of
+      98304-262144 elements the best rows_split config was 1.05-1.97x faster than the rules'
+      CL = 8 in all but four bfloat16 rms_norm cells (their best CL = 16, 3-6% ahead of CL = 8);
+      at 8 rows 1.00-1.15x; at rows of 128 KiB or less the clusters were best. Re-timed on the
+      H200 (fifteenth session, float32 and float16): rows of 160 KiB (1 x 40960 float32, 1 x
+      81920 float16) kept their clusters within 0-10% of the best config; in the rule's cells
+      U = 4 in float32 was 1.00-1.22x the best, U = 2 1.00-1.06x, so U = 2 in every dtype.
+
+    Elsewhere None."""
     n, rows, dtype = _dims(p)
     if dtype not in _ITEMSIZE or not 0 < rows < t.multiprocessor_count:
         return None
@@ -110,9 +116,10 @@ def heuristic(p: Problem, t: Target) -> Config | None:
         few = rows <= FEW_ROWS and n * _ITEMSIZE[dtype] >= FEW_ROW_BYTES
         if "cpu" in t.features or not few:  # (the CPU backend emulates clusters: not a GPU)
             return None
-    elif -(-n // vec_width(dtype)) <= REGISTER_VECTORS:
+        return config(256, 2)
+    if -(-n // vec_width(dtype)) <= REGISTER_VECTORS:
         return None
-    elif slice_bytes(n, 1, dtype) <= room(t):
+    if slice_bytes(n, 1, dtype) <= room(t):
         return None  # rows_smem: one read
     return config(256, 4 if _ITEMSIZE[dtype] == 4 else 2)
 
