@@ -218,3 +218,29 @@ def test_an_op_s_prepared_run_calls_the_xla_call_without_the_route_s_checks(rout
             bits = np.signbit(np.asarray(y)) == np.signbit(a * np.float32(s) + b)
             assert bits.all()
     assert len(guarded) == 3  # 0.5, -0.0 and 0.0 through the route; 2.0 never
+
+
+def test_an_op_on_arrays_only_runs_the_xla_call_itself(route_on_cpu):
+    """With arrays only (no scalar to compare), an op's prepared run is the compiled XLA call
+    of its signature with nothing around it: its results as they come (the list of outputs),
+    the route's guard never asked."""
+    from kernelkit import ops
+
+    rng = np.random.default_rng(5)
+    f = ops.elementwise("y = a * b + 1; z = a - b")
+    a, b = (rng.standard_normal((3, 17)).astype(np.float32) for _ in range(2))
+    f(_cpu(a), _cpu(b))  # prepares
+    (route,) = [p.run for kk in f._kernels.values() for p in kk._plans.values()]
+    guarded: list = []
+    matches = route._matches
+    route._matches = lambda *args: guarded.append(1) or matches(*args)
+    for _ in range(3):
+        y, z = f(_cpu(a), _cpu(b))
+        np.testing.assert_allclose(np.asarray(y), a * b + 1, rtol=1e-6, atol=1e-6)
+        np.testing.assert_allclose(np.asarray(z), a - b, rtol=1e-6, atol=1e-6)
+    x = _cpu(a)
+    want = np.exp(a - a.max(-1, keepdims=True))
+    for _ in range(3):
+        np.testing.assert_allclose(np.asarray(ops.softmax(x)), want / want.sum(-1, keepdims=True),
+                                   rtol=1e-5)  # fmt: skip
+    assert guarded == []
