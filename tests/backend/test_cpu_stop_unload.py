@@ -60,6 +60,25 @@ def test_timeout_must_be_a_positive_number():
             k([x], output_shapes=[x.shape], output_dtypes=[x.dtype], timeout=bad, **GEO)
 
 
+def _wait_until_spinning(pid: int, cpu_s: float = 0.2, within_s: float = 60.0) -> None:
+    """Until the process has used ``cpu_s`` more CPU time (its spinning launch: it does nothing
+    else), so that a signal lands inside the launch however loaded this machine is; a fixed
+    sleep where /proc is not there."""
+    stat = f"/proc/{pid}/stat"
+    if not os.path.exists(stat):
+        time.sleep(0.5)
+        return
+
+    def cpu() -> float:
+        with open(stat) as f:  # utime and stime, fields 14 and 15 (after the command's ")")
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    start, deadline = cpu(), time.monotonic() + within_s
+    while cpu() < start + cpu_s and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
 def test_sigint_stops_a_spinning_kernel():
     """Ctrl-C (SIGINT to the process) ends the launch with KeyboardInterrupt; the process
     then runs kernels as before."""
@@ -89,7 +108,7 @@ def test_sigint_stops_a_spinning_kernel():
     try:
         assert proc.stdout is not None
         assert proc.stdout.readline().strip() == "ready"
-        time.sleep(0.5)  # well inside the spinning launch
+        _wait_until_spinning(proc.pid)
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=60)
     finally:

@@ -1145,7 +1145,7 @@ static int kk_launch_grid(const void* args, kk_block_fn rb, kk_thread_fn rt, lon
   L.chunk = per ? per : 1;
   const int helpers = (int)(L.nblocks - 1 < (unsigned long long)(nthreads - 1) ? L.nblocks - 1
                                                                                : nthreads - 1);
-  for (int i = 0; i <= helpers + 1 && i < 256; ++i) L.workers[i].store(0);  // 0 ends the list
+  for (int i = 0; i <= helpers && i < 256; ++i) L.workers[i].store(0);  // 0: not stored yet
   kk_pool& p = kk_the_pool();
   std::lock_guard<std::mutex> serial(p.launch_mu);
   kk_active = &L;

@@ -13,7 +13,9 @@
 // handler installed; once A is unloaded, such a signal ends the process (as it would have).
 // No thread_local is read in a handler (the first touch of a dlopen'd library's TLS may
 // allocate). Limits: a body stopped while holding a lock of its own or inside printf may leave
-// that lock held; destructors of the body's locals do not run.
+// that lock held; destructors of the body's locals do not run. A SIGINT in the microseconds
+// between Python's call and the launch's install is Python's alone: it raises after the launch
+// ends, and a second Ctrl-C stops the launch.
 #pragma once
 
 #define KK_KICK SIGURG  // to workers only; ignored by default (Go's runtime uses it likewise)
@@ -23,6 +25,15 @@ static thread_local long long kk_next_limit_ns;  // set by kk_set_time_limit for
 
 static void kk_on_kick(int, siginfo_t*, void*);
 static volatile sig_atomic_t kk_kick_on;  // kk_on_kick is installed (by the first kick)
+
+// The worker slots of L taken so far. A slot is taken (nworkers) before its thread is stored in
+// it, so a taken slot may still read 0: skip it, never stop there (a worker stored after it would
+// go unkicked, spinning in its block). A worker not yet stored reads `stopped` before its first
+// block and leaves.
+static int kk_claimed(kk_launch* L) {
+  const int n = L->nworkers.load();
+  return n < 256 ? n : 256;
+}
 
 static void kk_kick(kk_launch* L) {  // every other worker of L into kk_on_kick
   if (!kk_kick_on) {  // (sigaction is async-signal-safe: a handler may call this)
@@ -35,10 +46,9 @@ static void kk_kick(kk_launch* L) {  // every other worker of L into kk_on_kick
     kk_kick_on = 1;
   }
   const pthread_t self = pthread_self();
-  for (int i = 0; i < 256; ++i) {
+  for (int i = 0, n = kk_claimed(L); i < n; ++i) {
     const pthread_t t = L->workers[i].load();
-    if (!t) break;
-    if (!pthread_equal(t, self)) pthread_kill(t, KK_KICK);
+    if (t && !pthread_equal(t, self)) pthread_kill(t, KK_KICK);
   }
 }
 
@@ -46,10 +56,9 @@ static void kk_on_kick(int, siginfo_t*, void*) {
   kk_launch* L = kk_active;
   if (!L || !L->stopped.load()) return;
   const pthread_t self = pthread_self();
-  for (int i = 0; i < 256; ++i) {
+  for (int i = 0, n = kk_claimed(L); i < n; ++i) {
     const pthread_t t = L->workers[i].load();
-    if (!t) return;
-    if (pthread_equal(t, self)) {
+    if (t && pthread_equal(t, self)) {
       sigjmp_buf* jb = L->escape[i];
       if (jb) siglongjmp(*jb, 1);
       return;
@@ -86,11 +95,10 @@ static struct sigaction kk_prev_segv, kk_prev_bus;
 static void kk_on_segv(int sig, siginfo_t* info, void* ctx) {
   kk_launch* L = kk_active;
   const pthread_t self = pthread_self();
-  for (int i = 0; L && i < 256; ++i) {
+  for (int i = 0, n = L ? kk_claimed(L) : 0; i < n; ++i) {
     const pthread_t t = L->workers[i].load();
-    if (!t) break;
     sigjmp_buf* jb = L->escape[i];
-    if (pthread_equal(t, self) && jb) {
+    if (t && pthread_equal(t, self) && jb) {
       kk_fault_record(
           "%s (address %p) in block (%u,%u,%u) thread (%u,%u,%u): %s; memory near the arrays "
           "may have been overwritten",
