@@ -111,8 +111,15 @@ class JaxAdapter(Adapter):
 
 def jax_signature(arrays: tuple) -> tuple:
     """Concrete JAX arrays (or None): class, dtype, shape, weak type and sharding (its device),
-    for the built-in ops' prepared calls (``Adapter.signer``)."""
+    for the built-in ops' prepared calls (``Adapter.signer``). Read through the array's
+    abstract value (``aval``, an attribute in C), whose fields ``dtype``, ``shape`` and
+    ``weak_type`` are what the array's Python properties of those names return: 0.4 µs for two
+    arrays against 0.9 through the properties (2-core VM)."""
     sig = []
     for a in arrays:
-        sig.append(None if a is None else (a.__class__, a.dtype, a.shape, a.weak_type, a.sharding))
+        if a is None:
+            sig.append(None)
+        else:
+            v = a.aval
+            sig.append((a.__class__, v.dtype, v.shape, v.weak_type, a.sharding))
     return tuple(sig)
