@@ -115,7 +115,7 @@ def jax_signature(arrays: tuple) -> tuple:
     abstract value (``aval``, an attribute in C), whose fields ``dtype``, ``shape`` and
     ``weak_type`` are what the array's Python properties of those names return: 0.4 µs for two
     arrays against 0.9 through the properties (2-core VM)."""
-    sig = []
+    sig: list[tuple | None] = []
     for a in arrays:
         if a is None:
             sig.append(None)
