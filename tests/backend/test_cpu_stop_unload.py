@@ -79,10 +79,15 @@ def _wait_until_spinning(pid: int, cpu_s: float = 0.2, within_s: float = 60.0) -
         time.sleep(0.02)
 
 
-def test_sigint_stops_a_spinning_kernel():
-    """Ctrl-C (SIGINT to the process) ends the launch with KeyboardInterrupt; the process
-    then runs kernels as before."""
+def _spin_and_signal(handler: str, launch: str) -> tuple[int, str, str]:
+    """A child Python with SIGINT handled as ``handler`` says (``default_int_handler``, what an
+    interactive Python has, or ``SIG_IGN``: a process started in the background by a
+    non-interactive shell inherits that), which runs the spinning kernel with ``launch``'s
+    extra arguments and then a copy kernel, sent SIGINT once it spins: (returncode, stdout,
+    stderr)."""
     code = textwrap.dedent(f"""
+        import signal
+        signal.signal(signal.SIGINT, signal.{handler})
         import numpy as np, kernelkit
         spin = kernelkit.kernel("stop_sigint", ["x"], ["y"], {SPIN!r})
         x = np.ones(64, np.float32)
@@ -94,9 +99,11 @@ def test_sigint_stops_a_spinning_kernel():
             pass
         print("ready", flush=True)
         try:
-            spin([x], **kw)
+            spin([x]{launch}, **kw)
         except KeyboardInterrupt:
             print("interrupted", flush=True)
+        except kernelkit.KernelTimeout:
+            print("timed out", flush=True)
         copy = kernelkit.kernel("stop_copy", ["x"], ["y"], "y[threadIdx.x] = 2 * x[0];")
         print(copy([x], **kw)[0][:2].tolist(), flush=True)
     """)
@@ -113,8 +120,23 @@ def test_sigint_stops_a_spinning_kernel():
         out, err = proc.communicate(timeout=60)
     finally:
         proc.kill()
-    assert proc.returncode == 0, err
+    return proc.returncode, out, err
+
+
+def test_sigint_stops_a_spinning_kernel():
+    """Ctrl-C (SIGINT to the process) ends the launch with KeyboardInterrupt; the process
+    then runs kernels as before."""
+    code, out, err = _spin_and_signal("default_int_handler", "")
+    assert code == 0, err
     assert out.split("\n")[:2] == ["interrupted", "[2.0, 2.0]"], (out, err)
+
+
+def test_an_ignored_sigint_leaves_the_launch_running():
+    """Where SIGINT is ignored (a background job of a script inherits that), the launch does
+    not take it up: it runs on until its time limit, and the process goes on."""
+    code, out, err = _spin_and_signal("SIG_IGN", ", timeout=1.5")
+    assert code == 0, err
+    assert out.split("\n")[:2] == ["timed out", "[2.0, 2.0]"], (out, err)
 
 
 def test_kernels_created_and_dropped_keep_memory_and_mappings_bounded():
