@@ -25,11 +25,12 @@ import torch
 from .. import _arrays
 from ..ops import _matmul, _matmul_args, _norms, _softmax
 from ..ops._common import float_array, move_last
+from . import torch_inductor
 from .torch_grad import torch_signer
 from .torch_op import OpSchema, TorchOp, checked, define
 from .torch_vjp import custom_vjp
 
-__all__ = ["INFERENCE", "OPS"]
+__all__ = ["EAGER", "INFERENCE", "OPS"]
 
 F32 = torch.float32
 
@@ -176,11 +177,28 @@ def _define_all() -> tuple[dict[str, TorchOp], dict[str, TorchOp]]:
     inference = {}
     for name, (params, run, fake) in _SCHEMAS.items():
         ops[name] = custom_vjp(_op(name, params, run, fake), _GRADS[name])
-        inference[name] = _op(f"{name}_inference", params, run, fake)
+        inference[name] = _op(f"{name}_inference", params, run, _lowered(fake))
     # what Inductor's decomposition of the matmul ops (torch_traced) leaves where the kernel is
     # chosen at run time: a twin outside its decomposition table
-    inference["matmul_runtime"] = _op("matmul_runtime", *_SCHEMAS["matmul"])
+    params, run, fake = _SCHEMAS["matmul"]
+    inference["matmul_runtime"] = _op("matmul_runtime", params, run, _lowered(fake))
     return ops, inference
+
+
+def _lowered(fake: Callable[..., Any]) -> Callable[..., Any]:
+    """An inference twin's fake implementation, which first (once) has Inductor call the eager
+    ops directly in the graphs it compiles (``torch_inductor``): a graph that holds the twin
+    was traced through it."""
+
+    def traced(*args: Any) -> Any:
+        if not _DIRECT:
+            _DIRECT.append(torch_inductor.install(INFERENCE))
+        return fake(*args)
+
+    return traced
+
+
+_DIRECT: list[str | None] = []  # torch_inductor.install's answer, once asked
 
 
 OPS, INFERENCE = _define_all()
@@ -188,3 +206,9 @@ OPS, INFERENCE = _define_all()
 _arrays.EAGER_SIGNERS[torch.Tensor] = _arrays.EAGER_SIGNERS[torch.nn.Parameter] = torch_signer(
     torch
 )
+# the eager op each inference twin runs, (*its schema's arguments, out): what a compiled graph
+# calls in the twin's place (``torch_inductor``)
+EAGER: dict[str, Callable[..., Any]] = {
+    name: _SCHEMAS["matmul" if name == "matmul_runtime" else name][1] for name in INFERENCE
+}
+torch_inductor.expose(EAGER)
