@@ -125,6 +125,18 @@ def test_a_warm_out_call_refuses_overlaps_as_the_first_call_does(arrays):
     with pytest.raises(ArgumentError, match="out= overlaps input 'a'"):
         ops.matmul(w, weight, transpose_b=True, out=w)  # never in place
     np.testing.assert_array_equal(arrays.get(w), before)  # refused before the launch
+    # a strided input: the hot path may copy it, so the op's own check runs per call
+    wide, flat_o = (arrays.put(rng.standard_normal(1024).astype(np.float32)) for _ in range(2))
+    sep_o = arrays.put(np.zeros((8, 64), np.float32))
+    for _ in range(3):
+        ops.softmax(wide.reshape(8, 128)[:, ::2], out=sep_o)
+    with pytest.raises(ArgumentError, match="out= overlaps input 'x'"):
+        ops.softmax(wide.reshape(8, 128)[:, ::2], out=wide[512:].reshape(8, 64))
+    ops.softmax(wide.reshape(8, 128)[:, ::2], out=flat_o[512:].reshape(8, 64))  # apart: runs
+    x = arrays.get(wide).reshape(8, 128)[:, ::2]
+    e = np.exp(x - x.max(-1, keepdims=True))
+    want = e / e.sum(-1, keepdims=True)
+    np.testing.assert_allclose(arrays.get(flat_o)[512:].reshape(8, 64), want, rtol=1e-5)
 
 
 # Python-level function calls ('call' events of sys.setprofile: the op's own functions, the

@@ -246,12 +246,30 @@ class OpRunner:
         if run is not launch and same is not None:  # the hot path's check covers the op's
             return result, direct_launch(launch, True, refuse, same)
         fast = run
+        in_spans, out_spans = spans
+        if len(out_spans) != 1 or isinstance(out, list | tuple):
 
-        def checked(arrays: Any, out: Any) -> Any:
-            self._refuse_overlap(arrays, _as_list(out), spans)
+            def checked(arrays: Any, out: Any) -> Any:
+                self._refuse_overlap(arrays, _as_list(out), spans)
+                return fast(arrays, out)
+
+            return result, checked
+        optr, olo, ohi, _ = out_spans[0]
+        ins = tuple((i, ptr, lo, hi) for i, ptr, lo, hi, _ in in_spans) if ohi > olo else ()
+
+        def checked_one(arrays: Any, out: Any) -> Any:
+            """One out: its byte range against each input's; where two meet, the full check
+            decides (an input passed as its own out, where the op allows it, goes on)."""
+            if ins:
+                base = optr(out)
+                for i, ptr, lo, hi in ins:
+                    p = ptr(arrays[i])
+                    if p + lo < base + ohi and base + olo < p + hi:
+                        self._refuse_overlap(arrays, [out], spans)
+                        break
             return fast(arrays, out)
 
-        return result, checked
+        return result, checked_one
 
     def _same_pointers(self, inputs: Sequence[Any], outs: list[Any], spans: tuple) -> Any:
         """Per signature, whether the generated hot path's overlap check (``launch``'s

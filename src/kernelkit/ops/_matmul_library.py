@@ -107,15 +107,22 @@ def framework_run(choice: KernelChoice, call: Any) -> Any:
 
 def framework_prepare(choice: KernelChoice, problem: Problem, output_dtype: Any) -> Any:
     """Decided once per signature: a plain ``F.linear`` where that is the whole call (no
-    activation, a weight [N, K], no out=), else ``framework_run``'s general path."""
+    activation, a weight [N, K], no out=), ``torch.mm``/``addmm`` into a contiguous out=,
+    else ``framework_run``'s general path."""
+    import torch
     import torch.nn.functional as F
 
     if problem.attr("activation") is None and problem.attr("transpose_b"):
-        linear = F.linear
+        linear, mm, addmm = F.linear, torch.mm, torch.addmm
 
         def launch(arrays: Any, out: Any) -> Any:
+            x, w, bias = arrays
             if out is None:
-                return linear(arrays[0], arrays[1], arrays[2])
+                return linear(x, w, bias)
+            if bias is None and out.is_contiguous():  # into out: no temporary, no copy
+                return mm(x, w.t(), out=out)
+            if bias is not None and bias.dtype == x.dtype and out.is_contiguous():
+                return addmm(bias, x, w.t(), out=out)
             return framework_run(choice, (problem, arrays, output_dtype, out))
 
         launch.linear = linear  # type: ignore[attr-defined]  # a recent call's whole call
