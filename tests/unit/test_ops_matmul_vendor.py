@@ -453,3 +453,17 @@ def test_the_launcher_views_arrays_that_only_speak_an_interface(host_lt):
     )
     assert isinstance(y, np.ndarray)
     np.testing.assert_allclose(y, x @ w.T, rtol=1e-6)
+
+
+def test_torch_s_framework_route_takes_a_bias_of_x_s_dtype_only():
+    """torch's matmul refuses a bias of another dtype (``F.linear``: "self and mat2 must have
+    the same dtype"), which ``ops.matmul`` takes: such calls go to kernelkit's kernels, which add
+    it in float32, and a forced framework route says why it cannot."""
+    mixed = problem(64, framework="torch", bias="float32")
+    why = LIB.framework_match(mixed, H100)
+    assert why is not None and "adds a bias of x's dtype (bfloat16) only, got float32" in why
+    assert LIB.framework_match(problem(64, framework="torch", bias="bfloat16"), H100) is None
+    s = select(MM.OP, mixed, H100)
+    assert s.choice.impl != "matmul/framework"
+    with pytest.raises(ArgumentError, match=r"forced 'framework'.*bias of x's dtype"):
+        select(MM.OP, mixed, H100, override=Override("framework"))

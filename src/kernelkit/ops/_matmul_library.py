@@ -76,6 +76,9 @@ def framework_match(p: Problem, t: Target) -> str | None:
     # cuBLAS there), and the gemv kernels serve the other frameworks (CuPy, JAX) and the CPU.
     if p.attr("framework") != "torch" or p.device_type != 2:
         return "only for torch CUDA tensors"
+    dtype, bias = p.arg("x").dtype, p.attr("bias")
+    if bias is not None and bias != dtype:  # torch's matmul refuses mixed dtypes
+        return f"adds a bias of x's dtype ({dtype}) only, got {bias}: kernelkit's kernels do"
     return None
 
 
