@@ -50,7 +50,7 @@ def test_warm_out_calls_through_the_framework_route(dtype, case):
                 out = torch.empty(out_shape, device="cuda", dtype=dtype)
             out.fill_(float("nan"))
             if bias is not None and bias.dtype != dtype:  # torch's matmul cannot add it
-                with pytest.raises(ArgumentError, match="forced 'framework'.*bias of x's dtype"):
+                with pytest.raises(ArgumentError, match=r"forced 'framework'.*bias of x's dtype"):
                     ops.matmul(a, w, bias=bias, transpose_b=True, out=out)
                 return
             y = ops.matmul(a, w, bias=bias, activation=activation, transpose_b=True, out=out)
