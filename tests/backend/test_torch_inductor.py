@@ -17,20 +17,13 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("torch._inductor")
 
+from test_torch_compile_ops import _block  # noqa: E402 - the same block as compiled there
+
 import kernelkit  # noqa: E402
 from kernelkit import ops  # noqa: E402
 from kernelkit._integrations import torch_inductor  # noqa: E402
 
-SILU_MUL = ops.elementwise("y = a * b / (1 + exp(-b))")
 NO_CACHE = {"fx_graph_cache": False}
-
-
-def _block(x, w, b, up, down):
-    h = ops.layer_norm(ops.rms_norm(x, w, 1e-6), w, b, 1e-5)
-    g = ops.matmul(h, up, transpose_b=True)
-    u = ops.matmul(h, up, transpose_b=True, activation="silu")
-    y = ops.matmul(SILU_MUL(g, u), down, transpose_b=True)
-    return ops.softmax(x + y, -1)
 
 
 def _args(m=5):
