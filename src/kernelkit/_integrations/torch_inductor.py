@@ -9,7 +9,7 @@ half the op's host time, four times in a decode block's MLP). Here the inference
 included) are lowered to an ``ExternKernelAlloc`` whose generated line calls the eager op itself,
 as Inductor calls ``torch.mm``::
 
-    buf0 = torch.ops.kernelkit._direct_rms_norm(arg0_1, arg1_1, 1e-06, None)
+    buf0 = torch.ops.kernelkit._direct_v1_rms_norm(arg0_1, arg1_1, 1e-06, None)
 
 The name is an attribute of the ops' namespace, set where the ops are defined (``expose``), so
 generated code loaded from Inductor's caches finds it in any process that has the ops at all.
@@ -17,8 +17,10 @@ generated code loaded from Inductor's caches finds it in any process that has th
 The output's layout is the one the op's fake implementation gave the graph (the node's
 ``meta["val"]``), and the inputs keep the layout constraint Inductor gives a custom op it falls
 back to (the op's tags, else ``custom_op_default_layout_constraint``), so the direct call
-returns what the fallback would have. Where Inductor writes C++ (``cpp_wrapper``, AOTInductor),
-or where this torch's Inductor lacks what is used here (``WHY_NOT`` says what), the op is the
+returns what the fallback would have. Where Inductor writes C++ (``cpp_wrapper``, AOTInductor)
+or an FX graph (``fx_wrapper``), where the user names the op in
+``custom_should_partition_ops`` (Inductor reads that for ``FallbackKernel`` nodes only), or
+where this torch's Inductor lacks what is used here (``WHY_NOT`` says what), the op is the
 ``FallbackKernel`` it was. A graph compiled before the lowerings existed (Inductor's FX graph
 cache) keeps its fallback calls.
 """
@@ -33,7 +35,10 @@ import torch
 
 __all__ = ["DIRECT", "WHY_NOT", "expose", "install", "installed"]
 
-PREFIX = "_direct_"  # the eager ops' names in ``torch.ops.kernelkit``
+# the eager ops' names in ``torch.ops.kernelkit``; v1: the schema's arguments in order, then out.
+# Another order takes another name, so code from Inductor's caches never calls a function whose
+# arguments moved
+PREFIX = "_direct_v1_"
 # op name -> the eager op a compiled graph calls in its place, with the schema's arguments in
 # order (the tensors first) and None for out=
 DIRECT: dict[str, Callable[..., Any]] = {}
@@ -42,7 +47,7 @@ WHY_NOT: str | None = "not installed yet: the ops' fake implementations install 
 
 
 def expose(runs: dict[str, Callable[..., Any]]) -> None:
-    """Name each eager op in the ops' namespace (``torch.ops.kernelkit._direct_<op>``), where a
+    """Name each eager op in the ops' namespace (``torch.ops.kernelkit._direct_v1_<op>``), where a
     compiled graph's code finds it; no Inductor import (an eager process never pays it)."""
     namespace = torch.ops.kernelkit
     for name, run in runs.items():
@@ -62,18 +67,22 @@ def install(ops: dict[str, Any]) -> str | None:
     global WHY_NOT
     with _lock:
         if WHY_NOT is not None and WHY_NOT.startswith("not installed"):
-            from torch._subclasses.fake_tensor import unset_fake_temporarily
+            try:
+                from torch._subclasses.fake_tensor import unset_fake_temporarily
 
-            with unset_fake_temporarily():  # (a tracer's fake mode: Inductor's import is real)
-                WHY_NOT = _install(ops)
+                with unset_fake_temporarily():  # (a tracer's fake mode: the import is real)
+                    WHY_NOT = _install(ops)
+            except Exception as e:  # noqa: BLE001 - a broken Inductor: the fallback serves
+                WHY_NOT = f"Inductor failed while the direct calls were installed: {e!r}"
         return WHY_NOT
 
 
 def _install(ops: dict[str, Any]) -> str | None:
     try:
+        from torch._inductor import config
         from torch._inductor import lowering as L
-    except ImportError as e:
-        return f"Inductor lacks what the direct calls use: {e}"
+    except Exception as e:  # noqa: BLE001 - ImportError, or a dependency that fails to load
+        return f"Inductor lacks what the direct calls use: {e!r}"
     for name, op in ops.items():
         if name not in DIRECT:
             return f"Inductor's direct call of {op.name}: not exposed"
@@ -84,15 +93,18 @@ def _install(ops: dict[str, Any]) -> str | None:
             if constraint is not None:
                 L.add_layout_constraint(op.default, constraint)
             L.register_lowering(op.default, type_promotion_kind=None)(
-                _lowering(name, op.schema.params, fallback)
+                _lowering(name, op.name, op.schema.params, fallback, config)
             )
         except Exception as e:  # noqa: BLE001 - another Inductor: the FallbackKernel serves
             return f"Inductor refused the lowering of {op.name}: {type(e).__name__}: {e}"
     return None
 
 
-def _lowering(name: str, params: tuple, fallback: Callable[..., Any]) -> Callable[..., Any]:
-    """The lowering of the op ``name`` (its schema's ``params``: (name, type) pairs)."""
+def _lowering(
+    name: str, qualname: str, params: tuple, fallback: Callable[..., Any], config: Any
+) -> Callable[..., Any]:
+    """The lowering of the op ``qualname`` (``name`` in ``DIRECT``; its schema's ``params``:
+    (name, type) pairs)."""
     from torch._inductor import ir
     from torch._inductor.utils import convert_shape_to_inductor
     from torch._inductor.virtualized import V
@@ -101,8 +113,17 @@ def _lowering(name: str, params: tuple, fallback: Callable[..., Any]) -> Callabl
 
     def lower(*args: Any, **kwargs: Any) -> Any:
         graph = V.graph
-        if kwargs or len(args) != len(params) or graph.cpp_wrapper:
-            return fallback(*args, **kwargs)  # C++ calls no Python (AOTInductor included)
+        if (
+            kwargs
+            or len(args) != len(params)
+            or graph.cpp_wrapper  # C++ calls no Python (AOTInductor included)
+            or getattr(config, "fx_wrapper", False)  # an FX graph of op overloads
+            or any(
+                n in (qualname, f"{qualname}.default")
+                for n in getattr(config, "custom_should_partition_ops", ())
+            )
+        ):
+            return fallback(*args, **kwargs)
         node = graph.current_node
         val = node.meta.get("val") if node is not None else None
         tensors = 0  # the present tensors lead: the kernel's inputs; the rest are constants
