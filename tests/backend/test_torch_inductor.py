@@ -201,3 +201,17 @@ def test_code_from_inductor_s_cache_calls_directly_in_a_fresh_process(tmp_path):
         )
         assert done.returncode == 0, done.stderr[-3000:]
         assert f"direct calls 1 cache hits {hits}" in done.stdout, done.stdout
+
+
+def test_the_names_compiled_code_calls_stay():
+    """Code in Inductor's FX graph cache outlives a kernelkit version (its key is the graph):
+    every name it may call stays, with the arguments in the schema's order, then out."""
+    import inspect
+
+    from kernelkit._integrations.torch_ops import INFERENCE
+
+    assert torch_inductor.PREFIX == "_direct_v1_"
+    for name in ("softmax", "rms_norm", "layer_norm", "matmul", "matmul_runtime"):
+        run = getattr(torch.ops.kernelkit, f"_direct_v1_{name}")
+        params = [n for n, _ in INFERENCE[name].schema.params]
+        assert list(inspect.signature(run).parameters) == [*params, "out"], name

@@ -36,8 +36,8 @@ import torch
 __all__ = ["DIRECT", "WHY_NOT", "expose", "install", "installed"]
 
 # the eager ops' names in ``torch.ops.kernelkit``; v1: the schema's arguments in order, then out.
-# Another order takes another name, so code from Inductor's caches never calls a function whose
-# arguments moved
+# Code in Inductor's FX graph cache calls these names (its key is the graph, not kernelkit's
+# version), so a name is never removed nor given another order: a new order takes a new version
 PREFIX = "_direct_v1_"
 # op name -> the eager op a compiled graph calls in its place, with the schema's arguments in
 # order (the tensors first) and None for out=
