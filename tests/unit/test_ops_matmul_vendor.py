@@ -467,3 +467,37 @@ def test_torch_s_framework_route_takes_a_bias_of_x_s_dtype_only():
     assert s.choice.impl != "matmul/framework"
     with pytest.raises(ArgumentError, match=r"forced 'framework'.*bias of x's dtype"):
         select(MM.OP, mixed, H100, override=Override("framework"))
+
+
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("activation", [None, "relu"])
+@pytest.mark.parametrize("transpose_b", [True, False])
+@pytest.mark.parametrize("out", [None, "contiguous", "strided"])
+def test_the_framework_route_s_runs_compute_x_w_on_torch_tensors(
+    bias, activation, transpose_b, out
+):
+    """What the framework route calls is torch's own code, so its prepared run and its general
+    run are checked here on CPU tensors (the route itself is for CUDA tensors only): into a
+    contiguous out= through torch.mm/addmm, anything else through F.linear/matmul and a copy."""
+    torch = pytest.importorskip("torch")
+    g = torch.Generator().manual_seed(3)
+    m, k, n = 5, 24, 16
+    x = torch.randn(m, k, generator=g)
+    w = torch.randn(n, k, generator=g) if transpose_b else torch.randn(k, n, generator=g)
+    b = torch.randn(n, generator=g) if bias else None
+    want = x.double() @ (w.double().T if transpose_b else w.double())
+    want = want + b.double() if bias else want
+    want = torch.relu(want) if activation else want
+    p = problem(m, n=n, k=k, dtype="float32", transpose_b=transpose_b, framework="torch",
+                bias="float32" if bias else None, activation=activation)  # fmt: skip
+    runs = [LIB.framework_prepare(None, p, torch.float32)]
+    runs.append(lambda arrays, o: LIB.framework_run(None, (p, arrays, torch.float32, o)))
+    for run in runs:
+        o = None
+        if out == "contiguous":
+            o = torch.full((m, n), float("nan"))
+        elif out == "strided":
+            o = torch.full((n, m), float("nan")).t()
+        y = run([x, w, b], o)
+        assert o is None or y is o
+        torch.testing.assert_close(y.double(), want, atol=1e-4, rtol=1e-4)

@@ -88,14 +88,8 @@ def framework_run(choice: KernelChoice, call: Any) -> Any:
 
     problem, (x, w, bias), _, out = call
     act = problem.attr("activation")
-    direct = out is not None and act is None and out.is_contiguous()
-    if direct and (bias is None or bias.dtype == x.dtype):  # into out: no temporary, no copy
-        wt = w.t() if problem.attr("transpose_b") else w
-        if bias is None:
-            torch.mm(x, wt, out=out)
-        else:
-            torch.addmm(bias, x, wt, out=out)
-        return out
+    if out is not None and act is None and out.is_contiguous():
+        return _writer()(x, w.t() if problem.attr("transpose_b") else w, bias, out)
     y = F.linear(x, w, bias) if problem.attr("transpose_b") else torch.matmul(x, w)
     if problem.attr("transpose_b") is False and bias is not None:
         y = y + bias
@@ -108,24 +102,35 @@ def framework_run(choice: KernelChoice, call: Any) -> Any:
     return y
 
 
+def _writer() -> Any:
+    """``into(x, wt, bias, out)``: ``x @ wt (+ bias)`` written into a contiguous ``out`` by
+    torch itself, no temporary and no copy (``framework_match`` leaves only a bias of x's dtype
+    to this route); torch's functions bound once."""
+    import torch
+
+    mm, addmm = torch.mm, torch.addmm
+
+    def into(x: Any, wt: Any, bias: Any, out: Any) -> Any:
+        return mm(x, wt, out=out) if bias is None else addmm(bias, x, wt, out=out)
+
+    return into
+
+
 def framework_prepare(choice: KernelChoice, problem: Problem, output_dtype: Any) -> Any:
     """Decided once per signature: a plain ``F.linear`` where that is the whole call (no
     activation, a weight [N, K], no out=), ``torch.mm``/``addmm`` into a contiguous out=,
     else ``framework_run``'s general path."""
-    import torch
     import torch.nn.functional as F
 
     if problem.attr("activation") is None and problem.attr("transpose_b"):
-        linear, mm, addmm = F.linear, torch.mm, torch.addmm
+        linear, into = F.linear, _writer()
 
         def launch(arrays: Any, out: Any) -> Any:
             x, w, bias = arrays
             if out is None:
                 return linear(x, w, bias)
-            if bias is None and out.is_contiguous():  # into out: no temporary, no copy
-                return mm(x, w.t(), out=out)
-            if bias is not None and bias.dtype == x.dtype and out.is_contiguous():
-                return addmm(bias, x, w.t(), out=out)
+            if out.is_contiguous():
+                return into(x, w.t(), bias, out)
             return framework_run(choice, (problem, arrays, output_dtype, out))
 
         launch.linear = linear  # type: ignore[attr-defined]  # a recent call's whole call
