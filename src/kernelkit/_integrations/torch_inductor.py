@@ -33,26 +33,23 @@ from typing import Any
 
 import torch
 
-__all__ = ["DIRECT", "WHY_NOT", "expose", "install", "installed"]
+__all__ = ["WHY_NOT", "expose", "install", "installed"]
 
 # the eager ops' names in ``torch.ops.kernelkit``; v1: the schema's arguments in order, then out.
 # Code in Inductor's FX graph cache calls these names (its key is the graph, not kernelkit's
 # version), so a name is never removed nor given another order: a new order takes a new version
 PREFIX = "_direct_v1_"
-# op name -> the eager op a compiled graph calls in its place, with the schema's arguments in
-# order (the tensors first) and None for out=
-DIRECT: dict[str, Callable[..., Any]] = {}
 _lock = threading.Lock()
 WHY_NOT: str | None = "not installed yet: the ops' fake implementations install it when traced"
 
 
 def expose(runs: dict[str, Callable[..., Any]]) -> None:
-    """Name each eager op in the ops' namespace (``torch.ops.kernelkit._direct_v1_<op>``), where a
-    compiled graph's code finds it; no Inductor import (an eager process never pays it)."""
+    """Name each eager op (op name -> the eager op, taking the schema's arguments in order, then
+    out) in the ops' namespace (``torch.ops.kernelkit._direct_v1_<op>``), where a compiled
+    graph's code finds it; no Inductor import (an eager process never pays it)."""
     namespace = torch.ops.kernelkit
     for name, run in runs.items():
         setattr(namespace, PREFIX + name, run)
-        DIRECT[name] = run
 
 
 def installed() -> bool:
@@ -84,7 +81,7 @@ def _install(ops: dict[str, Any]) -> str | None:
     except Exception as e:  # noqa: BLE001 - ImportError, or a dependency that fails to load
         return f"Inductor lacks what the direct calls use: {e!r}"
     for name, op in ops.items():
-        if name not in DIRECT:
+        if not hasattr(torch.ops.kernelkit, PREFIX + name):
             return f"Inductor's direct call of {op.name}: not exposed"
         try:
             tag = L.get_layout_constraint_tag(op.default, with_default=True)
@@ -103,7 +100,7 @@ def _install(ops: dict[str, Any]) -> str | None:
 def _lowering(
     name: str, qualname: str, params: tuple, fallback: Callable[..., Any], config: Any
 ) -> Callable[..., Any]:
-    """The lowering of the op ``qualname`` (``name`` in ``DIRECT``; its schema's ``params``:
+    """The lowering of the op ``qualname`` (exposed as ``name``; its schema's ``params``:
     (name, type) pairs)."""
     from torch._inductor import ir
     from torch._inductor.utils import convert_shape_to_inductor

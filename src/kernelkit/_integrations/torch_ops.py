@@ -171,44 +171,38 @@ _GRADS: dict[str, Callable[..., dict]] = {
 }
 
 
-def _define_all() -> tuple[dict[str, TorchOp], dict[str, TorchOp]]:
-    """(the ops with gradients, their inference twins ``kernelkit::<name>_inference``)."""
-    ops = {}
-    inference = {}
+def _define_all() -> tuple[dict[str, TorchOp], dict[str, TorchOp], dict[str, Callable]]:
+    """(the ops with gradients, their inference twins ``kernelkit::<name>_inference``, the
+    eager op each twin runs)."""
+    ops, inference, eager = {}, {}, {}
     for name, (params, run, fake) in _SCHEMAS.items():
         ops[name] = custom_vjp(_op(name, params, run, fake), _GRADS[name])
-        inference[name] = _op(f"{name}_inference", params, run, _lowered(fake))
+        inference[name], eager[name] = _op(f"{name}_inference", params, run, _lowered(fake)), run
     # what Inductor's decomposition of the matmul ops (torch_traced) leaves where the kernel is
     # chosen at run time: a twin outside its decomposition table
     params, run, fake = _SCHEMAS["matmul"]
     inference["matmul_runtime"] = _op("matmul_runtime", params, run, _lowered(fake))
-    return ops, inference
+    eager["matmul_runtime"] = run
+    return ops, inference, eager
 
 
 def _lowered(fake: Callable[..., Any]) -> Callable[..., Any]:
-    """An inference twin's fake implementation, which first (once) has Inductor call the eager
-    ops directly in the graphs it compiles (``torch_inductor``): a graph that holds the twin
-    was traced through it."""
+    """An inference twin's fake implementation, which first has Inductor call the eager ops
+    directly in the graphs it compiles (``torch_inductor.install``, once a process): a graph
+    that holds the twin was traced through it."""
 
     def traced(*args: Any) -> Any:
-        if not _DIRECT:
-            _DIRECT.append(torch_inductor.install(INFERENCE))
+        torch_inductor.install(INFERENCE)
         return fake(*args)
 
     return traced
 
 
-_DIRECT: list[str | None] = []  # torch_inductor.install's answer, once asked
-
-
-OPS, INFERENCE = _define_all()
+# EAGER: the eager op each inference twin runs, (*its schema's arguments, out): what a compiled
+# graph calls in the twin's place (``torch_inductor``)
+OPS, INFERENCE, EAGER = _define_all()
 # the implementations' prepared calls (``_arrays.EAGER_SIGNERS``), whatever Dynamo can substitute
 _arrays.EAGER_SIGNERS[torch.Tensor] = _arrays.EAGER_SIGNERS[torch.nn.Parameter] = torch_signer(
     torch
 )
-# the eager op each inference twin runs, (*its schema's arguments, out): what a compiled graph
-# calls in the twin's place (``torch_inductor``)
-EAGER: dict[str, Callable[..., Any]] = {
-    name: _SCHEMAS["matmul" if name == "matmul_runtime" else name][1] for name in INFERENCE
-}
 torch_inductor.expose(EAGER)
