@@ -152,16 +152,16 @@ class EagerRoute:
         if call is None:
             return self
         is_array = self._is_array
-        scalars = tuple(
-            (i, _scalar_id(x)) for i, (x, a) in enumerate(zip(inputs, is_array)) if not a
-        )
-        route = self
         if all(is_array):  # arrays only (the XLA call returns its list of results)
 
             def run_arrays(inputs: Any, *rest: Any) -> Any:
                 return call(*inputs)
 
             return run_arrays
+        scalars = tuple(
+            (i, _scalar_id(x)) for i, (x, a) in enumerate(zip(inputs, is_array)) if not a
+        )
+        route = self
 
         def run(inputs: Any, *rest: Any) -> Any:
             for i, held in scalars:  # (the XLA call holds their values)
