@@ -66,6 +66,7 @@ def stand_in() -> Iterator[Driver]:
         launch = original(self, program, target)
         wrapped = functools.partial(launch)  # an attribute of its own
         wrapped.native_call = fake.native_call(launch)
+        wrapped.native_front = native._module()[0].Front  # kernels called through it
         return wrapped
 
     with pytest.MonkeyPatch.context() as mp:

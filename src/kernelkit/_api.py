@@ -9,7 +9,9 @@ arguments' types and dtypes (both derived from ``key.KEY``) and one dictionary l
 from __future__ import annotations
 
 import functools
+import inspect
 import math
+import operator
 import threading
 import weakref
 from collections.abc import Callable, Mapping, Sequence
@@ -41,7 +43,7 @@ def _follow(kernel: weakref.ref[Kernel], call: Any) -> None:
     """Make ``call`` (a plan's new call repeated in C) the run a kernel tries first."""
     found = kernel()
     if found is not None:
-        found._last = call
+        found._use(call)
 
 
 MAX_PLANS = 256  # specializations a kernel object keeps (the oldest goes first)
@@ -61,6 +63,12 @@ class Kernel:
         self._plans: dict[Any, _plan.LaunchPlan] = {}  # insertion-ordered: oldest first
         self._lock = threading.Lock()
         self._last: Any = _no_plan  # the run of the most recently used specialization
+        # once a plan launches through CUDA's native module, its ``Front``: what ``kernel(...)``
+        # then calls (``_entry``), laying the arguments out and calling ``_last`` in C
+        # (``kk_launch.c``: no Python frame a call); until then ``_entry`` is ``_call``
+        self._front: Any = None
+
+    _entry: Callable[..., list[Any]]  # (``_call`` below the class, the ``Front`` once made)
 
     @property
     def name(self) -> str:
@@ -72,7 +80,33 @@ class Kernel:
             f"outputs={list(self.spec.output_names)}, specializations={len(self._plans)})"
         )
 
-    def __call__(
+    def _use(self, run: Any) -> None:
+        """Make ``run`` the one tried first (``_last``), here and in the ``Front``."""
+        self._last = run
+        if self._front is not None:
+            self._front.last = run
+
+    if TYPE_CHECKING:  # at run time a property (below the class): what a call's checker sees
+
+        def __call__(
+            self,
+            inputs: Sequence[Any],
+            output_shapes: Sequence[Sequence[int]] | None = None,
+            output_dtypes: Sequence[Any] | None = None,
+            grid: Sequence[int] | None = None,
+            threadgroup: Sequence[int] | None = None,
+            template: Sequence[tuple[str, Any]] | None = None,
+            init_value: float | int | None = None,
+            verbose: bool = False,
+            stream: Any = None,
+            out: Sequence[Any] | None = None,
+            backend: str | None = None,
+            check: bool | None = None,
+            shared_memory: int | None = None,
+            timeout: float | None = None,
+        ) -> list[Any]: ...
+
+    def _call(
         self,
         inputs: Sequence[Any],
         output_shapes: Sequence[Sequence[int]] | None = None,
@@ -150,7 +184,7 @@ class Kernel:
         if result is MISS:  # cannot happen: a plan's guard is its dictionary key
             raise RuntimeError(f"[{self.name}] internal error: plan guard disagrees with its key")
         if plan.guarded:  # only a plan that checks its calls may be tried first next time
-            self._last = (
+            self._use(
                 plan.run if repeats is None
                 else repeats.head if repeats.head is not None
                 else repeats.end  # the next call, if it is this plan's, makes one
@@ -358,11 +392,33 @@ class Kernel:
                 plan = _plan.build(self.spec, bound, template, check, verbose, guard)
                 if plan.repeats is not None:  # a new call repeated in C is tried first
                     plan.repeats.follow = functools.partial(_follow, weakref.ref(self))
+                    if self._front is None and plan.repeats.front is not None:
+                        self._front = plan.repeats.front(self, MISS)
+                        self._front.last = self._last
+                        self._entry = self._front
                 if key is not None:
                     if len(self._plans) >= MAX_PLANS:
                         del self._plans[next(iter(self._plans))]
                     self._plans[key] = plan
         return plan
+
+
+class _Entry(property):
+    """``Kernel.__call__``: ``kernel(...)`` calls ``kernel._entry``, read by a getter in C
+    (``attrgetter``), so that a call through the ``Front`` runs no Python frame at all.
+    ``Kernel.__call__(kernel, ...)`` works too, and ``inspect.signature`` gives ``_call``'s."""
+
+    __signature__ = inspect.signature(Kernel._call)
+
+    def __call__(self, kernel: Kernel, *args: Any, **kwargs: Any) -> list[Any]:
+        return kernel._entry(*args, **kwargs)
+
+
+if not TYPE_CHECKING:  # (mypy sees the signature declared in the class)
+    Kernel._entry = Kernel._call  # (read through an instance: a method bound per call, no cycle)
+    Kernel.__call__ = _Entry(operator.attrgetter("_entry"))
+    Kernel.__call__.__doc__ = Kernel._call.__doc__  # (the instance's: the class has its own)
+    Kernel._call.__qualname__ = "Kernel.__call__"  # as a wrong call's TypeError names it
 
 
 def kernel(

@@ -760,3 +760,90 @@ def test_arrays_checked_through_their_attributes_are_repeated_in_c(driver, monke
     for m in made:
         np.testing.assert_allclose(m, want(x), rtol=1e-6)
     assert len({m.__array_interface__["data"][0] for m in made}) == 4
+
+
+# ---- the Front: ``Kernel.__call__`` in C (``kk_launch.Front``) ----
+
+
+def test_a_kernel_whose_calls_repeat_in_c_is_called_through_its_front(driver):
+    k, x, y = _warm("front", 1)
+    front = k._front
+    assert type(front).__name__ == "Front" and k._entry is front and front.last is k._last
+    runs, before = _count_runs(_repeats(k)), driver.launches
+    # the documented layouts: positional up to init_value, keywords in any order, a tuple
+    y.fill_(float("nan"))
+    assert k([x, 2.0, 3], None, None, (16, 1, 1), (64, 1, 1), out=[y])[0] is y
+    torch.testing.assert_close(y, _expect(x))
+    call = _repeats(k).head  # the second call made it; the Front tries it first from now on
+    assert k._last is call and front.last is call
+    for kwargs in (
+        {"grid": (16, 1, 1), "threadgroup": (64, 1, 1), "out": [y]},
+        {"out": (y,), "threadgroup": (64, 1, 1), "grid": (16, 1, 1), "stream": None},
+        {"grid": (16, 1, 1), "threadgroup": (64, 1, 1), "out": [y], "check": None},
+        dict([("gr" + "id", (16, 1, 1)), ("threadgroup", (64, 1, 1)), ("out", [y])]),
+    ):
+        y.fill_(float("nan"))
+        assert k([x, 2.0, 3], **kwargs)[0] is y
+        torch.testing.assert_close(y, _expect(x))
+    (z,) = k(inputs=[x, 2.0, 3], grid=(16, 1, 1), threadgroup=(64, 1, 1), output_shapes=[(2, 8)],
+             output_dtypes=[torch.float32])  # fmt: skip
+    torch.testing.assert_close(z, _expect(x))
+    # the Call served the four; the run the call that made it and the allocating one
+    assert call.served == 4 and driver.launches - before == 4 and len(runs) == 2
+
+
+def test_the_front_hands_other_calls_to_the_kernel_s_python_path(driver):
+    k, x, y = _warm("front_other", 2)
+    front = k._front
+    # another specialization: ``last`` misses, ``_call_other`` runs it and it is tried first
+    x3 = torch.randn(3, 5, dtype=torch.float64)
+    y3 = torch.empty_like(x3)
+    _call(k, x3, out=[y3])
+    torch.testing.assert_close(y3, (2.0 * x3 + 3).double())
+    assert k._entry is front and front.last is k._last and len(k._plans) == 2
+    _call(k, x, out=[y])  # and back
+    torch.testing.assert_close(y, _expect(x))
+    # what the Front does not lay out goes whole to ``_call``, which checks it
+    assert _call(k, x, out=[y], verbose=False)[0] is y
+    assert _call(k, x, out=[y], timeout=30.0)[0] is y
+    assert k([x, 2.0, 3], None, None, (16, 1, 1), (64, 1, 1), None, None, False, out=[y])[0] is y
+    with pytest.raises(TypeError, match=r"Kernel.__call__\(\) missing 1 required positional"):
+        k(grid=(16, 1, 1))
+    with pytest.raises(TypeError, match="unexpected keyword argument 'grdi'"):
+        k([x, 2.0, 3], grdi=(16, 1, 1), threadgroup=(64, 1, 1), out=[y])
+    with pytest.raises(TypeError, match="multiple values for argument 'grid'"):
+        k([x, 2.0, 3], None, None, (16, 1, 1), grid=(16, 1, 1), threadgroup=(64, 1, 1))
+    with pytest.raises(ArgumentError, match="threadgroup"):  # a checked call's error, unchanged
+        k([x, 2.0, 3], grid=(16, 1, 1), out=[y])
+    torch.testing.assert_close(y, _expect(x))
+
+
+def test_a_kernel_and_its_front_make_no_cycle(driver):
+    """A kernel is freed when its last reference goes (its programs with it), not at the next
+    collection: the Front holds it weakly."""
+    k, _, _ = _warm("front_alive", 3)
+    front = k._front
+    assert front is not None
+    ref = weakref.ref(k)
+    gc.disable()
+    try:
+        del k
+        assert ref() is None
+    finally:
+        gc.enable()
+    with pytest.raises(ReferenceError, match="no longer exists"):
+        front(grid=(16, 1, 1))  # (only a Front kept past its kernel can be called so)
+
+
+def test_the_call_keeps_its_signature_and_its_unbound_form():
+    import inspect
+
+    k = _kernel("front_signature")
+    params = list(inspect.signature(k).parameters)
+    assert params[:3] == ["inputs", "output_shapes", "output_dtypes"] and params[-1] == "timeout"
+    assert list(inspect.signature(kernelkit.Kernel).parameters) == ["spec"]
+    x = torch.randn(2, 8)
+    (y,) = kernelkit.Kernel.__call__(k, [x, 2.0, 3], [(2, 8)], [torch.float32], grid=(16, 1, 1),
+                                     threadgroup=(64, 1, 1))  # fmt: skip
+    torch.testing.assert_close(y, _expect(x))
+    assert "Run the kernel" in (kernelkit.Kernel.__call__.__doc__ or "")

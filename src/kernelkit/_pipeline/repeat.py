@@ -78,8 +78,8 @@ class Repeats:
     LIMIT = 4
     EVERY = 256
     __slots__ = (
-        "end", "fill", "follow", "head", "hot", "keep", "lock", "make", "packs", "run",
-        "seen", "served", "stream", "tries",
+        "end", "fill", "follow", "front", "head", "hot", "keep", "lock", "make", "packs",
+        "run", "seen", "served", "stream", "tries",
     )  # fmt: skip
 
     def __init__(self, hot: HotPath, run: Callable[..., Any], make: Callable[..., Any]) -> None:
@@ -94,6 +94,8 @@ class Repeats:
         self.end = self.miss
         self.lock = threading.Lock()  # one thread at a time changes the chain
         self.fill: Callable[..., ArgPack] | None = None  # ``call_for``'s dry run, when needed
+        # the native module's ``Front`` (``Kernel.__call__`` in C), which the kernel takes
+        self.front: Callable[..., Any] | None = getattr(hot.loaded.launch, "native_front", None)
 
     def miss(self, *args: Any) -> Any:
         """The chain's retry (``end``: this method bound once): the call run, and made into a

@@ -151,7 +151,8 @@ def bind(
     """``launch(params, stream, geometry)`` for one kernel through the native module, calling
     ``fallback`` with the same arguments when the driver returns an error; None where the
     module is not available (``status`` says why). Its ``native_call`` makes the module's
-    ``Call`` for this kernel from the arguments that follow ``fallback`` (``kk_launch.c``)."""
+    ``Call`` for this kernel from the arguments that follow ``fallback``, its ``native_front``
+    is the module's ``Front`` (``Kernel.__call__`` in C; both in ``kk_launch.c``)."""
     module, _ = _module()
     if module is None:
         return None
@@ -165,4 +166,5 @@ def bind(
     launch.native_call = functools.partial(  # type: ignore[attr-defined]
         module.Call, driver, function, last, entry, fallback
     )
+    launch.native_front = module.Front  # type: ignore[attr-defined]
     return launch

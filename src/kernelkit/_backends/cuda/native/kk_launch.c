@@ -53,6 +53,17 @@
  *   instead of ``next`` (the last Call of a chain: ``next`` the generated run, ``trial`` the
  *   Python side that makes a new Call); ``served`` counts its launches.
  *
+ * Front(kernel, miss)
+ *
+ *   ``Kernel.__call__`` without a Python frame (a kernel's ``__call__`` is a property that gives
+ *   its Front once one of its plans launches through this module). Called with
+ *   ``Kernel.__call__``'s arguments, it calls ``last`` (settable; the kernel's ``_last``) with
+ *   the 12 ``CallArgs`` and returns its result, or, when that is ``miss``,
+ *   ``kernel._call_other(args, False)`` with the 12 as a tuple. A call it cannot lay out so
+ *   (``verbose=`` or ``timeout=`` given, an unknown or repeated keyword, no ``inputs``, more
+ *   than 7 positional arguments) goes whole to ``kernel._call``, which checks it and names what
+ *   is wrong. It holds the kernel by a weak reference: a kernel and its Front make no cycle.
+ *
  * Guards(fields, arrays)
  *
  *   ``check(*arrays)``: a check in C that arrays are like ``arrays`` (their exact classes and
@@ -888,6 +899,188 @@ static PyTypeObject kk_guards_type = {
     .tp_new = kk_guards_new,
 };
 
+/* ---- Front: Kernel.__call__ in C (see the top of this file) ---- */
+
+typedef struct {
+  PyObject_HEAD
+  PyObject *last, *kernel, *miss; /* kernel: a weak reference (no cycle keeps it alive) */
+} kk_front;
+
+/* ``Kernel.__call__``'s keywords in ``CallArgs``' order (``verbose`` and ``timeout`` are not
+ * among them: a call that gives them goes to ``_call``), interned by the module's init, and
+ * the names of the kernel's methods the Front calls */
+static const char *const kk_front_names[12] = {
+    "inputs",   "output_shapes", "output_dtypes", "grid",  "threadgroup", "template",
+    "init_value", "stream",      "out",           "backend", "check",     "shared_memory",
+};
+static PyObject *kk_front_keys[12], *kk_front_call_name, *kk_front_other_name;
+
+/* The CallArgs position of keyword ``name``, or -1 */
+static int kk_front_slot(PyObject *name) {
+  for (int i = 0; i < 12; i++) {
+    if (name == kk_front_keys[i]) return i;
+  }
+  for (int i = 0; i < 12; i++) { /* a name built at run time: not the interned object */
+    if (PyUnicode_Check(name) && PyUnicode_Compare(name, kk_front_keys[i]) == 0) return i;
+  }
+  return -1;
+}
+
+/* The kernel (a new reference), or NULL with an error set */
+static PyObject *kk_front_kernel(kk_front *self) {
+  if (self->kernel == NULL) { /* cleared by the collector while still reachable */
+    PyErr_SetString(PyExc_RuntimeError, "[Front] called after it was cleared");
+    return NULL;
+  }
+  PyObject *kernel = PyWeakref_GetObject(self->kernel); /* borrowed */
+  if (kernel == NULL) return NULL;
+  if (kernel == Py_None) {
+    PyErr_SetString(PyExc_ReferenceError, "[Front] its kernel no longer exists");
+    return NULL;
+  }
+  return Py_NewRef(kernel);
+}
+
+/* ``last`` with the 12 ``slot``s (NULL: not given, None), else ``kernel._call_other`` with
+ * them as a tuple and False */
+static PyObject *kk_front_run(kk_front *self, PyObject *slot[12]) {
+  if (self->last == NULL) {
+    PyErr_SetString(PyExc_RuntimeError, "[Front] called after it was cleared");
+    return NULL;
+  }
+  for (Py_ssize_t i = 1; i < 12; i++) {
+    if (slot[i] == NULL) slot[i] = Py_None; /* every default but verbose's is None */
+  }
+  PyObject *last = Py_NewRef(self->last); /* it may be replaced while it runs */
+  PyObject *r = PyObject_Vectorcall(last, slot, 12, NULL);
+  Py_DECREF(last);
+  if (r != self->miss) return r;
+  Py_DECREF(r);
+  PyObject *kernel = kk_front_kernel(self);
+  if (kernel == NULL) return NULL;
+  PyObject *t = PyTuple_New(12);
+  if (t == NULL) {
+    Py_DECREF(kernel);
+    return NULL;
+  }
+  for (Py_ssize_t i = 0; i < 12; i++) PyTuple_SET_ITEM(t, i, Py_NewRef(slot[i]));
+  PyObject *margs[3] = {kernel, t, Py_False};
+  r = PyObject_VectorcallMethod(kk_front_other_name, margs, 3, NULL);
+  Py_DECREF(t);
+  Py_DECREF(kernel);
+  return r;
+}
+
+/* Positional arguments into ``slot``; 0 where the call goes to ``_call`` */
+static int kk_front_positional(PyObject *const *args, Py_ssize_t n, PyObject *slot[12]) {
+  if (n > 7) return 0; /* the 8th positional parameter is verbose */
+  for (Py_ssize_t i = 0; i < 12; i++) slot[i] = i < n ? args[i] : NULL;
+  return 1;
+}
+
+/* Keyword ``name`` into ``slot``; 0 where the call goes to ``_call`` (verbose, timeout, an
+ * unknown name, a parameter also given by position) */
+static int kk_front_keyword(PyObject *name, PyObject *value, PyObject *slot[12]) {
+  int at = kk_front_slot(name);
+  if (at < 0 || slot[at] != NULL) return 0;
+  slot[at] = value;
+  return 1;
+}
+
+/* ``kernel(...)``: Python calls a heap type's ``__call__`` (the property giving this Front)
+ * with a tuple and a dict, read here as they are */
+static PyObject *kk_front_call(PyObject *callable, PyObject *args, PyObject *kwargs) {
+  kk_front *self = (kk_front *)callable;
+  PyObject *slot[12], *name, *value;
+  int ok = kk_front_positional(&PyTuple_GET_ITEM(args, 0), PyTuple_GET_SIZE(args), slot);
+  Py_ssize_t pos = 0;
+  while (ok && kwargs != NULL && PyDict_Next(kwargs, &pos, &name, &value))
+    ok = kk_front_keyword(name, value, slot);
+  if (ok && slot[0] != NULL) return kk_front_run(self, slot);
+  PyObject *kernel = kk_front_kernel(self); /* no inputs, or anything above: checked there */
+  if (kernel == NULL) return NULL;
+  PyObject *method = PyObject_GetAttr(kernel, kk_front_call_name);
+  Py_DECREF(kernel);
+  if (method == NULL) return NULL;
+  PyObject *r = PyObject_Call(method, args, kwargs);
+  Py_DECREF(method);
+  return r;
+}
+
+static PyObject *kk_front_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+  PyObject *kernel, *miss;
+  if (kwds != NULL && PyDict_GET_SIZE(kwds)) {
+    PyErr_SetString(PyExc_TypeError, "[Front] takes no keyword arguments");
+    return NULL;
+  }
+  if (!PyArg_ParseTuple(args, "OO", &kernel, &miss)) return NULL;
+  PyObject *ref = PyWeakref_NewRef(kernel, NULL);
+  if (ref == NULL) return NULL;
+  kk_front *self = (kk_front *)type->tp_alloc(type, 0);
+  if (self == NULL) {
+    Py_DECREF(ref);
+    return NULL;
+  }
+  self->kernel = ref;
+  self->miss = Py_NewRef(miss);
+  self->last = Py_NewRef(miss); /* not callable: set ``last`` before the first call */
+  return (PyObject *)self;
+}
+
+static int kk_front_traverse(kk_front *self, visitproc visit, void *arg) {
+  Py_VISIT(self->last);
+  Py_VISIT(self->kernel);
+  Py_VISIT(self->miss);
+  return 0;
+}
+
+static int kk_front_clear(kk_front *self) {
+  Py_CLEAR(self->last);
+  Py_CLEAR(self->kernel);
+  Py_CLEAR(self->miss);
+  return 0;
+}
+
+static void kk_front_dealloc(kk_front *self) {
+  PyObject_GC_UnTrack(self);
+  kk_front_clear(self);
+  Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *kk_front_get_last(kk_front *self, void *closure) {
+  (void)closure;
+  return Py_NewRef(self->last ? self->last : Py_None);
+}
+
+static int kk_front_set_last(kk_front *self, PyObject *value, void *closure) {
+  (void)closure;
+  if (value == NULL || !PyCallable_Check(value)) {
+    PyErr_SetString(PyExc_TypeError, "[Front] last must be callable");
+    return -1;
+  }
+  Py_XSETREF(self->last, Py_NewRef(value));
+  return 0;
+}
+
+static PyGetSetDef kk_front_getset[] = {
+    {"last", (getter)kk_front_get_last, (setter)kk_front_set_last,
+     "called first with the 12 CallArgs", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject kk_front_type = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "kk_launch.Front",
+    .tp_basicsize = sizeof(kk_front),
+    .tp_dealloc = (destructor)kk_front_dealloc,
+    .tp_call = kk_front_call, /* no vectorcall: Python would unpack the dict it built */
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "Kernel.__call__ in C (see kk_launch.c)",
+    .tp_traverse = (traverseproc)kk_front_traverse,
+    .tp_clear = (inquiry)kk_front_clear,
+    .tp_getset = kk_front_getset,
+    .tp_new = kk_front_new,
+};
+
 static PyMethodDef kk_methods[] = {
     {"launch", (PyCFunction)(void (*)(void))kk_launch, METH_FASTCALL,
      "launch(driver_launch, function, last, entry, fallback, params, stream, geometry)"},
@@ -900,11 +1093,24 @@ static struct PyModuleDef kk_module = {
 };
 
 PyMODINIT_FUNC PyInit_kk_launch(void) {
-  if (PyType_Ready(&kk_call_type) < 0 || PyType_Ready(&kk_guards_type) < 0) return NULL;
+  if (PyType_Ready(&kk_call_type) < 0 || PyType_Ready(&kk_guards_type) < 0 ||
+      PyType_Ready(&kk_front_type) < 0)
+    return NULL;
+  for (int i = 0; i < 12; i++) {
+    if (kk_front_keys[i] == NULL &&
+        (kk_front_keys[i] = PyUnicode_InternFromString(kk_front_names[i])) == NULL)
+      return NULL;
+  }
+  if ((kk_front_call_name == NULL &&
+       (kk_front_call_name = PyUnicode_InternFromString("_call")) == NULL) ||
+      (kk_front_other_name == NULL &&
+       (kk_front_other_name = PyUnicode_InternFromString("_call_other")) == NULL))
+    return NULL;
   PyObject *module = PyModule_Create(&kk_module);
   if (module == NULL) return NULL;
   if (PyModule_AddObjectRef(module, "Call", (PyObject *)&kk_call_type) < 0 ||
-      PyModule_AddObjectRef(module, "Guards", (PyObject *)&kk_guards_type) < 0) {
+      PyModule_AddObjectRef(module, "Guards", (PyObject *)&kk_guards_type) < 0 ||
+      PyModule_AddObjectRef(module, "Front", (PyObject *)&kk_front_type) < 0) {
     Py_DECREF(module);
     return NULL;
   }
