@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import inspect
 import itertools
+import re
 
 import numpy as np
 import pytest
@@ -13,6 +14,7 @@ import pytest
 from kernelkit._api import Kernel
 from kernelkit._arrays._abstract import AbstractArray
 from kernelkit._arrays.lookup import adapter_for
+from kernelkit._backends.cuda import native
 from kernelkit._pipeline.key import CALL_ARGS, KEY, CallArgs, call_key, guard_function, guard_of
 
 
@@ -134,7 +136,12 @@ def test_the_call_argument_order_is_named_once() -> None:
     assert tuple(params) == CallArgs._fields
     assert ", ".join(CallArgs._fields) == CALL_ARGS
     assert {name for name, _ in KEY} <= set(CallArgs._fields)
-    source = inspect.getsource(Kernel.__call__).split("\n")
+    source = inspect.getsource(Kernel._call).split("\n")  # (``__call__``'s Python path)
     start = next(i for i, line in enumerate(source) if "args = (" in line)
     end = next(i for i in range(start, len(source)) if source[i].strip() == ")")
     assert [line.strip() for line in source[start + 1 : end]] == [f"{f}," for f in CallArgs._fields]
+    # and the Front's keywords (``Kernel.__call__`` in C) in the same order
+    text = native.SOURCE.read_text()
+    start = text.index("kk_front_names[12] = {")
+    names = text[start : text.index("};", start)]
+    assert tuple(re.findall(r'"(\w+)"', names)) == CallArgs._fields
