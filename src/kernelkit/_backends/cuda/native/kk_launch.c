@@ -932,13 +932,16 @@ static PyObject *kk_front_kernel(kk_front *self) {
     PyErr_SetString(PyExc_RuntimeError, "[Front] called after it was cleared");
     return NULL;
   }
-  PyObject *kernel = PyWeakref_GetObject(self->kernel); /* borrowed */
+  PyObject *kernel;
+#if PY_VERSION_HEX >= 0x030D0000 /* PyWeakref_GetObject is deprecated from 3.13 */
+  if (PyWeakref_GetRef(self->kernel, &kernel) < 0) return NULL;
+#else
+  kernel = PyWeakref_GetObject(self->kernel); /* borrowed */
   if (kernel == NULL) return NULL;
-  if (kernel == Py_None) {
-    PyErr_SetString(PyExc_ReferenceError, "[Front] its kernel no longer exists");
-    return NULL;
-  }
-  return Py_NewRef(kernel);
+  kernel = kernel == Py_None ? NULL : Py_NewRef(kernel);
+#endif
+  if (kernel == NULL) PyErr_SetString(PyExc_ReferenceError, "[Front] its kernel no longer exists");
+  return kernel;
 }
 
 /* ``last`` with the 12 ``slot``s (NULL: not given, None), else ``kernel._call_other`` with
