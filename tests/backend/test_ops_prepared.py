@@ -336,3 +336,86 @@ def test_recent_calls_from_several_threads_give_each_call_its_own_result(backend
     for t in threads:
         t.join()
     assert not errors, errors[:5]
+
+
+def _out_calls(dev: str) -> dict:
+    """Each op called with out= (and a torch op's direct call, as compiled graphs make it)."""
+    g = torch.Generator().manual_seed(2)
+    x, w, b = (torch.randn(*s, generator=g).to(dev) for s in ((6, 64), (64,), (64,)))
+    weight = torch.randn(24, 64, generator=g).to(dev)
+    bias = torch.randn(24, generator=g).to(dev)
+    o, o24 = torch.empty(6, 64, device=dev), torch.empty(6, 24, device=dev)
+    silu_mul = ops.elementwise("y = a * silu(b)")
+    x1 = x + 1
+    K = torch.ops.kernelkit
+    return {
+        "elementwise": lambda: silu_mul(x, x1, out=o),
+        "softmax": lambda: ops.softmax(x, out=o),
+        "rms_norm": lambda: ops.rms_norm(x, w, 1e-6, out=o),
+        "layer_norm": lambda: ops.layer_norm(x, w, b, 1e-5, out=o),
+        "matmul": lambda: ops.matmul(x, weight, transpose_b=True, out=o24),
+        "matmul bias": lambda: ops.matmul(x, weight, bias=bias, transpose_b=True, out=o24),
+        "direct rms_norm": lambda: K._direct_v1_rms_norm(x, w, 1e-6, o),
+        "direct softmax": lambda: K._direct_v1_softmax(x, -1, o),
+    }
+
+
+@pytest.mark.parametrize("case", sorted(_out_calls("cpu")))
+def test_a_warm_out_call_on_torch_tensors_builds_no_signature(backend, case):
+    """Fails where calls with out= have no recent entries: the signer runs on every call."""
+    if _checker() is None:
+        pytest.skip("this torch has no usable TensorGuards")
+    fn = _out_calls(_device(backend))[case]
+    for _ in range(3):
+        fn()
+    names = _called(fn)
+    assert "torch_signature" not in names, names
+
+
+def test_recent_out_calls_write_into_their_own_out_and_refuse_overlaps(backend):
+    """out= arrays of other shapes, strides and dtypes, cycled past the entries kept: each call
+    writes its own out, right against float64; then an out that overlaps its input, of the
+    layout a warm entry was made for (so the arrays' check passes it), is refused by name."""
+    dev = _device(backend)
+    g = torch.Generator().manual_seed(4)
+    d = lambda a: a.double()
+    cases = []
+    shapes = [(5, 48, torch.float32), (3, 48, torch.float32), (5, 40, torch.float32),
+              (5, 48, torch.float16), (2, 64, torch.float32)]  # fmt: skip
+    for rows, cols, dtype in shapes:
+        x = torch.randn(rows, cols, generator=g).to(dev, dtype)
+        w = (torch.rand(cols, generator=g) + 0.5).to(dev, dtype)
+        m = torch.randn(16, cols, generator=g).to(dev, dtype)
+        o = torch.full((rows, cols), float("nan"), device=dev, dtype=dtype)
+        om = torch.full((rows, 16), float("nan"), device=dev, dtype=dtype)
+        rms = lambda x=x, w=w: d(x) * torch.rsqrt(d(x).pow(2).mean(-1, keepdim=True) + 1e-6) * d(w)
+        cases.append((lambda x=x, w=w, o=o: ops.rms_norm(x, w, 1e-6, out=o), o, rms))
+        cases.append((lambda x=x, o=o: ops.softmax(x, out=o), o, lambda x=x: d(x).softmax(-1)))
+        cases.append((lambda x=x, m=m, om=om: ops.matmul(x, m, transpose_b=True, out=om), om,
+                      lambda x=x, m=m: d(x) @ d(m).t()))  # fmt: skip
+    for rnd in range(3):
+        for i, (call, out, want) in enumerate(cases):
+            out.fill_(float("nan"))
+            assert call() is out, i
+            tol = 2e-2 if out.dtype == torch.float16 else 2e-5
+            np.testing.assert_allclose(out.double().cpu().numpy(), want().cpu().numpy(), rtol=tol,
+                                       atol=tol, err_msg=f"case {i} (round {rnd})")  # fmt: skip
+    for recent in (_softmax._RECENT, _norms._RMS_RECENT, *_matmul._RECENT):
+        assert len(recent.outs) <= _prepared.Recent.LIMIT
+    # overlaps: x and out are views of one buffer, laid out as a warm entry's arrays
+    buf = torch.randn(3 * 64 + 64, device=dev)
+    x, w = buf[: 3 * 64].view(3, 64), torch.ones(64, device=dev)
+    for _ in range(3):
+        ops.rms_norm(x, w, 1e-6, out=torch.empty(3, 64, device=dev))
+        ops.softmax(x, out=torch.empty(3, 64, device=dev))
+    shifted = buf[64:].view(3, 64)  # rows 1-3 of buf: meets x's rows 1-2
+    with pytest.raises(ArgumentError, match=r"\[rms_norm\] out= overlaps input 'x'"):
+        ops.rms_norm(x, w, 1e-6, out=shifted)
+    with pytest.raises(ArgumentError, match=r"\[softmax\] out= overlaps input"):
+        ops.softmax(x, out=shifted)
+    strided = torch.empty(64, 3, device=dev).t()  # warm entries' outs are row-contiguous
+    with pytest.raises(ArgumentError, match="must be row-contiguous"):
+        ops.rms_norm(x, w, 1e-6, out=strided)
+    want = d(x) * torch.rsqrt(d(x).pow(2).mean(-1, keepdim=True) + 1e-6)
+    assert ops.rms_norm(x, w, 1e-6, out=x) is x  # in place: the input itself, as before
+    np.testing.assert_allclose(x.double().cpu().numpy(), want.cpu().numpy(), rtol=2e-5, atol=2e-5)

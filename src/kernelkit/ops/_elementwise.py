@@ -427,6 +427,10 @@ def call(self: Elementwise, args: tuple, out: Any, kwargs: dict[str, Any]) -> An
             for check, kept, run in self._recent.entries:
                 if kept == extras and check(*args):
                     return run(list(args), None)
+        elif len(args) == len(self.inputs):  # (a prepared out= is one array: see _call)
+            for check, kept, run in self._recent.outs:
+                if kept == extras and check(*args, out):
+                    return run(list(args), out)
         sign = SIGNERS.get(args[0].__class__)
         if sign is not None:
             try:
@@ -435,7 +439,7 @@ def call(self: Elementwise, args: tuple, out: Any, kwargs: dict[str, Any]) -> An
             except Exception:  # noqa: BLE001, S110 - a new signature: validated below
                 pass
             else:
-                if out is None and run not in self._recent.tried:
-                    self._recent.again(args, extras, run)
+                if run not in self._recent.tried:
+                    self._recent.again(args, extras, run, None, out)
                 return run(list(args), out)
     return self._call(args, out, kwargs)

@@ -100,6 +100,10 @@ def rms_norm(x: Any, weight: Any, eps: float = 1e-6, *, out: Any = None) -> Any:
             # eps >= 0 last: a float there (its class is kept)
             if kept == extras and check(x, weight) and eps >= 0:
                 return run([x, weight, eps], None)
+    else:
+        for check, kept, run in _RMS_RECENT.outs:
+            if kept == extras and check(x, weight, out) and eps >= 0:
+                return run([x, weight, eps], out)
     sign = SIGNERS.get(x.__class__)
     if sign is not None:
         try:
@@ -109,8 +113,8 @@ def rms_norm(x: Any, weight: Any, eps: float = 1e-6, *, out: Any = None) -> Any:
             pass
         else:
             if eps >= 0:  # a float (only those are kept), neither negative nor NaN
-                if out is None and run not in _RMS_RECENT.tried:
-                    _RMS_RECENT.again((x, weight), extras, run)
+                if run not in _RMS_RECENT.tried:
+                    _RMS_RECENT.again((x, weight), extras, run, None, out)
                 return run([x, weight, eps], out)
     return _first(_RMS, _RMS_TABLE, _RMS_RECENT, x, {"weight": weight}, eps, out, True)
 
@@ -129,6 +133,10 @@ def eager_rms_norm(x: Any, weight: Any, eps: float, out: Any) -> Any:
             # eps >= 0 last: a float there (its class is kept)
             if kept == extras and check(x, weight) and eps >= 0:
                 return run([x, weight, eps], None)
+    else:
+        for check, kept, run in _RMS_RECENT_EAGER.outs:
+            if kept == extras and check(x, weight, out) and eps >= 0:
+                return run([x, weight, eps], out)
     sign = EAGER_SIGNERS.get(x.__class__)
     if sign is not None:
         try:
@@ -138,8 +146,8 @@ def eager_rms_norm(x: Any, weight: Any, eps: float, out: Any) -> Any:
             pass
         else:
             if eps >= 0:  # a float (only those are kept), neither negative nor NaN
-                if out is None and run not in _RMS_RECENT_EAGER.tried:
-                    _RMS_RECENT_EAGER.again((x, weight), extras, run)
+                if run not in _RMS_RECENT_EAGER.tried:
+                    _RMS_RECENT_EAGER.again((x, weight), extras, run, None, out)
                 return run([x, weight, eps], out)
     return _first(_RMS, _RMS_EAGER, _RMS_RECENT_EAGER, x, {"weight": weight}, eps, out, False)
 
@@ -159,6 +167,10 @@ def layer_norm(x: Any, weight: Any, bias: Any, eps: float = 1e-5, *, out: Any = 
             # eps >= 0 last: a float there (its class is kept)
             if kept == extras and check(x, weight, bias) and eps >= 0:
                 return run([x, weight, bias, eps], None)
+    else:
+        for check, kept, run in _LAYER_RECENT.outs:
+            if kept == extras and check(x, weight, bias, out) and eps >= 0:
+                return run([x, weight, bias, eps], out)
     sign = SIGNERS.get(x.__class__)
     if sign is not None:
         try:
@@ -168,8 +180,8 @@ def layer_norm(x: Any, weight: Any, bias: Any, eps: float = 1e-5, *, out: Any = 
             pass
         else:
             if eps >= 0:  # a float (only those are kept), neither negative nor NaN
-                if out is None and run not in _LAYER_RECENT.tried:
-                    _LAYER_RECENT.again((x, weight, bias), extras, run)
+                if run not in _LAYER_RECENT.tried:
+                    _LAYER_RECENT.again((x, weight, bias), extras, run, None, out)
                 return run([x, weight, bias, eps], out)
     return _first(
         _LAYER, _LAYER_TABLE, _LAYER_RECENT, x, {"weight": weight, "bias": bias}, eps, out, True
@@ -191,6 +203,10 @@ def eager_layer_norm(x: Any, weight: Any, bias: Any, eps: float, out: Any) -> An
             # eps >= 0 last: a float there (its class is kept)
             if kept == extras and check(x, weight, bias) and eps >= 0:
                 return run([x, weight, bias, eps], None)
+    else:
+        for check, kept, run in _LAYER_RECENT_EAGER.outs:
+            if kept == extras and check(x, weight, bias, out) and eps >= 0:
+                return run([x, weight, bias, eps], out)
     sign = EAGER_SIGNERS.get(x.__class__)
     if sign is not None:
         try:
@@ -200,8 +216,8 @@ def eager_layer_norm(x: Any, weight: Any, bias: Any, eps: float, out: Any) -> An
             pass
         else:
             if eps >= 0:  # a float (only those are kept), neither negative nor NaN
-                if out is None and run not in _LAYER_RECENT_EAGER.tried:
-                    _LAYER_RECENT_EAGER.again((x, weight, bias), extras, run)
+                if run not in _LAYER_RECENT_EAGER.tried:
+                    _LAYER_RECENT_EAGER.again((x, weight, bias), extras, run, None, out)
                 return run([x, weight, bias, eps], out)
     return _first(
         _LAYER,

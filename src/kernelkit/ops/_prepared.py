@@ -117,25 +117,33 @@ class Recent:
     ``MISS`` for any other call), ``calls`` holds (that Call, extras, its arguments after the
     inputs) instead, which the op tries first: one C call checks and launches, no Python frame
     of kernelkit's and no second check of the arrays (``call(inputs, *rest)`` gives the outputs'
-    list, or ``MISS``)."""
+    list, or ``MISS``).
+
+    Calls with ``out=`` have their own entries (``outs``: check(*arrays, out), extras, run),
+    made from a warm call that the signature served (``again``), the check covering the out as
+    it covers the inputs; the run is the one the signature's table holds, which checks the
+    out's overlap with the inputs on every call, as it does there."""
 
     LIMIT = 4
-    __slots__ = ("calls", "entries", "tried")
+    __slots__ = ("calls", "entries", "outs", "tried")
 
     def __init__(self) -> None:
         self.entries: tuple[tuple[Any, tuple, Any], ...] = ()
         self.calls: tuple[tuple[Any, tuple, tuple], ...] = ()
+        self.outs: tuple[tuple[Any, tuple, Any], ...] = ()
         self.tried: set[Any] = set()  # the runs that a warm call has tried to ``again``
 
-    def remember(self, arrays: tuple, extras: tuple, run: Any, kept: Any = None) -> None:
+    def remember(
+        self, arrays: tuple, extras: tuple, run: Any, kept: Any = None, out: bool = False
+    ) -> None:
         """Keep ``run`` (the prepared run; ``kept``: the op's own form of it, to hold in its
         place) for calls with arrays like ``arrays`` and these ``extras``, where the arrays'
         framework has a checker that takes them (none needs a gradient) and passes them
         (torch's refuses one tensor passed twice); as its decided Call where it has one
-        (``calls``)."""
+        (``calls``). ``out``: ``arrays`` ends with a call's out= array (``outs``)."""
         if AD.module._current_level >= 0:  # tangents no check sees: nothing kept (``AD``)
             return
-        taken = getattr(run, "decided", None)
+        taken = None if out else getattr(run, "decided", None)
         found = None if taken is None else taken()
         if found is not None:
             entry = (found[0], extras, found[1])
@@ -152,23 +160,34 @@ class Recent:
             passed = check is not None and check(*arrays)
         except Exception:  # noqa: BLE001 - arrays it cannot check: the signature serves them
             return
-        if passed:
+        if passed and out:
+            self.outs = ((check, extras, run), *self.outs[: self.LIMIT - 1])
+        elif passed:
             entry = (check, extras, run if kept is None else kept)
             self.entries = (entry, *self.entries[: self.LIMIT - 1])
 
     def again(
-        self, arrays: tuple, extras: tuple, run: Callable[..., Any], kept: Any = None
+        self,
+        arrays: tuple,
+        extras: tuple,
+        run: Callable[..., Any],
+        kept: Any = None,
+        out: Any = None,
     ) -> None:
         """``remember`` from a warm call that the signature served, once per run: a
         signature's first call may have run where no entry that serves later calls could be
         made (inside a torch dispatch mode's handler, as a compiled graph's first run is), and
         an op with more signatures than ``LIMIT`` would otherwise make entries on every call.
-        ``kept``: what the entry holds in place of ``run`` (an op's own form of it). (A call
-        that passes one array twice spends the try: no check passes it.)"""
+        ``kept``: what the entry holds in place of ``run`` (an op's own form of it); ``out``:
+        the call's out= array, or None. (A call that passes one array twice spends the try: no
+        check passes it.)"""
         if len(self.tried) >= _LIMIT:
             self.tried.clear()
         self.tried.add(run)
-        self.remember(arrays, extras, run, kept)
+        if out is None:
+            self.remember(arrays, extras, run, kept)
+        else:
+            self.remember((*arrays, out), extras, run, None, True)
 
 
 def routed(name: str, arrays: Sequence[Any], args: tuple, out: Any) -> Any:

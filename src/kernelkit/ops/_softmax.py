@@ -55,6 +55,10 @@ def softmax(x: Any, dim: int = -1, *, out: Any = None) -> Any:
         for check, kept, run in _RECENT.entries:
             if kept == extras and check(x):
                 return run([x], None)
+    else:
+        for check, kept, run in _RECENT.outs:
+            if kept == extras and check(x, out):
+                return run([x], out)
     sign = SIGNERS.get(x.__class__)
     if sign is not None:
         try:
@@ -63,8 +67,8 @@ def softmax(x: Any, dim: int = -1, *, out: Any = None) -> Any:
         except Exception:  # noqa: BLE001, S110 - a new signature: validated below
             pass
         else:
-            if out is None and run not in _RECENT.tried:
-                _RECENT.again((x,), extras, run)
+            if run not in _RECENT.tried:
+                _RECENT.again((x,), extras, run, None, out)
             return run([x], out)
     return _first(x, dim, out, True)
 
@@ -82,6 +86,10 @@ def eager_softmax(x: Any, dim: int, out: Any) -> Any:
         for check, kept, run in _RECENT_EAGER.entries:
             if kept == extras and check(x):
                 return run([x], None)
+    else:
+        for check, kept, run in _RECENT_EAGER.outs:
+            if kept == extras and check(x, out):
+                return run([x], out)
     sign = EAGER_SIGNERS.get(x.__class__)
     if sign is not None:
         try:
@@ -90,8 +98,8 @@ def eager_softmax(x: Any, dim: int, out: Any) -> Any:
         except Exception:  # noqa: BLE001, S110 - a new signature: validated below
             pass
         else:
-            if out is None and run not in _RECENT_EAGER.tried:
-                _RECENT_EAGER.again((x,), extras, run)
+            if run not in _RECENT_EAGER.tried:
+                _RECENT_EAGER.again((x,), extras, run, None, out)
             return run([x], out)
     return _first(x, dim, out, False)
 
