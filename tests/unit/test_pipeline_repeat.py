@@ -847,3 +847,37 @@ def test_the_call_keeps_its_signature_and_its_unbound_form():
                                      threadgroup=(64, 1, 1))  # fmt: skip
     torch.testing.assert_close(y, _expect(x))
     assert "Run the kernel" in (kernelkit.Kernel.__call__.__doc__ or "")
+
+
+def test_an_allocating_call_repeated_in_c_makes_its_outputs_of_its_fixed_layout(
+    driver, monkeypatch
+):
+    """A Call's outputs have one layout (the shapes it compares): it makes them with torch's
+    allocator by size and stride (``TorchAdapter.fixed_empty``), not from a shape or an input,
+    a new tensor every call, right."""
+    from kernelkit._arrays import DLPACK_CPU, DLPACK_CUDA
+    from kernelkit._arrays import _torch as adapter
+
+    real = adapter._fixed_empties().get(DLPACK_CPU)
+    if real is None:
+        pytest.skip("this torch has no empty_strided_cpu that passes the probe")
+    made: list = []
+
+    def counting(*args):
+        made.append(args)
+        return real(*args)
+
+    monkeypatch.setitem(adapter._fixed_empties(), DLPACK_CPU, counting)
+    k, x = _kernel("fixed_alloc"), torch.randn(3, 5)
+    ys = [_call(k, x, output_shapes=[(3, 5)], output_dtypes=[torch.float32])[0] for _ in range(5)]
+    assert _repeats(k).head is not None and _repeats(k).head.served == 3
+    assert made == [((3, 5), (5, 1), torch.float32)] * 3  # the three calls the Call served
+    assert len({id(y) for y in ys}) == 5
+    for y in ys:
+        assert y.shape == (3, 5) and y.stride() == (5, 1) and y.dtype == torch.float32
+        torch.testing.assert_close(y, _expect(x))
+    # CUDA's allocates on the current device: only device 0 of a one-device process
+    tensor_adapter = adapter.TorchAdapter()
+    from kernelkit._dtypes import DTYPES
+
+    assert tensor_adapter.fixed_empty(DTYPES["float32"], DLPACK_CUDA, 1, (3, 5)) is None

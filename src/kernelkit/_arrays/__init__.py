@@ -152,6 +152,14 @@ class Adapter:
     # memory format to ask for: torch's parses no keyword), or None
     plain_like: Callable[[Any], Any] | None = None
 
+    def fixed_empty(
+        self, dtype: DType, device_type: int, device_index: int, shape: tuple[int, ...]
+    ) -> Callable[[], Any] | None:
+        """``make()``: a new uninitialized row-major array of this one ``shape``, ``dtype`` and
+        device, where the framework makes such an array faster than from a shape or an input
+        (for a call repeated in C, whose outputs' layouts are fixed); None: it does not."""
+        return None
+
     def fill(self, x: Any, value: Any) -> None:
         raise NotImplementedError
 

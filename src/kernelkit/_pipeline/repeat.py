@@ -286,8 +286,23 @@ def _outputs(hot: HotPath, args: tuple, offsets: tuple, arrays: list) -> tuple |
                 plain = made.plain_like  # without a memory format where none is needed
                 use = plain if plain is not None and _standard(*made.layout(x)) else like
                 source, allocate = i, use
+        fixed = _fixed_empty(a, DTYPES[r.dtype], hot.where, shapes, j)
+        if fixed is not None:  # the output's layout is the Call's own: made from nothing
+            source, allocate = -2, fixed
         entries.append((a.pointer, offsets[r.slot], 0, allocate, source))
     return tuple(entries)
+
+
+def _fixed_empty(
+    a: Any, dtype: Any, where: tuple[int, int], shapes: Any, j: int
+) -> Callable[[], Any] | None:
+    """The framework's ``make()`` for output ``j`` of the call's ``output_shapes`` (which a
+    Call compares: every call it serves makes this one shape), or None."""
+    try:
+        shape = tuple(int(n) for n in shapes[j])
+    except (TypeError, ValueError, IndexError):
+        return None
+    return a.fixed_empty(dtype, *where, shape)
 
 
 def _numpy_scalar(x: Any) -> bool:

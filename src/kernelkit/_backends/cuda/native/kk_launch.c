@@ -33,8 +33,9 @@
  *             written at ``offset`` in the block; ``span``: the bytes it may touch), or
  *             (1, value) for a scalar whose converted value the block already holds
  *   outs      per output: (pointer, offset, span, allocate, source): ``allocate`` None with
- *             ``out=``, else ``allocate(inputs[source])`` (source >= 0) or
- *             ``allocate(output_shapes[j])`` makes it
+ *             ``out=``, else ``allocate(inputs[source])`` (source >= 0),
+ *             ``allocate(output_shapes[j])`` (-1) or ``allocate()`` (-2: an allocation of the
+ *             output's fixed shape, strides, dtype and device) makes it
  *   blob      a bytearray: the whole argument block of the call it was made from (shapes,
  *             strides, scalars), copied per call before the pointers are written in
  *   offsets   per kernel parameter, where its value starts in ``blob``
@@ -140,7 +141,8 @@ typedef struct {
   PyObject *value;         /* scalar: the value the block holds */
   PyObject *allocate;      /* output: allocate(source) -> new array, or NULL with out= */
   Py_ssize_t offset;       /* array: where its pointer goes in the block */
-  Py_ssize_t source;       /* output: the input passed to allocate, -1: output_shapes[j] */
+  Py_ssize_t source;       /* output: the input passed to allocate, -1: output_shapes[j],
+                            * -2: nothing (allocate() makes the fixed layout) */
   Py_ssize_t at;           /* array input: its place among the call's arrays */
   unsigned long long span; /* array: bytes from its pointer it may touch */
 } kk_arg;
@@ -382,11 +384,16 @@ static PyObject *kk_call_vectorcall(PyObject *callable, PyObject *const *args, s
       kk_arg *o = &self->outs[j];
       /* the input it is made like, held here, or the shape the Call was made with (the
        * caller's own list may have changed since it matched) */
-      PyObject *source = o->source >= 0 ? arrays[self->ins[o->source].at]
-                                        : PyTuple_GET_ITEM(self->shapes, j);
-      Py_INCREF(source);
-      PyObject *y = PyObject_Vectorcall(o->allocate, &source, 1, NULL);
-      Py_DECREF(source);
+      PyObject *y;
+      if (o->source == -2) {
+        y = PyObject_CallNoArgs(o->allocate);
+      } else {
+        PyObject *source = o->source >= 0 ? arrays[self->ins[o->source].at]
+                                          : PyTuple_GET_ITEM(self->shapes, j);
+        Py_INCREF(source);
+        y = PyObject_Vectorcall(o->allocate, &source, 1, NULL);
+        Py_DECREF(source);
+      }
       if (y == NULL) goto miss_clear; /* the checked path allocates again and says why */
       made[n_made++] = y;
       if (kk_address(o->pointer, y, &address[k++]) < 0) goto miss_clear;
@@ -614,6 +621,7 @@ static PyObject *kk_call_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
   for (Py_ssize_t j = 0; j < self->n_out; j++) {
     int allocates = self->outs[j].allocate != NULL;
     if (allocates == has_out || self->outs[j].source >= self->n_in ||
+        self->outs[j].source < -2 ||
         (self->outs[j].source >= 0 && self->ins[self->outs[j].source].scalar)) {
       kk_fail("output entry");
       goto fail;
@@ -678,7 +686,7 @@ static PyObject *kk_call_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     goto fail;
   }
   for (Py_ssize_t j = 0; j < self->n_out; j++) {
-    if (!has_out && self->outs[j].source < 0 &&
+    if (!has_out && self->outs[j].source == -1 &&
         (self->shapes == NULL || !PyTuple_Check(self->shapes) ||
          PyTuple_GET_SIZE(self->shapes) != self->n_out)) {
       kk_fail("output shapes (a tuple of one shape an output, for an output made by shape)");
