@@ -142,7 +142,8 @@ def _fixed_empties() -> dict[int, Callable[..., Any]]:
         except Exception:  # noqa: BLE001, S112 - another signature: not used
             continue
         if (
-            isinstance(y, torch.Tensor)
+            make is not None
+            and isinstance(y, torch.Tensor)
             and y.device == device
             and y.dtype == torch.float16
             and tuple(y.shape) == (2, 3)

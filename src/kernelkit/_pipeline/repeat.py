@@ -278,7 +278,7 @@ def _outputs(hot: HotPath, args: tuple, offsets: tuple, arrays: list) -> tuple |
             entries.append((a.output_pointer(r.what), offsets[r.slot], span, None, -1))
             arrays.append(y)
             continue
-        source, allocate = -1, hot.allocators[j]
+        source, allocate = -1, hot.allocators[j]  # allocate(shape); (x); or () with -2
         if j in likes and shapes is not None:
             i, dtype, like = likes[j]
             x, made = inputs[i], hot.ins[i].adapter
@@ -288,7 +288,7 @@ def _outputs(hot: HotPath, args: tuple, offsets: tuple, arrays: list) -> tuple |
                 source, allocate = i, use
         fixed = _fixed_empty(a, DTYPES[r.dtype], hot.where, shapes, j)
         if fixed is not None:  # the output's layout is the Call's own: made from nothing
-            source, allocate = -2, fixed
+            source, allocate = -2, fixed  # type: ignore[assignment]
         entries.append((a.pointer, offsets[r.slot], 0, allocate, source))
     return tuple(entries)
 
