@@ -266,3 +266,41 @@ def test_a_torch_op_called_directly_takes_the_prepared_call(backend):
     assert set(counts) == {"softmax", "rms_norm", "layer_norm", "matmul"}, done.stdout
     over = {k: int(v) for k, v in counts.items() if int(v) > MAX_PYTHON_CALLS}
     assert not over, over
+
+
+_COMPILED_FIRST = r"""
+import sys, torch
+from kernelkit import ops
+from kernelkit.ops import _matmul, _norms
+from kernelkit._arrays import _torch
+x, w, m = torch.randn(1, 64), torch.ones(64), torch.randn(32, 64)
+f = torch.compile(lambda x: ops.matmul(ops.rms_norm(x, w, 1e-6), m, transpose_b=True) * 2,
+                  fullgraph=True)
+for _ in range(4):
+    y = f(x)
+names = []
+sys.setprofile(lambda frame, event, arg: event == "call" and names.append(frame.f_code.co_name))
+f(x)
+sys.setprofile(None)
+print("signatures", names.count("torch_signature"))
+print("checker", _torch.checker() is not None)
+print("entries", len(_norms._RMS_RECENT_EAGER.entries) + len(_norms._RMS_RECENT_EAGER.calls),
+      sum(len(r.entries) + len(r.calls) for r in _matmul._RECENT_EAGER))
+"""
+
+
+def test_a_process_whose_first_op_call_is_compiled_keeps_its_recent_calls(backend):
+    """A compiled graph's first run calls the ops under its tracer's dispatch mode: the first
+    use of torch's checker there (whose probe then failed) turned the recent calls, and every
+    call repeated in C, off for the whole process, and a try spent there was not made again:
+    every later call built its signature. A fresh process, the compiled graph first."""
+    import subprocess
+
+    if backend != "cpu":
+        pytest.skip("one fresh process on the CPU backend")
+    pytest.importorskip("torch")
+    done = subprocess.run([sys.executable, "-c", _COMPILED_FIRST], capture_output=True,
+                          text=True, timeout=600)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = dict(line.split(" ", 1) for line in done.stdout.split("\n") if line.strip())
+    assert lines == {"signatures": "0", "checker": "True", "entries": "1 1"}, done.stdout

@@ -214,6 +214,10 @@ EAGER_SIGNERS: dict[type, Callable[[tuple], Any]] = {}
 # built-in ops' most recent prepared calls (``ops._prepared.Recent``) and the kernels' calls
 # repeated in C (``_pipeline.repeat``); torch's set by its adapter (``_torch.checker``)
 CHECKERS: dict[type, Callable[[tuple], Any]] = {}
+# () -> bool: whether the thread is where no check can be made that serves later calls (torch:
+# under a dispatch mode, as a compiled graph's first run is, or inside a torch.func transform);
+# a recent call is then tried again later, not given up (``ops._prepared.Recent.again``)
+CHECKS_BLOCKED: list[Callable[[], bool]] = []
 # the native module's ``Guards(fields, arrays)`` (``kk_launch.c``: each array's exact class and
 # the values of attribute paths, compared in C), once that module is loaded
 # (``_backends.cuda.native``); ``attribute_checker`` makes CHECKERS entries from it

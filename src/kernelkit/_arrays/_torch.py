@@ -10,7 +10,7 @@ import torch
 
 from .._dtypes import DType, normalize_dtype
 from .._errors import ArgumentTypeError
-from . import CHECKERS, DLPACK_CPU, DLPACK_CUDA, Adapter, ArrayInfo
+from . import CHECKERS, CHECKS_BLOCKED, DLPACK_CPU, DLPACK_CUDA, Adapter, ArrayInfo
 
 TORCH_DTYPES = {
     "bool": torch.bool,
@@ -190,11 +190,30 @@ def _checker() -> Callable[[tuple], Any] | None:
     return checker
 
 
-@functools.cache
+_CHECKER: list[Callable[[tuple], Any] | None] = []  # _checker()'s result, once decided
+
+
 def checker() -> Callable[[tuple], Any] | None:
     """``_checker()``, made (and probed) on first use, not when the adapter is set up (about
-    1.3 ms at ``import kernelkit`` on the 2-core VM)."""
-    return _checker()
+    1.3 ms at ``import kernelkit`` on the 2-core VM). A first use under a torch dispatch mode or
+    inside a torch.func transform (a compiled graph's first run: its tracer's mode) decides
+    nothing: the probe's tensors would be the mode's, and its checks would fail, which kept as
+    the answer turned every recent call and every call repeated in C off for the process."""
+    if _CHECKER:
+        return _CHECKER[0]
+    if _blocked():
+        return None  # asked again outside
+    found = _checker()
+    if not _CHECKER:
+        _CHECKER.append(found)
+    return _CHECKER[0]
+
+
+def _blocked() -> bool:
+    """Under a torch dispatch mode or inside a torch.func transform (``CHECKS_BLOCKED``)."""
+    return bool(torch._C._len_torch_dispatch_stack()) or (
+        torch._C._functorch.peek_interpreter_stack() is not None
+    )
 
 
 def _first_use(tensors: tuple) -> Any:
@@ -204,3 +223,4 @@ def _first_use(tensors: tuple) -> Any:
 
 # asked only when a recent call or a call repeated in C is made, never per call
 CHECKERS[torch.Tensor] = CHECKERS[torch.nn.Parameter] = _first_use
+CHECKS_BLOCKED.append(_blocked)

@@ -180,7 +180,10 @@ class Recent:
         an op with more signatures than ``LIMIT`` would otherwise make entries on every call.
         ``kept``: what the entry holds in place of ``run`` (an op's own form of it); ``out``:
         the call's out= array, or None. (A call that passes one array twice spends the try: no
-        check passes it.)"""
+        check passes it.) Where no check can be made now (a tracer's dispatch mode:
+        ``CHECKS_BLOCKED``) the try is not spent: a later call makes the entry."""
+        if any(blocked() for blocked in _arrays.CHECKS_BLOCKED):
+            return
         if len(self.tried) >= _LIMIT:
             self.tried.clear()
         self.tried.add(run)
