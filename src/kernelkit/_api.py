@@ -86,26 +86,6 @@ class Kernel:
         if self._front is not None:
             self._front.last = run
 
-    if TYPE_CHECKING:  # at run time a property (below the class): what a call's checker sees
-
-        def __call__(
-            self,
-            inputs: Sequence[Any],
-            output_shapes: Sequence[Sequence[int]] | None = None,
-            output_dtypes: Sequence[Any] | None = None,
-            grid: Sequence[int] | None = None,
-            threadgroup: Sequence[int] | None = None,
-            template: Sequence[tuple[str, Any]] | None = None,
-            init_value: float | int | None = None,
-            verbose: bool = False,
-            stream: Any = None,
-            out: Sequence[Any] | None = None,
-            backend: str | None = None,
-            check: bool | None = None,
-            shared_memory: int | None = None,
-            timeout: float | None = None,
-        ) -> list[Any]: ...
-
     def _call(
         self,
         inputs: Sequence[Any],
@@ -159,6 +139,9 @@ class Kernel:
         if timeout is not None:
             return self._call_timed(args, verbose, timeout)
         return self._call_other(args, verbose)
+
+    if TYPE_CHECKING:  # at run time a property (below the class): what a type checker sees
+        __call__ = _call
 
     def _call_other(self, args: tuple, verbose: bool) -> list[Any]:
         """A call of another (or a new) specialization: dictionary lookup, else the slow path."""
