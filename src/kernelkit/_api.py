@@ -80,6 +80,14 @@ class Kernel:
             f"outputs={list(self.spec.output_names)}, specializations={len(self._plans)})"
         )
 
+    def __getstate__(self) -> dict[str, Any]:
+        """A copy's state: the Front stays with its own kernel (it calls that one's methods);
+        the copy makes its own where one of its plans is built."""
+        state = self.__dict__.copy()
+        state.pop("_entry", None)
+        state["_front"] = None
+        return state
+
     def _use(self, run: Any) -> None:
         """Make ``run`` the one tried first (``_last``), here and in the ``Front``."""
         self._last = run

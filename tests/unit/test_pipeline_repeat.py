@@ -765,6 +765,22 @@ def test_arrays_checked_through_their_attributes_are_repeated_in_c(driver, monke
 # ---- the Front: ``Kernel.__call__`` in C (``kk_launch.Front``) ----
 
 
+def _entered(fn):
+    """(fn(), the names of the Python functions it entered)."""
+    names: list[str] = []
+
+    def profile(frame, event, arg):
+        if event == "call":
+            names.append(frame.f_code.co_name)
+
+    sys.setprofile(profile)
+    try:
+        result = fn()
+    finally:
+        sys.setprofile(None)
+    return result, names
+
+
 def test_a_kernel_whose_calls_repeat_in_c_is_called_through_its_front(driver):
     k, x, y = _warm("front", 1)
     front = k._front
@@ -780,10 +796,12 @@ def test_a_kernel_whose_calls_repeat_in_c_is_called_through_its_front(driver):
         {"grid": (16, 1, 1), "threadgroup": (64, 1, 1), "out": [y]},
         {"out": (y,), "threadgroup": (64, 1, 1), "grid": (16, 1, 1), "stream": None},
         {"grid": (16, 1, 1), "threadgroup": (64, 1, 1), "out": [y], "check": None},
-        dict([("gr" + "id", (16, 1, 1)), ("threadgroup", (64, 1, 1)), ("out", [y])]),
+        {"".join(["gr", "id"]): (16, 1, 1), "threadgroup": (64, 1, 1), "out": [y]},  # not interned
     ):
         y.fill_(float("nan"))
-        assert k([x, 2.0, 3], **kwargs)[0] is y
+        entered = _entered(lambda kwargs=kwargs: k([x, 2.0, 3], **kwargs))
+        assert entered[0][0] is y
+        assert "_call" not in entered[1], (kwargs, entered[1])  # laid out by the Front itself
         torch.testing.assert_close(y, _expect(x))
     (z,) = k(inputs=[x, 2.0, 3], grid=(16, 1, 1), threadgroup=(64, 1, 1), output_shapes=[(2, 8)],
              output_dtypes=[torch.float32])  # fmt: skip
@@ -876,8 +894,36 @@ def test_an_allocating_call_repeated_in_c_makes_its_outputs_of_its_fixed_layout(
     for y in ys:
         assert y.shape == (3, 5) and y.stride() == (5, 1) and y.dtype == torch.float32
         torch.testing.assert_close(y, _expect(x))
-    # CUDA's allocates on the current device: only device 0 of a one-device process
-    tensor_adapter = adapter.TorchAdapter()
+    # under deterministic algorithms torch's allocators fill new memory with NaN: so do these
     from kernelkit._dtypes import DTYPES
 
+    tensor_adapter = adapter.TorchAdapter()
+    make = tensor_adapter.fixed_empty(DTYPES["float32"], DLPACK_CPU, 0, (3, 5))
+    torch.use_deterministic_algorithms(True)
+    try:
+        assert make().isnan().all()
+        y = _call(k, x, output_shapes=[(3, 5)], output_dtypes=[torch.float32])[0]
+        torch.testing.assert_close(y, _expect(x))
+    finally:
+        torch.use_deterministic_algorithms(False)
+    # CUDA's allocates on the current device: only device 0 of a one-device process
+    monkeypatch.setitem(adapter._fixed_empties(), DLPACK_CUDA, counting)
     assert tensor_adapter.fixed_empty(DTYPES["float32"], DLPACK_CUDA, 1, (3, 5)) is None
+    assert tensor_adapter.fixed_empty(DTYPES["float32"], DLPACK_CUDA, 0, (3, 5)) is not None
+
+
+def test_a_copied_kernel_runs_after_the_original_is_gone(driver):
+    """A copy does not share the original's Front (which holds the original, weakly)."""
+    import copy
+
+    k, x, y = _warm("front_copy", 3)
+    k2 = copy.copy(k)
+    assert k2._front is None and k._front is not None
+    del k
+    gc.collect()
+    y.fill_(float("nan"))
+    assert _call(k2, x, out=[y])[0] is y
+    torch.testing.assert_close(y, _expect(x))
+    x3 = torch.randn(3, 4)  # another specialization
+    (y3,) = _call(k2, x3, output_shapes=[(3, 4)], output_dtypes=[torch.float32])
+    torch.testing.assert_close(y3, _expect(x3))

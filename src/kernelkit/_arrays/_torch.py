@@ -103,7 +103,19 @@ class TorchAdapter(Adapter):
         for n in reversed(shape):
             strides.append(step)
             step *= n
-        return functools.partial(make, shape, tuple(reversed(strides)), tdt)
+        size, stride = shape, tuple(reversed(strides))
+        device = _CPU if device_type == DLPACK_CPU else torch.device("cuda", 0)
+        filled = functools.partial(torch.empty_strided, size, stride, dtype=tdt, device=device)
+        deterministic, fills = _deterministic, _fills
+
+        def made() -> Any:
+            # torch's own allocators fill new memory with NaN under deterministic algorithms
+            # (``torch.utils.deterministic.fill_uninitialized_memory``); Inductor's do not
+            if deterministic() and fills():
+                return filled()
+            return make(size, stride, tdt)
+
+        return made
 
     def fill(self, x: torch.Tensor, value: Any) -> None:
         x.fill_(value)
@@ -117,6 +129,10 @@ class TorchAdapter(Adapter):
         if _raw_stream is not None:
             return _raw_stream(device_index)
         return torch.cuda.current_stream(device_index).cuda_stream
+
+
+_deterministic = torch.are_deterministic_algorithms_enabled
+_fills = getattr(torch._C, "_get_deterministic_fill_uninitialized_memory", lambda: True)
 
 
 @functools.cache
