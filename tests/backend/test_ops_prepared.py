@@ -4,8 +4,6 @@ built, and such a check serves only arrays like the ones its call was prepared f
 
 from __future__ import annotations
 
-import sys
-
 import numpy as np
 import pytest
 
@@ -16,6 +14,8 @@ from kernelkit.ops import _matmul, _norms, _prepared, _softmax
 torch = pytest.importorskip("torch")
 F = torch.nn.functional
 
+from profiled import entered  # noqa: E402
+
 import kernelkit._integrations.torch_ops  # noqa: E402 - the torch ops and the checker
 
 
@@ -25,18 +25,7 @@ def _device(backend: str) -> str:
 
 def _called(fn) -> list[str]:
     """The Python functions one call of ``fn`` enters."""
-    names: list[str] = []
-
-    def profile(frame, event, arg):
-        if event == "call":
-            names.append(frame.f_code.co_name)
-
-    sys.setprofile(profile)
-    try:
-        fn()
-    finally:
-        sys.setprofile(None)
-    return names
+    return entered(fn)[1]
 
 
 def _calls(dev: str) -> dict:

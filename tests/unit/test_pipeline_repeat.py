@@ -16,6 +16,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from native_driver import DRIVER  # noqa: E402
+from profiled import entered  # noqa: E402
 
 import kernelkit  # noqa: E402
 from kernelkit._backends.cuda import native  # noqa: E402
@@ -765,22 +766,6 @@ def test_arrays_checked_through_their_attributes_are_repeated_in_c(driver, monke
 # ---- the Front: ``Kernel.__call__`` in C (``kk_launch.Front``) ----
 
 
-def _entered(fn):
-    """(fn(), the names of the Python functions it entered)."""
-    names: list[str] = []
-
-    def profile(frame, event, arg):
-        if event == "call":
-            names.append(frame.f_code.co_name)
-
-    sys.setprofile(profile)
-    try:
-        result = fn()
-    finally:
-        sys.setprofile(None)
-    return result, names
-
-
 def test_a_kernel_whose_calls_repeat_in_c_is_called_through_its_front(driver):
     k, x, y = _warm("front", 1)
     front = k._front
@@ -799,9 +784,9 @@ def test_a_kernel_whose_calls_repeat_in_c_is_called_through_its_front(driver):
         {"".join(["gr", "id"]): (16, 1, 1), "threadgroup": (64, 1, 1), "out": [y]},  # not interned
     ):
         y.fill_(float("nan"))
-        entered = _entered(lambda kwargs=kwargs: k([x, 2.0, 3], **kwargs))
-        assert entered[0][0] is y
-        assert "_call" not in entered[1], (kwargs, entered[1])  # laid out by the Front itself
+        ys, names = entered(lambda kwargs=kwargs: k([x, 2.0, 3], **kwargs))
+        assert ys[0] is y
+        assert "_call" not in names, (kwargs, names)  # laid out by the Front itself
         torch.testing.assert_close(y, _expect(x))
     (z,) = k(inputs=[x, 2.0, 3], grid=(16, 1, 1), threadgroup=(64, 1, 1), output_shapes=[(2, 8)],
              output_dtypes=[torch.float32])  # fmt: skip
