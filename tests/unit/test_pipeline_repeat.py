@@ -435,6 +435,11 @@ def test_a_call_refuses_entries_it_cannot_trust():
     for shapes in (None, ((2, 3), (4,)), [(2, 3)]):
         with pytest.raises(ValueError, match="output shapes"):
             make(**alloc, expected=((1, shapes),))
+    # an output of a fixed layout (-2): (make, fallback, *conditions), no shapes needed
+    make(outs=((len, 8, 0, (list, list, bool), -2),), has_out=False)
+    for spec, source in (((list,), -2), (list, -2), ((list, list), -3)):
+        with pytest.raises(ValueError, match="output entry"):
+            make(outs=((len, 8, 0, spec, source),), has_out=False)
 
 
 def test_a_call_copies_its_block_and_keeps_no_caller_buffer(driver):
@@ -883,11 +888,14 @@ def test_an_allocating_call_repeated_in_c_makes_its_outputs_of_its_fixed_layout(
     from kernelkit._dtypes import DTYPES
 
     tensor_adapter = adapter.TorchAdapter()
-    make = tensor_adapter.fixed_empty(DTYPES["float32"], DLPACK_CPU, 0, (3, 5))
+    _, fallback, *conditions = tensor_adapter.fixed_empty(DTYPES["float32"], DLPACK_CPU, 0, (3, 5))
+    assert not all(c() for c in conditions)
     torch.use_deterministic_algorithms(True)
     try:
-        assert make().isnan().all()
+        assert all(c() for c in conditions) and fallback().isnan().all()
+        before = len(made)
         y = _call(k, x, output_shapes=[(3, 5)], output_dtypes=[torch.float32])[0]
+        assert _repeats(k).head.served == 4 and len(made) == before  # torch's, in C
         torch.testing.assert_close(y, _expect(x))
     finally:
         torch.use_deterministic_algorithms(False)

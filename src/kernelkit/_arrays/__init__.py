@@ -154,10 +154,12 @@ class Adapter:
 
     def fixed_empty(
         self, dtype: DType, device_type: int, device_index: int, shape: tuple[int, ...]
-    ) -> Callable[[], Any] | None:
-        """``make()``: a new uninitialized row-major array of this one ``shape``, ``dtype`` and
-        device, where the framework makes such an array faster than from a shape or an input
-        (for a call repeated in C, whose outputs' layouts are fixed); None: it does not."""
+    ) -> tuple[Callable[[], Any], ...] | None:
+        """(make, fallback, *conditions): ``make()`` gives a new uninitialized row-major array
+        of this one ``shape``, ``dtype`` and device, where the framework makes such an array
+        faster than from a shape or an input (for a call repeated in C, whose outputs' layouts
+        are fixed), and ``fallback()`` one as the framework's own allocator would, which the
+        Call takes where every ``condition()`` is true; None: none faster."""
         return None
 
     def fill(self, x: Any, value: Any) -> None:

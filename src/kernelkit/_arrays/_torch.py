@@ -94,7 +94,7 @@ class TorchAdapter(Adapter):
 
     def fixed_empty(
         self, dtype: DType, device_type: int, device_index: int, shape: tuple[int, ...]
-    ) -> Callable[[], Any] | None:
+    ) -> tuple[Callable[[], Any], ...] | None:
         make = _fixed_empties().get(device_type)
         tdt = TORCH_DTYPES.get(dtype.name)
         if make is None or tdt is None or (device_type == DLPACK_CUDA and device_index != 0):
@@ -105,17 +105,11 @@ class TorchAdapter(Adapter):
             step *= n
         size, stride = shape, tuple(reversed(strides))
         device = _CPU if device_type == DLPACK_CPU else torch.device("cuda", 0)
+        # torch's own allocators fill new memory with NaN under deterministic algorithms
+        # (``torch.utils.deterministic.fill_uninitialized_memory``); Inductor's do not: then
+        # torch's (the flags are read in C, by the Call, on every allocation)
         filled = functools.partial(torch.empty_strided, size, stride, dtype=tdt, device=device)
-        deterministic, fills = _deterministic, _fills
-
-        def made() -> Any:
-            # torch's own allocators fill new memory with NaN under deterministic algorithms
-            # (``torch.utils.deterministic.fill_uninitialized_memory``); Inductor's do not
-            if deterministic() and fills():
-                return filled()
-            return make(size, stride, tdt)
-
-        return made
+        return functools.partial(make, size, stride, tdt), filled, _deterministic, _fills
 
     def fill(self, x: torch.Tensor, value: Any) -> None:
         x.fill_(value)
@@ -131,7 +125,10 @@ class TorchAdapter(Adapter):
         return torch.cuda.current_stream(device_index).cuda_stream
 
 
-_deterministic = torch.are_deterministic_algorithms_enabled
+# the two flags (C getters: no Python frame where the Call reads them)
+_deterministic = getattr(
+    torch._C, "_get_deterministic_algorithms", torch.are_deterministic_algorithms_enabled
+)
 _fills = getattr(torch._C, "_get_deterministic_fill_uninitialized_memory", lambda: True)
 
 

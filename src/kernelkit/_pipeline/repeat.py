@@ -295,9 +295,10 @@ def _outputs(hot: HotPath, args: tuple, offsets: tuple, arrays: list) -> tuple |
 
 def _fixed_empty(
     a: Any, dtype: Any, where: tuple[int, int], shapes: Any, j: int
-) -> Callable[[], Any] | None:
-    """The framework's ``make()`` for output ``j`` of the call's ``output_shapes`` (which a
-    Call compares: every call it serves makes this one shape), or None."""
+) -> tuple[Callable[[], Any], ...] | None:
+    """The framework's (make, fallback, *conditions) for output ``j`` of the call's
+    ``output_shapes`` (which a Call compares: every call it serves makes this one shape), or
+    None."""
     try:
         shape = tuple(int(n) for n in shapes[j])
     except (TypeError, ValueError, IndexError):

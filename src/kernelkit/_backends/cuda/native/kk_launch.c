@@ -34,8 +34,10 @@
  *             (1, value) for a scalar whose converted value the block already holds
  *   outs      per output: (pointer, offset, span, allocate, source): ``allocate`` None with
  *             ``out=``, else ``allocate(inputs[source])`` (source >= 0),
- *             ``allocate(output_shapes[j])`` (-1) or ``allocate()`` (-2: an allocation of the
- *             output's fixed shape, strides, dtype and device) makes it
+ *             ``allocate(output_shapes[j])`` (-1) or, with source -2 and ``allocate`` a tuple
+ *             (make, fallback, *conditions), ``fallback()`` where every ``condition()`` is
+ *             true, else ``make()`` (an allocation of the output's fixed shape, strides, dtype
+ *             and device) makes it
  *   blob      a bytearray: the whole argument block of the call it was made from (shapes,
  *             strides, scalars), copied per call before the pointers are written in
  *   offsets   per kernel parameter, where its value starts in ``blob``
@@ -264,6 +266,21 @@ static int kk_quick(kk_call *self, PyObject *grid, PyObject *group, PyObject *sh
   return 1;
 }
 
+/* A -2 output's ``allocate``: (make, fallback, *conditions): ``fallback()`` where every
+ * ``condition()`` is true, else ``make()``; NULL with an error set */
+static PyObject *kk_fixed_alloc(PyObject *spec) {
+  Py_ssize_t n = PyTuple_GET_SIZE(spec);
+  int all = n > 2;
+  for (Py_ssize_t i = 2; all > 0 && i < n; i++) {
+    PyObject *r = PyObject_CallNoArgs(PyTuple_GET_ITEM(spec, i));
+    if (r == NULL) return NULL;
+    all = PyObject_IsTrue(r);
+    Py_DECREF(r);
+  }
+  if (all < 0) return NULL;
+  return PyObject_CallNoArgs(PyTuple_GET_ITEM(spec, all ? 1 : 0));
+}
+
 /* An address from ``pointer(x)``; 0 with an error set when it gives none. */
 static int kk_address(PyObject *pointer, PyObject *x, unsigned long long *out) {
   PyObject *r = PyObject_Vectorcall(pointer, &x, 1, NULL);
@@ -386,7 +403,7 @@ static PyObject *kk_call_vectorcall(PyObject *callable, PyObject *const *args, s
        * caller's own list may have changed since it matched) */
       PyObject *y;
       if (o->source == -2) {
-        y = PyObject_CallNoArgs(o->allocate);
+        y = kk_fixed_alloc(o->allocate);
       } else {
         PyObject *source = o->source >= 0 ? arrays[self->ins[o->source].at]
                                           : PyTuple_GET_ITEM(self->shapes, j);
@@ -620,8 +637,10 @@ static PyObject *kk_call_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
   self->n_arrays = arrays;
   for (Py_ssize_t j = 0; j < self->n_out; j++) {
     int allocates = self->outs[j].allocate != NULL;
+    PyObject *spec = self->outs[j].allocate;
     if (allocates == has_out || self->outs[j].source >= self->n_in ||
         self->outs[j].source < -2 ||
+        (self->outs[j].source == -2 && (!PyTuple_Check(spec) || PyTuple_GET_SIZE(spec) < 2)) ||
         (self->outs[j].source >= 0 && self->ins[self->outs[j].source].scalar)) {
       kk_fail("output entry");
       goto fail;
