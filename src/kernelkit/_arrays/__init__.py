@@ -29,10 +29,20 @@ __all__ = [
     "Adapter",
     "ArrayInfo",
     "register",
+    "row_strides",
 ]
 
 DLPACK_CPU = 1
 DLPACK_CUDA = 2
+
+
+def row_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """The row-major strides (in elements) of ``shape``."""
+    strides, acc = [], 1
+    for n in reversed(shape):
+        strides.append(acc)
+        acc *= n
+    return tuple(reversed(strides))
 
 
 @dataclass(frozen=True)

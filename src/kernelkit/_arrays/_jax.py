@@ -14,7 +14,7 @@ import jax
 
 from .._dtypes import DType, normalize_dtype
 from .._errors import ArgumentError, ArgumentTypeError
-from . import DLPACK_CPU, DLPACK_CUDA, RUNS_FOR, Adapter, ArrayInfo
+from . import DLPACK_CPU, DLPACK_CUDA, RUNS_FOR, Adapter, ArrayInfo, row_strides
 
 
 def _allocator(device_type: int) -> Adapter:
@@ -65,12 +65,8 @@ class JaxAdapter(Adapter):
     def info(self, x: Any, what: str) -> ArrayInfo:
         kind, index = _device(x)
         shape = tuple(x.shape)
-        strides, acc = [], 1
-        for n in reversed(shape):
-            strides.append(acc)
-            acc *= n
         return ArrayInfo(
-            normalize_dtype(x.dtype, what), shape, tuple(reversed(strides)), kind, index, True
+            normalize_dtype(x.dtype, what), shape, row_strides(shape), kind, index, True
         )
 
     def prepare(self, x: Any) -> Any:

@@ -10,7 +10,7 @@ import torch
 
 from .._dtypes import DType, normalize_dtype
 from .._errors import ArgumentTypeError
-from . import CHECKERS, CHECKS_BLOCKED, DLPACK_CPU, DLPACK_CUDA, Adapter, ArrayInfo
+from . import CHECKERS, CHECKS_BLOCKED, DLPACK_CPU, DLPACK_CUDA, Adapter, ArrayInfo, row_strides
 
 TORCH_DTYPES = {
     "bool": torch.bool,
@@ -99,11 +99,7 @@ class TorchAdapter(Adapter):
         tdt = TORCH_DTYPES.get(dtype.name)
         if make is None or tdt is None or (device_type == DLPACK_CUDA and device_index != 0):
             return None
-        strides, step = [], 1
-        for n in reversed(shape):
-            strides.append(step)
-            step *= n
-        size, stride = shape, tuple(reversed(strides))
+        size, stride = shape, row_strides(shape)
         device = _CPU if device_type == DLPACK_CPU else torch.device("cuda", 0)
         # torch's own allocators fill new memory with NaN under deterministic algorithms
         # (``torch.utils.deterministic.fill_uninitialized_memory``); Inductor's do not: then
@@ -181,11 +177,8 @@ def _checker() -> Callable[[tuple], Any] | None:
     try:
         from torch._C._dynamo.guards import TensorGuards
 
-        peek = torch._C._functorch.peek_interpreter_stack
-        modes = torch._C._len_torch_dispatch_stack
-
         def checker(tensors: tuple) -> Any:
-            if peek() is not None or modes() or any(t.requires_grad for t in tensors):
+            if _blocked() or any(t.requires_grad for t in tensors):
                 return None
             sizes: Any = [list(t.shape) for t in tensors]  # every one static
             strides: Any = [list(t.stride()) for t in tensors]

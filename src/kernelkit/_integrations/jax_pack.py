@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from .._abi import extent_param, metadata_param
+from .._arrays import row_strides
 from .._errors import ArgumentError
 from .._pipeline.launch import extent
 from .._pipeline.pack import ArgPack, scalar_bits
@@ -42,14 +43,6 @@ class Packed:
     buffers: np.ndarray  # int64, one per parameter
 
 
-def _row_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
-    strides, acc = [], 1
-    for n in reversed(shape):
-        strides.append(acc)
-        acc *= n
-    return tuple(reversed(strides))
-
-
 def _metadata(
     kernel: str,
     arrays: Mapping[str, tuple[int, ...] | None],
@@ -63,7 +56,7 @@ def _metadata(
     meta: dict[str, Any] = {}
     for array, shape in arrays.items():
         shape = (0,) if shape is None else (math.prod(shape),) if array in flat else shape
-        strides = _row_strides(shape)
+        strides = row_strides(shape)
         fields = {
             metadata_param(array, "shape"): shape,
             metadata_param(array, "strides"): strides,
