@@ -114,6 +114,48 @@ def test_row_ops_and_elementwise_launch_warm_calls_from_c_alone():
     assert out.strip().endswith("ok")
 
 
+def test_a_compiled_graph_run_first_launches_its_op_calls_from_c():
+    """A compiled graph's first run calls the ops' eager twins under torch's custom-op analysis
+    mode, where no check passes: the kernel's prepared run and its call repeated in C are made
+    by a later call, not given up (before: the Python hot path for good, three kernelkit
+    frames an op). The graph is the process's first use of the ops."""
+    out = _run("""
+        from kernelkit.ops import _matmul, _norms, _softmax
+        g = torch.Generator().manual_seed(3)
+        x = torch.randn(1, 64, generator=g)
+        w, b = torch.rand(64, generator=g) + 0.5, torch.randn(64, generator=g)
+        wt = torch.randn(48, 64, generator=g)
+
+        def block(t):
+            h = ops.layer_norm(ops.rms_norm(t, w, 1e-6), w, b, 1e-5)
+            return ops.softmax(ops.matmul(h, wt, transpose_b=True))
+
+        def ref(t):
+            t = t.to(F64)
+            h = F.rms_norm(t, (64,), w.to(F64), 1e-6)
+            h = F.layer_norm(h, (64,), w.to(F64), b.to(F64), 1e-5)
+            return torch.softmax(h @ wt.to(F64).T, -1).float()
+
+        f = torch.compile(block, fullgraph=True)
+        recents = (_norms._RMS_RECENT_EAGER, _norms._LAYER_RECENT_EAGER,
+                   _matmul._RECENT_EAGER[True], _softmax._RECENT_EAGER)
+        for _ in range(4):
+            torch.testing.assert_close(f(x), ref(x))
+        before = drv.launches
+        y, seen = frames(lambda: f(x))
+        torch.testing.assert_close(y, ref(x))
+        assert seen == ["eager_rms_norm", "eager_layer_norm", "eager_matmul",
+                        "eager_softmax"], seen
+        assert drv.launches - before == 4
+        assert all(len(r.calls) == 1 and r.entries == () for r in recents)
+        served = [r.calls[0][0].served for r in recents]
+        f(x)
+        assert [r.calls[0][0].served for r in recents] == [s + 1 for s in served]
+        print("ok")
+    """)
+    assert out.strip().endswith("ok")
+
+
 def test_calls_a_decided_call_does_not_take_get_their_own_results():
     out = _run("""
         from kernelkit.ops import _norms, _softmax

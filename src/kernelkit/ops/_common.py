@@ -10,6 +10,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from .._arrays import CHECKS_BLOCKED
 from .._arrays.lookup import adapter_for
 from .._errors import ArgumentError, ArgumentTypeError
 from .._pipeline.bind import bind
@@ -390,6 +391,11 @@ def kernel_caller(k: Any, kw: dict[str, Any]) -> Callable[[Any, Any, Any, Any], 
         if result is MISS:  # the first call (or a framework route that declines this one)
             result = k(arrays, shapes, dtypes, grid, group, template, out=outs,
                        shared_memory=smem)  # fmt: skip
+            if any(blocked() for blocked in CHECKS_BLOCKED):
+                # under a dispatch mode (a compiled graph's first run: torch's custom-op
+                # analysis mode) no check passes, so what is made now would be the Python
+                # path for good: a later call makes the run and the Call
+                return result
             found = k._direct_run(args, fixed=True)  # this signature's geometry and layouts
             if found is not None:
                 direct[outs is None] = found
@@ -453,6 +459,10 @@ def decided_of(call: Any, shapes: Any, dtypes: Any) -> Callable[[], tuple | None
         return found, (shapes, dtypes, grid, group, template, None, None, None, None, None,
                        smem)  # fmt: skip
 
+    def pending() -> bool:  # not tried yet: the run's next call without out= tries
+        return not call.decided
+
+    made.pending = pending  # type: ignore[attr-defined]  # read by Recent.again
     return made
 
 

@@ -181,9 +181,13 @@ class Recent:
         ``kept``: what the entry holds in place of ``run`` (an op's own form of it); ``out``:
         the call's out= array, or None. (A call that passes one array twice spends the try: no
         check passes it.) Where no check can be made now (a tracer's dispatch mode:
-        ``CHECKS_BLOCKED``) the try is not spent: a later call makes the entry."""
+        ``CHECKS_BLOCKED``) the try is not spent: a later call makes the entry; nor where the
+        run has not yet tried to make its call repeated in C (its first call ran under such a
+        mode), which it does on this call: the next one keeps it."""
         if any(blocked() for blocked in _arrays.CHECKS_BLOCKED):
             return
+        if out is None and getattr(getattr(run, "decided", None), "pending", _never)():
+            return  # the run makes its Call on this call (``_common.decided_of``): the next asks
         if len(self.tried) >= _LIMIT:
             self.tried.clear()
         self.tried.add(run)
@@ -213,6 +217,10 @@ def signature(arrays: tuple, eager: bool = False) -> Any:
         return sign(arrays)
     except Exception:  # noqa: BLE001 - not arrays it can describe: never prepared
         return None
+
+
+def _never() -> bool:
+    return False
 
 
 def store(table: dict[Any, Any], key: Any, run: Callable[..., Any]) -> None:
