@@ -75,6 +75,36 @@ def test_a_warm_framework_out_call_refuses_an_out_that_meets_an_input():
             ops.matmul(a, w_buf[:64], transpose_b=True, out=w_buf[60:64])
 
 
+@pytest.mark.parametrize("bias", [False, True])
+def test_a_warm_framework_out_call_is_the_op_and_torch_s_linear(bias):
+    """A warm out= call into a contiguous out: the op's frame, the overlap check's frame and
+    torch's ``linear`` into out (no launcher or writer frame, no view of w made in Python)."""
+    import sys
+
+    g = torch.Generator(device="cuda").manual_seed(2)
+    a = torch.randn(3, 64, device="cuda", generator=g)
+    w = torch.randn(48, 64, device="cuda", generator=g)
+    b = torch.randn(48, device="cuda", generator=g) if bias else None
+    out = torch.empty(3, 48, device="cuda")
+    seen: list[str] = []
+
+    def profile(frame, event, arg):
+        if event == "call" and "kernelkit" in frame.f_code.co_filename:
+            seen.append(frame.f_code.co_name)
+
+    with kernelkit.force("matmul", "framework"):
+        for _ in range(3):
+            ops.matmul(a, w, bias=b, transpose_b=True, out=out)
+        out.fill_(float("nan"))
+        sys.setprofile(profile)
+        try:
+            y = ops.matmul(a, w, bias=b, transpose_b=True, out=out)
+        finally:
+            sys.setprofile(None)
+    assert y is out and seen == ["matmul", "checked_whole"], seen
+    assert torch.allclose(out.double(), _want(a, w, b), atol=1e-3, rtol=1e-4)
+
+
 @pytest.mark.parametrize("compiled", [False, True])
 def test_a_bias_of_another_dtype_runs_on_kernelkit_s_kernels(compiled):
     """torch's matmul refuses a float32 bias with bfloat16 operands; such a call (M = 64,

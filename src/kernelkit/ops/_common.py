@@ -248,6 +248,9 @@ class OpRunner:
             return result, direct_launch(launch, True, refuse, same)
         fast = run
         in_spans, out_spans = spans
+        whole = getattr(launch, "whole_out", None)  # (*inputs, out=out): the whole call
+        if whole is not None and (len(out_spans) != 1 or not row_contiguous(out)):
+            whole = None  # offered for one row-contiguous out only
         if len(out_spans) != 1 or isinstance(out, list | tuple):
 
             def checked(arrays: Any, out: Any) -> Any:
@@ -257,6 +260,21 @@ class OpRunner:
             return result, checked
         optr, olo, ohi, _ = out_spans[0]
         ins = tuple((i, ptr, lo, hi) for i, ptr, lo, hi, _ in in_spans) if ohi > olo else ()
+
+        if whole is not None:
+
+            def checked_whole(arrays: Any, out: Any) -> Any:
+                """``checked_one`` around the launcher's whole call: one frame."""
+                if ins:
+                    base = optr(out)
+                    for i, ptr, lo, hi in ins:
+                        p = ptr(arrays[i])
+                        if p + lo < base + ohi and base + olo < p + hi:
+                            self._refuse_overlap(arrays, [out], spans)
+                            break
+                return whole(*arrays, out=out)
+
+            return result, checked_whole
 
         def checked_one(arrays: Any, out: Any) -> Any:
             """One out: its byte range against each input's; where two meet, the full check

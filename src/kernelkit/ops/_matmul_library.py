@@ -119,7 +119,11 @@ def _writer() -> Any:
 def framework_prepare(choice: KernelChoice, problem: Problem, output_dtype: Any) -> Any:
     """Decided once per signature: a plain ``F.linear`` where that is the whole call (no
     activation, a weight [N, K], no out=), ``torch.mm``/``addmm`` into a contiguous out=,
-    else ``framework_run``'s general path."""
+    else ``framework_run``'s general path. With a weight [N, K] and no activation the launch
+    also offers ``whole_out(x, w, bias, out=out)``: torch's ``linear`` into a contiguous out
+    (one C call, no view of w made in Python), which a caller whose signature fixed out's
+    layout calls in its place (``OpRunner.first``)."""
+    import torch
     import torch.nn.functional as F
 
     if problem.attr("activation") is None and problem.attr("transpose_b"):
@@ -134,6 +138,8 @@ def framework_prepare(choice: KernelChoice, problem: Problem, output_dtype: Any)
             return framework_run(choice, (problem, arrays, output_dtype, out))
 
         launch.linear = linear  # type: ignore[attr-defined]  # a recent call's whole call
+        # aten::linear.out (torch's nn namespace; mm or addmm into out, as ``into``)
+        launch.whole_out = getattr(torch._C._nn, "linear", None)  # type: ignore[attr-defined]
         return launch
     return lambda arrays, out: framework_run(choice, (problem, arrays, output_dtype, out))
 
