@@ -1,6 +1,7 @@
 """matmul's framework route on CUDA torch tensors with ``out=`` (``_matmul_library``): warm
 calls write into a contiguous out through torch's ``linear`` (``aten::linear.out``), every other
-out= through the general path, and an out= that meets an input is refused on a warm call as on the first."""
+out= through the general path, and an out= that meets an input is refused on a warm call as on
+the first."""
 
 from __future__ import annotations
 
