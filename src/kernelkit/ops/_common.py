@@ -261,21 +261,6 @@ class OpRunner:
         optr, olo, ohi, _ = out_spans[0]
         ins = tuple((i, ptr, lo, hi) for i, ptr, lo, hi, _ in in_spans) if ohi > olo else ()
 
-        if whole is not None:
-
-            def checked_whole(arrays: Any, out: Any) -> Any:
-                """``checked_one`` around the launcher's whole call: one frame."""
-                if ins:
-                    base = optr(out)
-                    for i, ptr, lo, hi in ins:
-                        p = ptr(arrays[i])
-                        if p + lo < base + ohi and base + olo < p + hi:
-                            self._refuse_overlap(arrays, [out], spans)
-                            break
-                return whole(*arrays, out=out)
-
-            return result, checked_whole
-
         def checked_one(arrays: Any, out: Any) -> Any:
             """One out: its byte range against each input's; where two meet, the full check
             decides (an input passed as its own out, where the op allows it, goes on)."""
@@ -286,6 +271,8 @@ class OpRunner:
                     if p + lo < base + ohi and base + olo < p + hi:
                         self._refuse_overlap(arrays, [out], spans)
                         break
+            if whole is not None:  # the launcher's whole call (its frame and checks left out)
+                return whole(*arrays, out=out)
             return fast(arrays, out)
 
         return result, checked_one
