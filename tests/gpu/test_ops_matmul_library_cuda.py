@@ -11,6 +11,8 @@ torch = pytest.importorskip("torch")
 if not torch.cuda.is_available():
     pytest.skip("needs a CUDA GPU", allow_module_level=True)
 
+from profiled import entered  # noqa: E402
+
 import kernelkit  # noqa: E402
 from kernelkit import ops  # noqa: E402
 from kernelkit._errors import ArgumentError  # noqa: E402
@@ -80,29 +82,17 @@ def test_a_warm_framework_out_call_refuses_an_out_that_meets_an_input():
 def test_a_warm_framework_out_call_is_the_op_and_torch_s_linear(bias):
     """A warm out= call into a contiguous out: the op's frame, the overlap check's frame and
     torch's ``linear`` into out (no launcher or writer frame, no view of w made in Python)."""
-    import sys
-
     g = torch.Generator(device="cuda").manual_seed(2)
     a = torch.randn(3, 64, device="cuda", generator=g)
     w = torch.randn(48, 64, device="cuda", generator=g)
     b = torch.randn(48, device="cuda", generator=g) if bias else None
     out = torch.empty(3, 48, device="cuda")
-    seen: list[str] = []
-
-    def profile(frame, event, arg):
-        if event == "call" and "kernelkit" in frame.f_code.co_filename:
-            seen.append(frame.f_code.co_name)
-
     with kernelkit.force("matmul", "framework"):
         for _ in range(3):
             ops.matmul(a, w, bias=b, transpose_b=True, out=out)
         out.fill_(float("nan"))
-        sys.setprofile(profile)
-        try:
-            y = ops.matmul(a, w, bias=b, transpose_b=True, out=out)
-        finally:
-            sys.setprofile(None)
-    assert y is out and seen == ["matmul", "checked_one"], seen
+        y, seen = entered(lambda: ops.matmul(a, w, bias=b, transpose_b=True, out=out))
+    assert y is out and seen == ["<lambda>", "matmul", "checked_one"], seen
     assert torch.allclose(out.double(), _want(a, w, b), atol=1e-3, rtol=1e-4)
 
 

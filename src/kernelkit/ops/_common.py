@@ -248,9 +248,6 @@ class OpRunner:
             return result, direct_launch(launch, True, refuse, same)
         fast = run
         in_spans, out_spans = spans
-        whole = getattr(launch, "whole_out", None)  # (*inputs, out=out): the whole call
-        if whole is not None and (len(out_spans) != 1 or not row_contiguous(out)):
-            whole = None  # offered for one row-contiguous out only
         if len(out_spans) != 1 or isinstance(out, list | tuple):
 
             def checked(arrays: Any, out: Any) -> Any:
@@ -260,6 +257,8 @@ class OpRunner:
             return result, checked
         optr, olo, ohi, _ = out_spans[0]
         ins = tuple((i, ptr, lo, hi) for i, ptr, lo, hi, _ in in_spans) if ohi > olo else ()
+        # the launcher's whole call (*inputs, out=out), offered for a row-contiguous out
+        whole = getattr(launch, "whole_out", None) if row_contiguous(out) else None
 
         def checked_one(arrays: Any, out: Any) -> Any:
             """One out: its byte range against each input's; where two meet, the full check
