@@ -26,6 +26,7 @@ from dataclasses import replace
 from typing import Any
 
 from .._api import Kernel
+from .._arrays import row_strides
 from .._errors import ArgumentError, ArgumentTypeError
 from .._pipeline.key import MISS
 from .._records import Problem
@@ -37,7 +38,7 @@ from .._select.select import Selection, unservable
 from .._select.tuning import db as tuning
 from .calls import KernelCall, grid_rule, identity, launch_settings, run_choice
 from .decided import DecidedCalls
-from .keyfn import call_pattern, compile_key, is_int_scalar, no_key, row_strides
+from .keyfn import call_pattern, compile_key, is_int_scalar, no_key
 from .tuner import Session, TuneResult, tune_session
 
 __all__ = ["AutotunedKernel", "KernelCall", "autotune"]

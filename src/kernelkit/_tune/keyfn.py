@@ -23,14 +23,6 @@ def no_key(*args: Any) -> Any:
     raise LookupError
 
 
-def row_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
-    strides, acc = [], 1
-    for d in reversed(shape):
-        strides.append(acc)
-        acc *= d
-    return tuple(reversed(strides))
-
-
 def _kind(x: Any) -> str:
     if x is None:
         return "none"
