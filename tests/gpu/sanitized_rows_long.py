@@ -1,10 +1,9 @@
-"""The long-row kernels (rows_smem, rows_cluster, rows_split, rows_stream) once each on small
-awkward shapes, for compute-sanitizer: every op, float32 and bfloat16, the vector and the element
-path, every cluster size, rows_split's unrolls and both cache hints, rows_stream's clusters taking
-one to three rows (bulk copies on sm_90), weights in shared memory or not, NaN-poisoned outputs
-checked against float64. Exits 1 naming the failed cases.
+"""The long-row kernels (rows_smem, rows_cluster, rows_split) once each on small awkward
+shapes, for compute-sanitizer: every op, float32 and bfloat16, the vector and the element path,
+every cluster size, rows_split's unrolls and both cache hints, NaN-poisoned outputs checked
+against float64. Exits 1 naming the failed cases.
 
-    PYTHONPATH=src python3 tests/gpu/sanitized_rows_long.py [stream]
+    PYTHONPATH=src python3 tests/gpu/sanitized_rows_long.py
     PYTORCH_NO_CUDA_MEMORY_CACHING=1 PYTHONPATH=src compute-sanitizer --tool memcheck \\
         --report-api-errors no --leak-check no python3 tests/gpu/sanitized_rows_long.py
 """
@@ -24,9 +23,8 @@ TOL = {torch.float32: 2e-5, torch.bfloat16: 1.6e-2}
 
 
 def case(name: str, n: int, rows: int, dtype: torch.dtype, cl: int, block: int, u: int = 0,
-         hint: int = 1, r: int = 0) -> bool:  # fmt: skip
-    """cl: blocks a row (rows_smem, rows_cluster); u > 0: rows_split with U = u, HINT = hint;
-    r > 0: rows_stream with CL = cl, R = r."""
+         hint: int = 1) -> bool:  # fmt: skip
+    """cl: blocks a row (rows_smem, rows_cluster); u > 0: rows_split with U = u, HINT = hint."""
     g = torch.Generator(device="cuda").manual_seed(n * 31 + cl)
     x = torch.randn(rows, n, device="cuda", generator=g).to(dtype)
     w = torch.randn(n, device="cuda", generator=g).to(dtype)
@@ -42,15 +40,12 @@ def case(name: str, n: int, rows: int, dtype: torch.dtype, cl: int, block: int, 
     values = {"BLOCK": block, "CL": cl, "threadgroup": (block,)}
     if u:
         impl, values = "rows_split", {"BLOCK": block, "U": u, "HINT": hint, "threadgroup": (block,)}
-    if r:
-        impl = "rows_stream"  # hint: WS (1: the weight and bias slices in shared memory)
-        values = {"BLOCK": block, "CL": cl, "R": r, "WS": hint, "threadgroup": (block,)}
     with force(name, impl, values):
         fn(*args, out=out)
     torch.cuda.synchronize()
     err = ((out.double() - ref).abs().max() / ref.abs().max().clamp(min=1)).item()
     ok = bool(torch.isfinite(out).all()) and err <= TOL[dtype]
-    how = f"U={u} HINT={hint}" if u else f"CL={cl}" + (f" R={r} WS={hint} (stream)" if r else "")
+    how = f"U={u} HINT={hint}" if u else f"CL={cl}"
     print(f"{name:<11}{n:>7} x {rows} {str(dtype)[6:]:<9} {how} BLOCK={block}: err {err:.1e}"
           f"{'' if ok else '  FAILED'}")  # fmt: skip
     return ok
@@ -66,13 +61,6 @@ def main() -> int:
             cases.append((name, 7, 2, dtype, 8, 32))  # ranks past the row hold nothing
             cases += [(name, n, 3, dtype, 1, 64, u, h) for n in (4099, 40000) for u in (2, 8)
                       for h in (0, 1)]  # fmt: skip
-            # rows_stream: 7 rows over clusters taking one, two or three rows each
-            keeps = (0, 1) if name != "softmax" else (0,)
-            cases += [(name, 4096, 7, dtype, cl, 128, 0, ws, r) for cl in (1, 2, 4, 16)
-                      for r in (1, 2, 3) for ws in keeps]  # fmt: skip
-            cases += [(name, n, 5, dtype, 2, 64, 0, ws, 2) for n in (4099, 7) for ws in keeps]
-    if len(sys.argv) > 1 and sys.argv[1] == "stream":  # rows_stream's cases only
-        cases = [c for c in cases if len(c) == 9]
     failed = [c for c in cases if not case(*c)]
     print(f"{len(cases)} cases, {len(failed)} failed;")
     return 1 if failed else 0

@@ -23,7 +23,7 @@ def test_listed_only_configs_refused_by_name_and_the_grid():
     assert _rows_stream.fits(problem(64, 65536), config(512, 1, 2)) is not None
     refused = (((512, 8, 5), "R = 5"), ((512, 5, 2), "CL = 5"), ((100, 8, 2), "BLOCK = 100"))
     for values, said in refused:
-        c = Config({**dict(zip(("BLOCK", "CL", "R"), values, strict=True)), "WS": 0}, (values[0],))
+        c = Config(dict(zip(("BLOCK", "CL", "R"), values, strict=True)), (values[0],))
         assert said in (_rows_stream.fits(p, c) or ""), values
     assert _rows_stream.fits(p, config(512, 8, 4)) is None  # two slices of 32 KiB
     assert _rows_stream.grid(p, config(512, 8, 4)) == (16 * 8 * 512, 1, 1)
@@ -43,8 +43,7 @@ def test_every_kernel_compiles_for_sm_90_without_spills(cuda, dtype):
         kernels = _rows_stream._kernels(name, inputs, ALIGNED[name])
         for cl in (1, 4, 16):
             block = 512
-            template = [("BLOCK", block), ("CL", cl), ("ND", 2), ("T", dtype), ("WS", 1),
-                        ("WT", dtype)]  # fmt: skip
+            template = [("BLOCK", block), ("CL", cl), ("ND", 2), ("T", dtype), ("WT", dtype)]
             p = _problem(kernels[cl].name, inputs, ["y"], dtype, 262144, rows=64)
             _, report = ptxas_report(cuda, kernels[cl], p, template, "sm_90")
             assert report.get("bytes spill stores", 0) == 0, (name, cl, report)

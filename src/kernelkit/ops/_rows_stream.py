@@ -52,20 +52,14 @@ BLOCKS = (256, 512, 1024)
 ROWS = (1, 2, 3, 4, 6, 8, 12, 16)
 
 
-def config(block: int, cl: int, r: int, ws: int = 0) -> Config:
-    """BLOCK threads a block, CL blocks a row, about R rows a cluster; WS = 1: the weight and
-    bias slices kept in shared memory (the norms)."""
-    return Config({"BLOCK": block, "CL": cl, "R": r, "WS": ws}, (block,))
+def config(block: int, cl: int, r: int) -> Config:
+    """BLOCK threads a block, CL blocks a row, about R rows a cluster."""
+    return Config({"BLOCK": block, "CL": cl, "R": r}, (block,))
 
 
 # not 1024 threads in clusters of 16 (as rows_cluster: layer_norm's combine does not launch)
 CONFIGS = tuple(
-    config(b, cl, r, ws)
-    for cl in SIZES
-    for b in BLOCKS
-    for r in ROWS
-    for ws in (0, 1)
-    if (b, cl) != (1024, 16)
+    config(b, cl, r) for cl in SIZES for b in BLOCKS for r in ROWS if (b, cl) != (1024, 16)
 )
 
 
@@ -73,28 +67,17 @@ def _dims(p: Problem) -> tuple[int, int, str]:
     return int(p.attr("N")), int(p.attr("rows")), p.arg("x").dtype
 
 
-_WEIGHTS = {"softmax": 0, "rms_norm": 1, "layer_norm": 2}  # weight-sized inputs a row op has
-
-
-def shared_bytes(p: Problem, c: Config) -> int:
-    """Dynamic shared memory of one block under ``c``: the weight and bias slices with WS = 1
-    (kk_stream_wbytes each), then two x slices of a row over CL blocks (one with R = 1)."""
-    n, _, dtype = _dims(p)
-    cl, r = int(c.values["CL"]), int(c.values["R"])
-    x_slice = slice_bytes(n, cl, dtype)
-    kept = _WEIGHTS.get(p.name, 0) if c.values.get("WS") else 0
-    w_slice = 0
-    if kept:
-        w_item = _ITEMSIZE.get(p.arg("w").dtype, 8)  # (8: no more than any weight dtype)
-        w_slice = -(-(x_slice // _ITEMSIZE[dtype] * w_item) // 16) * 16
-    return kept * w_slice + (1 if r == 1 else 2) * x_slice
+def shared_bytes(n: int, cl: int, dtype: str, r: int = 2) -> int:
+    """Dynamic shared memory of one block: two slices of a row of ``n`` over ``cl`` blocks (one
+    where each cluster takes one row, R = 1)."""
+    return (1 if r == 1 else 2) * slice_bytes(n, cl, dtype)
 
 
 def match(p: Problem, t: Target) -> str | None:
     n, _, dtype = _dims(p)
     if dtype not in _ITEMSIZE:
         return f"dtype {dtype} is not one of float16, bfloat16, float32"
-    if slice_bytes(n, SIZES[-1], dtype) > room(t):
+    if shared_bytes(n, SIZES[-1], dtype, 1) > room(t):
         return f"a slice of a row of {n} {dtype} over {SIZES[-1]} blocks exceeds shared memory"
     return None
 
@@ -103,17 +86,13 @@ def fits(p: Problem, c: Config) -> str | None:
     refused = block_refusal(c)
     if refused:
         return refused
-    cl, r, ws = (int(c.values.get(k, -1)) for k in ("CL", "R", "WS"))
-    if cl not in SIZES or r not in ROWS or ws not in (0, 1):
-        return f"CL = {cl}, R = {r}, WS = {ws}: CL one of {SIZES}, R one of {ROWS}, WS 0 or 1"
-    if ws and not _WEIGHTS.get(p.name):
-        return f"WS = 1 keeps weights, which {p.name} does not have"
-    n, rows, _ = _dims(p)
-    need = shared_bytes(p, c)
+    cl, r = int(c.values.get("CL", 0)), int(c.values.get("R", 0))
+    if cl not in SIZES or r not in ROWS:
+        return f"CL = {cl}, R = {r}: CL one of {SIZES}, R one of {ROWS}"
+    n, rows, dtype = _dims(p)
+    need = shared_bytes(n, cl, dtype, r)
     if need > SHARED_LIMIT - STATIC_SHARED:
-        return (
-            f"{need} bytes of slices (a row of {n} over {cl}, R = {r}, WS = {ws}) > {SHARED_LIMIT}"
-        )
+        return f"{need} bytes of slices (a row of {n} over {cl}, R = {r}) > {SHARED_LIMIT}"
     if -(-max(rows, 1) // r) * cl > 2**31 - 1:
         return f"{rows} rows in clusters of {cl} is more blocks than a grid has"
     return None
@@ -155,7 +134,7 @@ def register(
         shape, dtype = problem.arg("x").shape, problem.arg("x").dtype
         if problem.attr("rows") == 0 or problem.attr("N") == 0:  # nothing to launch
             return lambda arrays, out: out if out is not None else empty(arrays[0], shape)
-        cl = int(choice.config.values["CL"])
+        cl, r = int(choice.config.values["CL"]), int(choice.config.values["R"])
         values = dict(template(problem))
         kw: dict[str, Any] = {
             "grid": choice.grid,
@@ -165,10 +144,9 @@ def register(
                 ("CL", cl),
                 ("ND", len(shape)),
                 ("T", dtype),
-                ("WS", choice.config.values["WS"]),
                 ("WT", values.get("WT", dtype)),
             ),
-            "shared_memory": shared_bytes(problem, choice.config),
+            "shared_memory": shared_bytes(int(problem.attr("N")), cl, dtype, r),
         }
         return one_output_launch(kernels[cl], kw, shape, output_dtype)
 
