@@ -21,7 +21,7 @@ from .._records import Problem
 from .._select.records import KernelChoice
 from .._select.registry import Implementation, Op
 from . import _rowops as rules
-from . import _rows_long, _rows_split, _rows_stream
+from . import _rows_long, _rows_split
 from ._common import FLOAT_DTYPES, OpRunner, empty, one_output_launch, run_prepared
 from ._kernel_files import source
 
@@ -110,7 +110,6 @@ def make_row_op(
     )
     _rows_long.register(op, name, inputs, template, aligned)
     _rows_split.register(op, name, inputs, template, aligned)
-    _rows_stream.register(op, name, inputs, template, aligned)
 
     def attrs(problem: Problem, options: dict[str, Any]) -> dict[str, Any]:
         shape, dtype = problem.arg("x").shape, problem.arg("x").dtype

@@ -1,7 +1,4 @@
 
-// Bulk copies (TMA) and their mbarriers: PTX for sm_90, compiled for the GPU only (the row
-// kernels that include it on the CPU backend call them under the same test).
-#ifdef __CUDA_ARCH__
 __device__ __forceinline__ void kk_bulk_init(unsigned bar) {  // one arrival a phase
   asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" :: "r"(bar));
 }
@@ -25,4 +22,3 @@ __device__ __forceinline__ void kk_bulk_wait(unsigned bar, unsigned parity) {
       " @!done bra.uni KK_BULK_WAIT;\n}\n"
       :: "r"(bar), "r"(parity) : "memory");
 }
-#endif  // __CUDA_ARCH__
