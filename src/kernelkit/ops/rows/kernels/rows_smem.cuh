@@ -124,40 +124,64 @@ __device__ __forceinline__ void kk_long_load(const T* xs, T* s, long long m, flo
   }
 }
 
-// The row's statistics from the cluster's blocks (each block's in `st`): softmax (max, 1 / sum);
-// rms_norm (0, rstd); layer_norm (mean of x - sh, rstd), combined as Chan et al. combine partial
-// means and sums of squared deviations. Every warp does it on its own: lane r < CL reads block
-// r's three floats (the other lanes hold nothing: a count of 0, softmax's -inf), and a butterfly
-// over the 32 lanes combines them. Each step combines a pair of lanes in either order, which
-// gives the same bits (a sum, softmax's merge), so every lane, warp and block (and every run)
-// computes the same row statistics; and no thread holds 3 CL floats (layer_norm's arrays took
-// 48 registers a thread at CL = 8: two blocks an SM where three fit the shared memory).
-template <int OP, int CL>
-__device__ __forceinline__ void kk_long_combine(float* st, long long n, float eps, float& p0,
-                                                float& p1) {
+// layer_norm's statistics from a cluster of 8 or more blocks: every warp on its own, lane r < CL
+// reading block r's (count, mean, squared deviations) (the other lanes a count of 0), then sums
+// over the 32 lanes by a butterfly. Each step adds a pair of lanes in either order, which gives
+// the same bits, so every lane, warp and block (and every run) computes the same statistics.
+// kk_long_combine's arrays took 48 (CL = 8) to 84 (CL = 16) registers a thread here (H200,
+// NVRTC 13.0): two blocks an SM where three fit the shared memory, 1.08x slower at 64 x 262144
+// bfloat16. (Softmax and rms_norm keep the arrays: this form took them from 32-40 registers to
+// 40-48 and rms_norm measured up to 1.12x slower.)
+template <int CL>
+__device__ __forceinline__ void kk_long_combine_lanes(float* st, long long n, float eps,
+                                                      float& p0, float& p1) {
   const int lane = threadIdx.x & 31;
-  float c = 0.0f, mu = OP == 0 ? -INFINITY : 0.0f, q = 0.0f;
+  float c = 0.0f, mu = 0.0f, q = 0.0f;
   if (lane < CL) {
     const float* peer = kk_long_peer<CL>(st, (unsigned)lane);
     c = peer[0];
     mu = peer[1];
     q = peer[2];
   }
+  const float mean = kk_warp_sum(c * mu) / (float)n;
+  const float d = mu - mean;
+  p0 = mean;
+  p1 = rsqrtf(kk_warp_sum(q + c * d * d) / (float)n + eps);
+}
+
+// The row's statistics from the cluster's blocks (each block's in `st`, rank order): softmax
+// (max, 1 / sum); rms_norm (0, rstd); layer_norm (mean of x - sh, rstd), combined as Chan et al.
+// combine partial means and sums of squared deviations.
+template <int OP, int CL>
+__device__ __forceinline__ void kk_long_combine(float* st, long long n, float eps, float& p0,
+                                                float& p1) {
+  if (OP == 2 && CL >= 8) return kk_long_combine_lanes<CL>(st, n, eps, p0, p1);
+  float a = OP == 0 ? -INFINITY : 0.0f, b = 0.0f, c[CL], mu[CL], q[CL];
+#pragma unroll
+  for (int r = 0; r < CL; ++r) {  // every remote load issued at once
+    const float* peer = kk_long_peer<CL>(st, (unsigned)r);
+    c[r] = peer[0];
+    mu[r] = peer[1];
+    q[r] = peer[2];
+  }
   if (OP == 0) {
-    for (int o = 16; o > 0; o >>= 1)
-      kk_softmax_merge(mu, q, __shfl_xor_sync(0xffffffffu, mu, o),
-                       __shfl_xor_sync(0xffffffffu, q, o));
-    if (mu == INFINITY) mu = NAN;  // exp(inf - inf): torch gives the row NaN
-    p0 = mu;
-    p1 = 1.0f / q;  // a row of nothing but -inf: exp(NaN) * inf, NaN as in torch
+    for (int r = 0; r < CL; ++r) kk_softmax_merge(a, b, mu[r], q[r]);
+    if (a == INFINITY) a = NAN;  // exp(inf - inf): torch gives the row NaN
+    p0 = a;
+    p1 = 1.0f / b;  // a row of nothing but -inf: exp(NaN) * inf, NaN as in torch
   } else if (OP == 1) {
+    for (int r = 0; r < CL; ++r) a += q[r];
     p0 = 0.0f;
-    p1 = rsqrtf(kk_warp_sum(q) / (float)n + eps);
+    p1 = rsqrtf(a / (float)n + eps);
   } else {
-    const float mean = kk_warp_sum(c * mu) / (float)n;
-    const float d = mu - mean;
+    for (int r = 0; r < CL; ++r) a += c[r] * mu[r];
+    const float mean = a / (float)n;
+    for (int r = 0; r < CL; ++r) {
+      const float d = mu[r] - mean;
+      b += q[r] + c[r] * d * d;
+    }
     p0 = mean;
-    p1 = rsqrtf(kk_warp_sum(q + c * d * d) / (float)n + eps);
+    p1 = rsqrtf(b / (float)n + eps);
   }
 }
 
