@@ -151,37 +151,41 @@ __device__ __forceinline__ void kk_long_combine_lanes(float* st, long long n, fl
 
 // The row's statistics from the cluster's blocks (each block's in `st`, rank order): softmax
 // (max, 1 / sum); rms_norm (0, rstd); layer_norm (mean of x - sh, rstd), combined as Chan et al.
-// combine partial means and sums of squared deviations.
+// combine partial means and sums of squared deviations (layer_norm over 8 or more blocks: the
+// lanes of each warp, kk_long_combine_lanes).
 template <int OP, int CL>
 __device__ __forceinline__ void kk_long_combine(float* st, long long n, float eps, float& p0,
                                                 float& p1) {
-  if (OP == 2 && CL >= 8) return kk_long_combine_lanes<CL>(st, n, eps, p0, p1);
-  float a = OP == 0 ? -INFINITY : 0.0f, b = 0.0f, c[CL], mu[CL], q[CL];
-#pragma unroll
-  for (int r = 0; r < CL; ++r) {  // every remote load issued at once
-    const float* peer = kk_long_peer<CL>(st, (unsigned)r);
-    c[r] = peer[0];
-    mu[r] = peer[1];
-    q[r] = peer[2];
-  }
-  if (OP == 0) {
-    for (int r = 0; r < CL; ++r) kk_softmax_merge(a, b, mu[r], q[r]);
-    if (a == INFINITY) a = NAN;  // exp(inf - inf): torch gives the row NaN
-    p0 = a;
-    p1 = 1.0f / b;  // a row of nothing but -inf: exp(NaN) * inf, NaN as in torch
-  } else if (OP == 1) {
-    for (int r = 0; r < CL; ++r) a += q[r];
-    p0 = 0.0f;
-    p1 = rsqrtf(a / (float)n + eps);
+  if constexpr (OP == 2 && CL >= 8) {
+    kk_long_combine_lanes<CL>(st, n, eps, p0, p1);
   } else {
-    for (int r = 0; r < CL; ++r) a += c[r] * mu[r];
-    const float mean = a / (float)n;
-    for (int r = 0; r < CL; ++r) {
-      const float d = mu[r] - mean;
-      b += q[r] + c[r] * d * d;
+    float a = OP == 0 ? -INFINITY : 0.0f, b = 0.0f, c[CL], mu[CL], q[CL];
+#pragma unroll
+    for (int r = 0; r < CL; ++r) {  // every remote load issued at once
+      const float* peer = kk_long_peer<CL>(st, (unsigned)r);
+      c[r] = peer[0];
+      mu[r] = peer[1];
+      q[r] = peer[2];
     }
-    p0 = mean;
-    p1 = rsqrtf(b / (float)n + eps);
+    if (OP == 0) {
+      for (int r = 0; r < CL; ++r) kk_softmax_merge(a, b, mu[r], q[r]);
+      if (a == INFINITY) a = NAN;  // exp(inf - inf): torch gives the row NaN
+      p0 = a;
+      p1 = 1.0f / b;  // a row of nothing but -inf: exp(NaN) * inf, NaN as in torch
+    } else if (OP == 1) {
+      for (int r = 0; r < CL; ++r) a += q[r];
+      p0 = 0.0f;
+      p1 = rsqrtf(a / (float)n + eps);
+    } else {
+      for (int r = 0; r < CL; ++r) a += c[r] * mu[r];
+      const float mean = a / (float)n;
+      for (int r = 0; r < CL; ++r) {
+        const float d = mu[r] - mean;
+        b += q[r] + c[r] * d * d;
+      }
+      p0 = mean;
+      p1 = rsqrtf(b / (float)n + eps);
+    }
   }
 }
 
