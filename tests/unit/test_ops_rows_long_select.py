@@ -115,18 +115,22 @@ def test_every_kernel_compiles_with_nvrtc_without_spills(cuda, arch, dtype):
     for op, spec, _ in _ops():
         wdtype = "float32" if spec.name == "ops_rms_norm" and dtype != "float32" else dtype
         p = _row_problem(spec, dtype, 65536, wdtype)
-        cl = 8 if arch == "sm_90" else 1
-        k = _rows_long.KERNELS[op.name][cl]
-        # 1024 threads a block: 64 registers; 512: three blocks an SM (64 KiB slices) at 40,
-        # but float32 layer_norm's two vectors of weight and bias ahead (two blocks: faster)
-        wide = spec.name == "ops_layer_norm" and dtype == "float32"
-        for block, most in ((1024, 64), (512, 64 if wide else 40)):
-            template = [("BLOCK", block), ("CL", cl), ("ND", 2), ("T", dtype), ("WT", wdtype)]
-            _, report = ptxas_report(cuda, k, p, template, arch)
-            assert report.get("bytes spill stores", 0) == 0, (spec.name, block, report)
-            assert report.get("bytes stack frame", 0) == 0, (spec.name, block, report)
-            assert report["registers"] <= most, (spec.name, block, report)
-        assert k.spec.cluster_dims == ((cl, 1, 1) if cl > 1 else ())
+        # clusters of 8 and 16 (layer_norm's combine held 3 CL floats a thread: 48-84 registers
+        # on an H200's NVRTC, two blocks an SM; now the lanes of a warp combine them)
+        for cl in (8, 16) if arch == "sm_90" else (1,):
+            k = _rows_long.KERNELS[op.name][cl]
+            # 1024 threads a block: 64 registers; 512: three blocks an SM (64 KiB slices) at 40,
+            # but float32 layer_norm's two vectors of weight and bias ahead (two blocks: faster)
+            wide = spec.name == "ops_layer_norm" and dtype == "float32"
+            for block, most in ((1024, 64), (512, 64 if wide else 40)):
+                if (block, cl) == (1024, 16):  # not a config (CLUSTER_CONFIGS)
+                    continue
+                template = [("BLOCK", block), ("CL", cl), ("ND", 2), ("T", dtype), ("WT", wdtype)]
+                _, report = ptxas_report(cuda, k, p, template, arch)
+                assert report.get("bytes spill stores", 0) == 0, (spec.name, cl, block, report)
+                assert report.get("bytes stack frame", 0) == 0, (spec.name, cl, block, report)
+                assert report["registers"] <= most, (spec.name, cl, block, report)
+            assert k.spec.cluster_dims == ((cl, 1, 1) if cl > 1 else ())
 
 
 def test_without_clusters_few_rows_beyond_shared_memory_go_to_rows_split():
