@@ -35,6 +35,16 @@ static int kk_claimed(kk_launch* L) {
   return n < 256 ? n : 256;
 }
 
+// The slot of L this thread works in, or -1 (a handler's question: which block loop to leave).
+static int kk_my_slot(kk_launch* L) {
+  const pthread_t self = pthread_self();
+  for (int i = 0, n = kk_claimed(L); i < n; ++i) {
+    const pthread_t t = L->workers[i].load();
+    if (t && pthread_equal(t, self)) return i;
+  }
+  return -1;
+}
+
 static void kk_kick(kk_launch* L) {  // every other worker of L into kk_on_kick
   if (!kk_kick_on) {  // (sigaction is async-signal-safe: a handler may call this)
     struct sigaction sa;
@@ -55,15 +65,9 @@ static void kk_kick(kk_launch* L) {  // every other worker of L into kk_on_kick
 static void kk_on_kick(int, siginfo_t*, void*) {
   kk_launch* L = kk_active;
   if (!L || !L->stopped.load()) return;
-  const pthread_t self = pthread_self();
-  for (int i = 0, n = kk_claimed(L); i < n; ++i) {
-    const pthread_t t = L->workers[i].load();
-    if (t && pthread_equal(t, self)) {
-      sigjmp_buf* jb = L->escape[i];
-      if (jb) siglongjmp(*jb, 1);
-      return;
-    }
-  }
+  const int i = kk_my_slot(L);
+  sigjmp_buf* jb = i < 0 ? nullptr : L->escape[i];
+  if (jb) siglongjmp(*jb, 1);
 }
 
 static void kk_on_sigint(int sig, siginfo_t* info, void* ctx) {
@@ -94,18 +98,15 @@ static struct sigaction kk_prev_segv, kk_prev_bus;
 #endif
 static void kk_on_segv(int sig, siginfo_t* info, void* ctx) {
   kk_launch* L = kk_active;
-  const pthread_t self = pthread_self();
-  for (int i = 0, n = L ? kk_claimed(L) : 0; i < n; ++i) {
-    const pthread_t t = L->workers[i].load();
-    sigjmp_buf* jb = L->escape[i];
-    if (t && pthread_equal(t, self) && jb) {
-      kk_fault_record(
-          "%s (address %p) in block (%u,%u,%u) thread (%u,%u,%u): %s; memory near the arrays "
-          "may have been overwritten",
-          sig == SIGBUS ? "bus error" : "segmentation fault", info ? info->si_addr : nullptr, blockIdx.x, blockIdx.y, blockIdx.z, threadIdx.x,
-          threadIdx.y, threadIdx.z, KK_SEGV_HINT);
-      siglongjmp(*jb, 1);
-    }
+  const int i = L ? kk_my_slot(L) : -1;
+  sigjmp_buf* jb = i < 0 ? nullptr : L->escape[i];
+  if (jb) {
+    kk_fault_record(
+        "%s (address %p) in block (%u,%u,%u) thread (%u,%u,%u): %s; memory near the arrays "
+        "may have been overwritten",
+        sig == SIGBUS ? "bus error" : "segmentation fault", info ? info->si_addr : nullptr,
+        blockIdx.x, blockIdx.y, blockIdx.z, threadIdx.x, threadIdx.y, threadIdx.z, KK_SEGV_HINT);
+    siglongjmp(*jb, 1);
   }
   // not a worker in a block: what was there before handles it (the access faults again)
   sigaction(sig, sig == SIGBUS ? &kk_prev_bus : &kk_prev_segv, nullptr);
