@@ -61,9 +61,9 @@ def config(block: int, cl: int) -> Config:
 
 
 SMEM_CONFIGS = tuple(config(b, 1) for b in BLOCKS)
-# every (BLOCK, CL) but 1024 threads in clusters of 16: layer_norm's combine then holds three
-# floats a rank (48 a thread), and no more than 640-768 of its threads launch on an H200; the
-# sweeps never found it best for the other ops either
+# every (BLOCK, CL) but 1024 threads in clusters of 16: with layer_norm's old combine (three
+# floats a rank a thread) no more than 640-768 of its threads launched on an H200, and the
+# sweeps never found it best for the other ops; not re-timed since the lane combine
 CLUSTER_CONFIGS = tuple(
     config(b, cl) for cl in CLUSTER_SIZES for b in BLOCKS if (b, cl) != (1024, 16)
 )

@@ -3,7 +3,8 @@
 // statistics, and writes the output from there. A row longer than one block's shared memory is
 // split over a thread-block cluster of CL blocks (sm_90): block `rank` takes elements
 // [rank S, (rank + 1) S) (S = the slice, whole 16-byte vectors) and the blocks' statistics are
-// combined through distributed shared memory, in rank order, so every block (and every run)
+// combined through distributed shared memory in the same order in every block (rank order, or
+// a butterfly over a warp's lanes for layer_norm at CL >= 8), so every block (and every run)
 // computes the same row statistics.
 //
 // Needs (from the row header before it): kk_pack, kk_words, kk_get/kk_set, kk_block_reduce,
@@ -129,8 +130,10 @@ __device__ __forceinline__ void kk_long_load(const T* xs, T* s, long long m, flo
 // over the 32 lanes by a butterfly. Each step adds a pair of lanes in either order, which gives
 // the same bits, so every lane, warp and block (and every run) computes the same statistics.
 // kk_long_combine's arrays took 48 (CL = 8) to 84 (CL = 16) registers a thread here (H200,
-// NVRTC 13.0): two blocks an SM where three fit the shared memory, 1.08x slower at 64 x 262144
-// bfloat16. (Softmax and rms_norm keep the arrays: this form took them from 32-40 registers to
+// NVRTC 13.0): two blocks of 512 an SM at CL = 8 and one at CL = 16 where three fit the shared
+// memory, 1.08x slower at 64 x 262144 bfloat16. (CL <= 16: the butterfly's first step pairs
+// lane i with lane i + 16, which holds zeros, so a fused multiply-add there changes no lane's bits
+// against another's.) (Softmax and rms_norm keep the arrays: this form took them from 32-40 registers to
 // 40-48 and rms_norm measured up to 1.12x slower.)
 template <int CL>
 __device__ __forceinline__ void kk_long_combine_lanes(float* st, long long n, float eps,
