@@ -182,6 +182,38 @@ def test_softmax_special_rows_and_a_constant_layer_norm_row(dev):
                        {"BLOCK": 256, "CL": 1, "threadgroup": (256,)})  # fmt: skip
 
 
+def hard_layer_norm_rows(n):
+    """float32 rows whose variance a careless one-pass method loses: a large mean with unit
+    spread; a first element far from the rest (a shift of x[0] for every thread would cancel
+    n-fold); every thread's first element far from its others (each thread's own shift
+    cancels c-fold at most); then an ordinary row."""
+    a = RNG.standard_normal((4, n))
+    a[0] = 3e4 + a[0]
+    a[1] = 5 + 1e-2 * a[1]
+    a[1, 0] = 1e4
+    a[2] = 5 + 1e-3 * a[2]
+    a[2, : 4 * 512 : 4] = 100.0
+    return a
+
+
+@pytest.mark.parametrize("impl", ["rows_smem", "rows_cluster"])
+def test_layer_norm_keeps_the_variance_of_hard_rows(dev, impl):
+    cl = 2 if impl == "rows_cluster" else 1
+    if cl > 1 and not _clusters(dev):
+        pytest.skip("no clusters here")
+    forced = {"BLOCK": 256, "CL": cl, "threadgroup": (256,)}
+    for n in (20000, 20001):  # the vector and the element path
+        x = put(hard_layer_norm_rows(n), "float32", dev)
+        w, b = (put(RNG.standard_normal(n), "float32", dev) for _ in range(2))
+        out = torch.full(x.shape, float("nan"), device=dev)
+        with force("layer_norm", impl, forced):
+            ops.layer_norm(x, w, b, 1e-5, out=out)
+        ref = refs(f64(x), f64(w), f64(b))["layer_norm"]
+        for i in range(4):  # each row on its own scale
+            err = np.abs(f64(out)[i] - ref[i]).max() / np.abs(ref[i]).max()
+            assert err <= TOL["float32"], (n, i, err)
+
+
 def test_long_rows_are_chosen_by_the_heuristic(dev):
     x = put(RNG.standard_normal((2, 40000)), "bfloat16", dev)
     choice = ops.softmax.explain(x).choice

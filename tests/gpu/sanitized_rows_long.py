@@ -3,7 +3,7 @@ shapes, for compute-sanitizer: every op, float32 and bfloat16, the vector and th
 every cluster size, rows_split's unrolls and both cache hints, NaN-poisoned outputs checked
 against float64. Exits 1 naming the failed cases.
 
-    PYTHONPATH=src python3 tests/gpu/sanitized_rows_long.py
+    PYTHONPATH=src python3 tests/gpu/sanitized_rows_long.py [OP ...]
     PYTORCH_NO_CUDA_MEMORY_CACHING=1 PYTHONPATH=src compute-sanitizer --tool memcheck \\
         --report-api-errors no --leak-check no python3 tests/gpu/sanitized_rows_long.py
 """
@@ -51,9 +51,14 @@ def case(name: str, n: int, rows: int, dtype: torch.dtype, cl: int, block: int, 
     return ok
 
 
-def main() -> int:
+def main(names: list[str]) -> int:
+    """Every case of the ops named (all three when none is)."""
+    ops_all = ("softmax", "rms_norm", "layer_norm")
+    if unknown := set(names) - set(ops_all):
+        print(f"unknown ops {sorted(unknown)}: choose from {ops_all}")
+        return 2
     cases = []
-    for name in ("softmax", "rms_norm", "layer_norm"):
+    for name in names or ops_all:
         for dtype in (torch.float32, torch.bfloat16):
             cases += [(name, 1000, 3, dtype, 1, 128), (name, 1001, 2, dtype, 1, 64)]
             cases += [(name, 4099, 2, dtype, cl, 64) for cl in CLUSTER_SIZES]
@@ -67,4 +72,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))
