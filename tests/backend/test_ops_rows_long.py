@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from kernelkit import ops
 from kernelkit._choices import force
@@ -183,16 +185,19 @@ def test_softmax_special_rows_and_a_constant_layer_norm_row(dev):
 
 
 def hard_layer_norm_rows(n):
-    """float32 rows whose variance a careless one-pass method loses: a large mean with unit
-    spread; a first element far from the rest (a shift of x[0] for every thread would cancel
-    n-fold); every thread's first element far from its others (each thread's own shift
-    cancels c-fold at most); then an ordinary row."""
-    a = RNG.standard_normal((4, n))
+    """float32 rows whose variance a one-pass method loses: a large mean with unit spread; a
+    first element far from the rest (a shift by x[0] for every thread cancels n-fold, and
+    each thread's sums around its own first element cancel in the thread that holds it, by
+    its element count: 6.6e-5 at n = 20000 where the exact two passes give 1e-6); every
+    thread's first element far from its others; then an ordinary row."""
+    a = RNG.standard_normal((5, n))
     a[0] = 3e4 + a[0]
     a[1] = 5 + 1e-2 * a[1]
     a[1, 0] = 1e4
     a[2] = 5 + 1e-3 * a[2]
     a[2, : 4 * 512 : 4] = 100.0
+    a[3] = 5 + 1e-3 * a[3]
+    a[3, 0] = 15.0
     return a
 
 
@@ -201,7 +206,7 @@ def test_layer_norm_keeps_the_variance_of_hard_rows(dev, impl):
     cl = 2 if impl == "rows_cluster" else 1
     if cl > 1 and not _clusters(dev):
         pytest.skip("no clusters here")
-    forced = {"BLOCK": 256, "CL": cl, "threadgroup": (256,)}
+    forced = {"BLOCK": 64, "CL": cl, "threadgroup": (64,)}  # 156-313 elements a thread
     for n in (20000, 20001):  # the vector and the element path
         x = put(hard_layer_norm_rows(n), "float32", dev)
         w, b = (put(RNG.standard_normal(n), "float32", dev) for _ in range(2))
@@ -209,9 +214,58 @@ def test_layer_norm_keeps_the_variance_of_hard_rows(dev, impl):
         with force("layer_norm", impl, forced):
             ops.layer_norm(x, w, b, 1e-5, out=out)
         ref = refs(f64(x), f64(w), f64(b))["layer_norm"]
-        for i in range(4):  # each row on its own scale
+        for i in range(len(x)):  # each row on its own scale
             err = np.abs(f64(out)[i] - ref[i]).max() / np.abs(ref[i]).max()
             assert err <= TOL["float32"], (n, i, err)
+
+
+@st.composite
+def layer_norm_rows(draw):
+    """(rows as float64, the forced cluster size and block): float32 rows of an offset far from
+    or near zero plus a spread from 1e-3 to 1e3, some elements replaced by spikes (the first
+    one among them); lengths on both sides of the vector width (the vector and the element
+    path) and of a block."""
+    n = draw(
+        st.one_of(
+            st.sampled_from([1, 2, 7, 64, 65, 1000, 4097, 20000, 20001]), st.integers(1, 3000)
+        )
+    )
+    offset = draw(st.sampled_from([0.0, 1.0, -7.5, 3e2, -4e3, 1e4]))
+    spread = 10.0 ** draw(st.integers(-3, 3))
+    seed = draw(st.integers(0, 2**32 - 1))
+    rng = np.random.default_rng(seed)
+    a = offset + spread * rng.standard_normal((2, n))
+    spikes = draw(st.lists(st.tuples(st.integers(0, n - 1), st.floats(-1e4, 1e4)), max_size=4))
+    for i, v in spikes:
+        a[0, i] = v
+    if draw(st.booleans()):  # the first element far from the rest (a shift by it cancels)
+        a[0, 0] = offset + spread * 10.0 ** draw(st.integers(2, 6))
+    if draw(st.booleans()):
+        a[1, ::64] = offset + 1e3 * spread  # each thread's first element far from its others
+    cl, block = draw(st.sampled_from([(1, 64), (1, 256), (2, 64), (3, 128)]))
+    return a, cl, block
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(layer_norm_rows())
+def test_layer_norm_matches_float64_on_generated_rows(dev, case):
+    a, cl, block = case
+    if cl > 1 and not _clusters(dev):
+        cl = 1
+    n = a.shape[1]
+    x = put(a, "float32", dev)
+    w, b = (put(RNG.standard_normal(n), "float32", dev) for _ in range(2))
+    out = torch.full(x.shape, float("nan"), device=dev)
+    impl = "rows_smem" if cl == 1 else "rows_cluster"
+    with force("layer_norm", impl, {"BLOCK": block, "CL": cl, "threadgroup": (block,)}):
+        ops.layer_norm(x, w, b, 1e-5, out=out)
+    ref = refs(f64(x), f64(w), f64(b))["layer_norm"]
+    got = f64(out)
+    for i in range(2):  # each row on its own scale
+        err = np.abs(got[i] - ref[i]).max() / max(np.abs(ref[i]).max(), 1.0)
+        assert err <= TOL["float32"], (n, cl, block, i, err)
 
 
 def test_long_rows_are_chosen_by_the_heuristic(dev):

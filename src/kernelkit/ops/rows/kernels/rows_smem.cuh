@@ -56,25 +56,22 @@ __device__ __forceinline__ const float* kk_long_peer(float* p, unsigned rank) {
 }
 
 // One thread's running statistics of its elements: softmax (max a, sum of exp(x - a) b);
-// rms_norm (sum of squares a); layer_norm (sums of x - k a and of its squares b, k the thread's
-// first element).
+// rms_norm (sum of squares a); layer_norm (sum of x - sh a, then of squared deviations b).
 template <int OP>
-__device__ __forceinline__ void kk_long_take(float& a, float& b, float v, float k) {
+__device__ __forceinline__ void kk_long_take(float& a, float& b, float v, float sh) {
   if (OP == 0) {
     if (v != -INFINITY) kk_softmax_merge(a, b, v, 1.0f);
   } else if (OP == 1) {
     a = fmaf(v, v, a);
   } else {
-    const float d = v - k;
-    a += d;
-    b = fmaf(d, d, b);
+    a += v - sh;
   }
 }
 
 // A vector's worth: softmax takes the vector's max first (one rescale a vector, not one an
 // element).
 template <class T, int OP>
-__device__ __forceinline__ void kk_long_take_vec(float& a, float& b, const kk_words& v, float k) {
+__device__ __forceinline__ void kk_long_take_vec(float& a, float& b, const kk_words& v, float sh) {
   constexpr int VEC = kk_pack<T>::N;
   if (OP == 0) {
     float mv = kk_get<T>(v, 0);
@@ -83,29 +80,19 @@ __device__ __forceinline__ void kk_long_take_vec(float& a, float& b, const kk_wo
     float sv = 0.0f;
     for (int j = 0; j < VEC; ++j) sv += kk_exp2((kk_get<T>(v, j) - mv) * KK_L2E);
     kk_softmax_merge(a, b, mv, sv);
-  } else if (OP == 1) {
+  } else {
     float s = 0.0f;
     for (int j = 0; j < VEC; ++j) {
       const float e = kk_get<T>(v, j);
-      s += e * e;
+      s += OP == 1 ? e * e : e - sh;
     }
     a += s;
-  } else {
-    float s = 0.0f, q = 0.0f;
-    for (int j = 0; j < VEC; ++j) {
-      const float d = kk_get<T>(v, j) - k;
-      s += d;
-      q = fmaf(d, d, q);
-    }
-    a += s;
-    b += q;
   }
 }
 
-// Phase 1: x[lo, lo + m) of the row -> shared memory `s`, with each thread's statistics
-// (layer_norm's taken around k, the thread's first element, set here).
+// Phase 1: x[lo, lo + m) of the row -> shared memory `s`, with each thread's statistics.
 template <class T, int OP, int BLOCK, bool VECTOR>
-__device__ __forceinline__ void kk_long_load(const T* xs, T* s, long long m, float& k, float& a,
+__device__ __forceinline__ void kk_long_load(const T* xs, T* s, long long m, float sh, float& a,
                                              float& b) {
   constexpr int VEC = kk_pack<T>::N, U = KK_LONG_UNROLL;
   const int t = threadIdx.x;
@@ -120,22 +107,20 @@ __device__ __forceinline__ void kk_long_load(const T* xs, T* s, long long m, flo
         const int i = base + u * BLOCK + t;
         if (i < nv) v[u] = src[i];
       }
-      if (OP == 2 && base == 0 && t < nv) k = kk_get<T>(v[0], 0);
 #pragma unroll
       for (int u = 0; u < U; ++u) {
         const int i = base + u * BLOCK + t;
         if (i < nv) {
           dst[i] = v[u];
-          kk_long_take_vec<T, OP>(a, b, v[u], k);
+          kk_long_take_vec<T, OP>(a, b, v[u], sh);
         }
       }
     }
   } else {
-    if (OP == 2 && t < m) k = (float)xs[t];
     for (long long e = t; e < m; e += BLOCK) {
       const T v = xs[e];
       s[e] = v;
-      kk_long_take<OP>(a, b, (float)v, k);
+      kk_long_take<OP>(a, b, (float)v, sh);
     }
   }
 }
@@ -281,11 +266,11 @@ __device__ __forceinline__ void kk_long_row(const T* x, T* y, const W* w, const 
   const long long slice = kk_long_slice<T>(n, CL), lo = (long long)rank * slice;
   const long long m = lo >= n ? 0 : (n - lo < slice ? n - lo : slice);
   const T* xr = x + r * n;
-  // layer_norm's mean is of x - x[0]: a constant row's deviations are exact zeros (its output
-  // is the bias, as in torch), and a large mean loses no digits
+  // layer_norm takes its statistics of x - x[0]: a constant row's deviations are exact zeros
+  // (its output is the bias, as in torch), and a large mean loses no digits
   const float sh = OP == 2 ? (float)xr[0] : 0.0f;
-  float a = OP == 0 ? -INFINITY : 0.0f, bb = 0.0f, k = 0.0f;
-  kk_long_load<T, OP, BLOCK, VECTOR>(xr + lo, s, m, k, a, bb);
+  float a = OP == 0 ? -INFINITY : 0.0f, bb = 0.0f;
+  kk_long_load<T, OP, BLOCK, VECTOR>(xr + lo, s, m, sh, a, bb);
   float mine0 = 0.0f, mine1 = 0.0f;  // this block's (first, second)
   if (OP == 0) {
     kk_softmax_reduce<BLOCK>(a, bb, red);
@@ -293,23 +278,28 @@ __device__ __forceinline__ void kk_long_row(const T* x, T* y, const W* w, const 
   } else if (OP == 1) {
     mine1 = kk_block_reduce<BLOCK, false>(a, red);
   } else {
-    // One pass (no second read of the slice for the deviations): each thread took its c
-    // elements around k, its own first element, so their mean is k + a / c and their squared
-    // deviations bb - a^2 / c, where bb is at most c times those deviations whatever the row's
-    // mean and spread (k is one of the elements: c (k - mean)^2 <= (c - 1) deviations), so the
-    // subtraction loses at most log2(c) bits; the threads' means and deviations then combine as
-    // the cluster's blocks do (Chan et al.).
-    constexpr int EL = VECTOR ? kk_pack<T>::N : 1;  // elements a thread takes at a time
-    const long long units = m / EL, t = threadIdx.x;
-    const float c = t < units ? (float)((units - 1 - t) / BLOCK + 1) * EL : 0.0f;
-    const float u = c > 0.0f ? a / c : 0.0f;
-    const float mu = (k - sh) + u;  // this thread's mean of x - sh
-    const float q = c > 0.0f ? fmaxf(fmaf(-a, u, bb), 0.0f) : 0.0f;
-    const float sum = c > 0.0f ? fmaf(c, k - sh, a) : 0.0f;  // c mu
-    const float mean = m ? kk_block_reduce<BLOCK, false>(sum, red) / (float)m : 0.0f;
-    const float d = mu - mean;
+    // the slice's mean, then its squared deviations around it from shared memory: each thread
+    // reads back what it wrote (no barrier needed, whatever BLOCK is)
+    const float mean = m ? kk_block_reduce<BLOCK, false>(a, red) / (float)m : 0.0f;
+    float q = 0.0f;
+    if (VECTOR) {
+      constexpr int VEC = kk_pack<T>::N;
+      const kk_words* sv = reinterpret_cast<const kk_words*>(s);
+      for (int i = threadIdx.x; i < (int)(m / VEC); i += BLOCK) {
+        const kk_words v = sv[i];
+        for (int j = 0; j < VEC; ++j) {
+          const float d = kk_get<T>(v, j) - sh - mean;
+          q = fmaf(d, d, q);
+        }
+      }
+    } else {
+      for (long long e = threadIdx.x; e < m; e += BLOCK) {
+        const float d = (float)s[e] - sh - mean;
+        q = fmaf(d, d, q);
+      }
+    }
     mine0 = mean;
-    mine1 = kk_block_reduce<BLOCK, false>(fmaf(c * d, d, q), red + 32);
+    mine1 = kk_block_reduce<BLOCK, false>(q, red + 32);
   }
   if (threadIdx.x == 0) st[0] = (float)m, st[1] = mine0, st[2] = mine1;
   if (CL > 1) kk_long_cluster_sync<CL>();  // every block's st (and its slice) is complete
