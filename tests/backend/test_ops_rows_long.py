@@ -206,7 +206,7 @@ def test_layer_norm_keeps_the_variance_of_hard_rows(dev, impl):
     cl = 2 if impl == "rows_cluster" else 1
     if cl > 1 and not _clusters(dev):
         pytest.skip("no clusters here")
-    forced = {"BLOCK": 64, "CL": cl, "threadgroup": (64,)}  # 156-313 elements a thread
+    forced = {"BLOCK": 64, "CL": cl, "threadgroup": (64,)}  # 156-316 elements a thread
     for n in (20000, 20001):  # the vector and the element path
         x = put(hard_layer_norm_rows(n), "float32", dev)
         w, b = (put(RNG.standard_normal(n), "float32", dev) for _ in range(2))
@@ -221,33 +221,31 @@ def test_layer_norm_keeps_the_variance_of_hard_rows(dev, impl):
 
 @st.composite
 def layer_norm_rows(draw):
-    """(rows as float64, the forced cluster size and block): float32 rows of an offset far from
-    or near zero plus a spread from 1e-3 to 1e3, some elements replaced by spikes (the first
-    one among them); lengths on both sides of the vector width (the vector and the element
-    path) and of a block."""
-    n = draw(
-        st.one_of(
-            st.sampled_from([1, 2, 7, 64, 65, 1000, 4097, 20000, 20001]), st.integers(1, 3000)
-        )
-    )
+    """(rows as float64, the forced cluster size and block): two float32 rows of an offset far
+    from or near zero plus a spread from 1e-3 to 1e3; the first row's first element far above
+    the rest (a shift by it cancels) and up to four more spikes, the second row plain or with
+    each thread's first element far from its others; lengths on both sides of the vector width
+    (the vector and the element path) and of a block."""
+    n = draw(st.one_of(st.sampled_from([1, 2, 7, 65, 4097, 20000, 20001]), st.integers(1, 20001)))
     offset = draw(st.sampled_from([0.0, 1.0, -7.5, 3e2, -4e3, 1e4]))
     spread = 10.0 ** draw(st.integers(-3, 3))
-    seed = draw(st.integers(0, 2**32 - 1))
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
     a = offset + spread * rng.standard_normal((2, n))
+    a[0, 0] = offset + spread * 10.0 ** draw(st.integers(1, 6))
     spikes = draw(st.lists(st.tuples(st.integers(0, n - 1), st.floats(-1e4, 1e4)), max_size=4))
     for i, v in spikes:
         a[0, i] = v
-    if draw(st.booleans()):  # the first element far from the rest (a shift by it cancels)
-        a[0, 0] = offset + spread * 10.0 ** draw(st.integers(2, 6))
     if draw(st.booleans()):
-        a[1, ::64] = offset + 1e3 * spread  # each thread's first element far from its others
+        a[1, ::64] = offset + 1e3 * spread
     cl, block = draw(st.sampled_from([(1, 64), (1, 256), (2, 64), (3, 128)]))
     return a, cl, block
 
 
 @settings(
-    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=40,
+    deadline=None,
+    derandomize=True,  # the same rows every run: CI cannot flake on a rare example
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 @given(layer_norm_rows())
 def test_layer_norm_matches_float64_on_generated_rows(dev, case):
