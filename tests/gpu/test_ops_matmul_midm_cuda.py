@@ -3,7 +3,8 @@ against a float64 reference with the output poisoned with NaN (every element mus
 M = 17-256 on the weights of LLM linear layers, odd M / N / K, both layouts of ``b``, both
 dtypes, bias and activations, every tile shape and warp layout, SPLIT 1-8 (clusters: sm_90),
 and split results identical from run to run (the cluster adds in rank order). ``kernelkit.force``
-makes midm itself run; without it nothing selects midm (the tables do not name it yet)."""
+makes midm itself run (tables name it only for some weights at M = 9-16, on the H200;
+``test_tables_matmul_rows_cuda.py`` runs those rows)."""
 
 from __future__ import annotations
 
