@@ -2,13 +2,13 @@
 but was tuned at one M of it; at the other M of the bucket, is the shipped choice still at least
 level with cuBLAS?
 
-For each weight [N, K] (default: the Llama-3-8B/70B, Mixtral-8x7B and Qwen2-7B weights of
-``tables_vs_sweep.py``) and each M (default: M the tuning runs did not time), ``ops.matmul``'s
-shipped choice (tables, then rules) against ``F.linear`` (cuBLAS) on torch tensors, bf16:
-device time of CUDA graphs of 20 calls, weights rotated past twice L2, each timed twice
-alternately. Printed per problem: both times, cuBLAS's over kernelkit's (above 1: kernelkit
-faster), the implementation and where the choice came from; then the geometric mean and the
-extremes.
+For each weight [N, K] (default: the Llama-3-8B/70B, Mixtral-8x7B, Qwen2-7B and Llama-2-7B
+weights of ``tables_vs_sweep.py``) and each M (default: M the tuning runs did not time),
+``ops.matmul``'s shipped choice (tables, then rules) against ``F.linear`` (cuBLAS) on torch
+tensors, bf16: device time of CUDA graphs of 20 calls, weights rotated past twice L2, each timed
+twice alternately. Printed per problem: both times, cuBLAS's over kernelkit's (above 1:
+kernelkit faster), the implementation and where the choice came from; then the geometric mean
+and the extremes.
 
     PYTHONPATH=src python3 benchmarks/tables_held_out.py [--ms 2,6,12,32,48,96]
         [--weights 4096x4096,...]
@@ -27,6 +27,7 @@ WEIGHTS = [
     (6144, 4096), (4096, 4096), (14336, 4096), (4096, 14336),  # Llama-3-8B, Mixtral-8x7B
     (10240, 8192), (8192, 8192), (28672, 8192), (8192, 28672),  # Llama-3-70B
     (4608, 3584), (3584, 3584), (18944, 3584), (3584, 18944),  # Qwen2-7B
+    (12288, 4096), (11008, 4096), (4096, 11008),  # Llama-2-7B (and decode_block.py's H = 11008)
 ]  # fmt: skip
 
 

@@ -1,7 +1,7 @@
 """Question: how far is each built-in op's shipped choice (tables, then rules) from the best of an
 exhaustive sweep, on the shapes of real models, and how long does the sweep take?
 
-Per op, the problems of Llama-3-8B/70B, Mixtral-8x7B and Qwen2-7B layers (matmul: the
+Per op, the problems of Llama-3-8B/70B, Mixtral-8x7B, Qwen2-7B and Llama-2-7B layers (matmul: the
 attention and MLP weights at decode and prefill M; rms_norm/layer_norm: M x hidden; softmax:
 M x vocabulary), in the models' dtype (bfloat16). Every config of every implementation that
 matches a problem is compiled, checked against a float64 reference and timed
@@ -34,6 +34,7 @@ MODELS = {
     "llama3-70b": (8192, 10240, 28672, 128256),
     "mixtral-8x7b": (4096, 6144, 14336, 32000),
     "qwen2-7b": (3584, 4608, 18944, 152064),
+    "llama2-7b": (4096, 12288, 11008, 32000),
 }
 TINY = {"tiny": (64, 96, 160, 1000)}
 OPS = ("matmul", "rms_norm", "layer_norm", "softmax")
