@@ -18,6 +18,8 @@ Each expression is one generated Python function (``Elementwise.python_expressio
 from the parser's trees by ``_elementwise_parse.python_source``: one assignment a node), which
 calls the functions below by their C names (``_f_expf``, ``_f_kk_ew_silu``) and which Dynamo
 inlines (``torch_traced``): its constants are in its code, so a compiled call guards on none.
+(A common call is traced through ``Elementwise.python_traced``, the same lines inside the checks
+and casts, written by ``_elementwise_parse.python_traced_source``.)
 """
 
 from __future__ import annotations

@@ -38,58 +38,63 @@ from .torch_grad import no_gradient, torch_signer
 __all__ = ["INSTALLED"]
 
 _K = torch.ops.kernelkit
-# (the op with gradients, its inference twin) per op, bound once: a traced call reads one global
-_SOFTMAX = (_K.softmax, _K.softmax_inference)
-_RMS_NORM = (_K.rms_norm, _K.rms_norm_inference)
-_LAYER_NORM = (_K.layer_norm, _K.layer_norm_inference)
-_MATMUL = (_K.matmul, _K.matmul_inference)
+# Each op's two overloads bound to one global apiece: a traced call of an op without gradients
+# reads one object (one guard of the compiled call), not a tuple (its type, length and item).
+_SOFTMAX, _SOFTMAX_INFERENCE = _K.softmax.default, _K.softmax_inference.default
+_RMS_NORM, _RMS_NORM_INFERENCE = _K.rms_norm.default, _K.rms_norm_inference.default
+_LAYER_NORM, _LAYER_NORM_INFERENCE = _K.layer_norm.default, _K.layer_norm_inference.default
+_MATMUL, _MATMUL_INFERENCE = _K.matmul.default, _K.matmul_inference.default
 
 
 def _grad(*tensors: Any) -> bool:
     return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
 
 
-def _refuse_out_grad(name: str, grad: bool) -> None:
+def _with_out(name: str, op: Any, args: tuple, grad: bool, out: Any) -> Any:
+    """``out=``: the inference twin's out overload (no autograd: refused where a gradient is
+    wanted)."""
     if grad:
         raise ArgumentError(
             f"[{name}] out= does not take part in autograd, and an input requires grad: "
             "call without out= (or under torch.no_grad())"
         )
+    op.out(*args, out)
+    return out
 
 
-def _torch_op(ops: tuple, name: str, args: tuple, grad: bool, out: Any) -> Any:
-    """``ops[0]`` (with gradients) on ``args`` where ``grad``, else its inference twin
-    ``ops[1]`` (``out=`` only there). The arguments are checked by the ops' fake
-    implementations (``torch_ops``), which run while the graph is traced and are not traced
-    themselves: Dynamo guards on none of what the checks read."""
-    if out is not None:
-        _refuse_out_grad(name, grad)
-        ops[1].out(*args, out)
-        return out
-    return ops[0].default(*args) if grad else ops[1].default(*args)
+# The traced ops. A compiled call checks a guard for every object its trace read (about 20 ns
+# each on the VM's CPU, several times that on the GPU machine's host), so each reads as few as
+# it can: no helper on the common path (calling a module function guards on its code), one op
+# object; the arguments are checked by the ops' fake implementations (``torch_ops``), which run
+# while the graph is traced and are not traced themselves.
 
 
 def softmax(x: Any, dim: int = -1, *, out: Any = None) -> Any:
-    return _torch_op(_SOFTMAX, "softmax", (x, dim), _grad(x), out)
+    grad = torch.is_grad_enabled() and x.requires_grad
+    if out is not None:
+        return _with_out("softmax", _K.softmax_inference, (x, dim), grad, out)
+    return _SOFTMAX(x, dim) if grad else _SOFTMAX_INFERENCE(x, dim)
 
 
 def rms_norm(x: Any, weight: Any, eps: float = 1e-6, *, out: Any = None) -> Any:
-    grad = _grad(x, weight)
-    return _torch_op(_RMS_NORM, "rms_norm", (x, weight, _eps("rms_norm", eps)), grad, out)
+    if eps.__class__ is bool:  # torch would take it as 0.0 or 1.0 (others: the fake impl)
+        raise ArgumentError(f"[rms_norm] eps must be a non-negative float, got {eps!r}")
+    grad = torch.is_grad_enabled() and (
+        x.requires_grad or (weight is not None and weight.requires_grad)
+    )
+    if out is not None:
+        return _with_out("rms_norm", _K.rms_norm_inference, (x, weight, eps), grad, out)
+    return _RMS_NORM(x, weight, eps) if grad else _RMS_NORM_INFERENCE(x, weight, eps)
 
 
 def layer_norm(x: Any, weight: Any, bias: Any, eps: float = 1e-5, *, out: Any = None) -> Any:
+    if eps.__class__ is bool:
+        raise ArgumentError(f"[layer_norm] eps must be a non-negative float, got {eps!r}")
     grad = _grad(x, weight, bias)
-    args = (x, weight, bias, _eps("layer_norm", eps))
-    return _torch_op(_LAYER_NORM, "layer_norm", args, grad, out)
-
-
-def _eps(name: str, eps: Any) -> Any:
-    """``eps`` as the op's float argument; a bool (which torch would take as 0.0 or 1.0) is
-    refused here, any other value by the op's fake implementation (``_norms._check``)."""
-    if isinstance(eps, bool):
-        raise ArgumentError(f"[{name}] eps must be a non-negative float, got {eps!r}")
-    return eps
+    args = (x, weight, bias, eps)
+    if out is not None:
+        return _with_out("layer_norm", _K.layer_norm_inference, args, grad, out)
+    return _LAYER_NORM(*args) if grad else _LAYER_NORM_INFERENCE(*args)
 
 
 def matmul(
@@ -101,8 +106,13 @@ def matmul(
     transpose_b: bool = False,
     out: Any = None,
 ) -> Any:
-    grad = _grad(a, b, bias)
-    return _torch_op(_MATMUL, "matmul", (a, b, bias, activation, transpose_b), grad, out)
+    grad = torch.is_grad_enabled() and (
+        a.requires_grad or b.requires_grad or (bias is not None and bias.requires_grad)
+    )
+    args = (a, b, bias, activation, transpose_b)
+    if out is not None:
+        return _with_out("matmul", _K.matmul_inference, args, grad, out)
+    return _MATMUL(*args) if grad else _MATMUL_INFERENCE(*args)
 
 
 def _matmul_decomposed(a: Any, b: Any, bias: Any, activation: Any, transpose_b: bool) -> Any:
@@ -171,7 +181,12 @@ def _row_samples(a: Any) -> list[Any] | None:
 
 def elementwise(self: Any, args: tuple, out: Any, kwargs: dict[str, Any]) -> Any:
     """``Elementwise.__call__`` (``_elementwise.call``) traced: its checks, then the
-    expression as torch operations."""
+    expression as torch operations; tensors in order without ``out=`` through the expression's
+    own generated function (``Elementwise.python_traced``), which reads nothing else."""
+    if out is None and not kwargs:
+        y = self.python_traced(args, torch)
+        if y is not None:
+            return y
     values, arrays, dtype = self.check_values(args, kwargs)
     if _grad(*arrays):
         raise no_gradient(str(self))

@@ -47,6 +47,7 @@ from ._elementwise_parse import (
     parse_expression,
     python_native_source,
     python_source,
+    python_traced_source,
     tree,
 )
 from ._prepared import AD, FORCED, SIGNERS, Recent, routed, signature, store
@@ -79,6 +80,12 @@ class Elementwise:
             if output_dtype is None
             else normalize_dtype(output_dtype, "[elementwise] output_dtype").name
         )
+        # a compiled call's common case whole, every fact about the expression a constant of
+        # its code (``torch_traced.elementwise``: the call guards on nothing else of this object)
+        self.python_traced = execute(
+            python_traced_source(self.trees, len(self.inputs), self.output_dtype),
+            {}, "elementwise traced", PYTHON_FUNCTIONS,
+        )["traced"]  # fmt: skip
         self._kernels: dict[Any, Any] = {}
         self._known: dict[Any, Any] = {}  # argument signature -> (dtype, options, no views)
         self._table: dict[Any, Any] = {}  # (signature, generation, forced) -> run(arrays, out)

@@ -258,16 +258,27 @@ def python_source(trees: tuple, n: int) -> str:
     allowlisted C names, float values), so a tracer reads no tree and guards on none of its
     entries."""
     params = ", ".join([*(f"v{i}" for i in range(n)), "c"])
-    lines = [f"def expression({params}):"]
+    lines, results = _expression_lines(trees, "v")
+    return (
+        "\n".join([f"def expression({params}):", *lines, f"    return ({', '.join(results)},)"])
+        + "\n"
+    )
+
+
+def _expression_lines(trees: tuple, prefix: str) -> tuple[list[str], list[str]]:
+    """The trees' assignments (inputs named ``<prefix>0..``, constants ``c(value)``, nodes
+    ``t<k>``), post-order without recursion (a chain of 10,000 terms is 10,000 deep), and the
+    name holding each tree's value."""
+    lines: list[str] = []
     results = []
     for t in trees:
         values: list[str] = []
         stack: list[tuple[Any, bool]] = [(t, False)]
-        while stack:  # post-order without recursion: a chain of 10,000 terms is 10,000 deep
+        while stack:
             node, ready = stack.pop()
             kind = node[0]
             if kind == "v":
-                values.append(f"v{int(node[1])}")
+                values.append(f"{prefix}{int(node[1])}")
                 continue
             if kind == "c":
                 value = float(node[1])
@@ -280,11 +291,71 @@ def python_source(trees: tuple, n: int) -> str:
                 continue
             args = values[len(values) - len(children) :]
             del values[len(values) - len(children) :]
-            lines.append(f"    t{len(lines)} = {_node(kind, node, args)}")
-            values.append(f"t{len(lines) - 1}")
+            lines.append(f"    t{len(lines) + 1} = {_node(kind, node, args)}")
+            values.append(f"t{len(lines)}")
         results.append(values[0])
-    lines.append(f"    return ({', '.join(results)},)")
+    return lines, results
+
+
+def python_traced_source(trees: tuple, n: int, output_dtype: str | None) -> str:
+    """``def traced(args, torch)``: the whole of a compiled call of the expression in the
+    common case (``n`` tensors in order, no ``out=``, no gradient wanted, a float output
+    dtype), as ``torch_traced.elementwise`` computes it, with every fact about the expression
+    (its inputs, outputs, output dtype, whether it is one native operation, its trees) a
+    constant of the code: a compiled call guards on this function's code alone, not on the
+    attributes and helpers the general path reads. It returns None for any other call, which
+    the general path then takes (and names what is wrong)."""
+    v = [f"x{i}" for i in range(n)]
+    lines = ["def traced(args, torch):", f"    if len(args) != {n}:", "        return None"]
+    lines.append(f"    {', '.join(v)}, = args")
+    lines.append("    T = torch.Tensor")
+    for x in v:
+        lines.append(f"    if not isinstance({x}, T) or {x}.layout != torch.strided:")
+        lines.append("        return None")
+    grad = " or ".join(f"{x}.requires_grad" for x in v)
+    lines += [f"    if torch.is_grad_enabled() and ({grad}):", "        return None"]
+    if output_dtype is not None:
+        lines.append(f"    dt = torch.{output_dtype}")
+    else:  # promote_dtypes: the widest float (float16 with bfloat16: float32); no float: None
+        ds = f"({', '.join(f'{x}.dtype' for x in v)},)"
+        lines += [
+            f"    ds = {ds}",
+            "    if torch.float64 in ds:",
+            "        dt = torch.float64",
+            "    elif torch.float32 in ds or (torch.float16 in ds and torch.bfloat16 in ds):",
+            "        dt = torch.float32",
+            "    elif torch.float16 in ds:",
+            "        dt = torch.float16",
+            "    elif torch.bfloat16 in ds:",
+            "        dt = torch.bfloat16",
+            "    else:",
+            "        return None",
+        ]
+    lines.append(f"    shape = torch.broadcast_shapes({', '.join(f'{x}.shape' for x in v)})")
+    native = _native_body(trees, "x")
+    if native is not None:  # torch_traced._native: the same values, the plain torch graph
+        same = " and ".join(
+            f"{x}.dtype == dt and {x}.shape == shape and {x}.is_contiguous()" for x in v
+        )
+        lines += [f"    if {same}:", f"        return {native}"]
+    lines.append(f"    device = {v[0]}.device")
+    lines.append("    def c(value):")
+    lines.append("        return torch.full((), value, dtype=torch.float32, device=device)")
+    lines += [f"    v{i} = {x}.to(torch.float32)" for i, x in enumerate(v)]
+    body, results = _expression_lines(trees, "v")
+    lines += body
+    ys = [f"{r}.to(dt).expand(shape).clone(memory_format=torch.contiguous_format)" for r in results]
+    lines.append(f"    return {ys[0]}" if len(ys) == 1 else f"    return [{', '.join(ys)}]")
     return "\n".join(lines) + "\n"
+
+
+def _native_body(trees: tuple, prefix: str) -> str | None:
+    """``<a> <op> <b>`` where the expression is one ``+``, ``-`` or ``*`` of two of its inputs."""
+    if len(trees) == 1 and trees[0][0] in ("+", "-", "*"):
+        op, left, right = trees[0]
+        if left[0] == "v" and right[0] == "v":
+            return f"{prefix}{int(left[1])} {op} {prefix}{int(right[1])}"
+    return None
 
 
 def python_native_source(trees: tuple, n: int) -> str:
@@ -293,12 +364,7 @@ def python_native_source(trees: tuple, n: int) -> str:
     in their own dtype (``torch_traced``). Written from the trees' checked tokens, as
     ``python_source``, so a tracer reads no tree."""
     params = ", ".join(f"v{i}" for i in range(n))
-    body = "None"
-    if len(trees) == 1 and trees[0][0] in ("+", "-", "*"):
-        op, left, right = trees[0]
-        if left[0] == "v" and right[0] == "v":
-            body = f"v{int(left[1])} {op} v{int(right[1])}"
-    return f"def native({params}):\n    return {body}\n"
+    return f"def native({params}):\n    return {_native_body(trees, 'v')}\n"
 
 
 def _node(kind: str, node: Any, args: list[str]) -> str:
