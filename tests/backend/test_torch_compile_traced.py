@@ -314,7 +314,7 @@ def test_a_compiled_op_guards_on_about_what_torch_s_own_op_does():
     Before: 22-96 guards an op, 5 Python aliasing guards for elementwise, 173 for the block
     (torch's: 27); then 18-44, none, 84-86 (2.9 µs a check against torch's 1.6 on this VM);
     with each op read as one object and an elementwise call as its own generated function
-    (``Elementwise.python_traced``), 13-30 and 57 (2.0 µs against 1.3)."""
+    (``Elementwise.python_traced``), 13-31 and 58 (2.1 µs against 1.3)."""
     x, p = torch.randn(2, 16), _params(16, 32)
     cases = {
         "rms_norm": (lambda x, p: ops.rms_norm(x, p["norm"], 1e-6),
@@ -331,7 +331,7 @@ def test_a_compiled_op_guards_on_about_what_torch_s_own_op_does():
             _leaf_guards(ref, x, p),
         )
         assert kk_python <= ref_python, name  # (Dynamo's own: the saved-tensors hooks)
-        limit = 60 if name == "block" else ref_leaves + 24
+        limit = 64 if name == "block" else ref_leaves + 24
         assert kk_leaves <= limit, (name, kk_leaves, ref_leaves)
 
 
@@ -349,7 +349,7 @@ def _general(e, args, kwargs=None, out=None):
 @pytest.mark.parametrize(
     "expression",
     ["y = a * silu(b)", "y = a + b", "y = b - a", "y = max(a, 2.5) * exp(-b) + 1e-3",
-     "y = a * b; z = a - 0.5 * b"],
+     "y = a * b; z = a - 0.5 * b", "y = a + b * c"],
 )  # fmt: skip
 def test_the_generated_traced_call_is_the_general_one_where_it_takes_the_call(expression):
     """``Elementwise.python_traced`` (a compiled call's common case as one generated function)
@@ -369,6 +369,10 @@ def test_the_generated_traced_call_is_the_general_one_where_it_takes_the_call(ex
         (r(4, 1, dtype=bf), r(1, 6, dtype=bf)), (r(8, 3, dtype=bf).t(), r(3, 8, dtype=bf)),
         (torch.arange(8).reshape(1, 8), r(2, 8, dtype=fp)),
     ]  # fmt: skip
+    if len(e.inputs) == 3:  # three inputs: float16 with bfloat16 is float32 beside a float64
+        cases = [(r(2, 8, dtype=bf), r(2, 8, dtype=fp), r(2, 8, dtype=torch.float64)),
+                 (r(2, 8, dtype=torch.float64), r(8, dtype=bf), r(2, 8)),
+                 (r(2, 8, dtype=fp), r(2, 8, dtype=fp), r(1, 8, dtype=bf))]  # fmt: skip
     for op in (e, f32):
         for args in cases:
             got, want = op.python_traced(args, torch), _general(op, args)
@@ -378,11 +382,20 @@ def test_the_generated_traced_call_is_the_general_one_where_it_takes_the_call(ex
                 assert y.dtype == w.dtype and y.shape == w.shape and y.is_contiguous()
                 assert torch.equal(y, w), (expression, [a.dtype for a in args])
     x = r(3, 8)
-    assert e.python_traced((x, 2.0), torch) is None  # a number: the general path
+    assert e.python_traced((x, 2.0, *cases[0][2:]), torch) is None  # a number: the general path
     assert e.python_traced((x,), torch) is None  # a wrong count: the general path names it
-    assert e.python_traced((x.requires_grad_(), x.detach()), torch) is None
-    ints = (torch.arange(3), torch.arange(3))
+    assert e.python_traced((x.requires_grad_(), *cases[0][1:]), torch) is None
+    ints = tuple(torch.arange(3) for _ in cases[0])
     assert e.python_traced(ints, torch) is None  # no float: output_dtype= wanted
+
+
+def test_an_expression_of_no_input_builds_and_is_refused_when_called():
+    """No input: the generated function hands every call over, and the call is refused by name
+    (eager and compiled), as before the function existed."""
+    e = ops.elementwise("y = 1.0")
+    assert e.python_traced((), torch) is None
+    with pytest.raises(kernelkit.ArgumentError, match="at least one input must be an array"):
+        e()
 
 
 @pytest.mark.parametrize(
@@ -396,6 +409,10 @@ def test_the_generated_traced_call_is_the_general_one_where_it_takes_the_call(ex
         (lambda x, w: ops.softmax(x.int()), "x must be float16, bfloat16 or float32"),
         (lambda x, w: ops.matmul(x, w[None, None]), "b must be 2-D"),
         (lambda x, w: ops.matmul(x, x, activation="tanh"), "activation must be one of"),
+        (lambda x, w: ops.softmax(None), "x must be an array"),
+        (lambda x, w: ops.rms_norm(None, w), "x must be an array"),
+        (lambda x, w: ops.matmul(x, None), "b must be an array"),
+        (lambda x, w: ops.matmul(None, x), "a must be an array"),
     ],
 )
 def test_a_bad_argument_under_compile_is_named_as_in_eager(call, message):

@@ -70,7 +70,7 @@ def _with_out(name: str, op: Any, args: tuple, grad: bool, out: Any) -> Any:
 
 
 def softmax(x: Any, dim: int = -1, *, out: Any = None) -> Any:
-    grad = torch.is_grad_enabled() and x.requires_grad
+    grad = torch.is_grad_enabled() and x is not None and x.requires_grad
     if out is not None:
         return _with_out("softmax", _K.softmax_inference, (x, dim), grad, out)
     return _SOFTMAX(x, dim) if grad else _SOFTMAX_INFERENCE(x, dim)
@@ -80,7 +80,7 @@ def rms_norm(x: Any, weight: Any, eps: float = 1e-6, *, out: Any = None) -> Any:
     if eps.__class__ is bool:  # torch would take it as 0.0 or 1.0 (others: the fake impl)
         raise ArgumentError(f"[rms_norm] eps must be a non-negative float, got {eps!r}")
     grad = torch.is_grad_enabled() and (
-        x.requires_grad or (weight is not None and weight.requires_grad)
+        (x is not None and x.requires_grad) or (weight is not None and weight.requires_grad)
     )
     if out is not None:
         return _with_out("rms_norm", _K.rms_norm_inference, (x, weight, eps), grad, out)
@@ -107,7 +107,9 @@ def matmul(
     out: Any = None,
 ) -> Any:
     grad = torch.is_grad_enabled() and (
-        a.requires_grad or b.requires_grad or (bias is not None and bias.requires_grad)
+        (a is not None and a.requires_grad)
+        or (b is not None and b.requires_grad)
+        or (bias is not None and bias.requires_grad)
     )
     args = (a, b, bias, activation, transpose_b)
     if out is not None:

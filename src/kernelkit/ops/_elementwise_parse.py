@@ -305,6 +305,8 @@ def python_traced_source(trees: tuple, n: int, output_dtype: str | None) -> str:
     constant of the code: a compiled call guards on this function's code alone, not on the
     attributes and helpers the general path reads. It returns None for any other call, which
     the general path then takes (and names what is wrong)."""
+    if n == 0:  # no input, so no array: the general path says so
+        return "def traced(args, torch):\n    return None\n"
     v = [f"x{i}" for i in range(n)]
     lines = ["def traced(args, torch):", f"    if len(args) != {n}:", "        return None"]
     lines.append(f"    {', '.join(v)}, = args")
@@ -316,13 +318,16 @@ def python_traced_source(trees: tuple, n: int, output_dtype: str | None) -> str:
     lines += [f"    if torch.is_grad_enabled() and ({grad}):", "        return None"]
     if output_dtype is not None:
         lines.append(f"    dt = torch.{output_dtype}")
-    else:  # promote_dtypes: the widest float (float16 with bfloat16: float32); no float: None
+    else:  # promote_dtypes: float16 with bfloat16 gives float32 (a float64 beside them too),
+        # else the widest float; no float: None
         ds = f"({', '.join(f'{x}.dtype' for x in v)},)"
         lines += [
             f"    ds = {ds}",
-            "    if torch.float64 in ds:",
+            "    if torch.float16 in ds and torch.bfloat16 in ds:",
+            "        dt = torch.float32",
+            "    elif torch.float64 in ds:",
             "        dt = torch.float64",
-            "    elif torch.float32 in ds or (torch.float16 in ds and torch.bfloat16 in ds):",
+            "    elif torch.float32 in ds:",
             "        dt = torch.float32",
             "    elif torch.float16 in ds:",
             "        dt = torch.float16",
