@@ -90,7 +90,11 @@ def rms_norm(x: Any, weight: Any, eps: float = 1e-6, *, out: Any = None) -> Any:
 def layer_norm(x: Any, weight: Any, bias: Any, eps: float = 1e-5, *, out: Any = None) -> Any:
     if eps.__class__ is bool:
         raise ArgumentError(f"[layer_norm] eps must be a non-negative float, got {eps!r}")
-    grad = _grad(x, weight, bias)
+    grad = torch.is_grad_enabled() and (
+        (x is not None and x.requires_grad)
+        or (weight is not None and weight.requires_grad)
+        or (bias is not None and bias.requires_grad)
+    )
     args = (x, weight, bias, eps)
     if out is not None:
         return _with_out("layer_norm", _K.layer_norm_inference, args, grad, out)
