@@ -5,13 +5,13 @@ level with cuBLAS?
 For each weight [N, K] (default: the Llama-3-8B/70B, Mixtral-8x7B, Qwen2-7B and Llama-2-7B
 weights of ``tables_vs_sweep.py``) and each M (default: M the tuning runs did not time),
 ``ops.matmul``'s shipped choice (tables, then rules) against ``F.linear`` (cuBLAS) on torch
-tensors, bf16: device time of CUDA graphs of 20 calls, weights rotated past twice L2, each timed
-twice alternately. Printed per problem: both times, cuBLAS's over kernelkit's (above 1:
-kernelkit faster), the implementation and where the choice came from; then the geometric mean
-and the extremes.
+tensors, bf16 (``--dtype float16``: fp16): device time of CUDA graphs of 20 calls, weights
+rotated past twice L2, each timed twice alternately. Printed per problem: both times, cuBLAS's
+over kernelkit's (above 1: kernelkit faster), the implementation and where the choice came
+from; then the geometric mean and the extremes.
 
     PYTHONPATH=src python3 benchmarks/tables_held_out.py [--ms 2,6,12,32,48,96]
-        [--weights 4096x4096,...]
+        [--weights 4096x4096,...] [--dtype bfloat16|float16]
 """
 
 from __future__ import annotations
@@ -41,22 +41,24 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--ms", default="2,6,12,32,48,96")
     ap.add_argument("--weights", help="NxK,... (default: the models' weights)")
+    ap.add_argument("--dtype", choices=("bfloat16", "float16"), default="bfloat16")
     args = ap.parse_args()
     ms = [int(v) for v in args.ms.split(",")]
     weights = WEIGHTS
     if args.weights:
         weights = [tuple(int(d) for d in w.split("x")) for w in args.weights.split(",")]
-    print(torch.cuda.get_device_name(), flush=True)
+    dtype = getattr(torch, args.dtype)
+    print(torch.cuda.get_device_name(), args.dtype, flush=True)
     linear = torch.nn.functional.linear
     kk = lambda x, w: ops.matmul(x, w, transpose_b=True)
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     ratios = []
     for n, k in weights:
         copies = max(2, -(-2 * l2 // (n * k * 2)) + 1)
-        ws = [torch.randn(n, k, device="cuda").div_(k**0.5).to(torch.bfloat16)
+        ws = [torch.randn(n, k, device="cuda").div_(k**0.5).to(dtype)
               for _ in range(copies)]  # fmt: skip
         for m in ms:
-            x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+            x = torch.randn(m, k, device="cuda", dtype=dtype)
             choice = ops.matmul.explain(x, ws[0], transpose_b=True).choice
             times = [graph_us(rotating(f, x, ws)) for f in (linear, kk, linear, kk)]
             if any(t is None for t in times):
