@@ -476,3 +476,62 @@ def test_one_arithmetic_operation_is_traced_in_the_inputs_dtype(expr, dtype):
         lambda a, b: mixed(a, b),  # two operations
     ):
         assert "clone" in _calls(other, a, b)
+
+
+@pytest.mark.parametrize(
+    ("expr", "dtype", "inputs"),
+    [
+        # integers past 2^24: the kernel's float32 rounds them; torch's int32 add would not
+        ("y = a + b", "int32", lambda: (torch.full((9,), 2**24 + 1, dtype=torch.int32),
+                                        torch.ones(9, dtype=torch.int32))),
+        ("y = a * b", "int64", lambda: (torch.full((9,), 3**16 + 2, dtype=torch.int64),
+                                        torch.full((9,), 3**5, dtype=torch.int64))),
+        # float64 computes in float32 in the kernel: 1 + 1e-9 is 1 there
+        ("y = a + b", None, lambda: (torch.ones(9, dtype=torch.float64),
+                                     torch.full((9,), 1e-9, dtype=torch.float64))),
+        ("y = a - b", "float64", lambda: (torch.ones(9, dtype=torch.float64),
+                                          torch.full((9,), 1e-9, dtype=torch.float64))),
+        # bool: torch refuses a bool subtraction; the kernel's float32 form gives a != b
+        ("y = a - b", "bool", lambda: (torch.tensor([True, False, True, False]),
+                                       torch.tensor([True, True, False, False]))),
+    ],
+)  # fmt: skip
+def test_one_operation_outside_the_kernel_s_float32_precision_computes_as_eager(
+    expr, dtype, inputs
+):
+    """The one-operation form (torch's own ``+``/``-``/``*`` in the tensors' dtype) is taken
+    only where torch computes what the kernel does (float16, bfloat16, float32); integer,
+    float64 and bool outputs take the float32 form, as the eager kernel computes them."""
+    op = ops.elementwise(expr, output_dtype=dtype)
+    a, b = inputs()
+    want = op(a, b)
+    for f in (lambda a, b: op(a, b), lambda a, b: op(a=a, b=b[None][0])):
+        torch._dynamo.reset()
+        got = torch.compile(f, fullgraph=True)(a, b)
+        assert got.dtype == want.dtype and torch.equal(got, want), (got, want)
+    if dtype in ("int32", "int64"):  # the case this guards against differs from exact ints
+        assert not torch.equal(want, (a + b) if "+" in expr else (a * b))
+
+
+@pytest.mark.parametrize("number", [3, -7, 2.5])
+def test_a_number_made_symbolic_by_dynamic_compiles_and_computes_as_eager(number):
+    """``dynamic=True`` passes an int or float argument as a SymInt/SymFloat (Dynamo shows it as
+    an int or float, and cannot ask ``hasattr`` of it): the traced call checks it as a number
+    and computes with it, one graph for every value."""
+    scale = ops.elementwise("y = a * s + 1")
+    x = torch.randn(5, 3)
+    counts: list[int] = []
+
+    def backend(gm, example):
+        counts.append(1)
+        return gm.forward
+
+    torch._dynamo.reset()
+    f = torch.compile(lambda a, s: scale(a, s), fullgraph=True, dynamic=True, backend=backend)
+    for value in (number, number * 2, number + 5):
+        torch.testing.assert_close(f(x, value), scale(x, value), rtol=0, atol=0)
+        torch.testing.assert_close(f(a=x, s=value), scale(a=x, s=value), rtol=0, atol=0)
+    assert len(counts) <= 2, counts  # (Dynamo may specialize the first value once)
+    torch._dynamo.reset()
+    with pytest.raises(Exception, match=r"input 's' .* too large for a float"):
+        torch.compile(lambda a: scale(a, 2**1100), fullgraph=True, backend="eager")(x)

@@ -338,10 +338,14 @@ def python_traced_source(trees: tuple, n: int, output_dtype: str | None) -> str:
         ]
     lines.append(f"    shape = torch.broadcast_shapes({', '.join(f'{x}.shape' for x in v)})")
     native = _native_body(trees, "x")
+    if output_dtype is not None and output_dtype not in ("float16", "bfloat16", "float32"):
+        native = None  # torch would compute in the output's own precision (or refuse: bool)
     if native is not None:  # torch_traced._native: the same values, the plain torch graph
         same = " and ".join(
             f"{x}.dtype == dt and {x}.shape == shape and {x}.is_contiguous()" for x in v
         )
+        if output_dtype is None:  # promoted: float64 computes in float32, as the kernel does
+            same = f"dt is not torch.float64 and {same}"
         lines += [f"    if {same}:", f"        return {native}"]
     lines.append(f"    device = {v[0]}.device")
     lines.append("    def c(value):")
