@@ -404,6 +404,7 @@ def test_an_expression_of_no_input_builds_and_is_refused_when_called():
         (lambda x, w: ops.rms_norm(x, w[:8]), r"weight must have shape \(16,\)"),
         (lambda x, w: ops.rms_norm(x, w, -1.0), "eps must be a non-negative float"),
         (lambda x, w: ops.rms_norm(x, w, True), "eps must be a non-negative float"),
+        (lambda x, w: ops.layer_norm(x, w, w, True), "eps must be a non-negative float"),
         (lambda x, w: ops.layer_norm(x, w, w.half()), "weight and bias must have one dtype"),
         (lambda x, w: ops.softmax(x, dim=2), r"dim must be an int in \[-2, 2\)"),
         (lambda x, w: ops.softmax(x.int()), "x must be float16, bfloat16 or float32"),

@@ -77,8 +77,10 @@ def softmax(x: Any, dim: int = -1, *, out: Any = None) -> Any:
 
 
 def rms_norm(x: Any, weight: Any, eps: float = 1e-6, *, out: Any = None) -> Any:
-    if eps.__class__ is bool:  # torch would take it as 0.0 or 1.0 (others: the fake impl)
-        raise ArgumentError(f"[rms_norm] eps must be a non-negative float, got {eps!r}")
+    # torch would take a bool as 0.0 or 1.0 (other checks: the fake impl); isinstance, which
+    # every Dynamo folds on a constant (2.11 did not fold ``eps.__class__ is bool``)
+    if isinstance(eps, bool):
+        raise ArgumentError("[rms_norm] eps must be a non-negative float, got " + repr(eps))
     grad = torch.is_grad_enabled() and (
         (x is not None and x.requires_grad) or (weight is not None and weight.requires_grad)
     )
@@ -88,8 +90,8 @@ def rms_norm(x: Any, weight: Any, eps: float = 1e-6, *, out: Any = None) -> Any:
 
 
 def layer_norm(x: Any, weight: Any, bias: Any, eps: float = 1e-5, *, out: Any = None) -> Any:
-    if eps.__class__ is bool:
-        raise ArgumentError(f"[layer_norm] eps must be a non-negative float, got {eps!r}")
+    if isinstance(eps, bool):
+        raise ArgumentError("[layer_norm] eps must be a non-negative float, got " + repr(eps))
     grad = torch.is_grad_enabled() and (
         (x is not None and x.requires_grad)
         or (weight is not None and weight.requires_grad)
@@ -229,9 +231,11 @@ def _checked_values(self: Any, args: tuple, kwargs: dict[str, Any]) -> tuple[lis
     names = self.inputs if args else list(kwargs)
     for name, v in zip(names, args or kwargs.values()):
         if isinstance(v, int) and not -_FLOAT_LIMIT < v < _FLOAT_LIMIT:
+            # (constants joined, not an f-string over the object: torch 2.11's Dynamo shows an
+            # unformatted f-string in the error it raises)
             raise ArgumentError(
-                f"[{self}] input {name!r} (an int of {v.bit_length()} bits) is too large for "
-                "a float"
+                "[elementwise(" + repr(self.expression) + ")] input " + repr(name) + " (an int "
+                "of " + str(v.bit_length()) + " bits) is too large for a float"
             )
     plain = tuple(0.0 if isinstance(v, int | float) else v for v in args)
     named = {k: 0.0 if isinstance(v, int | float) else v for k, v in kwargs.items()}
