@@ -15,9 +15,10 @@ Run (one GPU, or all GPUs through Ray):
         [--models llama3-8b,...] [--m 1,16,128,2048] [--hidden 5120,...] [--limit N] [--out DIR]
 CPU smoke test (tiny shapes, one config per implementation):
     PYTHONPATH=src python3 benchmarks/tables_vs_sweep.py --backend cpu
-``--out DIR`` writes ``DIR/tables_vs_sweep.json`` after each op and M (partial runs keep what
-they measured); ``--table DIR [--device-name H100]`` writes or updates the winners as table
-files there (``kernelkit tune --table``), ready to ship.
+``--out DIR`` writes ``DIR/tables_vs_sweep.json``, and ``--table DIR [--device-name H100]``
+writes or updates the winners as table files there (``kernelkit tune --table``, ready to
+ship), after each problem (with ``--ray``, after each op and M): a run stopped by a time limit
+keeps what it measured.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import json
 import math
 import time
 from pathlib import Path
+from typing import Any
 
 # hidden size, fused q/k/v rows, MLP width, vocabulary (from the models' config.json files)
 MODELS = {
@@ -105,45 +107,55 @@ def main() -> int:
         rows, spent, wall = [], 0.0, 0.0
         for m in ms:
             dims = problems(op, models, m)
-            t0 = time.perf_counter()
-            tuning = kernelkit.tune_op(
-                op, dims, args.dtype, args.backend, limit=limit, store=False, quiet=True,
-                ray=args.ray,
-            )  # fmt: skip
-            wall += time.perf_counter() - t0
-            if args.table:
-                tuning.write_table(args.table + "/", args.device_name)
-            for r in tuning.results:
-                spent += r.tuning_s
-                best = r.winner
-                rows.append(
-                    {
-                        "problem": r.label,
-                        "device": r.target.name if r.target else None,
-                        "shipped": r.shipped,
-                        "from": r.shipped_from,
-                        "best": best.label if best else None,
-                        "best_us": round(best.time_s * 1e6, 3) if best and best.time_s else None,
-                        "ratio": r.shipped_over_best,
-                        "candidates": sum(c.status == "ok" for c in r.candidates),
-                        "note": r.note,
-                        "times_us": {  # every timed candidate (row ops: a few dozen)
-                            c.label: round(c.time_s * 1e6, 3)
-                            for c in r.candidates
-                            if c.time_s is not None
-                        }
-                        if len(r.candidates) <= 100
-                        else {},
-                    }
-                )
-                print_row(op, rows[-1])
-            report["ops"][op] = {"rows": rows, "wall_s": round(wall, 1), "summed_s": round(spent)}
-            if args.out:
-                Path(args.out).mkdir(parents=True, exist_ok=True)
-                path = Path(args.out) / "tables_vs_sweep.json"
-                path.write_text(json.dumps(report, indent=1))
+            # one problem a tuning run on one GPU, so that what a run past its time limit
+            # measured is written (the JSON, the table rows) before it stops; all at once
+            # through Ray, which spreads them over the GPUs
+            for batch in [dims] if args.ray else [[d] for d in dims]:
+                t0 = time.perf_counter()
+                tuning = kernelkit.tune_op(
+                    op, batch, args.dtype, args.backend, limit=limit, store=False, quiet=True,
+                    ray=args.ray,
+                )  # fmt: skip
+                wall += time.perf_counter() - t0
+                if args.table:
+                    tuning.write_table(args.table + "/", args.device_name)
+                spent += _report(op, tuning, rows)
+                report["ops"][op] = {"rows": rows, "wall_s": round(wall, 1),
+                                     "summed_s": round(spent)}  # fmt: skip
+                if args.out:
+                    Path(args.out).mkdir(parents=True, exist_ok=True)
+                    path = Path(args.out) / "tables_vs_sweep.json"
+                    path.write_text(json.dumps(report, indent=1))
         summarize(op, rows, wall, spent)
     return 0
+
+
+def _report(op: str, tuning: Any, rows: list[dict]) -> float:
+    """Append (and print) a row per problem of a tuning run; its summed tuning seconds."""
+    spent = 0.0
+    for r in tuning.results:
+        spent += r.tuning_s
+        best = r.winner
+        rows.append(
+            {
+                "problem": r.label,
+                "device": r.target.name if r.target else None,
+                "shipped": r.shipped,
+                "from": r.shipped_from,
+                "best": best.label if best else None,
+                "best_us": round(best.time_s * 1e6, 3) if best and best.time_s else None,
+                "ratio": r.shipped_over_best,
+                "candidates": sum(c.status == "ok" for c in r.candidates),
+                "note": r.note,
+                "times_us": {  # every timed candidate (row ops: a few dozen)
+                    c.label: round(c.time_s * 1e6, 3) for c in r.candidates if c.time_s is not None
+                }
+                if len(r.candidates) <= 100
+                else {},
+            }
+        )
+        print_row(op, rows[-1])
+    return spent
 
 
 def print_row(op: str, row: dict) -> None:
