@@ -492,6 +492,10 @@ def test_one_arithmetic_operation_is_traced_in_the_inputs_dtype(expr, dtype):
                                      torch.full((9,), 1e-9, dtype=torch.float64))),
         ("y = a - b", "float64", lambda: (torch.ones(9, dtype=torch.float64),
                                           torch.full((9,), 1e-9, dtype=torch.float64))),
+        # int8 within its range (past it a float's conversion to int8 is undefined: CUDA
+        # saturates, x86 wraps, Inductor clamps)
+        ("y = a * b", "int8", lambda: (torch.tensor([11, -9, 127, 0], dtype=torch.int8),
+                                       torch.tensor([11, 14, 1, -128], dtype=torch.int8))),
         # bool: torch refuses a bool subtraction; the kernel's float32 form gives a != b
         ("y = a - b", "bool", lambda: (torch.tensor([True, False, True, False]),
                                        torch.tensor([True, True, False, False]))),
@@ -534,5 +538,19 @@ def test_a_number_made_symbolic_by_dynamic_compiles_and_computes_as_eager(number
         torch.testing.assert_close(f(a=x, s=value), scale(a=x, s=value), rtol=0, atol=0)
     assert len(counts) <= 2, counts  # (Dynamo may specialize the first value once)
     torch._dynamo.reset()
-    with pytest.raises(Exception, match=r"input 's' .* too large for a float"):
+    with pytest.raises(Exception, match=r"input .s. .* too large for a float"):
         torch.compile(lambda a: scale(a, 2**1100), fullgraph=True, backend="eager")(x)
+
+
+@pytest.mark.parametrize("number", [1e300, -(2**200), float("inf")])
+def test_a_number_past_float32_s_range_is_inf_compiled_as_in_eager(number):
+    """The kernel converts a Python number to float: past float32's range it is inf, where
+    ``torch.full(..., dtype=torch.float32)`` refuses it; the traced call goes through float64."""
+    op = ops.elementwise("y = a * s + 1")
+    x = torch.tensor([1.0, -2.0, 0.5])
+    want = op(x, number)
+    assert torch.isinf(want).all()
+    for backend in ("eager", "inductor"):
+        torch._dynamo.reset()
+        got = torch.compile(lambda a, s: op(a, s), fullgraph=True, backend=backend)(x, number)
+        assert torch.equal(got, want), (backend, got, want)

@@ -195,7 +195,7 @@ def elementwise(self: Any, args: tuple, out: Any, kwargs: dict[str, Any]) -> Any
         y = self.python_traced(args, torch)
         if y is not None:
             return y
-    values, arrays, dtype = _checked_values(self, args, kwargs)
+    values, arrays, dtype = self.check_values(args, kwargs)
     if _grad(*arrays):
         raise no_gradient(str(self))
     shape = torch.broadcast_shapes(*(a.shape for a in arrays))
@@ -222,47 +222,15 @@ def elementwise(self: Any, args: tuple, out: Any, kwargs: dict[str, Any]) -> Any
     return outs[0] if single else outs
 
 
-def _checked_values(self: Any, args: tuple, kwargs: dict[str, Any]) -> tuple[list, list, str]:
-    """``Elementwise.check_values`` for a traced call: a Python number there may be symbolic
-    (``dynamic=True`` makes an int or float argument a ``SymInt``/``SymFloat``, which Dynamo
-    shows as an int or float and cannot ask ``hasattr`` of), so numbers are checked as 0.0
-    (an int beyond a float's range refused here by name, as the eager call does) and computed
-    with as they are."""
-    names = self.inputs if args else list(kwargs)
-    for name, v in zip(names, args or kwargs.values()):
-        if isinstance(v, int) and not -_FLOAT_LIMIT < v < _FLOAT_LIMIT:
-            # (constants joined, not an f-string over the object: torch 2.11's Dynamo shows an
-            # unformatted f-string in the error it raises)
-            raise ArgumentError(
-                "[elementwise(" + repr(self.expression) + ")] input " + repr(name) + " (an int "
-                "of " + str(v.bit_length()) + " bits) is too large for a float"
-            )
-    plain = tuple(0.0 if isinstance(v, int | float) else v for v in args)
-    named = {k: 0.0 if isinstance(v, int | float) else v for k, v in kwargs.items()}
-    _, arrays, dtype = self.check_values(plain, named)
-    values = list(args) if args else [kwargs[n] for n in self.inputs]
-    return values, arrays, dtype
-
-
-# the least int that float() refuses: 2^1024 - 2^971 is the largest float, and an int from
-# halfway to 2^1024 up rounds to 2^1024 (infinity)
-_FLOAT_LIMIT = 2**1024 - 2**970
-
-
-# the kernel computes in float32 and rounds once to the output: torch's own operation on
-# tensors of these dtypes gives the same values (float64 and integers it computes in their own
-# precision, bool subtraction it refuses: those take the float32 form)
-NATIVE_DTYPES = ("float16", "bfloat16", "float32")
-
-
 def _native(native: Callable[..., Any], values: list[Any], shape: Any, dtype: str) -> Any:
     """``native(*values)`` (``Elementwise.python_native``: one ``+``, ``-`` or ``*`` of two
     inputs, else None) where every input is a row-contiguous tensor of the output's dtype and
-    shape, that dtype one of ``NATIVE_DTYPES``, else None. torch computes a float16/bfloat16
+    shape, that dtype float16, bfloat16 or float32, else None. torch computes a float16/bfloat16
     operation in float32 and rounds once, as the kernel does: the same values, and Inductor sees
     the graph plain torch code would give it (it folds a residual ``x + mm(h, w)`` into one
-    ``addmm``, which the float32 form hides)."""
-    if dtype not in NATIVE_DTYPES:
+    ``addmm``, which the float32 form hides). Integer and float64 outputs torch would compute in
+    their own precision, and a bool subtraction it refuses: those take the float32 form."""
+    if dtype not in ("float16", "bfloat16", "float32"):  # (a literal: a constant, no guard)
         return None
     want = getattr(torch, dtype)
     for v in values:  # (is_contiguous: row_contiguous's test for tensors, one guard less)
@@ -286,7 +254,11 @@ def _expression(
     def c(value: float) -> Any:
         return torch.full((), value, dtype=torch.float32, device=device)
 
-    v = [x.to(torch.float32) if isinstance(x, torch.Tensor) else c(float(x)) for x in values]
+    def number(value: Any) -> Any:  # a Python number past float32's range is inf, as in the
+        # kernel, which converts it to float (torch.full would refuse it)
+        return torch.full((), float(value), dtype=torch.float64, device=device).float()
+
+    v = [x.to(torch.float32) if isinstance(x, torch.Tensor) else number(x) for x in values]
     tdtype = getattr(torch, dtype)
     return [
         y.to(tdtype).expand(shape).clone(memory_format=torch.contiguous_format)

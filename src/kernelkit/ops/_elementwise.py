@@ -220,6 +220,18 @@ class Elementwise:
             values = [kwargs[n] for n in self.inputs]
         arrays = []
         for name, v in zip(self.inputs, values):
+            kind = type(v)  # (Dynamo shows a SymInt's type as int, not its __class__)
+            if kind is float or kind is int or kind is bool:
+                # a Python number, tested first: under torch.compile(dynamic=True) a number is
+                # a SymInt/SymFloat, which Dynamo shows as an int or float and cannot ask
+                # hasattr of (a float of any value is taken, as float32: inf past its range)
+                # (2^1024 - 2^970: the least int float() refuses, written out so that a traced
+                # call reads no global for it)
+                if kind is int and not -(2**1024 - 2**970) < v < 2**1024 - 2**970:
+                    # (constants joined: Dynamo 2.11 shows an f-string unformatted)
+                    where = "[elementwise(" + repr(self.expression) + ")] input " + repr(name)
+                    raise ArgumentError(where + " (an int) is too large for a float")
+                continue
             if hasattr(v, "shape"):
                 layout = getattr(v, "layout", None)  # torch: sparse tensors have no strides
                 if layout is not None and str(layout) != "torch.strided":
