@@ -554,3 +554,20 @@ def test_a_number_past_float32_s_range_is_inf_compiled_as_in_eager(number):
         torch._dynamo.reset()
         got = torch.compile(lambda a, s: op(a, s), fullgraph=True, backend=backend)(x, number)
         assert torch.equal(got, want), (backend, got, want)
+
+
+def test_an_elementwise_call_by_keyword_with_a_number_or_out_guards_little_more():
+    """Calls the generated common case does not take (keywords, a Python number, ``out=``)
+    trace the general path, which reads more (the checks, the helpers): 23-26 leaf guards
+    above a positional call of tensors. A review found a first form of the ``dynamic=True``
+    fix adding 5-10 more there (a helper and a module-level tuple, each read guarded)."""
+    x, p = torch.randn(2, 16), _params(16, 32)
+    base, _ = _leaf_guards(lambda x, p: SILU_MUL(x, x), x, p)
+    calls = {
+        "keywords": (lambda x, p: SILU_MUL(a=x, b=x), (x, p)),
+        "number": (lambda x, p: SILU_MUL(x, 2.0), (x, p)),
+        "out": (lambda x, p, o: SILU_MUL(x, x, out=o), (x, p, torch.empty(2, 16))),
+    }
+    for name, (fn, args) in calls.items():
+        leaves, _ = _leaf_guards(fn, *args)
+        assert leaves <= base + 26, (name, leaves, base)
