@@ -220,19 +220,11 @@ class Elementwise:
             values = [kwargs[n] for n in self.inputs]
         arrays = []
         for name, v in zip(self.inputs, values):
-            kind = type(v)  # (Dynamo shows a SymInt's type as int, not its __class__)
-            if kind is float or kind is int or kind is bool:
-                # a Python number, tested first: under torch.compile(dynamic=True) a number is
-                # a SymInt/SymFloat, which Dynamo shows as an int or float and cannot ask
-                # hasattr of (a float of any value is taken, as float32: inf past its range)
-                # (2^1024 - 2^970: the least int float() refuses, written out so that a traced
-                # call reads no global for it)
-                if kind is int and not -(2**1024 - 2**970) < v < 2**1024 - 2**970:
-                    # (constants joined: Dynamo 2.11 shows an f-string unformatted)
-                    where = "[elementwise(" + repr(self.expression) + ")] input " + repr(name)
-                    raise ArgumentError(where + " (an int) is too large for a float")
-                continue
-            if hasattr(v, "shape"):
+            # a Python number is tested for first, by type: under torch.compile(dynamic=True)
+            # it is a SymInt/SymFloat, which Dynamo shows as an int or float (its type, not its
+            # __class__) and cannot ask hasattr of
+            kind = type(v)
+            if not (kind is float or kind is int or kind is bool) and hasattr(v, "shape"):
                 layout = getattr(v, "layout", None)  # torch: sparse tensors have no strides
                 if layout is not None and str(layout) != "torch.strided":
                     raise ArgumentTypeError(
@@ -245,14 +237,13 @@ class Elementwise:
                     f"[{self}] input {name!r} must be an array or a real number, "
                     f"got {type(v).__name__}"
                 )
-            elif isinstance(v, int) and v.bit_length() > 1000:
-                try:
-                    float(v)
-                except OverflowError:
-                    raise ArgumentError(
-                        f"[{self}] input {name!r} (an int of {v.bit_length()} bits) is too "
-                        "large for a float"
-                    ) from None
+            # 2^1024 - 2^970: the least int float() refuses, written out so that a traced call
+            # reads no global for it (a float of any value is taken, as float32: inf past its
+            # range); the message joined from constants (Dynamo 2.11 shows an f-string
+            # unformatted)
+            elif isinstance(v, int) and not -(2**1024 - 2**970) < v < 2**1024 - 2**970:
+                where = "[elementwise(" + repr(self.expression) + ")] input " + repr(name)
+                raise ArgumentError(where + " (an int) is too large for a float")
         if not arrays:
             raise ArgumentError(f"[{self}] at least one input must be an array")
         dtypes = [str(getattr(a, "dtype", "")).split(".")[-1] for a in arrays]
