@@ -270,3 +270,50 @@ def test_long_rows_are_chosen_by_the_heuristic(dev):
     x = put(RNG.standard_normal((2, 40000)), "bfloat16", dev)
     choice = ops.softmax.explain(x).choice
     assert choice.impl in ("softmax/rows_smem", "softmax/rows_cluster")
+
+
+def hard_16bit_rows(n, dtype):
+    """16-bit rows far from zero with the least spread their type holds: each element a large
+    offset plus a few of its type's steps; every element the offset but one a step above it (a
+    standard deviation of a step / sqrt(n)); a first element far above values near 5; then an
+    ordinary row. Seeded by n."""
+    step = 2.0 ** (15 - (8 if dtype == "bfloat16" else 11))  # the type's spacing at 2^15
+    big = 2.0**15 + 3 * step
+    rng = np.random.default_rng(n)
+    a = rng.standard_normal((4, n))
+    a[0] = big + step * rng.integers(-3, 4, n)
+    a[1] = big
+    a[1, n // 3] = big + step
+    a[2] = 5 + 0.25 * a[2]
+    a[2, 0] = 1e4
+    return a
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("impl", ["rows_smem", "rows_cluster"])
+def test_16bit_layer_norm_is_right_to_its_type_on_hard_rows(dev, impl, dtype):
+    """Each output of a 16-bit row is its float64 value (of the same 16-bit inputs) to within
+    its own rounding plus 2^-(p+4) of the row's largest output (p: the type's significand
+    bits), on rows whose deviations are single steps of a value 2^15 above zero. (Centring
+    such rows by one float32 offset, x[0] + mean, as torch centres by its float32 mean, keeps
+    to this bound; an exact two-step centring is what the long rows do.)"""
+    cl = 2 if impl == "rows_cluster" else 1
+    if cl > 1 and not _clusters(dev):
+        pytest.skip("no clusters here")
+    forced = {"BLOCK": 64, "CL": cl, "threadgroup": (64,)}
+    p = 8 if dtype == "bfloat16" else 11  # bits of the type's significand
+    for n in (20000, 20001):  # the vector and the element path
+        x = put(hard_16bit_rows(n, dtype), dtype, dev)
+        rng = np.random.default_rng(n + 1)
+        w, b = (put(rng.standard_normal(n), dtype, dev) for _ in range(2))
+        out = torch.full(x.shape, float("nan"), dtype=x.dtype, device=dev)
+        with force("layer_norm", impl, forced):
+            ops.layer_norm(x, w, b, 1e-5, out=out)
+        ref = refs(f64(x), f64(w), f64(b))["layer_norm"]
+        got = f64(out)
+        for i in range(len(x)):
+            # half a step of the output's type, float32's rounding of the statistics, and the
+            # float16 subnormals' spacing (2^-24)
+            bound = 2.0**-p * np.abs(ref[i]) + 2.0 ** -(p + 4) * np.abs(ref[i]).max() + 2.0**-24
+            excess = (np.abs(got[i] - ref[i]) - bound).max()
+            assert excess <= 0, (n, i, excess)

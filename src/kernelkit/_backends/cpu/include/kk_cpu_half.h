@@ -1,6 +1,7 @@
 // __half and __nv_bfloat16 as 2-byte storage types; arithmetic goes through float (exact for one
 // +,-,*,/ since float has more than 2p+2 bits of half's and bfloat16's precision).
 #pragma once
+#define KK_CPU_BF16_TYPES 1  // __nv_bfloat16 below (kernelkit's own kernels test it)
 
 static inline unsigned kk_f32_bits(float f) { unsigned u; memcpy(&u, &f, 4); return u; }
 static inline float kk_bits_f32(unsigned u) { float f; memcpy(&f, &u, 4); return f; }

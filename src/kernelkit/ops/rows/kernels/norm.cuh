@@ -1,4 +1,12 @@
 
+// Item `it`'s weight (or bias) vector of thread t, loaded where LOAD (else left unset: unused).
+template <class T, class W, int BLOCK, bool LOAD>
+__device__ __forceinline__ kk_wvec<T, W> kk_late(const W* p, int it, int t) {
+  kk_wvec<T, W> v;
+  if (LOAD) kk_wload(v, p, (long long)it * BLOCK + t);
+  return v;
+}
+
 template <class T, class W, int BLOCK, int ITEMS, bool VECTOR, bool CENTER>
 __device__ void kk_norm_row(const T* xr, T* yr, long long n, int t, float* red, const W* w,
                             const W* b, float eps) {
@@ -13,7 +21,9 @@ __device__ void kk_norm_row(const T* xr, T* yr, long long n, int t, float* red, 
     kk_words v[K];
     kk_load_row<T, BLOCK, K>(xr, ni, t, v, 0.0f);
     // The weight (and bias) in 16-byte vectors when they have T's width (their alignment was
-    // checked with the row's), loaded before the reductions so that their latency overlaps.
+    // checked with the row's), loaded before the reductions so that their latency overlaps; of
+    // another width (a float32 weight of a 16-bit row), in vectors of that width at the output
+    // (kk_late: twice a 16-bit row's registers if held from the start).
     constexpr bool WVEC = sizeof(W) == sizeof(T);
     kk_words wv[WVEC ? K : 1], bv[WVEC && CENTER ? K : 1];
     if (WVEC) {
@@ -49,14 +59,15 @@ __device__ void kk_norm_row(const T* xr, T* yr, long long n, int t, float* red, 
         if (kk_at<T, BLOCK>(it, t) < ni) q += qi;
       }
       const float rstd = rsqrtf(kk_block_reduce<BLOCK, false>(q, red + 32) / (float)n + eps);
-      for (int it = 0; it < K; ++it)
-        for (int j = 0; j < VEC; ++j) {
-          const int e = kk_at<T, BLOCK>(it, t) + j;
-          if (!WVEC && e >= ni) continue;
+      for (int it = 0; it < K; ++it) {
+        if (!WVEC && kk_at<T, BLOCK>(it, t) >= ni) continue;
+        const kk_wvec<T, W> wl = kk_late<T, W, BLOCK, !WVEC>(w, it, t),
+                            bl = kk_late<T, W, BLOCK, !WVEC>(b, it, t);
+        for (int j = 0; j < VEC; ++j)
           kk_set<T>(v[it], j,
-                    kk_get<T>(v[it], j) * rstd * (WVEC ? kk_get<W>(wv[it], j) : (float)w[e]) +
-                        (WVEC ? kk_get<W>(bv[it], j) : (float)b[e]));
-        }
+                    kk_get<T>(v[it], j) * rstd * (WVEC ? kk_get<W>(wv[it], j) : kk_wget(wl, j)) +
+                        (WVEC ? kk_get<W>(bv[it], j) : kk_wget(bl, j)));
+      }
       kk_store_row<T, BLOCK, K>(yr, ni, t, v);
       return;
     }
@@ -91,14 +102,16 @@ __device__ void kk_norm_row(const T* xr, T* yr, long long n, int t, float* red, 
     }
     const float rstd = rsqrtf(kk_block_reduce<BLOCK, false>(q, red + 32) / (float)n + eps);
     kk_reconvert(v);
-    for (int it = 0; it < K; ++it)
+    for (int it = 0; it < K; ++it) {
+      if (!WVEC && kk_at<T, BLOCK>(it, t) >= ni) continue;
+      const kk_wvec<T, W> wl = kk_late<T, W, BLOCK, !WVEC>(w, it, t),
+                          bl = kk_late<T, W, BLOCK, !WVEC && CENTER>(b, it, t);
       for (int j = 0; j < VEC; ++j) {
-        const int e = kk_at<T, BLOCK>(it, t) + j;
-        if (!WVEC && e >= ni) continue;
-        float o = (kk_get<T>(v[it], j) - off) * rstd * (WVEC ? kk_get<W>(wv[it], j) : (float)w[e]);
-        if (CENTER) o += WVEC ? kk_get<W>(bv[it], j) : (float)b[e];
+        float o = (kk_get<T>(v[it], j) - off) * rstd * (WVEC ? kk_get<W>(wv[it], j) : kk_wget(wl, j));
+        if (CENTER) o += WVEC ? kk_get<W>(bv[it], j) : kk_wget(bl, j);
         kk_set<T>(v[it], j, o);
       }
+    }
     kk_store_row<T, BLOCK, K>(yr, ni, t, v);
     return;
   }

@@ -200,18 +200,18 @@ __device__ __forceinline__ float kk_long_out(float v, float sh, float p0, float 
   return (v - sh - p0) * p1 * (float)w[e] + (float)b[e];
 }
 
-// Phase 2: y[lo, lo + m) from shared memory. Weights (and bias) of T's width in vectors, two
-// vectors' worth loaded before the first store (a store may alias a weight as far as the
-// compiler knows, so it does not move a load above one: one L2 read in flight otherwise).
-// layer_norm in 16 bits keeps one: two, with the bias, take 56 registers a thread against 32-40
-// (two blocks of 512 an SM instead of three), which measured slower there on an H100 (1-7%)
-// and faster in float32 (2-8%).
+// Phase 2: y[lo, lo + m) from shared memory. Weights (and bias) in vectors (kk_wvec: of any
+// width), two vectors' worth loaded before the first store where they have T's width (a store
+// may alias a weight as far as the compiler knows, so it does not move a load above one: one L2
+// read in flight otherwise). layer_norm in 16 bits keeps one: two, with the bias, take 56
+// registers a thread against 32-40 (two blocks of 512 an SM instead of three), which measured
+// slower there on an H100 (1-7%) and faster in float32 (2-8%); so does a weight wider than x.
 template <class T, class W, int OP, int BLOCK, bool VECTOR>
 __device__ __forceinline__ void kk_long_store(const T* s, T* ys, long long m, float sh, float p0,
                                               float p1, const W* w, const W* b) {
   constexpr int VEC = kk_pack<T>::N;
-  constexpr bool WVEC = VECTOR && OP != 0 && sizeof(W) == sizeof(T);
-  constexpr int U = WVEC && (OP == 1 || sizeof(T) == 4) ? 2 : 1;
+  constexpr bool WVEC = VECTOR && OP != 0;
+  constexpr int U = WVEC && sizeof(W) == sizeof(T) && (OP == 1 || sizeof(T) == 4) ? 2 : 1;
   const int t = threadIdx.x;
   if (VECTOR) {
     const int nv = (int)(m / VEC);
@@ -219,14 +219,15 @@ __device__ __forceinline__ void kk_long_store(const T* s, T* ys, long long m, fl
     kk_words* dst = reinterpret_cast<kk_words*>(ys);
 #pragma unroll 2
     for (int base = t; base < nv; base += BLOCK * U) {
-      kk_words v[U], wv[U], bv[U];
+      kk_words v[U];
+      kk_wvec<T, W> wv[U], bv[U];
 #pragma unroll
       for (int u = 0; u < U; ++u) {  // every load issued before the first store
         const int i = base + u * BLOCK;
         if (i < nv) {
           v[u] = src[i];
-          if (WVEC) wv[u] = reinterpret_cast<const kk_words*>(w)[i];
-          if (WVEC && OP == 2) bv[u] = reinterpret_cast<const kk_words*>(b)[i];
+          if (WVEC) kk_wload(wv[u], w, i);
+          if (WVEC && OP == 2) kk_wload(bv[u], b, i);
         }
       }
 #pragma unroll
@@ -237,8 +238,8 @@ __device__ __forceinline__ void kk_long_store(const T* s, T* ys, long long m, fl
           const float e = kk_get<T>(v[u], j);
           float o;
           if (WVEC) {
-            o = OP == 1 ? e * p1 * kk_get<W>(wv[u], j)
-                        : (e - sh - p0) * p1 * kk_get<W>(wv[u], j) + kk_get<W>(bv[u], j);
+            o = OP == 1 ? e * p1 * kk_wget(wv[u], j)
+                        : (e - sh - p0) * p1 * kk_wget(wv[u], j) + kk_wget(bv[u], j);
           } else {
             o = kk_long_out<T, W, OP>(e, sh, p0, p1, w, b, (long long)i * VEC + j);
           }

@@ -174,7 +174,7 @@ __device__ __forceinline__ void kk_split_apply(const T* x, T* y, const W* w, con
                                                long long S, long long r, long long s) {
   constexpr int VEC = kk_pack<T>::N;
   constexpr long long CHUNK = (long long)BLOCK * U * VEC;
-  constexpr bool WVEC = VECTOR && OP != 0 && sizeof(W) == sizeof(T);
+  constexpr bool WVEC = VECTOR && OP != 0;  // weights of any width in vectors (kk_wvec)
   __shared__ float p[2];
   const T* xr = x + r * n;
   T* yr = y + r * n;
@@ -190,17 +190,17 @@ __device__ __forceinline__ void kk_split_apply(const T* x, T* y, const W* w, con
     const long long base = lo + (long long)(u * BLOCK + (int)threadIdx.x) * VEC;
     if (VECTOR) {
       if (base >= n) continue;
-      kk_words wv, bv;
+      kk_wvec<T, W> wv, bv;
       if (WVEC) {
-        wv = *reinterpret_cast<const kk_words*>(w + base);
-        if (OP == 2) bv = *reinterpret_cast<const kk_words*>(bias + base);
+        kk_wload(wv, w, base / VEC);
+        if (OP == 2) kk_wload(bv, bias, base / VEC);
       }
       for (int j = 0; j < VEC; ++j) {
         const float e = kk_get<T>(v[u], j);
         float o;
         if (WVEC) {
-          o = OP == 1 ? e * p1 * kk_get<W>(wv, j)
-                      : (e - sh - p0) * p1 * kk_get<W>(wv, j) + kk_get<W>(bv, j);
+          o = OP == 1 ? e * p1 * kk_wget(wv, j)
+                      : (e - sh - p0) * p1 * kk_wget(wv, j) + kk_wget(bv, j);
         } else {
           o = kk_long_out<T, W, OP>(e, sh, p0, p1, w, bias, base + j);
         }
