@@ -40,6 +40,7 @@ GPU_ONLY = {
     "long_rows.py": [],
     "matmul_vendor.py": [],
     "matmul_midm.py": [],
+    "norm_weights.py": [],
     "tables_held_out.py": [],
     "op_call_frameworks.py": [],
     "ops.py": ["--quick"],

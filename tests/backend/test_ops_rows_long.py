@@ -317,3 +317,30 @@ def test_16bit_layer_norm_is_right_to_its_type_on_hard_rows(dev, impl, dtype):
             bound = 2.0**-p * np.abs(ref[i]) + 2.0 ** -(p + 4) * np.abs(ref[i]).max() + 2.0**-24
             excess = (np.abs(got[i] - ref[i]) - bound).max()
             assert excess <= 0, (n, i, excess)
+
+
+# (x, weight and bias) dtypes: a float32 weight of a 16-bit row (two 16-byte loads a vector of
+# x), a 16-bit weight of a float32 row (one 8-byte load), 16-bit types that differ
+MIXED = [("bfloat16", "float32"), ("float16", "float32"), ("float32", "bfloat16"),
+         ("float32", "float16"), ("bfloat16", "float16")]  # fmt: skip
+
+
+@pytest.mark.parametrize("impl", ["rows", "rows_smem", "rows_split"])
+@pytest.mark.parametrize(("xdtype", "wdtype"), MIXED, ids=lambda v: v)
+def test_norms_with_weights_of_another_width_match_float64(dev, impl, xdtype, wdtype):
+    """rms_norm and layer_norm with weights of another dtype than x, on the vector path (the
+    weights in vectors of their own width, kk_wvec) and the element path: rows of whole vectors
+    with the last block's vectors partly missing, and of a length no 16-byte vector divides,
+    into poisoned outputs; each implementation forced with its heuristic's config."""
+    for n in (4104, 4102):
+        x = put(RNG.standard_normal((3, n)) * 2 + 1, xdtype, dev)
+        w, b = (put(RNG.standard_normal(n), wdtype, dev) for _ in range(2))
+        want = refs(f64(x), f64(w), f64(b))
+        for name, fn, args in (
+            ("rms_norm", ops.rms_norm, (x, w, 1e-5)),
+            ("layer_norm", ops.layer_norm, (x, w, b, 1e-5)),
+        ):
+            out = torch.full(x.shape, float("nan"), dtype=x.dtype, device=dev)
+            with force(name, impl, None):
+                assert fn(*args, out=out) is out
+            check({name: f64(out)}, {name: want[name]}, xdtype, (impl, n, wdtype))
