@@ -37,6 +37,7 @@ CPU_RUNS = {
 GPU_ONLY = {
     "compile_time.py": [],
     "decode_sweep.py": [],
+    "elementwise_layouts.py": [],
     "long_rows.py": [],
     "matmul_vendor.py": [],
     "matmul_midm.py": [],

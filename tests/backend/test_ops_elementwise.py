@@ -313,3 +313,65 @@ def test_scalar_inputs_do_not_depend_on_earlier_calls(arrays):
             with pytest.raises(kernelkit.ArgumentTypeError, match="input 's' must be an array or"):
                 f(da, bad)
         np.testing.assert_allclose(arrays.get(f(da, 3)), a * 3, rtol=1e-6)
+
+
+AFFINE = ops.elementwise("y = a * silu(b) + c; z = a - c")
+
+
+def _affine_ref(a, b, c):
+    a, b, c = (np.asarray(v, np.float64) for v in (a, b, c))
+    return a * silu(b) + c, a - c
+
+
+def test_strided_views_by_vectors_and_by_elements(arrays):
+    """The strided path's vectors (rows of whole 16-byte vectors; each input contiguous along
+    the last dimension with aligned rows, or constant along it) and its element loop (every other
+    layout): a bias of [N] and a per-row scale of [M, 1] broadcast, rows sliced out of wider
+    arrays at aligned and misaligned offsets, a broadcast middle dimension, rows no vector
+    divides; two outputs, fresh and into poisoned out= arrays."""
+    big = RNG.standard_normal((5, 40)).astype(np.float32)
+    full = arrays.put(big)
+
+    def own(shape):  # an array of its own, and its host copy
+        v = RNG.standard_normal(shape).astype(np.float32)
+        return arrays.put(v), v
+
+    def rows(lo, hi):  # columns [lo, hi) of `big`: rows 160 bytes apart
+        return full[:, lo:hi], big[:, lo:hi]
+
+    cases = {
+        "bias [N]": (rows(0, 24), rows(8, 32), own(24)),
+        "per-row [M, 1]": (rows(0, 24), own((5, 1)), rows(16, 40)),
+        "misaligned rows": (rows(1, 25), rows(8, 32), own(24)),
+        "rows of 22": (rows(0, 22), own(22), rows(4, 26)),
+        "3-d, middle broadcast": (own((2, 3, 16)), own((2, 1, 16)), own((1, 3, 16))),
+    }
+    for what, pairs in cases.items():
+        args, host = [p[0] for p in pairs], [p[1] for p in pairs]
+        assert AFFINE.explain(*args).choice.impl.endswith("/strided"), what
+        want = _affine_ref(*host)
+        y, z = AFFINE(*args)
+        outs = [arrays.full(want[0].shape, np.nan, np.float32) for _ in range(2)]
+        assert AFFINE(*args, out=outs) == outs
+        for got, ref in ((y, want[0]), (z, want[1]), (outs[0], want[0]), (outs[1], want[1])):
+            np.testing.assert_allclose(arrays.get(got), ref, rtol=2e-6, atol=2e-6, err_msg=what)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_strided_vectors_in_half_dtypes(arrays, dtype):
+    """A bias add and a per-row scale on 16-bit rows (8 elements a vector), and a bfloat16 row
+    with a float32 bias (two widths: the element loop)."""
+    if not arrays.use_torch:
+        pytest.skip("half dtypes through torch tensors")
+    torch = arrays.torch
+    dev = "cuda" if arrays.on_gpu else "cpu"
+    tdt = getattr(torch, dtype)
+    x = torch.randn(7, 48, device=dev).to(tdt)
+    for other in (torch.randn(48, device=dev).to(tdt), torch.randn(7, 1, device=dev).to(tdt),
+                  torch.randn(48, device=dev)):  # fmt: skip
+        y, z = AFFINE(x[:, :40], other[..., :40] if other.shape[-1] > 1 else other, x[:, 8:])
+        a, b, c = (v.double().cpu().numpy() for v in (x[:, :40], other, x[:, 8:]))
+        want = _affine_ref(a, b[..., :40] if b.shape[-1] > 1 else b, c)
+        tol = 1e-2 if dtype == "bfloat16" else 2e-3
+        for got, ref in ((y, want[0]), (z, want[1])):
+            np.testing.assert_allclose(got.double().cpu().numpy(), ref, rtol=tol, atol=tol)

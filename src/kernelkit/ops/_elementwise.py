@@ -156,16 +156,16 @@ class Elementwise:
         template: list[tuple[str, Any]] = [
             (f"TY{j}", output_dtype) for j in range(len(self.outputs))
         ]
-        if flat:
-            template.append(("IDX", rules.index_type(n, choice.grid[0])))
-            array_dtypes = [problem.args[i].dtype for i, s in enumerate(scalars) if not s]
-            template += [(f"TX{i}", problem.args[i].dtype) for i, s in enumerate(scalars) if not s]
-            widths = {vec_width(d) for d in (*array_dtypes, output_dtype) if d in rules.VEC_DTYPES}
-            same = len(widths) == 1 and all(
-                d in rules.VEC_DTYPES for d in (*array_dtypes, output_dtype)
-            )
-            template.append(("VEC", widths.pop() if same else 1))
-        else:
+        # both paths: 16-byte vectors of VEC elements where every array and the output have
+        # one width (the strided path where the rows also allow: _elementwise_kernels)
+        template.append(("IDX", rules.index_type(n, choice.grid[0])))
+        array_dtypes = [problem.args[i].dtype for i, s in enumerate(scalars) if not s]
+        template += [(f"TX{i}", problem.args[i].dtype) for i, s in enumerate(scalars) if not s]
+        every = (*array_dtypes, output_dtype)
+        widths = {vec_width(d) for d in every if d in rules.VEC_DTYPES}
+        same = len(widths) == 1 and all(d in rules.VEC_DTYPES for d in every)
+        template.append(("VEC", widths.pop() if same else 1))
+        if not flat:
             template.append(("ND", len(shape)))
         call = kernel_caller(
             k, {"grid": choice.grid, "threadgroup": choice.config.threadgroup, "template": template}

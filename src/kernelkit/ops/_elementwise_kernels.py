@@ -1,11 +1,13 @@
 """``elementwise``'s kernel text: the header (the row ops' vector helpers and the expression
 language's own functions, ``elementwise/kernels/functions.cuh``) and the body generated for one
 checked expression (``_elementwise_parse``): the flat path (16-byte vectors, a grid-stride
-loop) or the strided one (any layout, broadcasting through stride-0 views)."""
+loop) or the strided one (any layout, broadcasting through stride-0 views; by vectors where the
+rows allow)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from ._kernel_files import source
 
@@ -64,6 +66,41 @@ for (IDX e = nv * VEC + first; e < n; e += stride) {{
 {writes}
 }}
 """
+    return _strided(n_in, exprs, scalars, load)
+
+
+def _strided(n_in: int, exprs: list[str], scalars: Sequence[bool], load: Any) -> str:
+    """The strided body: inputs are views broadcast to y's shape (rank ND, stride 0 where they
+    broadcast). Where every row of y is whole 16-byte vectors (VEC > 1) and each array input is
+    contiguous along the last dimension with 16-byte aligned rows, or constant along it (stride
+    0: a per-row scale, say), VEC outputs are made at a time, each input's offset found once a
+    vector (one division) and read as one vector or one element; a bias [N] added to [M, N] then
+    moves its bytes as the flat path does. Any other layout goes element by element."""
+    arrays = [i for i in range(n_in) if not scalars[i]]
+    ok = "".join(
+        f"\n    && (x{i}_strides[L] == 0 || (x{i}_strides[L] == 1 && kk_aligned16(x{i})"
+        f" && kk_rows_aligned<ND, TX{i}>(x{i}_strides)))"
+        for i in arrays
+    )
+    outs_ok = "".join(f" && kk_aligned16(y{j})" for j in range(len(exprs)))
+    offsets = "\n".join(f"    long long o{i} = col * x{i}_strides[L];" for i in arrays)
+    steps = "\n".join(f"      o{i} += at * x{i}_strides[d];" for i in arrays)
+    vloads = "\n".join(
+        f"    kk_vec<TX{i}> a{i};\n"
+        f"    if (x{i}_strides[L]) a{i} = *reinterpret_cast<const kk_vec<TX{i}>*>(x{i} + o{i});\n"
+        f"    else for (int j = 0; j < VEC; ++j) a{i}.v[j] = x{i}[o{i}];"
+        for i in arrays
+    )
+    vreads = "\n".join(
+        f"      const float v{i} = {'(float)x%d' % i if scalars[i] else '(float)a%d.v[j]' % i};"
+        for i in range(n_in)
+    )
+    vdecl = "\n".join(f"    kk_vec<TY{j}> r{j};" for j in range(len(exprs)))
+    vcompute = "\n".join(f"      r{j}.v[j] = (TY{j})({x});" for j, x in enumerate(exprs))
+    vstores = "\n".join(
+        f"    *reinterpret_cast<kk_vec<TY{j}>*>(y{j} + (long long)q * VEC) = r{j};"
+        for j in range(len(exprs))
+    )
     reads = "\n".join(
         f"    const float v{i} = {load(i, f'elem_to_loc(e, x{i}_shape, x{i}_strides, x{i}_ndim)')};"
         for i in range(n_in)
@@ -72,9 +109,33 @@ for (IDX e = nv * VEC + first; e < n; e += stride) {{
     return f"""
 long long n = 1;  // y0's elements; ND (its rank) is a template value, so a new size compiles
 for (int d = 0; d < ND; ++d) n *= y0_shape[d];  // nothing and the shape is read by constant index
-const long long stride = (long long)gridDim.x * blockDim.x;
-for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += stride) {{
+constexpr int L = ND > 0 ? ND - 1 : 0;  // the last dimension (a 0-d y: none, no vectors)
+const long long N = y0_shape[L];
+const bool by_vectors = ND > 0 && VEC > 1 && N % VEC == 0{outs_ok}{ok};
+if (by_vectors) {{
+  const IDX nv = (IDX)(N / VEC), total = (IDX)(n / VEC), step = (IDX)gridDim.x * blockDim.x;
+  for (IDX q = (IDX)blockIdx.x * blockDim.x + threadIdx.x; q < total; q += step) {{
+    IDX row = q / nv;
+    const long long col = (long long)(q - row * nv) * VEC;
+{offsets}
+    for (int d = ND - 2; d >= 0; --d) {{  // the row's index, last dimension first
+      const long long at = d ? (long long)(row % (IDX)y0_shape[d]) : (long long)row;
+{steps}
+      if (d) row /= (IDX)y0_shape[d];
+    }}
+{vloads}
+{vdecl}
+    for (int j = 0; j < VEC; ++j) {{
+{vreads}
+{vcompute}
+    }}
+{vstores}
+  }}
+}} else {{
+  const long long stride = (long long)gridDim.x * blockDim.x;
+  for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += stride) {{
 {reads}
 {writes}
+  }}
 }}
 """
