@@ -7,7 +7,6 @@ rows allow)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from ._kernel_files import source
 
@@ -66,23 +65,31 @@ for (IDX e = nv * VEC + first; e < n; e += stride) {{
 {writes}
 }}
 """
-    return _strided(n_in, exprs, scalars, load)
+    return _strided(n_in, exprs, scalars)
 
 
-def _strided(n_in: int, exprs: list[str], scalars: Sequence[bool], load: Any) -> str:
+def _strided(n_in: int, exprs: list[str], scalars: Sequence[bool]) -> str:
     """The strided body: inputs are views broadcast to y's shape (rank ND, stride 0 where they
     broadcast). Where every row of y is whole 16-byte vectors (VEC > 1) and each array input is
     contiguous along the last dimension with 16-byte aligned rows, or constant along it (stride
     0: a per-row scale, say), VEC outputs are made at a time, each input's offset found once a
     vector (one division) and read as one vector or one element; a bias [N] added to [M, N] then
-    moves its bytes as the flat path does. Any other layout goes element by element."""
+    moves its bytes as the flat path does. Any other layout goes element by element. Shapes and
+    strides are read at constant indices only (ND is a template value, the loops unrolled): an
+    index the compiler cannot resolve, or their address (``elem_to_loc``), copies the arrays to
+    local memory in every thread, which made this path 12x slower than torch on a bias add."""
     arrays = [i for i in range(n_in) if not scalars[i]]
-    ok = "".join(
-        f"\n    && (x{i}_strides[L] == 0 || (x{i}_strides[L] == 1 && kk_aligned16(x{i})"
-        f" && kk_rows_aligned<ND, TX{i}>(x{i}_strides)))"
+    checks = "\n".join(
+        f"by_vectors = by_vectors && (x{i}_strides[L] == 0 || (x{i}_strides[L] == 1 && "
+        f"kk_aligned16(x{i})));\n"
+        f"#pragma unroll\n"
+        f"for (int d = 0; d + 1 < ND; ++d)\n"
+        f"  by_vectors = by_vectors && (x{i}_strides[d] * (long long)sizeof(TX{i})) % 16 == 0;"
         for i in arrays
     )
     outs_ok = "".join(f" && kk_aligned16(y{j})" for j in range(len(exprs)))
+    zero = ", ".join(f"o{i} = 0" for i in arrays)
+    declare = f"    long long {zero};" if arrays else ""
     offsets = "\n".join(f"    long long o{i} = col * x{i}_strides[L];" for i in arrays)
     steps = "\n".join(f"      o{i} += at * x{i}_strides[d];" for i in arrays)
     vloads = "\n".join(
@@ -102,22 +109,25 @@ def _strided(n_in: int, exprs: list[str], scalars: Sequence[bool], load: Any) ->
         for j in range(len(exprs))
     )
     reads = "\n".join(
-        f"    const float v{i} = {load(i, f'elem_to_loc(e, x{i}_shape, x{i}_strides, x{i}_ndim)')};"
+        f"    const float v{i} = {'(float)x%d' % i if scalars[i] else '(float)x%d[o%d]' % (i, i)};"
         for i in range(n_in)
     )
     writes = "\n".join(f"    y{j}[e] = (TY{j})({x});" for j, x in enumerate(exprs))
     return f"""
 long long n = 1;  // y0's elements; ND (its rank) is a template value, so a new size compiles
+#pragma unroll
 for (int d = 0; d < ND; ++d) n *= y0_shape[d];  // nothing and the shape is read by constant index
 constexpr int L = ND > 0 ? ND - 1 : 0;  // the last dimension (a 0-d y: none, no vectors)
 const long long N = y0_shape[L];
-const bool by_vectors = ND > 0 && VEC > 1 && N % VEC == 0{outs_ok}{ok};
+bool by_vectors = ND > 0 && VEC > 1 && N % VEC == 0{outs_ok};
+{checks}
 if (by_vectors) {{
   const IDX nv = (IDX)(N / VEC), total = (IDX)(n / VEC), step = (IDX)gridDim.x * blockDim.x;
   for (IDX q = (IDX)blockIdx.x * blockDim.x + threadIdx.x; q < total; q += step) {{
     IDX row = q / nv;
     const long long col = (long long)(q - row * nv) * VEC;
 {offsets}
+#pragma unroll
     for (int d = ND - 2; d >= 0; --d) {{  // the row's index, last dimension first
       const long long at = d ? (long long)(row % (IDX)y0_shape[d]) : (long long)row;
 {steps}
@@ -134,6 +144,14 @@ if (by_vectors) {{
 }} else {{
   const long long stride = (long long)gridDim.x * blockDim.x;
   for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += stride) {{
+    long long rest = e;
+{declare}
+#pragma unroll
+    for (int d = ND - 1; d >= 0; --d) {{  // e's index, last dimension first
+      const long long at = d ? rest % y0_shape[d] : rest;
+{steps}
+      if (d) rest /= y0_shape[d];
+    }}
 {reads}
 {writes}
   }}

@@ -20,14 +20,14 @@ def flat_match(p: Problem, t: Target) -> str | None:
 
 
 def grid(problem: Problem, config: Config) -> tuple[int, int, int]:
-    """One 16-byte vector (flat path) or element per thread, capped: the body loops over the
-    rest (a grid of idle threads costs more than the loop)."""
+    """One 16-byte vector a thread where the arrays share one dtype (the flat path; the strided
+    path where its rows allow), else one element, capped: the body loops over the rest (a grid
+    of idle threads costs more than the loop)."""
     block = config.values["BLOCK"]
     per_thread = 1
-    if problem.attr("layout") == "flat":
-        dtypes = {a.dtype for a in problem.args if a.kind == "array"}
-        if len(dtypes) == 1 and next(iter(dtypes)) in VEC_DTYPES:
-            per_thread = vec_width(next(iter(dtypes)))
+    dtypes = {a.dtype for a in problem.args if a.kind == "array"}
+    if len(dtypes) == 1 and next(iter(dtypes)) in VEC_DTYPES:
+        per_thread = vec_width(next(iter(dtypes)))
     work = -(-problem.attr("elements") // per_thread)
     blocks = min(max(1, -(-work // block)), 1 << 16)
     return (blocks * block, 1, 1)
