@@ -83,8 +83,9 @@ def _strided(n_in: int, exprs: list[str], scalars: Sequence[bool]) -> str:
         f"by_vectors = by_vectors && (x{i}_strides[L] == 0 || (x{i}_strides[L] == 1 && "
         f"kk_aligned16(x{i})));\n"
         f"#pragma unroll\n"
-        f"for (int d = 0; d + 1 < ND; ++d)\n"
-        f"  by_vectors = by_vectors && (x{i}_strides[d] * (long long)sizeof(TX{i})) % 16 == 0;"
+        f"for (int d = 0; d + 1 < ND; ++d)  // rows read as vectors start 16 bytes apart\n"
+        f"  by_vectors = by_vectors && (x{i}_strides[L] == 0 ||\n"
+        f"                              (x{i}_strides[d] * (long long)sizeof(TX{i})) % 16 == 0);"
         for i in arrays
     )
     outs_ok = "".join(f" && kk_aligned16(y{j})" for j in range(len(exprs)))
