@@ -9,7 +9,9 @@ as float (0-d arrays broadcast as in NumPy) and results written in the output dt
 arrays must have the output's shape and dtype and be row-contiguous. Two implementations,
 chosen by the selection stage: ``flat`` when every array is contiguous with the output's shape
 (16-byte vector loads and stores where aligned, a grid-stride loop, 32-bit indexing when the size
-allows), ``strided`` otherwise (broadcasting of size-1 dims through stride-0 views, any layout).
+allows), ``strided`` otherwise (broadcasting of size-1 dims through stride-0 views, any layout;
+by 16-byte vectors too where each input's rows allow: a bias [N], a per-row scale [M, 1], rows
+sliced out of a wider array).
 """
 
 from __future__ import annotations
