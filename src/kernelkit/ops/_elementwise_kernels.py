@@ -34,16 +34,7 @@ def body(n_in: int, exprs: list[str], scalars: Sequence[bool], flat: bool) -> st
             f"*reinterpret_cast<const kk_vec<TX{i}>*>(x{i} + q * VEC);"
             for i in arrays
         )
-        vreads = "\n".join(
-            f"      const float v{i} = {'(float)x%d' % i if scalars[i] else '(float)a%d.v[j]' % i};"
-            for i in range(n_in)
-        )
-        vdecl = "\n".join(f"    kk_vec<TY{j}> o{j};" for j in range(len(exprs)))
-        vcompute = "\n".join(f"      o{j}.v[j] = (TY{j})({x});" for j, x in enumerate(exprs))
-        vstores = "\n".join(
-            f"    *reinterpret_cast<kk_vec<TY{j}>*>(y{j} + q * VEC) = o{j};"
-            for j in range(len(exprs))
-        )
+        vector = _vector_outputs(n_in, exprs, scalars)
         reads = "\n".join(f"  const float v{i} = {load(i, 'e')};" for i in range(n_in))
         writes = "\n".join(f"  y{j}[e] = (TY{j})({x});" for j, x in enumerate(exprs))
         return f"""
@@ -53,12 +44,7 @@ const IDX first = (IDX)blockIdx.x * blockDim.x + threadIdx.x;
 const IDX nv = (VEC > 1 && {aligned}) ? n / VEC : 0;
 for (IDX q = first; q < nv; q += stride) {{
 {vloads}
-{vdecl}
-    for (int j = 0; j < VEC; ++j) {{
-{vreads}
-{vcompute}
-    }}
-{vstores}
+{vector}
 }}
 for (IDX e = nv * VEC + first; e < n; e += stride) {{
 {reads}
@@ -66,6 +52,26 @@ for (IDX e = nv * VEC + first; e < n; e += stride) {{
 }}
 """
     return _strided(n_in, exprs, scalars)
+
+
+def _vector_outputs(n_in: int, exprs: list[str], scalars: Sequence[bool]) -> str:
+    """Both paths' vector step: VEC outputs from the inputs' vectors a_i (or scalars), stored
+    as one 16-byte vector each at element q * VEC."""
+    vreads = "\n".join(
+        f"      const float v{i} = {'(float)x%d' % i if scalars[i] else '(float)a%d.v[j]' % i};"
+        for i in range(n_in)
+    )
+    vdecl = "\n".join(f"    kk_vec<TY{j}> o{j};" for j in range(len(exprs)))
+    vcompute = "\n".join(f"      o{j}.v[j] = (TY{j})({x});" for j, x in enumerate(exprs))
+    vstores = "\n".join(
+        f"    *reinterpret_cast<kk_vec<TY{j}>*>(y{j} + q * VEC) = o{j};" for j in range(len(exprs))
+    )
+    return f"""{vdecl}
+    for (int j = 0; j < VEC; ++j) {{
+{vreads}
+{vcompute}
+    }}
+{vstores}"""
 
 
 def _strided(n_in: int, exprs: list[str], scalars: Sequence[bool]) -> str:
@@ -89,28 +95,19 @@ def _strided(n_in: int, exprs: list[str], scalars: Sequence[bool]) -> str:
         for i in arrays
     )
     outs_ok = "".join(f" && kk_aligned16(y{j})" for j in range(len(exprs)))
-    zero = ", ".join(f"o{i} = 0" for i in arrays)
+    zero = ", ".join(f"p{i} = 0" for i in arrays)
     declare = f"    long long {zero};" if arrays else ""
-    offsets = "\n".join(f"    long long o{i} = col * x{i}_strides[L];" for i in arrays)
-    steps = "\n".join(f"      o{i} += at * x{i}_strides[d];" for i in arrays)
+    offsets = "\n".join(f"    long long p{i} = col * x{i}_strides[L];" for i in arrays)
+    steps = "\n".join(f"      p{i} += at * x{i}_strides[d];" for i in arrays)
     vloads = "\n".join(
         f"    kk_vec<TX{i}> a{i};\n"
-        f"    if (x{i}_strides[L]) a{i} = *reinterpret_cast<const kk_vec<TX{i}>*>(x{i} + o{i});\n"
-        f"    else for (int j = 0; j < VEC; ++j) a{i}.v[j] = x{i}[o{i}];"
+        f"    if (x{i}_strides[L]) a{i} = *reinterpret_cast<const kk_vec<TX{i}>*>(x{i} + p{i});\n"
+        f"    else for (int j = 0; j < VEC; ++j) a{i}.v[j] = x{i}[p{i}];"
         for i in arrays
     )
-    vreads = "\n".join(
-        f"      const float v{i} = {'(float)x%d' % i if scalars[i] else '(float)a%d.v[j]' % i};"
-        for i in range(n_in)
-    )
-    vdecl = "\n".join(f"    kk_vec<TY{j}> r{j};" for j in range(len(exprs)))
-    vcompute = "\n".join(f"      r{j}.v[j] = (TY{j})({x});" for j, x in enumerate(exprs))
-    vstores = "\n".join(
-        f"    *reinterpret_cast<kk_vec<TY{j}>*>(y{j} + (long long)q * VEC) = r{j};"
-        for j in range(len(exprs))
-    )
+    vector = _vector_outputs(n_in, exprs, scalars)
     reads = "\n".join(
-        f"    const float v{i} = {'(float)x%d' % i if scalars[i] else '(float)x%d[o%d]' % (i, i)};"
+        f"    const float v{i} = {'(float)x%d' % i if scalars[i] else '(float)x%d[p%d]' % (i, i)};"
         for i in range(n_in)
     )
     writes = "\n".join(f"    y{j}[e] = (TY{j})({x});" for j, x in enumerate(exprs))
@@ -135,12 +132,7 @@ if (by_vectors) {{
       if (d) row /= (IDX)y0_shape[d];
     }}
 {vloads}
-{vdecl}
-    for (int j = 0; j < VEC; ++j) {{
-{vreads}
-{vcompute}
-    }}
-{vstores}
+{vector}
   }}
 }} else {{
   const long long stride = (long long)gridDim.x * blockDim.x;

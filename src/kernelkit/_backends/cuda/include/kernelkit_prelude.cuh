@@ -126,7 +126,7 @@ __device__ __forceinline__ long long elem_to_loc(long long elem, const kk_dims& 
   long long loc = 0;
 #pragma unroll
   for (int i = KK_MAX_NDIM - 1; i >= 0; --i) {
-    if (i < ndim) {
+    if (i < ndim && elem > 0) {  // (as the pointer form: an empty shape divides nothing)
       loc += (elem % shape.v[i]) * strides.v[i];
       elem /= shape.v[i];
     }

@@ -52,18 +52,23 @@ struct kk_is_bf16<__nv_bfloat16> {
 };
 #endif
 
-// Element j of a vector, as float, and the bits of a float rounded to T (memcpy: the bit cast
-// that works for every T without naming it).
+// Half `hi` (0: low, 1: high) of a 32-bit word of packed 16-bit T as float (a float32 T: the
+// word itself; memcpy: the bit cast that works for every T without naming it).
 template <class T>
-__device__ __forceinline__ float kk_get(const kk_words& p, int j) {
-  constexpr int PER = 4 / sizeof(T);
-  const unsigned w = p.w[j / PER];
-  if (PER == 1) return __uint_as_float(w);
-  if (kk_is_bf16<T>::value) return __uint_as_float(j % PER ? w & 0xffff0000u : w << 16);
-  const unsigned short b = (unsigned short)(j % PER ? w >> 16 : w & 0xffffu);
+__device__ __forceinline__ float kk_unpack(unsigned w, int hi) {
+  if (sizeof(T) == 4) return __uint_as_float(w);
+  if (kk_is_bf16<T>::value) return __uint_as_float(hi ? w & 0xffff0000u : w << 16);
+  const unsigned short b = (unsigned short)(hi ? w >> 16 : w & 0xffffu);
   T h;
   memcpy(&h, &b, sizeof(T));
   return (float)h;
+}
+
+// Element j of a vector, as float, and the bits of a float rounded to T.
+template <class T>
+__device__ __forceinline__ float kk_get(const kk_words& p, int j) {
+  constexpr int PER = 4 / sizeof(T);
+  return kk_unpack<T>(p.w[j / PER], j % PER);
 }
 
 template <class T>
@@ -109,13 +114,7 @@ __device__ __forceinline__ void kk_wload(kk_wvec<T, W>& v, const W* p, long long
 template <class T, class W>
 __device__ __forceinline__ float kk_wget(const kk_wvec<T, W>& v, int j) {
   constexpr int PER = 4 / sizeof(W);
-  const unsigned w = v.w[j / PER];
-  if (PER == 1) return __uint_as_float(w);
-  if (kk_is_bf16<W>::value) return __uint_as_float(j % PER ? w & 0xffff0000u : w << 16);
-  const unsigned short b = (unsigned short)(j % PER ? w >> 16 : w & 0xffffu);
-  W h;
-  memcpy(&h, &b, sizeof(W));
-  return (float)h;
+  return kk_unpack<W>(v.w[j / PER], j % PER);
 }
 
 template <class T>
