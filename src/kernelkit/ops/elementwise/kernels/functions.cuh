@@ -3,12 +3,3 @@ __device__ __forceinline__ float kk_ew_sigmoid(float x) { return 1.0f / (1.0f + 
 __device__ __forceinline__ float kk_ew_relu(float x) { return fmaxf(x, 0.0f); }
 __device__ __forceinline__ float kk_ew_gelu(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)); }
 __device__ __forceinline__ float kk_ew_gelu_tanh(float x) { return 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x))); }
-
-// Whether every row of a rank-ND view starts 16 bytes after another: its strides of the leading
-// dimensions (in elements of T) are whole 16-byte multiples, or 0 (the strided path's vectors).
-template <int ND, class T, class S>
-__device__ __forceinline__ bool kk_rows_aligned(const S& strides) {
-  for (int d = 0; d + 1 < ND; ++d)
-    if ((strides[d] * (long long)sizeof(T)) % 16 != 0) return false;
-  return true;
-}
