@@ -375,3 +375,54 @@ def test_strided_vectors_in_half_dtypes(arrays, dtype):
         tol = 1e-2 if dtype == "bfloat16" else 2e-3
         for got, ref in ((y, want[0]), (z, want[1])):
             np.testing.assert_allclose(got.double().cpu().numpy(), ref, rtol=tol, atol=tol)
+
+
+def _random_input(rng, shape, arrays):
+    """An array of ``shape`` in a random layout (its host copy beside it): contiguous, or
+    sliced out of a wider array (size-1 dimensions then keep the wider array's strides, which
+    the kernel must read as stride 0), or a transposed copy viewed back; NumPy arrays also
+    reversed along the last dimension (a negative stride)."""
+    host = rng.standard_normal(shape).astype(np.float32)
+    layout = rng.integers(0, 4 if not arrays.use_torch else 3)
+    if layout == 0 or not shape:
+        return arrays.put(host), host
+    if layout == 1:  # a slice: every dimension 3 wider, offset by 1 (misaligned rows)
+        wide = np.zeros(tuple(d + 3 for d in shape), np.float32)
+        inner = tuple(slice(1, 1 + d) for d in shape)
+        wide[inner] = host
+        return arrays.put(wide)[inner], host
+    if layout == 2:  # the last two dimensions swapped in memory
+        if len(shape) < 2:
+            return arrays.put(host), host
+        swapped = arrays.put(np.ascontiguousarray(np.swapaxes(host, -1, -2)))
+        return swapped.transpose(-1, -2) if arrays.use_torch else swapped.swapaxes(-1, -2), host
+    flipped = arrays.put(np.ascontiguousarray(host[..., ::-1]))
+    return flipped[..., ::-1], host
+
+
+def test_the_strided_kernel_broadcasts_any_shapes_as_numpy_does(arrays):
+    """Inputs of fewer dimensions and of size-1 dimensions, in random layouts, broadcast by the
+    kernel itself (no views made per call): 40 random triples against NumPy's float64
+    broadcast, each called twice (the second through the prepared signature) and into a
+    poisoned out=."""
+    rng = np.random.default_rng(11)
+    f = ops.elementwise("y = a * silu(b) + c")
+    for case in range(40):
+        nd = int(rng.integers(1, 5))
+        shape = tuple(int(d) for d in rng.integers(1, 6, nd))
+        shape = (*shape[:-1], int(rng.choice([1, 3, 8, 12])))
+        inputs = []
+        for _ in range(3):
+            own = shape[int(rng.integers(0, nd + 1)) :]  # trailing dimensions, maybe none
+            own = tuple(1 if rng.random() < 0.3 else d for d in own)
+            inputs.append(_random_input(rng, own, arrays))
+        args, host = [v for v, _ in inputs], [h.astype(np.float64) for _, h in inputs]
+        want = host[0] * silu(host[1]) + host[2]
+        for _ in range(2):
+            y = f(*args)
+            assert tuple(y.shape) == want.shape, case
+            what = f"case {case}: {[h.shape for h in host]}"
+            np.testing.assert_allclose(arrays.get(y), want, rtol=2e-6, atol=2e-6, err_msg=what)
+        out = arrays.full(want.shape, np.nan, np.float32)
+        assert f(*args, out=out) is out
+        np.testing.assert_allclose(arrays.get(out), want, rtol=2e-6, atol=2e-6, err_msg=str(case))

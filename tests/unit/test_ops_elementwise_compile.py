@@ -32,12 +32,12 @@ def test_the_strided_elementwise_kernel_has_no_stack_frame(cuda, arch, nd, dtype
     f = ops.elementwise("y = a * silu(b) + c")
     shape = (4, 6, 16)[-nd:]
     a = np.ones(shape, np.float32)
-    b = np.ones(shape[-1:], np.float32)  # broadcast: the strided path
+    b = np.ones(shape[-1:], np.float32)  # broadcast by the kernel: the strided path
     sel = f.explain(a, b, a)
     assert sel.choice.impl.endswith("/strided")
     k = f._kernel(False, (False, False, False))
     template = [("TY0", dtype), ("IDX", "int32"), *((f"TX{i}", dtype) for i in range(3)),
-                ("VEC", vec), ("ND", nd)]  # fmt: skip
+                ("VEC", vec), ("ND", nd), ("XND0", nd), ("XND1", 1), ("XND2", nd)]  # fmt: skip
     _, report = ptxas_report(cuda, k, _problem(sel, dtype), template, arch)
     assert report.get("bytes stack frame", 0) == 0, report
     assert report.get("bytes spill stores", 0) == 0, report

@@ -9,7 +9,7 @@ as float (0-d arrays broadcast as in NumPy) and results written in the output dt
 arrays must have the output's shape and dtype and be row-contiguous. Two implementations,
 chosen by the selection stage: ``flat`` when every array is contiguous with the output's shape
 (16-byte vector loads and stores where aligned, a grid-stride loop, 32-bit indexing when the size
-allows), ``strided`` otherwise (broadcasting of size-1 dims through stride-0 views, any layout;
+allows), ``strided`` otherwise (inputs broadcast by the kernel itself, any layout;
 by 16-byte vectors too where each input's rows allow: a bias [N], a per-row scale [M, 1], rows
 sliced out of a wider array).
 """
@@ -37,7 +37,6 @@ from ._common import (
     decided_of,
     direct_of,
     kernel_caller,
-    namespace,
     row_contiguous,
     run_prepared,
     signature_of,
@@ -167,8 +166,11 @@ class Elementwise:
         widths = {vec_width(d) for d in every if d in rules.VEC_DTYPES}
         same = len(widths) == 1 and all(d in rules.VEC_DTYPES for d in every)
         template.append(("VEC", widths.pop() if same else 1))
-        if not flat:
+        if not flat:  # y's rank and each array input's (which the kernel broadcasts)
             template.append(("ND", len(shape)))
+            template += [
+                (f"XND{i}", len(problem.args[i].shape)) for i, s in enumerate(scalars) if not s
+            ]
         call = kernel_caller(
             k, {"grid": choice.grid, "threadgroup": choice.config.threadgroup, "template": template}
         )
@@ -252,7 +254,8 @@ class Elementwise:
         return values, arrays, self.output_dtype or promote_dtypes(dtypes, str(self))
 
     def _bind_args(self, args: tuple, kwargs: dict[str, Any], out: Any) -> tuple:
-        """(views broadcast to the output shape, output dtype, problem attributes, outs)."""
+        """(the inputs as the kernel takes them: arrays as they are, broadcast by the strided
+        kernel itself, numbers as floats; output dtype, problem attributes, outs)."""
         values, shape, dtype = self._prepare(args, kwargs)
         if out is not None:
             out = [out] if not isinstance(out, list | tuple) else list(out)
@@ -279,7 +282,7 @@ class Elementwise:
                     )
                 if not row_contiguous(o):
                     raise ArgumentError(f"[{self}] {what} must be row-contiguous")
-        views = [_broadcast_to(v, shape) if hasattr(v, "shape") else float(v) for v in values]
+        views = [v if hasattr(v, "shape") else float(v) for v in values]
         flat = all(
             not hasattr(v, "shape") or (row_contiguous(v) and tuple(v.shape) == shape)
             for v in values
@@ -319,19 +322,16 @@ class Elementwise:
             self._bind_args(args, kwargs, out)
             raise
         known = self._known.get(sig) if len(kwargs) <= len(self.inputs) else None
-        if known is None:  # validate, broadcast and describe once per argument signature
+        if known is None:  # validate and describe once per argument signature
             views, dtype, options, outs = self._bind_args(args, kwargs, out)
-            direct = all(v is w for v, w in zip(values, views) if hasattr(v, "shape"))
             scalars = not all(hasattr(v, "shape") for v in values)
             with self._lock:
                 if len(self._known) > 4096:
                     self._known.clear()
-                self._known[sig] = (dtype, options, direct, scalars)
+                self._known[sig] = (dtype, options, scalars)
         else:
-            dtype, options, direct, scalars = known
-            if not direct:
-                views = self._bind_args(args, kwargs, None)[0]
-            elif scalars:  # Python numbers go as floats, as on the first call
+            dtype, options, scalars = known
+            if scalars:  # Python numbers go as floats, as on the first call
                 try:
                     views = [v if hasattr(v, "shape") else float(v) for v in values]
                 except OverflowError:  # an int too large for a float: _bind_args names it
@@ -343,7 +343,7 @@ class Elementwise:
         outs = outs[0] if outs is not None and len(self.outputs) == 1 else outs
         try:
             key = None
-            if direct and not scalars and args and not kwargs and len(self.outputs) == 1:
+            if not scalars and args and not kwargs and len(self.outputs) == 1:
                 key = signature((*args, out))
             if key is None:
                 return self._runner.run(views, dtype, outs, options, signature=sig)
@@ -407,15 +407,6 @@ def promote_dtypes(dtypes: list[str], what: str) -> str:
     if "bfloat16" in floats and "float16" in floats:
         return "float32"
     return max(floats, key=order.index)
-
-
-def _broadcast_to(x: Any, shape: tuple[int, ...]) -> Any:
-    if tuple(x.shape) == shape:
-        return x
-    if hasattr(x, "expand"):  # torch
-        return x.expand(shape)
-    xp = namespace(x)
-    return xp.broadcast_to(x, shape)
 
 
 def call(self: Elementwise, args: tuple, out: Any, kwargs: dict[str, Any]) -> Any:

@@ -1,7 +1,7 @@
 """``elementwise``'s kernel text: the header (the row ops' vector helpers and the expression
 language's own functions, ``elementwise/kernels/functions.cuh``) and the body generated for one
 checked expression (``_elementwise_parse``): the flat path (16-byte vectors, a grid-stride
-loop) or the strided one (any layout, broadcasting through stride-0 views; by vectors where the
+loop) or the strided one (any layout, inputs broadcast in the kernel; by vectors where the
 rows allow)."""
 
 from __future__ import annotations
@@ -75,33 +75,46 @@ def _vector_outputs(n_in: int, exprs: list[str], scalars: Sequence[bool]) -> str
 
 
 def _strided(n_in: int, exprs: list[str], scalars: Sequence[bool]) -> str:
-    """The strided body: inputs are views broadcast to y's shape (rank ND, stride 0 where they
-    broadcast). Where every row of y is whole 16-byte vectors (VEC > 1) and each array input is
-    contiguous along the last dimension with 16-byte aligned rows, or constant along it (stride
-    0: a per-row scale, say), VEC outputs are made at a time, each input's offset found once a
-    vector (one division) and read as one vector or one element; a bias [N] added to [M, N] then
-    moves its bytes as the flat path does. Any other layout goes element by element. Shapes and
-    strides are read at constant indices only (ND is a template value, the loops unrolled): an
-    index the compiler cannot resolve, or their address (``elem_to_loc``), copies the arrays to
-    local memory in every thread, which made this path 12x slower than torch on a bias add."""
+    """The strided body: each array input broadcasts to y's shape (rank ND) as NumPy's rules
+    say, in the kernel itself: input i has rank XND<i> (a template value), aligned with y's last
+    dimensions; a dimension it lacks or holds once (size 1) is read with stride 0 (``s<i>``,
+    made once a thread). The caller passes its arrays as they are (no broadcast views, no
+    per-call work on the host). Where every row of y is whole 16-byte vectors (VEC > 1) and
+    each array input is contiguous along the last dimension with 16-byte aligned rows, or
+    constant along it (stride 0: a per-row scale, say), VEC outputs are made at a time, each
+    input's offset found once a vector (one division) and read as one vector or one element; a
+    bias [N] added to [M, N] then moves its bytes as the flat path does. Any other layout goes
+    element by element. Shapes and strides are read at constant indices only (ND and XND<i>
+    are template values, the loops unrolled): an index the compiler cannot resolve, or their
+    address (``elem_to_loc``), copies the arrays to local memory in every thread, which made
+    this path 12x slower than torch on a bias add."""
     arrays = [i for i in range(n_in) if not scalars[i]]
+    spans = "\n".join(
+        f"long long s{i}[ND > 0 ? ND : 1] = {{}};  // x{i}'s strides along y's dimensions\n"
+        f"#pragma unroll\n"
+        f"for (int d = 0; d < ND; ++d) {{\n"
+        f"  const int k = d - (ND - XND{i});  // x{i}'s own dimension (< 0: it has none)\n"
+        f"  const int at = k < 0 ? 0 : k;\n"
+        f"  s{i}[d] = k < 0 || x{i}_shape[at] == 1 ? 0 : x{i}_strides[at];\n"
+        f"}}"
+        for i in arrays
+    )
     checks = "\n".join(
-        f"by_vectors = by_vectors && (x{i}_strides[L] == 0 || (x{i}_strides[L] == 1 && "
-        f"kk_aligned16(x{i})));\n"
+        f"by_vectors = by_vectors && (s{i}[L] == 0 || (s{i}[L] == 1 && kk_aligned16(x{i})));\n"
         f"#pragma unroll\n"
         f"for (int d = 0; d + 1 < ND; ++d)  // rows read as vectors start 16 bytes apart\n"
-        f"  by_vectors = by_vectors && (x{i}_strides[L] == 0 ||\n"
-        f"                              (x{i}_strides[d] * (long long)sizeof(TX{i})) % 16 == 0);"
+        f"  by_vectors = by_vectors && (s{i}[L] == 0 ||\n"
+        f"                              (s{i}[d] * (long long)sizeof(TX{i})) % 16 == 0);"
         for i in arrays
     )
     outs_ok = "".join(f" && kk_aligned16(y{j})" for j in range(len(exprs)))
     zero = ", ".join(f"p{i} = 0" for i in arrays)
     declare = f"    long long {zero};" if arrays else ""
-    offsets = "\n".join(f"    long long p{i} = col * x{i}_strides[L];" for i in arrays)
-    steps = "\n".join(f"      p{i} += at * x{i}_strides[d];" for i in arrays)
+    offsets = "\n".join(f"    long long p{i} = col * s{i}[L];" for i in arrays)
+    steps = "\n".join(f"      p{i} += at * s{i}[d];" for i in arrays)
     vloads = "\n".join(
         f"    kk_vec<TX{i}> a{i};\n"
-        f"    if (x{i}_strides[L]) a{i} = *reinterpret_cast<const kk_vec<TX{i}>*>(x{i} + p{i});\n"
+        f"    if (s{i}[L]) a{i} = *reinterpret_cast<const kk_vec<TX{i}>*>(x{i} + p{i});\n"
         f"    else for (int j = 0; j < VEC; ++j) a{i}.v[j] = x{i}[p{i}];"
         for i in arrays
     )
@@ -117,6 +130,7 @@ long long n = 1;  // y0's elements; ND (its rank) is a template value, so a new 
 for (int d = 0; d < ND; ++d) n *= y0_shape[d];  // nothing and the shape is read by constant index
 constexpr int L = ND > 0 ? ND - 1 : 0;  // the last dimension (a 0-d y: none, no vectors)
 const long long N = y0_shape[L];
+{spans}
 bool by_vectors = ND > 0 && VEC > 1 && N % VEC == 0{outs_ok};
 {checks}
 if (by_vectors) {{
