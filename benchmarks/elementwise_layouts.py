@@ -5,7 +5,9 @@ contiguous inputs of the output's shape, and how does it compare with torch eage
 One process, one GPU. Per layout and dtype: device time (a CUDA graph of 10 calls, median of 9
 replays) of ``y = a * silu(b) + c``, as a percentage of a torch copy of the bytes the call must
 move (each distinct input byte read once, y written once) measured in the same run; torch eager's
-``a * F.silu(b) + c`` on the same arrays and its time over kernelkit's; the implementation chosen.
+``a * F.silu(b) + c`` on the same arrays and its time over kernelkit's; the implementation chosen;
+then the time a call costs as users call it (CUDA events around 20 back-to-back eager calls, the
+host included: what a decode step's sizes, ``--rows 16``, are bound by), both.
 
     PYTHONPATH=src python3 benchmarks/elementwise_layouts.py [--rows M] [--cols N]
 """
@@ -16,7 +18,7 @@ import argparse
 import sys
 
 import torch
-from _common import cuda_or_skip, graph_us
+from _common import cuda_or_skip, graph_us, time_us
 
 from kernelkit import ops
 
@@ -65,9 +67,12 @@ def main() -> int:
             assert t is not None
             assert te is not None
             assert t_copy is not None
+            call = time_us(lambda a=a, b=b, c=c: FUSED(a, b, c))
+            call_e = time_us(lambda a=a, b=b, c=c: a * F.silu(b) + c)
             print(
                 f"  {str(dtype)[6:]:<9} {name:<15} kk {t:8.2f} us {100 * t_copy / t:5.1f}% "
-                f"({impl}) | torch eager {te:8.2f} us ({te / t:4.2f}x) | err {err:.1e}"
+                f"({impl}) | torch eager {te:8.2f} us ({te / t:4.2f}x) | per call: kk "
+                f"{call:7.2f} us, torch eager {call_e:7.2f} ({call_e / call:4.2f}x) | err {err:.1e}"
             )
     return 0
 

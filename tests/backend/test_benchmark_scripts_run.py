@@ -45,6 +45,7 @@ GPU_ONLY = {
     "tables_held_out.py": [],
     "op_call_frameworks.py": [],
     "ops.py": ["--quick"],
+    "rows_strided.py": [],
     "tensor_map_cost.py": [],
     "tune_ray.py": [],
     "weight_stream.py": [],

@@ -289,3 +289,71 @@ def test_softmax_rows_with_nan_or_plus_inf_are_nan(arrays, dtype_name):
             assert np.isnan(got[:5]).all(), (n, config, got[:5])
             ref = _softmax(exact(arrays, a[5:], dtype_name))
             np.testing.assert_allclose(got[5:], ref, atol=TOL[dtype_name], rtol=TOL[dtype_name])
+
+
+def _rows_at_strides(arrays, dtype_name):
+    """(what, x as a view whose rows are apart, its values in float64): heads of a fused QKV
+    projection ([T, 3 H D] -> the K part as [T, H, D], aligned rows), columns sliced at an odd
+    offset (rows misaligned: the element path), one row broadcast to four (stride 0), and with
+    NumPy, rows reversed (a negative stride)."""
+    t, h, d = 3, 4, 64
+    qkv = RNG.standard_normal((t, 3 * h * d)) * 2 + 1
+    buf = put(arrays, qkv, dtype_name)
+    held = exact(arrays, qkv, dtype_name)
+    heads = buf[:, h * d : 2 * h * d].reshape(t, h, d)
+    cases = [
+        ("qkv heads", heads, held[:, h * d : 2 * h * d].reshape(t, h, d)),
+        ("odd columns", buf[:, 3 : 3 + 200], held[:, 3 : 3 + 200]),
+    ]
+    if arrays.use_torch:
+        four = ("one row, four times", buf[:1, :96].expand(4, 96), held[:1, :96].repeat(4, 0))
+        cases.append(four)
+    else:
+        cases.append(("rows reversed", buf[::-1, :128], held[::-1, :128]))
+    return cases
+
+
+@pytest.mark.parametrize("dtype_name", ["float32", "bfloat16"])
+def test_rows_at_strides_are_read_where_they_are(arrays, dtype_name):
+    """A row op on x whose rows are apart (its last dimension contiguous, the weights
+    row-contiguous) reads them in place, no copy first (XS = 1: ``_rowops.rows_apart``): each
+    implementation forced (the register kernel with rows sharing a block, its long-row loop,
+    rows_smem, rows_split), into poisoned outs, against float64."""
+    from kernelkit.ops._rowops import rows_apart
+
+    if dtype_name == "bfloat16" and not arrays.use_torch:
+        pytest.skip("bfloat16 through torch")
+    tol = 2e-5 if dtype_name == "float32" else 1.6e-2
+    impls = [
+        ("rows", {"BLOCK": 32, "ITEMS": 2, "ROWS": 4, "threadgroup": (128,)}),
+        ("rows", {"BLOCK": 64, "ITEMS": 0, "ROWS": 1, "threadgroup": (64,)}),
+        ("rows_smem", {"BLOCK": 64, "CL": 1, "threadgroup": (64,)}),
+        ("rows_split", {"BLOCK": 32, "U": 2, "HINT": 1, "threadgroup": (32,)}),
+    ]
+    for what, x, xd in _rows_at_strides(arrays, dtype_name):
+        n = xd.shape[-1]
+        w, b = RNG.standard_normal(n), RNG.standard_normal(n)
+        wx, bx = put(arrays, w, dtype_name), put(arrays, b, dtype_name)
+        wd, bd = exact(arrays, w, dtype_name), exact(arrays, b, dtype_name)
+        cases = [
+            ("softmax", ops.softmax, (x,), _softmax(xd)),
+            ("rms_norm", ops.rms_norm, (x, wx), _rms(xd, wd, 1e-6)),
+            ("layer_norm", ops.layer_norm, (x, wx, bx), _layer(xd, wd, bd, 1e-5)),
+        ]
+        for op, fn, args, ref in cases:
+            assert rows_apart(getattr(ops, op).explain(*args).problem) == 1, (what, op)
+            for impl, forced in [(None, None), *impls]:
+                out = put(arrays, np.full(xd.shape, np.nan), dtype_name)
+                if impl is None:
+                    fn(*args, out=out)
+                else:
+                    with force(op, impl, forced):
+                        fn(*args, out=out)
+                got = get(arrays, out)
+                err = np.linalg.norm(got - ref) / np.linalg.norm(ref)
+                assert np.isfinite(got).all() and err <= tol, (what, op, impl, err)
+            y = fn(*args)  # allocated, twice (the second call prepared)
+            y = fn(*args)
+            assert tuple(y.shape) == xd.shape
+            err = np.linalg.norm(get(arrays, y) - ref) / np.linalg.norm(ref)
+            assert err <= tol, (what, op, "allocated", err)

@@ -123,15 +123,18 @@ def test_every_kernel_compiles_with_nvrtc_without_spills(cuda, arch, dtype):
         p = _row_problem(spec, dtype, 65536, wdtype)
         # clusters of 8 and 16 (layer_norm's combine held 3 CL floats a thread: 48-84 registers
         # on an H200's NVRTC, two blocks an SM; now the lanes of a warp combine them)
-        for cl in (8, 16) if arch == "sm_90" else (1,):
-            k = _rows_long.KERNELS[op.name][cl]
+        # XS = 1: rows at strides, read in place (a 3-d x), on sm_90's clusters of 16
+        both = [(cl, 0) for cl in ((8, 16) if arch == "sm_90" else (1,))]
+        for cl, xs in both + ([(16, 1)] if arch == "sm_90" else []):
+            k = _rows_long.KERNELS[op.name][cl][xs]
             # 1024 threads a block: 64 registers; 512: three blocks an SM (64 KiB slices) at 40,
             # but float32 layer_norm's two vectors of weight and bias ahead (two blocks: faster)
             wide = spec.name == "ops_layer_norm" and dtype == "float32"
             for block, most in ((1024, 64), (512, 64 if wide else 40)):
                 if cl > 1 and _rows_long.config(block, cl) not in _rows_long.CLUSTER_CONFIGS:
                     continue
-                template = [("BLOCK", block), ("CL", cl), ("ND", 2), ("T", dtype), ("WT", wdtype)]
+                template = [("BLOCK", block), ("CL", cl), ("ND", 2 + xs), ("T", dtype),
+                            ("WT", wdtype), ("XS", xs)]  # fmt: skip
                 _, report = ptxas_report(cuda, k, p, template, arch)
                 assert report.get("bytes spill stores", 0) == 0, (spec.name, cl, block, report)
                 assert report.get("bytes stack frame", 0) == 0, (spec.name, cl, block, report)

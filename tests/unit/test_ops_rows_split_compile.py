@@ -36,12 +36,15 @@ def test_both_kernels_compile_with_nvrtc_without_spills(cuda, arch, dtype):
 
     for name, inputs in OPS.items():
         stats, apply = _rows_split._kernels(name, inputs, ALIGNED[name])
-        common = [("BLOCK", 512), ("HINT", 1), ("ND", 2), ("T", dtype), ("U", 8)]
-        for k, ins, outs, template in (
-            (stats, ["x"], ["part"], common),
-            (apply, [*inputs, "part"], ["y"], [*common, ("WT", dtype)]),
-        ):
-            p = _problem(k.name, ins, outs, dtype, 262144)
-            _, report = ptxas_report(cuda, k, p, template, arch)
-            assert report.get("bytes spill stores", 0) == 0, (k.name, arch, report)
-            assert report.get("bytes stack frame", 0) == 0, (k.name, arch, report)
+        # XS = 1 (sm_90): rows at strides, read in place (a 3-d x: one division a row)
+        for xs in (0, 1) if arch == "sm_90" else (0,):
+            common = [("BLOCK", 512), ("HINT", 1), ("ND", 2 + xs), ("T", dtype), ("U", 8),
+                      ("XS", xs)]  # fmt: skip
+            for k, ins, outs, template in (
+                (stats[xs], ["x"], ["part"], common),
+                (apply[xs], [*inputs, "part"], ["y"], [*common, ("WT", dtype)]),
+            ):
+                p = _problem(k.name, ins, outs, dtype, 262144)
+                _, report = ptxas_report(cuda, k, p, template, arch)
+                assert report.get("bytes spill stores", 0) == 0, (k.name, arch, xs, report)
+                assert report.get("bytes stack frame", 0) == 0, (k.name, arch, xs, report)

@@ -6,11 +6,14 @@ rows still fill blocks of 128 threads or more)."""
 
 from __future__ import annotations
 
+import dataclasses
+
+from .._api import Kernel
 from .._records import Problem, Target
 from .._select.records import Config
 from ._common import vec_width
 
-__all__ = ["CONFIGS", "config", "fits", "grid", "heuristic", "match"]
+__all__ = ["CONFIGS", "config", "fits", "grid", "heuristic", "layouts", "match", "rows_apart"]
 
 BLOCKS = (32, 64, 128, 256, 512, 1024)
 ITEMS = (0, 1, 2, 4, 8)
@@ -84,3 +87,21 @@ def match(problem: Problem, target: Target) -> str | None:
     if dtype not in DTYPES:
         return f"dtype {dtype} is not one of {', '.join(DTYPES)}"
     return None
+
+
+def rows_apart(problem: Problem) -> int:
+    """The row kernels' XS: 1 where x is read where it is, rows at any strides (a slice of a
+    wider array, the heads of a fused QKV projection: ``kk_row_at``), because x is not
+    row-contiguous but its last dimension is and every other input is row-contiguous (the
+    kernels read weights as vectors); else 0, the kernel's call making a row-contiguous copy of
+    any input that is not (a row that is not contiguous itself, a strided weight)."""
+    x = problem.args[0]
+    if x.contiguous or not x.shape or (x.shape[-1] > 1 and x.strides[-1] != 1):
+        return 0
+    others = problem.args[1 : len(problem.args)]
+    return int(all(a.contiguous for a in others if a.kind == "array" and not a.is_output))
+
+
+def layouts(k: Kernel) -> tuple[Kernel, Kernel]:
+    """A row kernel by its XS: (copies inputs to row-contiguous, takes x's rows where they are)."""
+    return k, Kernel(dataclasses.replace(k.spec, ensure_row_contiguous=False))

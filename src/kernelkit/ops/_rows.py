@@ -7,7 +7,7 @@ the bandwidth minimum. A longer or unaligned row is read twice (statistics, then
 with an online max/sum for softmax. Statistics are in float32 whatever the input dtype.
 Template values: ``T`` (element type), ``BLOCK`` (threads per row), ``ITEMS`` (vector loads
 each thread keeps in registers; 0: the long-row loop), ``ROWS`` (rows per block), ``ND`` (x's
-rank).
+rank), ``XS`` (1: x's rows at any strides, read in place: ``_rowops.rows_apart``).
 """
 
 from __future__ import annotations
@@ -74,6 +74,7 @@ def make_row_op(
         body(row_call, aligned),
         header=HEADER + code,
     )
+    by_layout = rules.layouts(k)  # XS: 0 copies x to row-contiguous, 1 reads its rows in place
 
     def prepare(choice: KernelChoice, problem: Problem, output_dtype: Any) -> Any:
         """``launch(arrays, out)`` with the template, geometry and output fixed once."""
@@ -87,10 +88,11 @@ def make_row_op(
                 *choice.config.template,
                 *((("ROWS", 1),) if "ROWS" not in choice.config.values else ()),
                 ("ND", len(shape)),
+                ("XS", xs := rules.rows_apart(problem)),
                 *template(problem),
             ),
         }
-        return one_output_launch(k, kw, shape, output_dtype)
+        return one_output_launch(by_layout[xs], kw, shape, output_dtype)
 
     run = run_prepared(prepare)
 

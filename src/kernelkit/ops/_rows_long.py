@@ -20,6 +20,7 @@ from .._select.records import Config, KernelChoice
 from .._select.registry import Implementation, Op
 from ._common import empty, one_output_launch, run_prepared, vec_width
 from ._kernel_files import source
+from ._rowops import layouts, rows_apart
 
 __all__ = [
     "CLUSTER_SIZES",
@@ -47,9 +48,9 @@ KERNELS: dict[str, dict[int, Any]] = {}  # op name -> cluster size -> kernel (1:
 _ITEMSIZE = {"float16": 2, "bfloat16": 2, "float32": 4}
 _KIND = {"softmax": 0, "rms_norm": 1, "layer_norm": 2}
 _ARGS = {
-    "softmax": "(x, y, (const T*)0, (const T*)0, 0.0f, r, n)",
-    "rms_norm": "(x, y, w, w, eps, r, n)",
-    "layer_norm": "(x, y, w, b, eps, r, n)",
+    "softmax": "(xr, y, (const T*)0, (const T*)0, 0.0f, r, n)",
+    "rms_norm": "(xr, y, w, w, eps, r, n)",
+    "layer_norm": "(xr, y, w, b, eps, r, n)",
 }
 
 _BODY = source("rows", "long_row_body")  # ARGS, KIND, EXTRA_ALIGN filled per op
@@ -172,10 +173,10 @@ def _kernels(name: str, inputs: Sequence[str], aligned: tuple[str, ...]) -> dict
         .replace("ARGS", _ARGS[name])
     )
     return {
-        cl: kernel(
+        cl: layouts(kernel(
             f"ops_{name}_{'smem' if cl == 1 else f'cluster{cl}'}", list(inputs), ["y"], body,
             header=HEADER, cluster_dims=cl if cl > 1 else None,
-        )
+        ))
         for cl in (1, *CLUSTER_SIZES)
     }  # fmt: skip
 
@@ -207,10 +208,11 @@ def register(
                 ("ND", len(shape)),
                 ("T", dtype),
                 ("WT", values.get("WT", dtype)),
+                ("XS", xs := rows_apart(problem)),
             ),
             "shared_memory": slice_bytes(int(problem.attr("N")), cl, dtype),
         }
-        return one_output_launch(kernels[cl], kw, shape, output_dtype)
+        return one_output_launch(kernels[cl][xs], kw, shape, output_dtype)
 
     run = run_prepared(prepare)
     for impl, configs, clusters in (

@@ -30,6 +30,7 @@ from .._select.records import Config, KernelChoice
 from .._select.registry import Implementation, Op
 from ._common import empty, kernel_caller, run_prepared, vec_width
 from ._kernel_files import source
+from ._rowops import layouts, rows_apart
 from ._rows_long import REGISTER_VECTORS, block_refusal, room, slice_bytes
 
 __all__ = ["CONFIGS", "chunks", "config", "heuristic", "register"]
@@ -40,9 +41,9 @@ _APPLY = source("rows", "split_apply_body")  # ARGS, KIND, EXTRA_ALIGN filled pe
 _ITEMSIZE = {"float16": 2, "bfloat16": 2, "float32": 4}
 _KIND = {"softmax": 0, "rms_norm": 1, "layer_norm": 2}
 _ARGS = {
-    "softmax": "(x, y, (const T*)0, (const T*)0, part, 0.0f, n, S, r, s)",
-    "rms_norm": "(x, y, w, w, part, eps, n, S, r, s)",
-    "layer_norm": "(x, y, w, b, part, eps, n, S, r, s)",
+    "softmax": "(xr, y, (const T*)0, (const T*)0, part, 0.0f, n, S, r, s)",
+    "rms_norm": "(xr, y, w, w, part, eps, n, S, r, s)",
+    "layer_norm": "(xr, y, w, b, part, eps, n, S, r, s)",
 }
 BLOCKS = (256, 512)
 UNROLLS = (2, 4, 8)  # 16-byte vectors a thread holds
@@ -139,7 +140,7 @@ def _kernels(name: str, inputs: Sequence[str], aligned: tuple[str, ...]) -> tupl
     stats = kernel(f"ops_{name}_split_stats", ["x"], ["part"], _STATS.replace("KIND", kind),
                    header=HEADER)  # fmt: skip
     apply = kernel(f"ops_{name}_split_apply", [*inputs, "part"], ["y"], apply_body, header=HEADER)
-    return stats, apply
+    return layouts(stats), layouts(apply)
 
 
 def register(
@@ -161,12 +162,13 @@ def register(
         if rows == 0 or n == 0:  # nothing to launch
             return lambda arrays, out: out if out is not None else empty(arrays[0], shape)
         c = choice.config
+        xs = rows_apart(problem)
         common = (("BLOCK", c.values["BLOCK"]), ("HINT", c.values["HINT"]), ("ND", len(shape)),
-                  ("T", dtype), ("U", c.values["U"]))  # fmt: skip
+                  ("T", dtype), ("U", c.values["U"]), ("XS", xs))  # fmt: skip
         wt = dict(template(problem)).get("WT", dtype)
         kw = {"grid": choice.grid, "threadgroup": c.threadgroup}
-        first = kernel_caller(stats, {**kw, "template": common})
-        second = kernel_caller(apply, {**kw, "template": (*common, ("WT", wt))})
+        first = kernel_caller(stats[xs], {**kw, "template": common})
+        second = kernel_caller(apply[xs], {**kw, "template": (*common, ("WT", wt))})
         part_shapes, part_dtypes = [(rows, chunks(n, dtype, c), 3)], ["float32"]
         shapes, dtypes = [shape], [output_dtype]
 

@@ -6,9 +6,10 @@ for (int d = 0; d + 1 < ND; ++d) rows *= x_shape[d];
 const int t = threadIdx.x % BLOCK;
 const long long r = (long long)blockIdx.x * ROWS + threadIdx.x / BLOCK;
 const long long nr = r < rows ? n : 0;
-const T* xr = x + (r < rows ? r : 0) * n;
+const T* xr = x + kk_row_at<ND, XS>(r < rows ? r : 0, n, x_shape, x_strides);
 T* yr = y + (r < rows ? r : 0) * n;
-if (n % kk_pack<T>::N == 0 && kk_aligned16(x) && kk_aligned16(y) EXTRA_ALIGN) {
+if (n % kk_pack<T>::N == 0 && kk_rows_aligned16<T, ND, XS>(x, x_shape, x_strides) &&
+    kk_aligned16(y) EXTRA_ALIGN) {
   CALL_ROW(true);
 } else {
   CALL_ROW(false);

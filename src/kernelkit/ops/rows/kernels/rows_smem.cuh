@@ -254,10 +254,10 @@ __device__ __forceinline__ void kk_long_store(const T* s, T* ys, long long m, fl
   }
 }
 
-// One block's part of row r: its slice [lo, lo + m) of x in, y out. `w`, `b`: the whole
-// weight and bias (null for softmax).
+// One block's part of row r: its slice [lo, lo + m) of x's row `xr` in, y out. `w`, `b`: the
+// whole weight and bias (null for softmax).
 template <class T, class W, int OP, int BLOCK, int CL, bool VECTOR>
-__device__ __forceinline__ void kk_long_row(const T* x, T* y, const W* w, const W* b, float eps,
+__device__ __forceinline__ void kk_long_row(const T* xr, T* y, const W* w, const W* b, float eps,
                                             long long r, long long n) {
   extern __shared__ __align__(16) unsigned char kk_long_smem[];
   __shared__ float red[64];
@@ -266,7 +266,6 @@ __device__ __forceinline__ void kk_long_row(const T* x, T* y, const W* w, const 
   const unsigned rank = kk_long_rank<CL>();
   const long long slice = kk_long_slice<T>(n, CL), lo = (long long)rank * slice;
   const long long m = lo >= n ? 0 : (n - lo < slice ? n - lo : slice);
-  const T* xr = x + r * n;
   // layer_norm takes its statistics of x - x[0]: a constant row's deviations are exact zeros
   // (its output is the bias, as in torch), and a large mean loses no digits
   const float sh = OP == 2 ? (float)xr[0] : 0.0f;

@@ -77,12 +77,11 @@ __device__ __forceinline__ void kk_split_load(const T* xr, long long lo, long lo
 
 // Statistics kernel: this block's chunk -> part[3 (r S + s) ...].
 template <class T, int OP, int BLOCK, int U, bool VECTOR, int HINT>
-__device__ __forceinline__ void kk_split_stats(const T* x, float* part, long long n, long long S,
+__device__ __forceinline__ void kk_split_stats(const T* xr, float* part, long long n, long long S,
                                                long long r, long long s) {
   constexpr int VEC = kk_pack<T>::N;
   constexpr long long CHUNK = (long long)BLOCK * U * VEC;
   __shared__ float red[64];
-  const T* xr = x + r * n;
   const long long lo = s * CHUNK, m = n - lo < CHUNK ? n - lo : CHUNK;
   kk_words v[U];
   kk_split_load<T, BLOCK, U, VECTOR, HINT ? KK_SPLIT_KEEP : 0>(xr, lo, n, v);
@@ -169,14 +168,13 @@ __device__ __forceinline__ void kk_split_combine(const float* pr, long long S, l
 // Apply kernel: this block's chunk of y from its chunk of x (loaded first, in flight while warp
 // 0 combines the row's statistics) and the row's statistics.
 template <class T, class W, int OP, int BLOCK, int U, bool VECTOR, int HINT>
-__device__ __forceinline__ void kk_split_apply(const T* x, T* y, const W* w, const W* bias,
+__device__ __forceinline__ void kk_split_apply(const T* xr, T* y, const W* w, const W* bias,
                                                const float* part, float eps, long long n,
                                                long long S, long long r, long long s) {
   constexpr int VEC = kk_pack<T>::N;
   constexpr long long CHUNK = (long long)BLOCK * U * VEC;
   constexpr bool WVEC = VECTOR && OP != 0;  // weights of any width in vectors (kk_wvec)
   __shared__ float p[2];
-  const T* xr = x + r * n;
   T* yr = y + r * n;
   const long long lo = s * CHUNK;
   kk_words v[U];
