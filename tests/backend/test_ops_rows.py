@@ -293,7 +293,8 @@ def test_softmax_rows_with_nan_or_plus_inf_are_nan(arrays, dtype_name):
 
 def _rows_at_strides(arrays, dtype_name):
     """(what, x as a view whose rows are apart, its values in float64): heads of a fused QKV
-    projection ([T, 3 H D] -> the K part as [T, H, D], aligned rows), columns sliced at an odd
+    projection ([T, 3 H D] -> the K part as [T, H, D], aligned rows; three of the V heads, a
+    count the kernels divide by rather than shift), columns sliced at an odd
     offset (rows misaligned: the element path), one row broadcast to four (stride 0), and with
     NumPy, rows reversed (a negative stride)."""
     t, h, d = 3, 4, 64
@@ -301,8 +302,10 @@ def _rows_at_strides(arrays, dtype_name):
     buf = put(arrays, qkv, dtype_name)
     held = exact(arrays, qkv, dtype_name)
     heads = buf[:, h * d : 2 * h * d].reshape(t, h, d)
+    three = buf[:, 2 * h * d : 2 * h * d + 3 * d].reshape(t, 3, d)  # a count not a power of two
     cases = [
         ("qkv heads", heads, held[:, h * d : 2 * h * d].reshape(t, h, d)),
+        ("three heads", three, held[:, 2 * h * d : 2 * h * d + 3 * d].reshape(t, 3, d)),
         ("odd columns", buf[:, 3 : 3 + 200], held[:, 3 : 3 + 200]),
     ]
     if arrays.use_torch:
