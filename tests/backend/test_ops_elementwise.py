@@ -426,3 +426,19 @@ def test_the_strided_kernel_broadcasts_any_shapes_as_numpy_does(arrays):
         out = arrays.full(want.shape, np.nan, np.float32)
         assert f(*args, out=out) is out
         np.testing.assert_allclose(arrays.get(out), want, rtol=2e-6, atol=2e-6, err_msg=str(case))
+
+
+def test_prepared_calls_with_python_numbers_take_each_calls_value(arrays):
+    """A warm call with Python numbers among its inputs is prepared too (its key: the arrays'
+    signature and each input's class): each call's numbers reach the kernel, into out= and not,
+    with a broadcast input beside them; a number first (no array to sign) stays correct."""
+    a = RNG.standard_normal((3, 8)).astype(np.float32)
+    c = RNG.standard_normal(8).astype(np.float32)
+    da, dc = arrays.put(a), arrays.put(c)
+    f = ops.elementwise("y = a * s + c")
+    out = arrays.full((3, 8), np.nan, np.float32)
+    for s in (0.5, -2.0, 3, True, 1e-3, 7):
+        np.testing.assert_allclose(arrays.get(f(da, s, dc)), a * float(s) + c, rtol=1e-6)
+        assert f(da, s, dc, out=out) is out
+        np.testing.assert_allclose(arrays.get(out), a * float(s) + c, rtol=1e-6)
+        np.testing.assert_allclose(arrays.get(f(s, da, dc)), float(s) * a + c, rtol=1e-6)

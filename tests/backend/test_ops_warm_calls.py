@@ -151,6 +151,7 @@ MAX_CALLS = {
     "elementwise by name": 6,  # f(a=..., b=...): the same prepared call as f(..., ...)
     "elementwise bias [N]": 6,  # broadcast by the strided kernel: no views made per call
     "elementwise per-row [M, 1]": 6,  # (both were 62-64 calls: validated every call)
+    "elementwise Python number": 8,  # the number's place signed as None (was 29: validated)
     "matmul": 6,
     "matmul out=": 6,
     "rms_norm": 6,  # its eps (a float32 scalar) stored without a setter
@@ -195,6 +196,7 @@ def test_a_warm_op_call_on_torch_tensors_counts_its_python_calls(backend, case):
         "elementwise by name": lambda: swiglu(b=x, a=x),
         "elementwise bias [N]": lambda: swiglu(x, weight[0]),
         "elementwise per-row [M, 1]": lambda: swiglu(weight[:, :1], x),
+        "elementwise Python number": lambda: swiglu(x, 0.5),
         "matmul": lambda: ops.matmul(row, weight, transpose_b=True),
         "matmul out=": lambda: ops.matmul(row, weight, transpose_b=True, out=out_row),
         "rms_norm": lambda: ops.rms_norm(x, weight[0], 1e-6),

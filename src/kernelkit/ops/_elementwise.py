@@ -343,15 +343,15 @@ class Elementwise:
         outs = outs[0] if outs is not None and len(self.outputs) == 1 else outs
         try:
             key = None
-            if not scalars and args and not kwargs and len(self.outputs) == 1:
-                key = signature((*args, out))
+            if args and not kwargs and len(self.outputs) == 1:
+                key = signature((*args, out)) if not scalars else _numbers_key(args, out)
             if key is None:
                 return self._runner.run(views, dtype, outs, options, signature=sig)
             result, run = self._runner.first(views, dtype, outs, options)
             extras = (self.op.generation, FORCED.get(),
                       _config.config.select_force, AD.module._current_level)  # fmt: skip
             store(self._table, (key, *extras), run)
-            if out is None:
+            if out is None and not scalars:
                 self._recent.remember(args, extras, run)
         except OverflowError:  # an int scalar too large for a float: the same error as above
             self._bind_args(args, kwargs, out)
@@ -439,10 +439,45 @@ def call(self: Elementwise, args: tuple, out: Any, kwargs: dict[str, Any]) -> An
             try:
                 key = (sign((*args, out)), *extras)
                 run = self._table[key]
-            except Exception:  # noqa: BLE001, S110 - a new signature: validated below
-                pass
+            except Exception:  # noqa: BLE001 - Python numbers among the inputs, or new: below
+                result = _with_numbers(self._table, sign, args, out, extras)
+                if result is not MISS:
+                    return result
             else:
                 if run not in self._recent.tried:
                     self._recent.again(args, extras, run, None, out)
                 return run(list(args), out)
     return self._call(args, out, kwargs)
+
+
+_NUMBERS = (float, int, bool)  # inputs passed by value (as float32), by their exact class
+
+
+def _numbers_key(args: tuple, out: Any) -> Any:
+    """The prepared key of a call whose inputs include Python numbers: the arrays' signature
+    (None in each number's place) and every input's class; None where the arrays have none."""
+    kinds = tuple(map(type, args))
+    arrays = tuple(None if k in _NUMBERS else a for k, a in zip(kinds, args))
+    sig = signature((*arrays, out))
+    return None if sig is None else (kinds, sig)
+
+
+def _with_numbers(table: dict[Any, Any], sign: Any, args: tuple, out: Any, extras: tuple) -> Any:
+    """``call``'s prepared run for inputs that include Python numbers (``_numbers_key``), each
+    passed as a float; ``MISS`` where none is prepared, or a number is no float (an int too
+    large: the validating path names it). Loops, not comprehensions: each of those would be one
+    more Python call on every warm call."""
+    kinds = tuple(map(type, args))
+    arrays: list[Any] = []
+    values: list[Any] = []
+    try:
+        for k, a in zip(kinds, args):
+            number = k in _NUMBERS
+            arrays.append(None if number else a)
+            values.append(float(a) if number else a)
+        arrays.append(out)
+        key = ((kinds, sign(tuple(arrays))), *extras)
+        run = table[key]
+    except Exception:  # noqa: BLE001 - not prepared (or not a call it can describe)
+        return MISS
+    return run(values, out)
