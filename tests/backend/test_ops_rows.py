@@ -121,6 +121,11 @@ def test_a_config_too_small_for_the_row_cannot_be_forced(arrays):
     with pytest.raises(kernelkit.ArgumentError, match="does not fit"):
         with force("softmax", "rows", {"BLOCK": 32, "ITEMS": 1, "threadgroup": (32,)}):
             ops.softmax(x)
+    short = arrays.put(np.ones((4, 16), np.float32))  # fewer than 32 threads a row: whole warps
+    for bad in ({"BLOCK": 8, "ITEMS": 2, "ROWS": 1}, {"BLOCK": 16, "ITEMS": 0, "ROWS": 2}):
+        with pytest.raises(kernelkit.ArgumentError, match="multiple of 32"):
+            with force("softmax", "rows", {**bad, "threadgroup": (bad["BLOCK"] * bad["ROWS"],)}):
+                ops.softmax(short)
 
 
 def test_other_dims_non_contiguous_inputs_and_out(arrays):
@@ -199,7 +204,8 @@ def _cpu_configs():
     on CUDA, every config."""
     from kernelkit.ops._rowops import config
 
-    return [config(32, 1, 4), config(32, 8, 2), config(64, 2, 4), config(128, 4, 2)]
+    return [config(32, 1, 4), config(32, 8, 2), config(64, 2, 4), config(128, 4, 2),
+            config(8, 2, 4), config(16, 1, 8)]  # fmt: skip  # (8 and 16: a warp's lanes a row)
 
 
 @pytest.mark.parametrize("dtype_name", ["float32", "bfloat16"])

@@ -351,10 +351,11 @@ def test_outputs_on_a_device_are_compared_there(db, monkeypatch):
     t = kernelkit.tune_op("softmax", "8x64", framework="torch", limit=2, quiet=True, store=False)
     r = t.results[0]
     assert seen and all(m.startswith("torch") for m in seen), seen
-    assert [c.status for c in r.candidates] == ["ok"] * len(r.candidates), r.report()
+    timed = [c.status for c in r.candidates if c.status != "skipped"]  # (configs too small)
+    assert timed == ["ok"] * len(timed) and len(timed) >= 2, r.report()
     monkeypatch.setattr(
         tuner, "compare_on_device", lambda ref, got, dtype: real(ref, got * 2, dtype)
     )
     r = kernelkit.tune_op("softmax", "8x64", framework="torch", limit=2, quiet=True,
                           store=False).results[0]  # fmt: skip
-    assert {c.status for c in r.candidates} == {"rejected"}, r.report()
+    assert {c.status for c in r.candidates} - {"skipped"} == {"rejected"}, r.report()

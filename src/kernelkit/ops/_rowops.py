@@ -15,8 +15,9 @@ from ._common import vec_width
 
 __all__ = ["CONFIGS", "config", "fits", "grid", "heuristic", "layouts", "match", "rows_apart"]
 
-BLOCKS = (32, 64, 128, 256, 512, 1024)
+BLOCKS = (8, 16, 32, 64, 128, 256, 512, 1024)
 ITEMS = (0, 1, 2, 4, 8)
+ROWS = (1, 2, 4, 8)
 
 
 def config(block: int, items: int, rows: int = 1) -> Config:
@@ -26,13 +27,19 @@ def config(block: int, items: int, rows: int = 1) -> Config:
 
 # Several rows per block only for short rows in registers; at most 2048 vectors per block, so
 # that every config's registers fit a block (layer_norm's 1024 x 4 took 72 registers a thread,
-# more than the 64 a block of 1024 threads may have: the launch was refused).
+# more than the 64 a block of 1024 threads may have: the launch was refused). Fewer than 32
+# threads a row (8 or 16: a head's 64-256 elements, a router's 8-64 experts) only in registers
+# and with whole warps a block (their reductions are shuffles among all 32 lanes); 8 rows a
+# block only for those.
 CONFIGS = tuple(
     config(b, i, r)
     for b in BLOCKS
     for i in ITEMS
-    for r in (1, 2, 4)
-    if (r == 1 or (b <= 128 and i > 0)) and b * r * i <= 2048
+    for r in ROWS
+    if (r == 1 or (b <= 128 and i > 0))
+    and b * r * i <= 2048
+    and (b >= 32 or (i > 0 and b * r >= 32))
+    and (r < 8 or b < 32)
 )
 DTYPES = ("float16", "bfloat16", "float32")
 
@@ -52,8 +59,11 @@ def grid(problem: Problem, config: Config) -> tuple[int, int, int]:
 
 
 def fits(problem: Problem, config: Config) -> str | None:
-    """A register-resident config must hold the whole row."""
+    """A register-resident config must hold the whole row; fewer than 32 threads a row only in
+    registers and with whole warps a block (``CONFIGS``: a forced config may be anything)."""
     items, block = config.values["ITEMS"], config.values["BLOCK"]
+    if block < 32 and (items == 0 or (block * _rows_per_block(config)) % 32):
+        return f"{block} threads a row need ITEMS > 0 and ROWS * BLOCK a multiple of 32"
     if items == 0:
         return None
     cap = block * items * vec_width(problem.arg("x").dtype)  # type: ignore[operator]
@@ -66,18 +76,25 @@ def heuristic(problem: Problem, target: Target) -> Config | None:
     thread where the row allows (fewer, wider threads reduce faster), 2 where there are fewer
     rows than multiprocessors (each row's latency is then the op's: more threads share it), with
     rows sharing a block up to 128 threads when there are thousands of rows; else the loop.
+    A short row takes 8 threads (16 where there are fewer rows than multiprocessors), not a
+    warp, with 8 rows a block.
 
     The 2 comes from an exhaustive sweep on an H100 (``benchmarks/tables_vs_sweep.py``): at
     1-128 rows of 3584-8192 bf16 elements layer_norm's best kept 2 vectors a thread in 9 of 12
-    problems, and 4 a thread was 1.03-1.32x the best; from 2048 rows on, 4 was the best."""
+    problems, and 4 a thread was 1.03-1.32x the best; from 2048 rows on, 4 was the best. The
+    short rows from a sweep of every register config on an H200 (65536 rows of 8-512
+    elements): a warp a row left most of its lanes idle below 32 vectors a row, 1.7-2.7x the
+    best config's time at 8-128 bf16 elements (rms_norm at 128: 12.1 µs against 7.0), where 8
+    threads a row and 8 rows a block were the best or within 3% of it."""
+    few = problem.attr("rows") < target.multiprocessor_count
     vectors = -(-problem.attr("N") // vec_width(problem.arg("x").dtype))
-    per = 2 if problem.attr("rows") < target.multiprocessor_count else 4
-    block = min(1024, max(32, _pow2_at_least(-(-vectors // per))))
+    per = 2 if few else 4
+    block = min(1024, max(16 if few else 8, _pow2_at_least(-(-vectors // per))))
     items = _pow2_at_least(-(-vectors // block))
     if block * items > 2048:  # more than a block's registers hold (see CONFIGS)
         return config(1024, 0)
-    rows = 1
-    while block * rows < 128 and rows < 4 and problem.attr("rows") >= 1024 * rows:
+    rows, most = max(1, 32 // block), 8 if block < 32 else 4
+    while block * rows < 128 and rows < most and problem.attr("rows") >= 1024 * rows:
         rows *= 2
     return config(block, items, rows)
 

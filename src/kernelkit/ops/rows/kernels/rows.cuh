@@ -2,21 +2,27 @@
 template <class T> struct kk_pack { static constexpr int N = 16 / sizeof(T); };
 template <class T> struct alignas(16) kk_vec { T v[kk_pack<T>::N]; };
 
+// The total of each aligned group of G lanes (a warp: G = 32), in every lane of the group; all
+// 32 lanes of the warp take part.
+template <int G = 32>
 __device__ __forceinline__ float kk_warp_sum(float v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  for (int o = G / 2; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;
 }
+template <int G = 32>
 __device__ __forceinline__ float kk_warp_max(float v) {
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  for (int o = G / 2; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
   return v;
 }
 // Every thread of a row's BLOCK threads gets the row's total. `red` holds 32 floats of shared
 // memory (one per warp of the block: a block holds ROWS rows of BLOCK threads, at most 1024
 // threads). Each reduction of a row function gets its own `red`, so no barrier is needed after
-// reading it back.
+// reading it back. BLOCK < 32 (short rows: 8 or 16 threads a row, ROWS * BLOCK a whole number of
+// warps): the row's lanes of one warp, by shuffles alone.
 template <int BLOCK, bool MAX>
 __device__ __forceinline__ float kk_block_reduce(float v, float* red) {
-  v = MAX ? kk_warp_max(v) : kk_warp_sum(v);
+  constexpr int G = BLOCK < 32 ? BLOCK : 32;
+  v = MAX ? kk_warp_max<G>(v) : kk_warp_sum<G>(v);
   if (BLOCK > 32) {
     constexpr int W = BLOCK / 32;  // warps per row
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;

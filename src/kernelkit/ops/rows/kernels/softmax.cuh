@@ -29,7 +29,7 @@ __device__ __forceinline__ void kk_softmax_merge(float& m, float& s, float m2, f
 // for both. `red` holds 64 floats.
 template <int BLOCK>
 __device__ __forceinline__ void kk_softmax_reduce(float& m, float& s, float* red) {
-  for (int o = 16; o > 0; o >>= 1)
+  for (int o = (BLOCK < 32 ? BLOCK : 32) / 2; o > 0; o >>= 1)  // (BLOCK < 32: the row's lanes)
     kk_softmax_merge(m, s, __shfl_xor_sync(0xffffffffu, m, o),
                      __shfl_xor_sync(0xffffffffu, s, o));
   if (BLOCK > 32) {
