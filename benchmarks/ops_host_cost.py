@@ -108,6 +108,13 @@ def main() -> int:
     o_row, o_mm = torch.empty_like(a), torch.empty(1, 64, device=device)
     k = kernelkit.kernel("host_cost", ["x"], ["y"], "if (threadIdx.x == 0) y[0] = x[0];")
     swiglu = ops.elementwise("y = a * silu(b)")
+    scale = ops.elementwise("y = a * s")
+    heads = torch.randn(2, 3, 4, 16, device=device)[:, 0]  # [2, 4, 16]: rows apart
+    w16 = torch.randn(16, device=device)
+
+    def rms16(v):
+        return F.rms_norm(v, (16,), w16, 1e-6)
+
     geo = {"grid": (1, 1, 1), "threadgroup": (32, 1, 1)}
     cases = [
         ("bare kernel, out=", lambda: k([a], out=[o_row], **geo), None),
@@ -121,6 +128,9 @@ def main() -> int:
         ("rms_norm", lambda: ops.rms_norm(a, wv, 1e-6), lambda: F.rms_norm(a, (64,), wv, 1e-6)),
         ("elementwise a*silu(b)", lambda: swiglu(a, b), lambda: a * F.silu(b)),
         ("elementwise, out=", lambda: swiglu(a, b, out=o_row), None),
+        ("elementwise, bias [N]", lambda: swiglu(a, wv), lambda: a * F.silu(wv)),
+        ("elementwise, a number", lambda: scale(a, 0.5), lambda: a * 0.5),
+        ("rms_norm, rows apart", lambda: ops.rms_norm(heads, w16, 1e-6), lambda: rms16(heads)),
         ("matmul M=1", lambda: ops.matmul(x, w, transpose_b=True), lambda: F.linear(x, w)),
         ("matmul M=1, out=", lambda: ops.matmul(x, w, transpose_b=True, out=o_mm), None),
     ]

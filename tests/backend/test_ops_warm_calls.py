@@ -151,7 +151,7 @@ MAX_CALLS = {
     "elementwise by name": 6,  # f(a=..., b=...): the same prepared call as f(..., ...)
     "elementwise bias [N]": 6,  # broadcast by the strided kernel: no views made per call
     "elementwise per-row [M, 1]": 6,  # (both were 62-64 calls: validated every call)
-    "elementwise Python number": 8,  # the number's place signed as None (was 29: validated)
+    "elementwise Python number": 7,  # the number's place signed as None (was 29: validated)
     "matmul": 6,
     "matmul out=": 6,
     "rms_norm": 6,  # its eps (a float32 scalar) stored without a setter

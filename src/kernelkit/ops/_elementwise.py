@@ -91,6 +91,7 @@ class Elementwise:
         self._known: dict[Any, Any] = {}  # argument signature -> (dtype, options, no views)
         self._table: dict[Any, Any] = {}  # (signature, generation, forced) -> run(arrays, out)
         self._recent = Recent()  # (check(*arrays), (generation, forced), run): no out=
+        self._numbered = False  # whether _table holds calls with Python numbers (_with_numbers)
         self._lock = threading.Lock()
         self.op = Op(f"elementwise({expression})", key=["ndim", "dtypes", "layout"])
         for impl in ("flat", "strided"):
@@ -351,6 +352,7 @@ class Elementwise:
             extras = (self.op.generation, FORCED.get(),
                       _config.config.select_force, AD.module._current_level)  # fmt: skip
             store(self._table, (key, *extras), run)
+            self._numbered = self._numbered or scalars
             if out is None and not scalars:
                 self._recent.remember(args, extras, run)
         except OverflowError:  # an int scalar too large for a float: the same error as above
@@ -436,13 +438,15 @@ def call(self: Elementwise, args: tuple, out: Any, kwargs: dict[str, Any]) -> An
                     return run(list(args), out)
         sign = SIGNERS.get(args[0].__class__)
         if sign is not None:
-            try:
-                key = (sign((*args, out)), *extras)
-                run = self._table[key]
-            except Exception:  # noqa: BLE001 - Python numbers among the inputs, or new: below
+            if self._numbered:  # prepared calls with Python numbers: one signature, no raise
                 result = _with_numbers(self._table, sign, args, out, extras)
                 if result is not MISS:
                     return result
+            try:
+                key = (sign((*args, out)), *extras)
+                run = self._table[key]
+            except Exception:  # noqa: BLE001, S110 - a new signature: validated below
+                pass
             else:
                 if run not in self._recent.tried:
                     self._recent.again(args, extras, run, None, out)

@@ -61,12 +61,12 @@ def grid(problem: Problem, config: Config) -> tuple[int, int, int]:
 def fits(problem: Problem, config: Config) -> str | None:
     """A register-resident config must hold the whole row; fewer than 32 threads a row only in
     registers and with whole warps a block (``CONFIGS``: a forced config may be anything)."""
-    items, block = config.values["ITEMS"], config.values["BLOCK"]
+    items, block = config.values["ITEMS"], int(config.values["BLOCK"])
     if block < 32 and (items == 0 or (block * _rows_per_block(config)) % 32):
         return f"{block} threads a row need ITEMS > 0 and ROWS * BLOCK a multiple of 32"
     if items == 0:
         return None
-    cap = block * items * vec_width(problem.arg("x").dtype)  # type: ignore[operator]
+    cap = block * items * vec_width(problem.arg("x").dtype)
     n = problem.attr("N")
     return None if n <= cap else f"a row of {n} elements does not fit {cap} in registers"
 
