@@ -442,3 +442,17 @@ def test_prepared_calls_with_python_numbers_take_each_calls_value(arrays):
         assert f(da, s, dc, out=out) is out
         np.testing.assert_allclose(arrays.get(out), a * float(s) + c, rtol=1e-6)
         np.testing.assert_allclose(arrays.get(f(s, da, dc)), float(s) * a + c, rtol=1e-6)
+
+
+def test_numpy_scalars_go_as_zero_d_arrays_with_and_without_out(arrays):
+    """A NumPy scalar (np.float32(2): a shape and a dtype, but no array adapter) broadcasts as a
+    0-d array, first call and later, into out= too (with out= it raised NotImplementedError
+    once the kernel took inputs unbroadcast)."""
+    a = RNG.standard_normal((2, 3)).astype(np.float32)
+    da = arrays.put(a)
+    f = ops.elementwise("y = a * b")
+    out = arrays.full((2, 3), np.nan, np.float32)
+    for b in (np.float32(2.0), np.float32(-3.0), np.float32(0.5)):
+        np.testing.assert_allclose(arrays.get(f(da, b)), a * float(b), rtol=1e-6)
+        assert f(da, b, out=out) is out
+        np.testing.assert_allclose(arrays.get(out), a * float(b), rtol=1e-6)

@@ -126,6 +126,13 @@ def test_a_config_too_small_for_the_row_cannot_be_forced(arrays):
         with pytest.raises(kernelkit.ArgumentError, match="multiple of 32"):
             with force("softmax", "rows", {**bad, "threadgroup": (bad["BLOCK"] * bad["ROWS"],)}):
                 ops.softmax(short)
+    # the reductions halve: BLOCK a power of two, BLOCK * ROWS threads a block (else rows mix)
+    for bad in ({"BLOCK": 12, "ITEMS": 1, "ROWS": 8, "threadgroup": (96,)},
+                {"BLOCK": 8, "ITEMS": 1, "ROWS": 4, "threadgroup": (16,)},
+                {"BLOCK": 32, "ITEMS": 2, "threadgroup": (64,)}):  # fmt: skip
+        with pytest.raises(kernelkit.ArgumentError, match="power of two and the threadgroup"):
+            with force("softmax", "rows", bad):
+                ops.softmax(short)
 
 
 def test_other_dims_non_contiguous_inputs_and_out(arrays):

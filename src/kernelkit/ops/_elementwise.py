@@ -17,6 +17,7 @@ sliced out of a wider array).
 from __future__ import annotations
 
 import dataclasses
+import sys
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -304,6 +305,9 @@ class Elementwise:
 
     def _call(self, args: tuple, out: Any, kwargs: dict[str, Any]) -> Any:
         """A call of a new (or an unprepared) signature: validate, describe, run, prepare."""
+        scalars_np = _numpy_scalars(args, kwargs)
+        if scalars_np:  # NumPy scalars (np.float32(2)) go as 0-d arrays, never prepared
+            args, kwargs = scalars_np
         values: tuple[Any, ...] = args if args else tuple(kwargs.get(n) for n in self.inputs)
         result = routed(
             "elementwise", [v for v in values if hasattr(v, "shape")] or [None],
@@ -344,7 +348,7 @@ class Elementwise:
         outs = outs[0] if outs is not None and len(self.outputs) == 1 else outs
         try:
             key = None
-            if args and not kwargs and len(self.outputs) == 1:
+            if args and not kwargs and len(self.outputs) == 1 and not scalars_np:
                 key = signature((*args, out)) if not scalars else _numbers_key(args, out)
             if key is None:
                 return self._runner.run(views, dtype, outs, options, signature=sig)
@@ -485,3 +489,15 @@ def _with_numbers(table: dict[Any, Any], sign: Any, args: tuple, out: Any, extra
     except Exception:  # noqa: BLE001 - not prepared (or not a call it can describe)
         return MISS
     return run(values, out)
+
+
+def _numpy_scalars(args: tuple, kwargs: dict[str, Any]) -> tuple[tuple, dict[str, Any]] | None:
+    """(args, kwargs) with each NumPy scalar (``np.generic``: it has a shape and a dtype, but no
+    array adapter takes it) as a 0-d array; None where there is none."""
+    np = sys.modules.get("numpy")
+    if np is None or not any(isinstance(v, np.generic) for v in (*args, *kwargs.values())):
+        return None
+    return (
+        tuple(np.asarray(v) if isinstance(v, np.generic) else v for v in args),
+        {k: np.asarray(v) if isinstance(v, np.generic) else v for k, v in kwargs.items()},
+    )

@@ -59,10 +59,16 @@ def grid(problem: Problem, config: Config) -> tuple[int, int, int]:
 
 
 def fits(problem: Problem, config: Config) -> str | None:
-    """A register-resident config must hold the whole row; fewer than 32 threads a row only in
-    registers and with whole warps a block (``CONFIGS``: a forced config may be anything)."""
+    """A register-resident config must hold the whole row; BLOCK a power of two and the
+    threadgroup BLOCK * ROWS threads (the reductions pair lanes and warps by halving); fewer
+    than 32 threads a row only in registers and with whole warps a block (``CONFIGS`` are all
+    of these: a forced config may be anything)."""
     items, block = config.values["ITEMS"], int(config.values["BLOCK"])
-    if block < 32 and (items == 0 or (block * _rows_per_block(config)) % 32):
+    rows = _rows_per_block(config)
+    if block < 1 or block & (block - 1) or config.threadgroup != (block * rows, 1, 1):
+        got = f"BLOCK={block}, threadgroup {config.threadgroup}"
+        return f"BLOCK must be a power of two and the threadgroup BLOCK * ROWS threads, got {got}"
+    if block < 32 and (items == 0 or (block * rows) % 32):
         return f"{block} threads a row need ITEMS > 0 and ROWS * BLOCK a multiple of 32"
     if items == 0:
         return None
