@@ -306,7 +306,7 @@ class Elementwise:
     def _call(self, args: tuple, out: Any, kwargs: dict[str, Any]) -> Any:
         """A call of a new (or an unprepared) signature: validate, describe, run, prepare."""
         scalars_np = _numpy_scalars(args, kwargs)
-        if scalars_np:  # NumPy scalars (np.float32(2)) go as 0-d arrays, never prepared
+        if scalars_np:  # NumPy scalars (np.float32(2)) go as Python numbers, never prepared
             args, kwargs = scalars_np
         values: tuple[Any, ...] = args if args else tuple(kwargs.get(n) for n in self.inputs)
         result = routed(
@@ -492,12 +492,13 @@ def _with_numbers(table: dict[Any, Any], sign: Any, args: tuple, out: Any, extra
 
 
 def _numpy_scalars(args: tuple, kwargs: dict[str, Any]) -> tuple[tuple, dict[str, Any]] | None:
-    """(args, kwargs) with each NumPy scalar (``np.generic``: it has a shape and a dtype, but no
-    array adapter takes it) as a 0-d array; None where there is none."""
+    """(args, kwargs) with each NumPy scalar (``np.generic``: a shape and a dtype, but no array
+    adapter, and on no device) as the Python number it holds, taken as Python numbers are (by
+    value, as float32; as torch takes them); None where there is none."""
     np = sys.modules.get("numpy")
     if np is None or not any(isinstance(v, np.generic) for v in (*args, *kwargs.values())):
         return None
     return (
-        tuple(np.asarray(v) if isinstance(v, np.generic) else v for v in args),
-        {k: np.asarray(v) if isinstance(v, np.generic) else v for k, v in kwargs.items()},
+        tuple(v.item() if isinstance(v, np.generic) else v for v in args),
+        {k: v.item() if isinstance(v, np.generic) else v for k, v in kwargs.items()},
     )
