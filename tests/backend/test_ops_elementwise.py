@@ -457,3 +457,16 @@ def test_numpy_scalars_go_as_python_numbers_with_and_without_out(arrays):
         np.testing.assert_allclose(arrays.get(f(da, b)), a * float(b), rtol=1e-6)
         assert f(da, b, out=out) is out
         np.testing.assert_allclose(arrays.get(out), a * float(b), rtol=1e-6)
+
+
+def test_prepared_calls_with_two_outputs_give_each_calls_values(arrays):
+    """An expression with two outputs is prepared too (without out=): repeated calls of one
+    signature, contiguous and with a broadcast bias, each give their own data's two results."""
+    f = ops.elementwise("y = a + b; z = a * b")
+    for shape_b in ((4, 8), (8,)):
+        for _ in range(3):
+            a = RNG.standard_normal((4, 8)).astype(np.float32)
+            b = RNG.standard_normal(shape_b).astype(np.float32)
+            y, z = f(arrays.put(a), arrays.put(b))
+            np.testing.assert_allclose(arrays.get(y), a + b, rtol=1e-6, atol=1e-6)
+            np.testing.assert_allclose(arrays.get(z), a * b, rtol=1e-6, atol=1e-6)

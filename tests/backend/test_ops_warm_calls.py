@@ -151,6 +151,7 @@ MAX_CALLS = {
     "elementwise by name": 6,  # f(a=..., b=...): the same prepared call as f(..., ...)
     "elementwise bias [N]": 6,  # broadcast by the strided kernel: no views made per call
     "elementwise per-row [M, 1]": 6,  # (both were 62-64 calls: validated every call)
+    "elementwise two outputs": 7,  # prepared without out= (was 33: validated every call)
     "elementwise Python number": 7,  # the number's place signed as None (was 29: validated)
     "matmul": 6,
     "matmul out=": 6,
@@ -187,6 +188,7 @@ def test_a_warm_op_call_on_torch_tensors_counts_its_python_calls(backend, case):
     x, out = torch.randn(64, 64, generator=gen), torch.empty(64, 64)
     row, weight, out_row = torch.randn(1, 64), torch.randn(64, 64), torch.empty(1, 64)
     swiglu = ops.elementwise("y = a * silu(b)")
+    both = ops.elementwise("y = a + b; z = a * b")
     half_row, half_weight = row.half(), weight.half()
     fn = {
         "softmax": lambda: ops.softmax(x),
@@ -197,6 +199,7 @@ def test_a_warm_op_call_on_torch_tensors_counts_its_python_calls(backend, case):
         "elementwise bias [N]": lambda: swiglu(x, weight[0]),
         "elementwise per-row [M, 1]": lambda: swiglu(weight[:, :1], x),
         "elementwise Python number": lambda: swiglu(x, 0.5),
+        "elementwise two outputs": lambda: both(x, weight[0]),
         "matmul": lambda: ops.matmul(row, weight, transpose_b=True),
         "matmul out=": lambda: ops.matmul(row, weight, transpose_b=True, out=out_row),
         "rms_norm": lambda: ops.rms_norm(x, weight[0], 1e-6),

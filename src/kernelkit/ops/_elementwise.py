@@ -348,7 +348,8 @@ class Elementwise:
         outs = outs[0] if outs is not None and len(self.outputs) == 1 else outs
         try:
             key = None
-            if args and not kwargs and len(self.outputs) == 1 and not scalars_np:
+            # (several outputs: prepared without out= only, whose lists no signature takes)
+            if args and not kwargs and (out is None or len(self.outputs) == 1) and not scalars_np:
                 key = signature((*args, out)) if not scalars else _numbers_key(args, out)
             if key is None:
                 return self._runner.run(views, dtype, outs, options, signature=sig)
