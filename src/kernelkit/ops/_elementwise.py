@@ -443,7 +443,9 @@ def call(self: Elementwise, args: tuple, out: Any, kwargs: dict[str, Any]) -> An
                     return run(list(args), out)
         sign = SIGNERS.get(args[0].__class__)
         if sign is not None:
-            if self._numbered:  # prepared calls with Python numbers: one signature, no raise
+            # Python numbers among the inputs, of an op that has such calls prepared: one
+            # signature, no raise (the test runs in C: array-only calls sign once, below)
+            if self._numbered and not _NUMBER_SET.isdisjoint(map(type, args)):
                 result = _with_numbers(self._table, sign, args, out, extras)
                 if result is not MISS:
                     return result
@@ -460,6 +462,7 @@ def call(self: Elementwise, args: tuple, out: Any, kwargs: dict[str, Any]) -> An
 
 
 _NUMBERS = (float, int, bool)  # inputs passed by value (as float32), by their exact class
+_NUMBER_SET = frozenset(_NUMBERS)
 
 
 def _numbers_key(args: tuple, out: Any) -> Any:
