@@ -151,6 +151,23 @@ def test_other_dims_non_contiguous_inputs_and_out(arrays):
     np.testing.assert_allclose(arrays.get(out), _softmax(a), atol=2e-6)
 
 
+def test_softmax_over_other_dims_is_prepared_per_dim(arrays):
+    """Warm calls over a dimension other than the last (prepared: moved last, run, moved back)
+    give each call's own result: every dim of a 3-d array and of a transposed view, in turn and
+    again, new inputs each call (a run kept for another dim or layout would mix them up)."""
+    shape = (3, 5, 4)
+    for round_ in range(3):
+        for transposed in (False, True):
+            for dim in (0, 1, -2, -1, 2, -3):
+                a = RNG.standard_normal((4, 5, 3) if transposed else shape).astype(np.float32)
+                x = arrays.put(a)
+                if transposed:  # the same logical shape, other strides
+                    x, a = x.permute(2, 1, 0) if arrays.use_torch else x.T, a.T
+                got = arrays.get(ops.softmax(x, dim))
+                want = np.moveaxis(_softmax(np.moveaxis(a.astype(np.float64), dim, -1)), -1, dim)
+                np.testing.assert_allclose(got, want, atol=2e-6, err_msg=f"{round_} {dim}")
+
+
 def test_bad_arguments_name_themselves(arrays):
     x = arrays.put(np.ones((2, 8), np.float32))
     with pytest.raises(kernelkit.ArgumentError, match="dim"):
@@ -212,7 +229,8 @@ def _cpu_configs():
     from kernelkit.ops._rowops import config
 
     return [config(32, 1, 4), config(32, 8, 2), config(64, 2, 4), config(128, 4, 2),
-            config(8, 2, 4), config(16, 1, 8)]  # fmt: skip  # (8 and 16: a warp's lanes a row)
+            config(8, 2, 4), config(16, 1, 8), config(1, 2, 32), config(4, 1, 16)]  # fmt: skip
+    # (1-16: a warp's lanes a row)
 
 
 @pytest.mark.parametrize("dtype_name", ["float32", "bfloat16"])

@@ -44,6 +44,7 @@ def _op_call(op: str, x, w, b, weight):
     silu_mul = ops.elementwise("y = a * b / (1 + exp(-b))")
     return {
         "softmax": (ops.softmax, (x,), {}),
+        "softmax dim=0": (ops.softmax, (x,), {"dim": 0}),
         "rms_norm": (ops.rms_norm, (x, w), {}),
         "layer_norm": (ops.layer_norm, (x, w, b), {}),
         "matmul": (ops.matmul, (x, weight), {"transpose_b": True}),
@@ -66,7 +67,9 @@ def _arrays(framework: str):
 
 
 @pytest.mark.parametrize("framework", ["numpy", "torch"])
-@pytest.mark.parametrize("op", ["softmax", "rms_norm", "layer_norm", "matmul", "elementwise"])
+@pytest.mark.parametrize(
+    "op", ["softmax", "softmax dim=0", "rms_norm", "layer_norm", "matmul", "elementwise"]
+)
 def test_a_warm_op_call_is_a_handful_of_python_calls(framework, op):
     fn, args, kwargs = _op_call(op, *_arrays(framework))
     calls, names = _python_calls(fn, *args, **kwargs)

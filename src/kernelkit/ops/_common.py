@@ -501,10 +501,20 @@ def move_last(x: Any, dim: Any, name: str) -> tuple[Any, Callable[[Any], Any] | 
     dim = int(dim) % ndim
     if dim == ndim - 1:
         return x, None
+    there, back = movers(x, dim)
+    return there(x), back
+
+
+def movers(x: Any, dim: int) -> tuple[Callable[[Any], Any], Callable[[Any], Any]]:
+    """(move dimension ``dim`` of an array like ``x`` last, move the last back to ``dim``), each
+    a view: torch's movedim, or the permutation's transpose (NumPy, CuPy and JAX arrays: a call in
+    C, where NumPy's moveaxis runs a dozen Python functions)."""
     if hasattr(x, "movedim"):
-        return x.movedim(dim, -1), lambda y: y.movedim(-1, dim)
-    xp = namespace(x)
-    return xp.moveaxis(x, dim, -1), lambda y: xp.moveaxis(y, -1, dim)
+        return (lambda a: a.movedim(dim, -1)), (lambda y: y.movedim(-1, dim))
+    ndim = len(x.shape)
+    order = (*(d for d in range(ndim) if d != dim), dim)
+    inverse = tuple(order.index(d) for d in range(ndim))
+    return (lambda a: a.transpose(order)), (lambda y: y.transpose(inverse))
 
 
 def empty(x: Any, shape: Sequence[int]) -> Any:

@@ -15,9 +15,9 @@ from ._common import vec_width
 
 __all__ = ["CONFIGS", "config", "fits", "grid", "heuristic", "layouts", "match", "rows_apart"]
 
-BLOCKS = (8, 16, 32, 64, 128, 256, 512, 1024)
+BLOCKS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 ITEMS = (0, 1, 2, 4, 8)
-ROWS = (1, 2, 4, 8)
+ROWS = (1, 2, 4, 8, 16, 32, 64, 128)
 
 
 def config(block: int, items: int, rows: int = 1) -> Config:
@@ -30,7 +30,8 @@ def config(block: int, items: int, rows: int = 1) -> Config:
 # more than the 64 a block of 1024 threads may have: the launch was refused). Fewer than 32
 # threads a row (8 or 16: a head's 64-256 elements, a router's 8-64 experts) only in registers
 # and with whole warps a block (their reductions are shuffles among all 32 lanes); 8 rows a
-# block only for those.
+# block only for those. Fewer than 8 threads a row (1, 2 or 4: rows of one to a few vectors, a
+# router's 8 experts, where 8 threads a row left 7 idle) in blocks of 32, 64 or 128 threads.
 CONFIGS = tuple(
     config(b, i, r)
     for b in BLOCKS
@@ -40,6 +41,8 @@ CONFIGS = tuple(
     and b * r * i <= 2048
     and (b >= 32 or (i > 0 and b * r >= 32))
     and (r < 8 or b < 32)
+    and (r < 16 or b < 8)
+    and (b >= 8 or b * r in (32, 64, 128))
 )
 DTYPES = ("float16", "bfloat16", "float32")
 

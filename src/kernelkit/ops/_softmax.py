@@ -10,7 +10,7 @@ from .._errors import ArgumentError
 from .._pipeline.key import MISS
 from .._select.select import Selection
 from . import _rows
-from ._common import move_last
+from ._common import move_last, movers
 from ._prepared import AD, EAGER_SIGNERS, FORCED, SIGNERS, Recent, routed, signature, store
 from ._rows import make_row_op
 
@@ -111,19 +111,28 @@ def _first(x: Any, dim: Any, out: Any, route: bool) -> Any:
         result = routed("softmax", (x,), (x, int(dim)), out)
         if result is not NotImplemented:
             return result
-    if back is not None:
-        if out is not None:
-            raise ArgumentError("[softmax] out= is only supported for dim=-1 (the last dimension)")
-        return back(_RUNNER.run([moved], moved.dtype, None, {}))
+    if back is not None and out is not None:
+        raise ArgumentError("[softmax] out= is only supported for dim=-1 (the last dimension)")
     key = signature((x, out), not route)
     extras = (dim.__class__, dim, OP.generation, FORCED.get(),
               _config.config.select_force, AD.module._current_level)  # fmt: skip
-    y, run = _RUNNER.first([x], x.dtype, out, {})
+    y, run = _RUNNER.first([moved], x.dtype, out, {})
+    if back is not None:  # another dimension: its rows moved last (a copy), and moved back
+        y, run = back(y), _moved(run, *movers(x, int(dim) % len(x.shape)))
     if key is not None:
         store(_TABLE if route else _EAGER, (key, *extras), run)
         if out is None:
             (_RECENT if route else _RECENT_EAGER).remember((x,), extras, run)
     return y
+
+
+def _moved(run: Any, there: Any, back: Any) -> Any:
+    """``run(arrays, out)`` over x's dimension moved last, as a run over x itself (out None)."""
+
+    def run_moved(arrays: Any, out: Any) -> Any:
+        return back(run([there(arrays[0])], None))
+
+    return run_moved
 
 
 def _explain(x: Any, dim: int = -1) -> Selection:
