@@ -289,3 +289,32 @@ def test_arrays_checked_through_their_attributes_launch_warm_calls_from_c():
         print("ok")
     """)
     assert out.strip().endswith("ok")
+
+
+def test_elementwise_calls_with_a_number_launch_from_c_and_other_numbers_get_theirs():
+    """A call with a Python float (a scale, a decode loop's constant) is taken by a call
+    repeated in C, which compares the number's bits: the same float launches with no Python
+    frame below the op's own; another float, an int, a bool, a NumPy scalar, a number in
+    another place each get their own result, through the prepared signature."""
+    out = _run("""
+        import numpy as np
+        g = torch.Generator().manual_seed(5)
+        x, z = torch.randn(5, 70, generator=g), torch.randn(70, generator=g)
+        f = ops.elementwise("y = a * b + c")
+        fn = lambda: f(x, 0.5, z)
+        ref = lambda: (x.to(F64) * 0.5 + z.to(F64)).float()
+        seen, launches, served = warm(fn, ref, f._recent)
+        assert seen == ["__call__", "call"] and launches == 1, (seen, launches)
+        assert served == [3] and f._recent.entries == (), served
+        for b in (0.25, 2, True, np.float32(1.5), -3.0, 0.5, 0.25, 2, 0.5, -0.0, 1e30):
+            for _ in range(2):
+                got = f(x, b, z)
+                torch.testing.assert_close(got, (x.to(F64) * float(b) + z.to(F64)).float())
+        assert len(f._recent.calls) == 1, f._recent.calls  # ints and bools make no Call
+        torch.testing.assert_close(f(0.5, x, z), (x.to(F64) * 0.5 + z.to(F64)).float())
+        served = f._recent.calls[0][0].served
+        fn()
+        assert f._recent.calls[0][0].served == served + 1
+        print("ok")
+    """)
+    assert out.strip().endswith("ok")

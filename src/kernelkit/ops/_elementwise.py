@@ -358,7 +358,8 @@ class Elementwise:
                       _config.config.select_force, AD.module._current_level)  # fmt: skip
             store(self._table, (key, *extras), run)
             self._numbered = self._numbered or scalars
-            if out is None and not scalars:
+            # numbers: a call repeated in C takes later calls with the same floats
+            if out is None and (not scalars or _floats_only(key[0])):
                 self._recent.remember(args, extras, run)
         except OverflowError:  # an int scalar too large for a float: the same error as above
             self._bind_args(args, kwargs, out)
@@ -446,7 +447,7 @@ def call(self: Elementwise, args: tuple, out: Any, kwargs: dict[str, Any]) -> An
             # Python numbers among the inputs, of an op that has such calls prepared: one
             # signature, no raise (the test runs in C: array-only calls sign once, below)
             if self._numbered and not _NUMBER_SET.isdisjoint(map(type, args)):
-                result = _with_numbers(self._table, sign, args, out, extras)
+                result = _with_numbers(self, sign, args, out, extras)
                 if result is not MISS:
                     return result
             try:
@@ -474,11 +475,20 @@ def _numbers_key(args: tuple, out: Any) -> Any:
     return None if sig is None else (kinds, sig)
 
 
-def _with_numbers(table: dict[Any, Any], sign: Any, args: tuple, out: Any, extras: tuple) -> Any:
+def _floats_only(kinds: tuple) -> bool:
+    """Whether the numbers among inputs of these classes are all floats (ints and bools go to
+    the kernel as floats, which a call repeated in C, comparing classes, would never take)."""
+    return int not in kinds and bool not in kinds
+
+
+def _with_numbers(self: Elementwise, sign: Any, args: tuple, out: Any, extras: tuple) -> Any:
     """``call``'s prepared run for inputs that include Python numbers (``_numbers_key``), each
     passed as a float; ``MISS`` where none is prepared, or a number is no float (an int too
     large: the validating path names it). Loops, not comprehensions: each of those would be one
-    more Python call on every warm call."""
+    more Python call on every warm call. Without out=, the run's call repeated in C is kept
+    (``Recent.again``): it takes later calls whose numbers are the same floats (a scale, an
+    epsilon: what a decode loop passes), checking the arrays and the numbers' bits in C, and
+    hands any other call back here."""
     kinds = tuple(map(type, args))
     arrays: list[Any] = []
     values: list[Any] = []
@@ -489,9 +499,11 @@ def _with_numbers(table: dict[Any, Any], sign: Any, args: tuple, out: Any, extra
             values.append(float(a) if number else a)
         arrays.append(out)
         key = ((kinds, sign(tuple(arrays))), *extras)
-        run = table[key]
+        run = self._table[key]
     except Exception:  # noqa: BLE001 - not prepared (or not a call it can describe)
         return MISS
+    if out is None and run not in self._recent.tried and _floats_only(kinds):
+        self._recent.again(args, extras, run)
     return run(values, out)
 
 
