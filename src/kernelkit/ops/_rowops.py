@@ -81,28 +81,29 @@ def fits(problem: Problem, config: Config) -> str | None:
 
 
 def heuristic(problem: Problem, target: Target) -> Config | None:
-    """The smallest block that keeps the row in at most 8 vectors per thread, at least 4 per
-    thread where the row allows (fewer, wider threads reduce faster), 2 where there are fewer
-    rows than multiprocessors (each row's latency is then the op's: more threads share it), with
-    rows sharing a block up to 128 threads when there are thousands of rows; else the loop.
-    A short row takes 8 threads (16 where there are fewer rows than multiprocessors), not a
-    warp, with 8 rows a block.
+    """The smallest block that keeps the row in few vectors per thread: one a thread for rows of
+    one or two vectors, two up to 16 vectors, four beyond (fewer, wider threads reduce faster),
+    two where there are fewer rows than multiprocessors (each row's latency is then the op's:
+    more threads share it); rows sharing a block up to 128 threads when there are thousands of
+    rows; else the loop.
 
-    The 2 comes from an exhaustive sweep on an H100 (``benchmarks/tables_vs_sweep.py``): at
-    1-128 rows of 3584-8192 bf16 elements layer_norm's best kept 2 vectors a thread in 9 of 12
-    problems, and 4 a thread was 1.03-1.32x the best; from 2048 rows on, 4 was the best. The
-    short rows from a sweep of every register config on an H200 (65536 rows of 8-512
-    elements): a warp a row left most of its lanes idle below 32 vectors a row, 1.7-2.7x the
-    best config's time at 8-128 bf16 elements (rms_norm at 128: 12.1 µs against 7.0), where 8
-    threads a row and 8 rows a block were the best or within 3% of it."""
+    The 2 for few rows comes from an exhaustive sweep on an H100
+    (``benchmarks/tables_vs_sweep.py``): at 1-128 rows of 3584-8192 bf16 elements layer_norm's
+    best kept 2 vectors a thread in 9 of 12 problems, and 4 a thread was 1.03-1.32x the best;
+    from 2048 rows on, 4 was the best. The short rows from sweeps of every register config on
+    an H200 (65536 rows of 4-128 elements, rms_norm and softmax, bf16 and float32): a thread a
+    row for one vector (a router's 8 experts: 2.2 µs where 8 threads a row took 6.9), two
+    threads of one vector each for two, two vectors a thread up to 16, 128 threads a block;
+    each the best or within 6% of it (float32 rows of 64: 9%)."""
     few = problem.attr("rows") < target.multiprocessor_count
     vectors = -(-problem.attr("N") // vec_width(problem.arg("x").dtype))
-    per = 2 if few else 4
-    block = min(1024, max(16 if few else 8, _pow2_at_least(-(-vectors // per))))
+    per = 1 if vectors <= 2 else 2 if few or vectors <= 16 else 4
+    block = min(1024, _pow2_at_least(-(-vectors // per)))
     items = _pow2_at_least(-(-vectors // block))
     if block * items > 2048:  # more than a block's registers hold (see CONFIGS)
         return config(1024, 0)
-    rows, most = max(1, 32 // block), 8 if block < 32 else 4
+    rows = max(1, 32 // block)
+    most = 128 // block if block < 8 else 8 if block < 32 else 4
     while block * rows < 128 and rows < most and problem.attr("rows") >= 1024 * rows:
         rows *= 2
     return config(block, items, rows)
