@@ -46,6 +46,7 @@ GPU_ONLY = {
     "op_call_frameworks.py": [],
     "ops.py": ["--quick"],
     "rows_strided.py": [],
+    "short_rows.py": ["--sweep"],
     "tensor_map_cost.py": [],
     "tune_ray.py": [],
     "weight_stream.py": [],
