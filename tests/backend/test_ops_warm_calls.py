@@ -156,6 +156,8 @@ MAX_CALLS = {
     "elementwise per-row [M, 1]": 6,  # (both were 62-64 calls: validated every call)
     "elementwise two outputs": 7,  # prepared without out= (was 33: validated every call)
     "elementwise Python number": 7,  # the number's place signed as None (was 29: validated)
+    "elementwise Python number first": 8,  # f(0.5, x): signed by x's class (was 43)
+    "elementwise Python int": 7,  # an int makes no call repeated in C, and asks once
     "matmul": 6,
     "matmul out=": 6,
     "rms_norm": 6,  # its eps (a float32 scalar) stored without a setter
@@ -202,6 +204,8 @@ def test_a_warm_op_call_on_torch_tensors_counts_its_python_calls(backend, case):
         "elementwise bias [N]": lambda: swiglu(x, weight[0]),
         "elementwise per-row [M, 1]": lambda: swiglu(weight[:, :1], x),
         "elementwise Python number": lambda: swiglu(x, 0.5),
+        "elementwise Python number first": lambda: swiglu(0.5, x),
+        "elementwise Python int": lambda: swiglu(x, 2),
         "elementwise two outputs": lambda: both(x, weight[0]),
         "matmul": lambda: ops.matmul(row, weight, transpose_b=True),
         "matmul out=": lambda: ops.matmul(row, weight, transpose_b=True, out=out_row),

@@ -443,6 +443,8 @@ def call(self: Elementwise, args: tuple, out: Any, kwargs: dict[str, Any]) -> An
                 if kept == extras and check(*args, out):
                     return run(list(args), out)
         sign = SIGNERS.get(args[0].__class__)
+        if sign is None and self._numbered and args[0].__class__ in _NUMBER_SET:
+            sign = SIGNERS.get(_first_array(args).__class__)  # f(0.5, x): signed by x's class
         if sign is not None:
             # Python numbers among the inputs, of an op that has such calls prepared: one
             # signature, no raise (the test runs in C: array-only calls sign once, below)
@@ -475,6 +477,14 @@ def _numbers_key(args: tuple, out: Any) -> Any:
     return None if sig is None else (kinds, sig)
 
 
+def _first_array(args: tuple) -> Any:
+    """The first input that is not a Python number (None where all are)."""
+    for a in args:
+        if a.__class__ not in _NUMBER_SET:
+            return a
+    return None
+
+
 def _floats_only(kinds: tuple) -> bool:
     """Whether the numbers among inputs of these classes are all floats (ints and bools go to
     the kernel as floats, which a call repeated in C, comparing classes, would never take)."""
@@ -502,8 +512,11 @@ def _with_numbers(self: Elementwise, sign: Any, args: tuple, out: Any, extras: t
         run = self._table[key]
     except Exception:  # noqa: BLE001 - not prepared (or not a call it can describe)
         return MISS
-    if out is None and run not in self._recent.tried and _floats_only(kinds):
-        self._recent.again(args, extras, run)
+    if out is None and run not in self._recent.tried:  # once a run
+        if _floats_only(kinds):
+            self._recent.again(args, extras, run)
+        else:  # no call repeated in C for these: marked tried, never asked again
+            self._recent.tried.add(run)
     return run(values, out)
 
 

@@ -207,9 +207,11 @@ def routed(name: str, arrays: Sequence[Any], args: tuple, out: Any) -> Any:
 
 
 def signature(arrays: tuple, eager: bool = False) -> Any:
-    """The arrays' signature by the first one's class, or None where none is kept for it;
-    ``eager``: for the torch ops' implementations' tables (``EAGER_SIGNERS``)."""
-    sign = (EAGER_SIGNERS if eager else SIGNERS).get(arrays[0].__class__)
+    """The arrays' signature by the first one's class (the first that is not None: an
+    elementwise call's Python numbers are None in their places), or None where none is kept for
+    it; ``eager``: for the torch ops' implementations' tables (``EAGER_SIGNERS``)."""
+    lead = arrays[0] if arrays[0] is not None else next((a for a in arrays if a is not None), None)
+    sign = (EAGER_SIGNERS if eager else SIGNERS).get(lead.__class__)
     if sign is None:
         _install_numpy()  # (NumPy imported after the ops)
         return None
