@@ -146,6 +146,10 @@ class Timer:
 def block_rows(res: Results, args: Any, timer: Timer, deadline: float) -> None:
     modes = ["eager", "default"] + (["reduce-overhead"] if timer.cuda else [])
     for h in args.hidden:
+        # a model has one H: without a reset, Dynamo's cache on kk_block's and torch_block's code
+        # (shared by every torch.compile of them) sees the weights' shapes change, recompiles
+        # them with H symbolic, and the later H's compiled blocks time that generic code
+        torch._dynamo.reset()
         p = _params(args.d, h, args.dtype, args.device)
         for weight in p.values():  # a model's parameters: reduce-overhead's graphs read them
             torch._dynamo.mark_static_address(weight)  # in place, not copied in every replay
