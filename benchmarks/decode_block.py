@@ -3,7 +3,9 @@
 A Llama-shaped MLP block: ``rms_norm -> gate, up = matmul [H, D] -> up * silu(gate)
 (ops.elementwise) -> matmul [D, H] -> residual add``, D = 4096, H = 11008 and 14336, bf16,
 M = 1, 16, 128, 512 rows, written with kernelkit's ops and with torch's, in one process:
-both eager, both ``torch.compile(fullgraph=True)`` in default and reduce-overhead modes.
+both eager, both ``torch.compile(fullgraph=True)`` in default and reduce-overhead modes
+(compiled for each (H, M), as a decode loop of one batch size runs; ``--dynamic``: once per H,
+M symbolic).
 Per call: CUDA events around 20 back-to-back calls, 15 such batches per variant, the variants
 of a row (the block's six; an op's kernelkit and torch calls) timed in turn, one batch each per
 rep, so that a slow period of the shared host lands on all of them (``_common.paired_us``); the
@@ -145,26 +147,31 @@ class Timer:
 
 def block_rows(res: Results, args: Any, timer: Timer, deadline: float) -> None:
     modes = ["eager", "default"] + (["reduce-overhead"] if timer.cuda else [])
+    fns = {"kernelkit": kk_block, "torch": torch_block}
     for h in args.hidden:
-        # a model has one H: without a reset, Dynamo's cache on kk_block's and torch_block's code
-        # (shared by every torch.compile of them) sees the weights' shapes change, recompiles
-        # them with H symbolic, and the later H's compiled blocks time that generic code
-        torch._dynamo.reset()
         p = _params(args.d, h, args.dtype, args.device)
         for weight in p.values():  # a model's parameters: reduce-overhead's graphs read them
             torch._dynamo.mark_static_address(weight)  # in place, not copied in every replay
-        fns = {"kernelkit": kk_block, "torch": torch_block}
-        compiled = {
-            (name, mode): torch.compile(fn, fullgraph=True, mode=mode)
-            for name, fn in fns.items()
-            for mode in modes[1:]
-        }
+        compiled: dict[tuple[str, str], Any] = {}
         for m in args.rows:
             if time.perf_counter() > deadline:
                 res.add("notes", {"skipped": f"block H={h} M={m}: past --budget-s"})
                 continue
+            # Dynamo keeps its compiled code on kk_block's and torch_block's code objects,
+            # shared by every torch.compile of them: without a reset, a later H's (or M's)
+            # guards fail and the blocks are compiled again with the changed size symbolic, and
+            # generic code is timed. Static (the default): compiled for this (H, M), as a
+            # decode loop of one batch size runs; --dynamic: once per H for every M.
+            if not compiled or not args.dynamic:
+                torch._dynamo.reset()
+                compiled = {
+                    (name, mode): torch.compile(fn, fullgraph=True, mode=mode)
+                    for name, fn in fns.items()
+                    for mode in modes[1:]
+                }
             x = torch.randn(m, args.d, device=args.device).to(args.dtype)
-            torch._dynamo.maybe_mark_dynamic(x, 0)  # one compile per function for every M
+            if args.dynamic:
+                torch._dynamo.maybe_mark_dynamic(x, 0)  # one compile per function for every M
             runs = {f"{name} {mode}": fn if mode == "eager" else compiled[name, mode]
                     for mode in modes for name, fn in fns.items()}  # fmt: skip
             res.add("block", block_row(res, timer, runs, x, p, h))
@@ -264,6 +271,11 @@ def main() -> int:
     ap.add_argument("--budget-s", type=float, default=270.0, help="stop starting new rows")
     ap.add_argument("--skip-block", action="store_true")
     ap.add_argument("--skip-ops", action="store_true")
+    ap.add_argument(
+        "--dynamic",
+        action="store_true",
+        help="compile the blocks once per H for every M (M symbolic), not per (H, M)",
+    )
     args = ap.parse_args()
     cuda = not args.tiny and torch.cuda.is_available()
     if not args.tiny and not cuda:
