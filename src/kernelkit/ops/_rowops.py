@@ -82,7 +82,7 @@ def fits(problem: Problem, config: Config) -> str | None:
 
 def heuristic(problem: Problem, target: Target) -> Config | None:
     """The smallest block that keeps the row in few vectors per thread: one a thread for rows of
-    one or two vectors, two up to 16 vectors, four beyond (fewer, wider threads reduce faster),
+    one or two vectors, two up to 8 vectors, four beyond (fewer, wider threads reduce faster),
     two where there are fewer rows than multiprocessors (each row's latency is then the op's:
     more threads share it); rows sharing a block up to 128 threads when there are thousands of
     rows; else the loop.
@@ -93,11 +93,12 @@ def heuristic(problem: Problem, target: Target) -> Config | None:
     from 2048 rows on, 4 was the best. The short rows from sweeps of every register config on
     an H200 (65536 rows of 4-128 elements, rms_norm and softmax, bf16 and float32): a thread a
     row for one vector (a router's 8 experts: 2.2 µs where 8 threads a row took 6.9), two
-    threads of one vector each for two, two vectors a thread up to 16, 128 threads a block;
-    each the best or within 6% of it (float32 rows of 64: 9%)."""
+    threads of one vector each for two, two vectors a thread up to 8, four from 16 (at 16, two
+    a thread measured level in bf16 and 8% slower in float32), 128 threads a block; each the
+    best or within 6% of it."""
     few = problem.attr("rows") < target.multiprocessor_count
     vectors = -(-problem.attr("N") // vec_width(problem.arg("x").dtype))
-    per = 1 if vectors <= 2 else 2 if few or vectors <= 16 else 4
+    per = 1 if vectors <= 2 else 2 if few or vectors <= 8 else 4
     block = min(1024, _pow2_at_least(-(-vectors // per)))
     items = _pow2_at_least(-(-vectors // block))
     if block * items > 2048:  # more than a block's registers hold (see CONFIGS)
