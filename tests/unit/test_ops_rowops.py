@@ -97,3 +97,18 @@ def test_short_rows_take_one_to_eight_threads_a_row_as_the_sweep_found(n, dtype,
     few = problem(16, n, dtype)  # a decode step's few rows
     c = _rowops.heuristic(few, TARGET)
     assert c is not None and _rowops.fits(few, c) is None
+
+
+@pytest.mark.parametrize(
+    ("rows", "n", "dtype", "want"),
+    [(4096, 128, "bfloat16", (16, 1, 8)), (1024, 128, "bfloat16", (16, 1, 8)),
+     (4096, 64, "bfloat16", (8, 1, 8)), (4096, 64, "float32", (8, 2, 8)),
+     (4096, 32, "float32", (4, 2, 32)), (16384, 64, "bfloat16", (4, 2, 32))],
+)  # fmt: skip
+def test_fewer_short_rows_take_eight_elements_a_thread(rows, n, dtype, want):
+    """The H200 sweep at 1024-16384 rows of 32-128 elements: 8 elements a thread and 64-128
+    threads a block below 8192 rows (a decode step's heads), the many-rows rule from there."""
+    p = problem(rows, n, dtype)
+    c = _rowops.heuristic(p, TARGET)
+    assert c is not None and (c.values["BLOCK"], c.values["ITEMS"], c.values["ROWS"]) == want
+    assert _rowops.fits(p, c) is None

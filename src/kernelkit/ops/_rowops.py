@@ -95,17 +95,27 @@ def heuristic(problem: Problem, target: Target) -> Config | None:
     row for one vector (a router's 8 experts: 2.2 µs where 8 threads a row took 6.9), two
     threads of one vector each for two, two vectors a thread up to 8, four from 16 (at 16, two
     a thread measured level in bf16 and 8% slower in float32), 128 threads a block; each the
-    best or within 6% of it."""
-    few = problem.attr("rows") < target.multiprocessor_count
-    vectors = -(-problem.attr("N") // vec_width(problem.arg("x").dtype))
-    per = 1 if vectors <= 2 else 2 if few or vectors <= 8 else 4
+    best or within 6% of it. Fewer than 8192 such rows (a decode step's heads: 1024-4096 rows
+    of 128) did best with 8 elements a thread and 64-128 threads a block (the same sweep at
+    1024-16384 rows: bf16 4096x128 16x1x8 2.40-2.68 µs where 4x4x8 took 2.58-2.89, 1024x128
+    2.18-2.34 against 2.46-2.81)."""
+    count, vec = problem.attr("rows"), vec_width(problem.arg("x").dtype)
+    few = count < target.multiprocessor_count
+    vectors = -(-problem.attr("N") // vec)
+    if vectors <= 2:
+        per = 1
+    elif vectors <= 16 and count < 8192:  # short rows, not many: 8 elements a thread
+        per = max(1, 8 // vec)
+    else:
+        per = 2 if few or vectors <= 8 else 4
     block = min(1024, _pow2_at_least(-(-vectors // per)))
     items = _pow2_at_least(-(-vectors // block))
     if block * items > 2048:  # more than a block's registers hold (see CONFIGS)
         return config(1024, 0)
     rows = max(1, 32 // block)
     most = 128 // block if block < 8 else 8 if block < 32 else 4
-    while block * rows < 128 and rows < most and problem.attr("rows") >= 1024 * rows:
+    enough = 256 if block < 32 else 1024  # rows a block's share must leave to the others
+    while block * rows < 128 and rows < most and count >= enough * rows:
         rows *= 2
     return config(block, items, rows)
 
