@@ -442,16 +442,14 @@ def call(self: Elementwise, args: tuple, out: Any, kwargs: dict[str, Any]) -> An
             for check, kept, run in self._recent.outs:
                 if kept == extras and check(*args, out):
                     return run(list(args), out)
+        # Python numbers among the inputs, of an op that has such calls prepared: one
+        # signature, no raise (the test runs in C: array-only calls sign once, below)
+        if self._numbered and not _NUMBER_SET.isdisjoint(map(type, args)):
+            result = _with_numbers(self, args, out, extras)
+            if result is not MISS:
+                return result
         sign = SIGNERS.get(args[0].__class__)
-        if sign is None and self._numbered and args[0].__class__ in _NUMBER_SET:
-            sign = SIGNERS.get(_first_array(args).__class__)  # f(0.5, x): signed by x's class
         if sign is not None:
-            # Python numbers among the inputs, of an op that has such calls prepared: one
-            # signature, no raise (the test runs in C: array-only calls sign once, below)
-            if self._numbered and not _NUMBER_SET.isdisjoint(map(type, args)):
-                result = _with_numbers(self, sign, args, out, extras)
-                if result is not MISS:
-                    return result
             try:
                 key = (sign((*args, out)), *extras)
                 run = self._table[key]
@@ -477,24 +475,17 @@ def _numbers_key(args: tuple, out: Any) -> Any:
     return None if sig is None else (kinds, sig)
 
 
-def _first_array(args: tuple) -> Any:
-    """The first input that is not a Python number (None where all are)."""
-    for a in args:
-        if a.__class__ not in _NUMBER_SET:
-            return a
-    return None
-
-
 def _floats_only(kinds: tuple) -> bool:
     """Whether the numbers among inputs of these classes are all floats (ints and bools go to
     the kernel as floats, which a call repeated in C, comparing classes, would never take)."""
     return int not in kinds and bool not in kinds
 
 
-def _with_numbers(self: Elementwise, sign: Any, args: tuple, out: Any, extras: tuple) -> Any:
+def _with_numbers(self: Elementwise, args: tuple, out: Any, extras: tuple) -> Any:
     """``call``'s prepared run for inputs that include Python numbers (``_numbers_key``), each
-    passed as a float; ``MISS`` where none is prepared, or a number is no float (an int too
-    large: the validating path names it). Loops, not comprehensions: each of those would be one
+    passed as a float, signed by the first array's class (``f(0.5, x)`` as ``f(x, 0.5)``);
+    ``MISS`` where none is prepared, or a number is no float (an int too large: the validating
+    path names it). Loops, not comprehensions: each of those would be one
     more Python call on every warm call. Without out=, the run's call repeated in C is kept
     (``Recent.again``): it takes later calls whose numbers are the same floats (a scale, an
     epsilon: what a decode loop passes), checking the arrays and the numbers' bits in C, and
@@ -502,13 +493,16 @@ def _with_numbers(self: Elementwise, sign: Any, args: tuple, out: Any, extras: t
     kinds = tuple(map(type, args))
     arrays: list[Any] = []
     values: list[Any] = []
+    sign: Any = None
     try:
         for k, a in zip(kinds, args):
             number = k in _NUMBERS
+            if sign is None and not number:
+                sign = SIGNERS.get(k)
             arrays.append(None if number else a)
             values.append(float(a) if number else a)
         arrays.append(out)
-        key = ((kinds, sign(tuple(arrays))), *extras)
+        key = ((kinds, sign(tuple(arrays))), *extras)  # (no signer: TypeError, MISS)
         run = self._table[key]
     except Exception:  # noqa: BLE001 - not prepared (or not a call it can describe)
         return MISS
