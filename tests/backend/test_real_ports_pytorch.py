@@ -170,18 +170,6 @@ BACKWARD_2D_PORT = port(
     ("grad_input:T*",), BACKWARD_2D, ("scalar_t",),
 )  # fmt: skip
 PORTS = (FORWARD_1D_PORT, FORWARD_2D_PORT, BACKWARD_1D_PORT, BACKWARD_2D_PORT)
-HALF_GAP = (
-    "scalar_t = __half / __nv_bfloat16 (kernelkit's float16 / bfloat16): under cuda_fp16.h "
-    "`cur_weight == 0` and `float -= __half` are ambiguous (several conversions), while PyTorch "
-    "instantiates c10::Half (one conversion, to float); the CPU backend's __half converts only to "
-    "float, so it compiles there: the backends differ"
-)
-# (kernel, dtype) that NVRTC refuses: test_real_ports_nvrtc.py marks them xfail(strict=True)
-NVRTC_XFAIL = {
-    (p.name, d): HALF_GAP
-    for p in (FORWARD_1D_PORT, FORWARD_2D_PORT)
-    for d in ("float16", "bfloat16")
-}
 ACC = {"float64": "float64"}  # at::acc_type<scalar_t, true>: float for everything else
 
 
@@ -191,10 +179,7 @@ def template_for(port, dtype):
 
 
 @pytest.fixture
-def ports(backend, request):
-    dtype = request.node.callspec.params.get("dtype")
-    if backend == "cuda" and dtype in ("float16", "bfloat16"):
-        request.applymarker(pytest.mark.xfail(strict=True, reason=HALF_GAP))
+def ports(backend):
     return Ports(backend)
 
 

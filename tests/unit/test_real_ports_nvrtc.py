@@ -24,17 +24,6 @@ import test_real_ports_vllm
 from real_ports import dtype_of
 from test_cuda_compile import as_ptx
 
-
-def _xfail(module, name, dtype):
-    """A module's known NVRTC gaps, as strict xfails (they must keep failing, for their reason)."""
-    reason = getattr(module, "NVRTC_XFAIL", {}).get((name, dtype))
-    return (
-        [pytest.mark.xfail(strict=True, raises=kernelkit.CompileError, reason=reason)]
-        if reason
-        else []
-    )
-
-
 MODULES = (
     test_real_ports_apex,
     test_real_ports_caffe,
@@ -44,7 +33,7 @@ MODULES = (
     test_real_ports_vllm,
 )
 CASES = [
-    pytest.param(m, p, d, id=f"{m.__name__[16:]}-{p.name}-{d}", marks=_xfail(m, p.name, d))
+    pytest.param(m, p, d, id=f"{m.__name__[16:]}-{p.name}-{d}")
     for m in MODULES
     for p in m.PORTS
     for d in p.dtypes

@@ -149,6 +149,8 @@ class CUDABackend(Backend):
         if source.arch_specific and arch.startswith("sm_") and int(arch[3:]) >= 90:
             arch += "a"
         parts = [nvrtc.includes_for(source.needs), _text("kernelkit_prelude.cuh")]
+        if source.needs & {"fp16", "bf16"}:
+            parts.append(_text("kernelkit_half.cuh"))  # half OP number, as the CPU backend
         if "metal" in source.needs:
             parts.append(_text("kernelkit_metal.cuh"))
         if "cg" in source.needs:

@@ -1,0 +1,73 @@
+// __half and __nv_bfloat16 with built-in numbers, for bodies that mix them (PyTorch's kernels
+// do: `cur_weight == 0`, `float_sum += x[i]` with x of scalar_t). cuda_fp16.h / cuda_bf16.h
+// convert these types to every built-in type, so NVRTC finds several built-in operators for each
+// such expression and refuses it; PyTorch instantiates c10::Half, which converts to float alone,
+// and so does the CPU backend's __half (kk_cpu_half.h). These templates are exact matches, so
+// they win, and compute as the CPU backend does: the half in float, then the built-in operator
+// (float or double as the usual conversions give). Every expression they take was an error
+// before: no body that compiled changes meaning.
+template <class T>
+struct kk_num {
+  static constexpr bool value = false;
+};
+#define KK_NUM(T)                       \
+  template <>                           \
+  struct kk_num<T> {                    \
+    static constexpr bool value = true; \
+  };
+KK_NUM(bool) KK_NUM(char) KK_NUM(signed char) KK_NUM(unsigned char) KK_NUM(short)
+KK_NUM(unsigned short) KK_NUM(int) KK_NUM(unsigned) KK_NUM(long) KK_NUM(unsigned long)
+KK_NUM(long long) KK_NUM(unsigned long long) KK_NUM(float) KK_NUM(double)
+#undef KK_NUM
+template <bool B>
+struct kk_num_if {};
+template <>
+struct kk_num_if<true> {
+  using type = int;
+};
+
+// half OP number and number OP half; number OP= half (half OP= number is cuda_fp16.h's own).
+#define KK_HALF_NUM_OP(H, F, OP)                                                         \
+  template <class U, typename kk_num_if<kk_num<U>::value>::type = 0>                     \
+  __device__ __forceinline__ auto operator OP(const H& a, U b)->decltype(0.0f OP b) {    \
+    return F(a) OP b;                                                                    \
+  }                                                                                      \
+  template <class U, typename kk_num_if<kk_num<U>::value>::type = 0>                     \
+  __device__ __forceinline__ auto operator OP(U a, const H& b)->decltype(a OP 0.0f) {    \
+    return a OP F(b);                                                                    \
+  }
+#define KK_NUM_HALF_ASSIGN(H, F, OP)                                                     \
+  template <class U, typename kk_num_if<kk_num<U>::value>::type = 0>                     \
+  __device__ __forceinline__ U& operator OP(U& a, const H& b) {                          \
+    return a OP F(b);                                                                    \
+  }
+#define KK_HALF_NUM(H, F)                                                                \
+  KK_HALF_NUM_OP(H, F, +) KK_HALF_NUM_OP(H, F, -) KK_HALF_NUM_OP(H, F, *)                \
+  KK_HALF_NUM_OP(H, F, /) KK_HALF_NUM_OP(H, F, ==) KK_HALF_NUM_OP(H, F, !=)              \
+  KK_HALF_NUM_OP(H, F, <) KK_HALF_NUM_OP(H, F, >) KK_HALF_NUM_OP(H, F, <=)               \
+  KK_HALF_NUM_OP(H, F, >=) KK_NUM_HALF_ASSIGN(H, F, +=) KK_NUM_HALF_ASSIGN(H, F, -=)     \
+  KK_NUM_HALF_ASSIGN(H, F, *=) KK_NUM_HALF_ASSIGN(H, F, /=)
+
+#ifdef __CUDA_FP16_H__
+KK_HALF_NUM(__half, __half2float)
+#endif
+#ifdef __CUDA_BF16_H__
+KK_HALF_NUM(__nv_bfloat16, __bfloat162float)
+// __half OP __nv_bfloat16 (either order): both in float, as on the CPU backend.
+#define KK_HALF_BF16_OP(OP)                                                                  \
+  __device__ __forceinline__ auto operator OP(const __half& a, const __nv_bfloat16& b)       \
+      ->decltype(0.0f OP 0.0f) {                                                             \
+    return __half2float(a) OP __bfloat162float(b);                                           \
+  }                                                                                          \
+  __device__ __forceinline__ auto operator OP(const __nv_bfloat16& a, const __half& b)       \
+      ->decltype(0.0f OP 0.0f) {                                                             \
+    return __bfloat162float(a) OP __half2float(b);                                           \
+  }
+KK_HALF_BF16_OP(+) KK_HALF_BF16_OP(-) KK_HALF_BF16_OP(*) KK_HALF_BF16_OP(/)
+KK_HALF_BF16_OP(==) KK_HALF_BF16_OP(!=) KK_HALF_BF16_OP(<) KK_HALF_BF16_OP(>)
+KK_HALF_BF16_OP(<=) KK_HALF_BF16_OP(>=)
+#undef KK_HALF_BF16_OP
+#endif
+#undef KK_HALF_NUM
+#undef KK_NUM_HALF_ASSIGN
+#undef KK_HALF_NUM_OP
