@@ -16,6 +16,7 @@ _HEADERS = {  # need -> (headers to include, in order)
     "fp16": ("cuda_fp16.h",),
     "bf16": ("cuda_bf16.h",),
     "cg": ("cooperative_groups.h", "cooperative_groups/reduce.h"),
+    "limits": ("limits",),  # after the half types: libcu++ gives their numeric_limits then
 }
 
 
@@ -160,7 +161,7 @@ def library_path() -> str:
 
 
 def _find_header(name: str) -> Path | None:
-    for d in include_dirs():
+    for d in (str(STD_DIR), *include_dirs()):  # the compile's -I order
         p = Path(d) / name
         if p.is_file():
             return p
@@ -189,7 +190,7 @@ def header_digests(needs: frozenset[str]) -> tuple[tuple[str, str], ...]:
 
 def includes_for(needs: frozenset[str]) -> str:
     lines = []
-    for need in ("fp16", "bf16", "cg"):
+    for need in ("fp16", "bf16", "cg", "limits"):
         if need in needs:
             lines += [f"#include <{h}>" for h in _HEADERS[need]]
     return "\n".join(lines)

@@ -51,6 +51,8 @@ static inline float kk_bf16_to_f32(unsigned short b) { return kk_bits_f32((unsig
     H& operator/=(H o) { return *this = H(float(*this) / float(o)); }                         \
     H& operator++() { return *this += H(1.0f); }                                              \
     H& operator--() { return *this -= H(1.0f); }                                              \
+    H operator++(int) { H r = *this; ++*this; return r; }                                     \
+    H operator--(int) { H r = *this; --*this; return r; }                                     \
     H operator-() const { H r; r.__x = (unsigned short)(__x ^ 0x8000u); return r; }           \
     H operator+() const { return *this; }                                                     \
   };                                                                                          \
@@ -127,6 +129,8 @@ KK_HALF_LIMITS(__nv_bfloat16, 8, 2, 4, -125, -37, 128, 38, 0x0080u, 0x7f7fu, 0x3
     H2& operator/=(const H2& o) { x /= o.x; y /= o.y; return *this; }                         \
     H2& operator++() { ++x; ++y; return *this; }                                              \
     H2& operator--() { --x; --y; return *this; }                                              \
+    H2 operator++(int) { H2 r = *this; ++*this; return r; }                                   \
+    H2 operator--(int) { H2 r = *this; --*this; return r; }                                   \
     H2 operator-() const { return H2(-x, -y); }                                               \
     H2 operator+() const { return *this; }                                                    \
   };                                                                                          \
@@ -150,14 +154,29 @@ struct __half2_raw { unsigned short x, y; };
 struct __nv_bfloat16_raw { unsigned short x; };
 struct __nv_bfloat162_raw { unsigned short x, y; };
 
+// __hmax / __hmin: a NaN input gives the other input, two NaNs the canonical NaN (0x7fff), and
+// +0 is above -0 (cuda_fp16.h's documented semantics; not float's fmax, which may return either
+// zero).
+template <class H>
+static inline H kk_hminmax(H a, H b, bool want_max) {
+  const bool na = std::isnan(float(a)), nb = std::isnan(float(b));
+  if (na || nb) {
+    if (na && nb) { H r; r.__x = 0x7fffu; return r; }
+    return na ? b : a;
+  }
+  const float fa = float(a), fb = float(b);
+  if (fa == fb) {  // equal, or +0 and -0: the sign bit decides
+    const bool a_neg = a.__x >> 15;
+    return (want_max ? a_neg : !a_neg) ? b : a;
+  }
+  return (fa > fb) == want_max ? a : b;
+}
+
 #define KK_HALF_FUNCS(H, P, S)                                                                \
   static inline H __float2##S(float f) { return H(f); }                                       \
   static inline H __float2##S##_rn(float f) { return H(f); }                                  \
   static inline H __double2##S(double f) { return H(f); }                                     \
-  static inline H __int2##S##_rn(int i) { return H(i); }                                      \
   static inline float __##S##2float(H h) { return float(h); }                                 \
-  static inline int __##S##2int_rn(H h) { return (int)nearbyintf(float(h)); }                 \
-  static inline int __##S##2int_rz(H h) { return (int)float(h); }                             \
   static inline unsigned short __##S##_as_ushort(H h) { return h.__x; }                       \
   static inline H __ushort_as_##S(unsigned short u) { H h; h.__x = u; return h; }             \
   static inline H P##add(H a, H b) { return a + b; }                                          \
@@ -167,16 +186,18 @@ struct __nv_bfloat162_raw { unsigned short x, y; };
   static inline H P##fma(H a, H b, H c) { return H(fmaf(float(a), float(b), float(c))); }     \
   static inline H P##neg(H a) { return -a; }                                                  \
   static inline H P##abs(H a) { H r; r.__x = (unsigned short)(a.__x & 0x7fffu); return r; }   \
-  static inline H P##max(H a, H b) { return float(a) >= float(b) ? a : b; }                   \
-  static inline H P##min(H a, H b) { return float(a) <= float(b) ? a : b; }                   \
+  static inline H P##max(H a, H b) { return kk_hminmax(a, b, true); }                        \
+  static inline H P##min(H a, H b) { return kk_hminmax(a, b, false); }                       \
   static inline bool P##eq(H a, H b) { return a == b; }                                       \
-  static inline bool P##ne(H a, H b) { return a != b; }                                       \
+  static inline bool P##ne(H a, H b) { return a < b || a > b; } /* ordered: NaN -> false */  \
   static inline bool P##lt(H a, H b) { return a < b; }                                        \
   static inline bool P##le(H a, H b) { return a <= b; }                                       \
   static inline bool P##gt(H a, H b) { return a > b; }                                        \
   static inline bool P##ge(H a, H b) { return a >= b; }                                       \
   static inline bool P##isnan(H a) { return std::isnan(float(a)); }                          \
-  static inline bool P##isinf(H a) { return std::isinf(float(a)); }
+  static inline int P##isinf(H a) { /* -1, 1 or 0 */                                         \
+    return std::isinf(float(a)) ? (float(a) < 0 ? -1 : 1) : 0;                                \
+  }
 
 KK_HALF_FUNCS(__half, __h, half)
 KK_HALF_FUNCS(__nv_bfloat16, __h_bf16_, bfloat16)
@@ -231,13 +252,13 @@ static inline __nv_bfloat16 hrsqrt(__nv_bfloat16 a) { return __nv_bfloat16(1.0f 
   static inline H2 __hmax2(H2 a, H2 b) { return H2(__hmax(a.x, b.x), __hmax(a.y, b.y)); }     \
   static inline H2 __hmin2(H2 a, H2 b) { return H2(__hmin(a.x, b.x), __hmin(a.y, b.y)); }     \
   static inline bool __hbeq2(H2 a, H2 b) { return a == b; }                                   \
-  static inline bool __hbne2(H2 a, H2 b) { return a.x != b.x && a.y != b.y; }                 \
+  static inline bool __hbne2(H2 a, H2 b) { return __hne(a.x, b.x) && __hne(a.y, b.y); }       \
   static inline bool __hblt2(H2 a, H2 b) { return a < b; }                                    \
   static inline bool __hble2(H2 a, H2 b) { return a <= b; }                                   \
   static inline bool __hbgt2(H2 a, H2 b) { return a > b; }                                    \
   static inline bool __hbge2(H2 a, H2 b) { return a >= b; }                                   \
   static inline H2 __heq2(H2 a, H2 b) { return H2(H(a.x == b.x ? 1.f : 0.f), H(a.y == b.y ? 1.f : 0.f)); } \
-  static inline H2 __hne2(H2 a, H2 b) { return H2(H(a.x != b.x ? 1.f : 0.f), H(a.y != b.y ? 1.f : 0.f)); } \
+  static inline H2 __hne2(H2 a, H2 b) { return H2(H(__hne(a.x, b.x) ? 1.f : 0.f), H(__hne(a.y, b.y) ? 1.f : 0.f)); } \
   static inline H2 __hlt2(H2 a, H2 b) { return H2(H(a.x < b.x ? 1.f : 0.f), H(a.y < b.y ? 1.f : 0.f)); } \
   static inline H2 __hgt2(H2 a, H2 b) { return H2(H(a.x > b.x ? 1.f : 0.f), H(a.y > b.y ? 1.f : 0.f)); } \
   static inline H2 h2exp(H2 a) { return H2(hexp(a.x), hexp(a.y)); }                           \
@@ -256,3 +277,4 @@ static inline __nv_bfloat16 hrsqrt(__nv_bfloat16 a) { return __nv_bfloat16(1.0f 
 KK_PAIR_FUNCS(__half2, __half, half)
 KK_PAIR_FUNCS(__nv_bfloat162, __nv_bfloat16, bfloat16)
 #undef KK_PAIR_FUNCS
+#include "kk_cpu_half_more.h"

@@ -48,11 +48,42 @@ struct kk_num_if<true> {
   KK_HALF_NUM_OP(H, F, >=) KK_NUM_HALF_ASSIGN(H, F, +=) KK_NUM_HALF_ASSIGN(H, F, -=)     \
   KK_NUM_HALF_ASSIGN(H, F, *=) KK_NUM_HALF_ASSIGN(H, F, /=)
 
+// max/min of two halves (__hmax/__hmin: a NaN gives the other input) or of a half and a number
+// (in float), abs as float's, and the
+// classification functions, where the math library's float, double and integer overloads all
+// match a half: as the CPU backend gives them.
+#define KK_HALF_FUNCS(H, F, BITS)                                                          \
+  __device__ __forceinline__ H max(const H& a, const H& b) { return __hmax(a, b); }        \
+  __device__ __forceinline__ H min(const H& a, const H& b) { return __hmin(a, b); }        \
+  template <class U, typename kk_num_if<kk_num<U>::value>::type = 0>                       \
+  __device__ __forceinline__ auto max(const H& a, U b)->decltype(max(0.0f, b)) {           \
+    return max(F(a), b);                                                                   \
+  }                                                                                        \
+  template <class U, typename kk_num_if<kk_num<U>::value>::type = 0>                       \
+  __device__ __forceinline__ auto max(U a, const H& b)->decltype(max(a, 0.0f)) {           \
+    return max(a, F(b));                                                                   \
+  }                                                                                        \
+  template <class U, typename kk_num_if<kk_num<U>::value>::type = 0>                       \
+  __device__ __forceinline__ auto min(const H& a, U b)->decltype(min(0.0f, b)) {           \
+    return min(F(a), b);                                                                   \
+  }                                                                                        \
+  template <class U, typename kk_num_if<kk_num<U>::value>::type = 0>                       \
+  __device__ __forceinline__ auto min(U a, const H& b)->decltype(min(a, 0.0f)) {           \
+    return min(a, F(b));                                                                   \
+  }                                                                                        \
+  __device__ __forceinline__ float abs(const H& a) { return fabsf(F(a)); }                 \
+  __device__ __forceinline__ bool isnan(const H& a) { return __hisnan(a); }                \
+  __device__ __forceinline__ bool isinf(const H& a) { return __hisinf(a) != 0; }           \
+  __device__ __forceinline__ bool isfinite(const H& a) { return isfinite(F(a)); }          \
+  __device__ __forceinline__ bool signbit(const H& a) { return (BITS(a) >> 15) != 0; }
+
 #ifdef __CUDA_FP16_H__
 KK_HALF_NUM(__half, __half2float)
+KK_HALF_FUNCS(__half, __half2float, __half_as_ushort)
 #endif
 #ifdef __CUDA_BF16_H__
 KK_HALF_NUM(__nv_bfloat16, __bfloat162float)
+KK_HALF_FUNCS(__nv_bfloat16, __bfloat162float, __bfloat16_as_ushort)
 // __half OP __nv_bfloat16 (either order): both in float, as on the CPU backend.
 #define KK_HALF_BF16_OP(OP)                                                                  \
   __device__ __forceinline__ auto operator OP(const __half& a, const __nv_bfloat16& b)       \
@@ -68,6 +99,7 @@ KK_HALF_BF16_OP(==) KK_HALF_BF16_OP(!=) KK_HALF_BF16_OP(<) KK_HALF_BF16_OP(>)
 KK_HALF_BF16_OP(<=) KK_HALF_BF16_OP(>=)
 #undef KK_HALF_BF16_OP
 #endif
+#undef KK_HALF_FUNCS
 #undef KK_HALF_NUM
 #undef KK_NUM_HALF_ASSIGN
 #undef KK_HALF_NUM_OP
