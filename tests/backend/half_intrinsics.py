@@ -10,6 +10,9 @@ import numpy as np
 import kernelkit
 
 MODES = ("rn", "rz", "rd", "ru")
+# results that are a float's bits: any NaN matches any (the GPU's float NaN is canonical, the
+# host's keeps its operand's payload)
+FLOAT_BITS = ("a * 0.5f", "2 * a", "abs")
 INTS = ("int", "uint", "short", "ushort", "ll", "ull")
 CTYPE = {
     "int": "int",

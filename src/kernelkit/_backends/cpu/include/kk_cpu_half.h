@@ -8,7 +8,8 @@ static inline float kk_bits_f32(unsigned u) { float f; memcpy(&f, &u, 4); return
 
 static inline unsigned short kk_f32_to_f16(float f) {  // round to nearest even
   unsigned u = kk_f32_bits(f), sign = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;
-  if (a >= 0x7f800000u) return (unsigned short)(sign | (a > 0x7f800000u ? 0x7e00u : 0x7c00u));
+  if (a > 0x7f800000u) return 0x7fffu;  // NaN: the GPU's canonical NaN (cvt.rn.f16.f32)
+  if (a == 0x7f800000u) return (unsigned short)(sign | 0x7c00u);
   if (a >= 0x477ff000u) return (unsigned short)(sign | 0x7c00u);  // rounds to inf
   if (a < 0x38800000u) {  // subnormal half (or zero): add 0.5 to shift mantissa bits into place
     float r = kk_bits_f32(a) + 0.5f;
@@ -26,9 +27,9 @@ static inline float kk_f16_to_f32(unsigned short h) {
   return kk_bits_f32(sign | ((e + 112u) << 23) | (m << 13));
 }
 
-static inline unsigned short kk_f32_to_bf16(float f) {  // round to nearest even, NaN stays NaN
+static inline unsigned short kk_f32_to_bf16(float f) {  // round to nearest even
   unsigned u = kk_f32_bits(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40u);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fffu;  // NaN: the GPU's canonical NaN
   u += 0x7fffu + ((u >> 16) & 1u);
   return (unsigned short)(u >> 16);
 }
@@ -172,6 +173,10 @@ static inline H kk_hminmax(H a, H b, bool want_max) {
   return (fa > fb) == want_max ? a : b;
 }
 
+// a * b + c rounded once, as the GPU's fma.rn.f16 / .bf16 (kk_cpu_half_more.h)
+template <class H>
+static inline H kk_h_fma(H a, H b, H c);
+
 #define KK_HALF_FUNCS(H, P, S)                                                                \
   static inline H __float2##S(float f) { return H(f); }                                       \
   static inline H __float2##S##_rn(float f) { return H(f); }                                  \
@@ -183,7 +188,7 @@ static inline H kk_hminmax(H a, H b, bool want_max) {
   static inline H P##sub(H a, H b) { return a - b; }                                          \
   static inline H P##mul(H a, H b) { return a * b; }                                          \
   static inline H P##div(H a, H b) { return a / b; }                                          \
-  static inline H P##fma(H a, H b, H c) { return H(fmaf(float(a), float(b), float(c))); }     \
+  static inline H P##fma(H a, H b, H c) { return kk_h_fma(a, b, c); }                        \
   static inline H P##neg(H a) { return -a; }                                                  \
   static inline H P##abs(H a) { H r; r.__x = (unsigned short)(a.__x & 0x7fffu); return r; }   \
   static inline H P##max(H a, H b) { return kk_hminmax(a, b, true); }                        \

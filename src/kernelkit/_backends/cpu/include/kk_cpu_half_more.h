@@ -41,10 +41,16 @@ static inline H kk_h_round(long double v, int mode, long double inf_at) {
     }
   }
 }
-// A half's value rounded to an integer type (mode as above), saturating; NaN gives 0.
+template <class H>
+static inline H kk_h_fma(H a, H b, H c) {  // the product exact in a long double, the sum nearly
+  const long double inf_at = std::numeric_limits<H>::max_exponent == 16 ? 65536.0L : 0x1p128L;
+  return kk_h_round<H>((long double)float(a) * float(b) + float(c), 0, inf_at);
+}
+// A half's value rounded to an integer type (mode as above), saturating; NaN gives 0 (the
+// 64-bit types: their lowest bit pattern, 0x8000000000000000, as the GPU's cvt gives).
 template <class I>
 static inline I kk_h_to_int(float f, int mode) {
-  if (f != f) return 0;
+  if (f != f) return sizeof(I) == 8 ? (I)0x8000000000000000ull : (I)0;
   const float r = mode == 0 ? nearbyintf(f) : mode == 1 ? truncf(f) : mode == 2 ? floorf(f)
                                                                                  : ceilf(f);
   if (r <= (float)std::numeric_limits<I>::min()) return std::numeric_limits<I>::min();
