@@ -20,31 +20,38 @@ static inline long double kk_h_value(H h, long double inf_at) {
   return std::isinf(f) ? (f > 0 ? inf_at : -inf_at) : (long double)f;
 }
 // v (exact: any int64, uint64 or float fits a long double) rounded to H: mode 0 nearest even,
-// 1 toward zero, 2 down, 3 up. H(float(v)) (past the largest finite: that) is within one step
-// of each answer.
+// 1 toward zero, 2 down, 3 up; sticky (-1, 0, 1): the true value is a little below, at or
+// above v (a sum's bits that v lost). H(float(v)) (past the largest finite: that) is within
+// one step of each answer.
 template <class H>
-static inline H kk_h_round(long double v, int mode, long double inf_at) {
+static inline H kk_h_round(long double v, int mode, long double inf_at, int sticky = 0) {
   if (v != v || v == (long double)INFINITY || v == -(long double)INFINITY) return H((float)v);
   H c = H((float)v);
   if (std::isinf(float(c))) c = kk_h_step(c, c.__x >> 15);  // the largest finite of its sign
   const long double cv = kk_h_value(c, inf_at);
-  if (cv == v) return c;
-  const H lo = cv > v ? kk_h_step(c, false) : c, hi = cv < v ? kk_h_step(c, true) : c;
+  if (cv == v && sticky == 0) return c;
+  const bool above = cv > v || (cv == v && sticky < 0), below = cv < v || (cv == v && sticky > 0);
+  const H lo = above ? kk_h_step(c, false) : c, hi = below ? kk_h_step(c, true) : c;
   switch (mode) {
-    case 1: return v > 0 ? lo : hi;
+    case 1: return v > 0 || (v == 0 && sticky > 0) ? lo : hi;
     case 2: return lo;
     case 3: return hi;
     default: {
       const long double dlo = v - kk_h_value(lo, inf_at), dhi = kk_h_value(hi, inf_at) - v;
       if (dlo != dhi) return dlo < dhi ? lo : hi;
+      if (sticky != 0) return sticky > 0 ? hi : lo;
       return (lo.__x & 1u) ? hi : lo;
     }
   }
 }
+// a * b + c rounded once: the product is exact in a long double, and what the sum loses
+// (TwoSum's error term) breaks a tie.
 template <class H>
-static inline H kk_h_fma(H a, H b, H c) {  // the product exact in a long double, the sum nearly
+static inline H kk_h_fma(H a, H b, H c) {
+  const long double p = (long double)float(a) * float(b), z = float(c), s = p + z;
+  const long double t = s - p, e = (p - (s - t)) + (z - t);
   const long double inf_at = std::numeric_limits<H>::max_exponent == 16 ? 65536.0L : 0x1p128L;
-  return kk_h_round<H>((long double)float(a) * float(b) + float(c), 0, inf_at);
+  return kk_h_round<H>(s, 0, inf_at, (e > 0) - (e < 0));
 }
 // A half's value rounded to an integer type (mode as above), saturating; NaN gives 0 (the
 // 64-bit types: their lowest bit pattern, 0x8000000000000000, as the GPU's cvt gives).
@@ -103,7 +110,7 @@ static inline H kk_h_sat(H h) {
 template <class H>
 static inline H kk_h_relu(H h) {
   const float f = float(h);
-  return f != f ? kk_h_canonical_nan<H>() : f < 0.0f ? H(0.0f) : h;
+  return f != f ? kk_h_canonical_nan<H>() : f <= 0.0f ? H(0.0f) : h;  // -0 gives +0 too
 }
 
 #define KK_PAIR2(H2, NAME, ONE) \
