@@ -49,17 +49,6 @@ static inline float kk_tanf(float x) { return tanf(x); }
 static inline void kk_sincosf(float x, float* s, float* c) { sincosf(x, s, c); }
 #define __powf kk_powf
 static inline float kk_powf(float a, float b) { return powf(a, b); }
-static inline float __frcp_rn(float x) { return 1.0f / x; }
-static inline float __fsqrt_rn(float x) { return sqrtf(x); }
-static inline float __frsqrt_rn(float x) { return 1.0f / sqrtf(x); }
-static inline float __fadd_rn(float a, float b) { return a + b; }
-static inline float __fsub_rn(float a, float b) { return a - b; }
-static inline float __fmul_rn(float a, float b) { return a * b; }
-static inline float __fdiv_rn(float a, float b) { return a / b; }
-static inline float __fmaf_rn(float a, float b, float c) { return fmaf(a, b, c); }
-static inline double __dadd_rn(double a, double b) { return a + b; }
-static inline double __dmul_rn(double a, double b) { return a * b; }
-static inline double __fma_rn(double a, double b, double c) { return fma(a, b, c); }
 static inline float normcdff(float x) { return 0.5f * erfcf(-x * 0.70710678118654752f); }
 static inline double normcdf(double x) { return 0.5 * erfc(-x * 0.70710678118654752); }
 
@@ -79,43 +68,11 @@ static inline float rnorm4df(float a, float b, float c, float d) {
   return 1.0f / norm4df(a, b, c, d);
 }
 static inline double rcbrt(double x) { return 1.0 / cbrt(x); }
-static inline double __dsub_rn(double a, double b) { return a - b; }
-static inline double __ddiv_rn(double a, double b) { return a / b; }
-static inline double __drcp_rn(double x) { return 1.0 / x; }
-static inline double __dsqrt_rn(double x) { return sqrt(x); }
 
-static inline int __float2int_rn(float x) { return (int)nearbyintf(x); }
-static inline int __float2int_rz(float x) { return (int)x; }
-static inline int __float2int_rd(float x) { return (int)floorf(x); }
-static inline int __float2int_ru(float x) { return (int)ceilf(x); }
-static inline unsigned __float2uint_rn(float x) { return (unsigned)nearbyintf(x); }
-static inline unsigned __float2uint_rz(float x) { return (unsigned)x; }
-static inline long long __float2ll_rn(float x) { return (long long)nearbyintf(x); }
-static inline long long __float2ll_rz(float x) { return (long long)x; }
-static inline float __int2float_rn(int x) { return (float)x; }
-static inline float __uint2float_rn(unsigned x) { return (float)x; }
-static inline float __ll2float_rn(long long x) { return (float)x; }
-static inline float __double2float_rn(double x) { return (float)x; }
-static inline int __double2int_rn(double x) { return (int)nearbyint(x); }
-static inline int __double2int_rz(double x) { return (int)x; }
 
-static inline unsigned __float2uint_rd(float x) { return (unsigned)floorf(x); }
-static inline unsigned __float2uint_ru(float x) { return (unsigned)ceilf(x); }
-static inline long long __float2ll_rd(float x) { return (long long)floorf(x); }
-static inline long long __float2ll_ru(float x) { return (long long)ceilf(x); }
-static inline unsigned long long __float2ull_rn(float x) { return (unsigned long long)nearbyintf(x); }
-static inline unsigned long long __float2ull_rz(float x) { return (unsigned long long)x; }
-static inline float __ull2float_rn(unsigned long long x) { return (float)x; }
-static inline double __int2double_rn(int x) { return (double)x; }
-static inline double __uint2double_rn(unsigned x) { return (double)x; }
-static inline double __ll2double_rn(long long x) { return (double)x; }
-static inline double __ull2double_rn(unsigned long long x) { return (double)x; }
-static inline unsigned __double2uint_rn(double x) { return (unsigned)nearbyint(x); }
-static inline unsigned __double2uint_rz(double x) { return (unsigned)x; }
-static inline long long __double2ll_rn(double x) { return (long long)nearbyint(x); }
-static inline long long __double2ll_rz(double x) { return (long long)x; }
-static inline unsigned long long __double2ull_rn(double x) { return (unsigned long long)nearbyint(x); }
-static inline unsigned long long __double2ull_rz(double x) { return (unsigned long long)x; }
+
+#include "kk_cpu_round.h"
+#include "kk_cpu_simd.h"
 
 template <class To, class From>
 static inline To kk_bitcast(From f) {

@@ -1,0 +1,147 @@
+// CUDA's rounding-mode intrinsics on the host: float and double arithmetic in each mode (rn, rz,
+// rd, ru: __fadd_rz, __fmul_ru, __fsqrt_rd, __ddiv_ru, ...) and the conversions between floats
+// and integers, with the GPU's answers where C leaves them undefined: out-of-range values
+// saturate, NaN gives 0 (64-bit integers: 0x8000000000000000, as the GPU's cvt). No FP
+// environment is touched: each result is the round-to-nearest one moved one step where the
+// exact value (from a long double, TwoSum or an fma remainder) says so. Included by
+// kk_cpu_math.h.
+#pragma once
+
+enum { KK_RN = 0, KK_RZ = 1, KK_RD = 2, KK_RU = 3 };
+
+// r, the round-to-nearest result of an operation on finite inputs, moved to the result in
+// `mode` given the sign of (exact - r) (err < 0: the exact value is below r). An infinite r
+// overflowed: the directed modes that round toward zero there stop at the largest finite value.
+template <class F>
+static inline F kk_directed(F r, int err, int mode) {
+  if (mode == KK_RN || std::isnan(r)) return r;
+  if (std::isinf(r)) {
+    const bool toward_zero = mode == KK_RZ || (mode == KK_RD) == (r > 0);
+    return toward_zero ? std::nextafter(r, F(0)) : r;
+  }
+  const bool down = err < 0 && (mode == KK_RD || (mode == KK_RZ && r > 0));
+  const bool up = err > 0 && (mode == KK_RU || (mode == KK_RZ && r < 0));
+  return down ? std::nextafter(r, -(F)INFINITY) : up ? std::nextafter(r, (F)INFINITY) : r;
+}
+static inline int kk_sign(long double v) { return (v > 0) - (v < 0); }
+
+// v rounded to F (float or double) in `mode`; sticky (-1, 0, 1): the exact value is a little
+// below, at or above v (the bits a long double lost). Every value of F, and every midpoint
+// between two, is a long double, so the exact value and v fall on the same side of each except
+// where v is one: there the sticky sign decides.
+template <class F>
+static inline F kk_round_to(long double v, int mode, int sticky = 0) {
+  const F r = (F)v;  // to nearest
+  if (std::isnan(v) || std::isinf(v)) return r;
+  const F fin = std::isinf(r) ? std::nextafter(r, F(0)) : r;
+  const int err = (long double)fin == v ? sticky : kk_sign(v - (long double)fin);
+  if (mode != KK_RN) return kk_directed<F>(r, err, mode);
+  if (sticky == 0 || std::isinf(r)) return r;
+  const F other = v > (long double)r ? std::nextafter(r, (F)INFINITY)
+                                     : std::nextafter(r, -(F)INFINITY);
+  if (std::isinf(other) || v != ((long double)r + (long double)other) / 2) return r;
+  return kk_sign((long double)other - (long double)r) == sticky ? other : r;  // a tie: the side
+}
+
+// float arithmetic: the exact result as a long double and the sign of what that lost.
+static inline long double kk_two_sum(long double a, long double b, int* sticky) {
+  const long double s = a + b, t = s - a;
+  *sticky = kk_sign((a - (s - t)) + (b - t));
+  return s;
+}
+#define KK_F_MODES(SUFFIX, MODE)                                                         \
+  static inline float __fadd_##SUFFIX(float a, float b) {                                     \
+    int st; const long double s = kk_two_sum(a, b, &st);                                      \
+    return kk_round_to<float>(s, MODE, st);                                                   \
+  }                                                                                           \
+  static inline float __fsub_##SUFFIX(float a, float b) {                                     \
+    int st; const long double s = kk_two_sum(a, -(long double)b, &st);                        \
+    return kk_round_to<float>(s, MODE, st);                                                   \
+  }                                                                                           \
+  static inline float __fmul_##SUFFIX(float a, float b) {                                     \
+    return kk_round_to<float>((long double)a * b, MODE); /* 48 bits: exact */                 \
+  }                                                                                           \
+  static inline float __fmaf_##SUFFIX(float a, float b, float c) {                            \
+    int st; const long double s = kk_two_sum((long double)a * b, c, &st);                     \
+    return kk_round_to<float>(s, MODE, st);                                                   \
+  }                                                                                           \
+  static inline float __fdiv_##SUFFIX(float a, float b) {                                     \
+    const long double q = (long double)a / b;                                                 \
+    if (!std::isfinite(q) || b == 0) return kk_round_to<float>(q, MODE);                      \
+    return kk_round_to<float>(q, MODE, kk_sign(fmal(-q, b, a)) * kk_sign(b));                 \
+  }                                                                                           \
+  static inline float __frcp_##SUFFIX(float x) { return __fdiv_##SUFFIX(1.0f, x); }           \
+  static inline float __fsqrt_##SUFFIX(float x) {                                             \
+    const long double s = sqrtl(x);                                                           \
+    if (!std::isfinite(s) || x <= 0) return kk_round_to<float>(s, MODE);                      \
+    return kk_round_to<float>(s, MODE, kk_sign(fmal(-s, s, x)));                              \
+  }
+// double arithmetic: the round-to-nearest result and the sign of its error (TwoSum, or an fma
+// remainder: exact except where a result is subnormal).
+#define KK_D_MODES(SUFFIX, MODE)                                                               \
+  static inline double __dadd_##SUFFIX(double a, double b) {                                  \
+    const double s = a + b, t = s - a;                                                        \
+    return kk_directed(s, kk_sign((a - (s - t)) + (b - t)), MODE);                            \
+  }                                                                                           \
+  static inline double __dsub_##SUFFIX(double a, double b) { return __dadd_##SUFFIX(a, -b); } \
+  static inline double __dmul_##SUFFIX(double a, double b) {                                  \
+    const double p = a * b;                                                                   \
+    return kk_directed(p, kk_sign(fma(a, b, -p)), MODE);                                      \
+  }                                                                                           \
+  static inline double __ddiv_##SUFFIX(double a, double b) {                                  \
+    const double q = a / b;                                                                   \
+    if (!std::isfinite(q) || b == 0) return kk_directed(q, 0, MODE);                          \
+    return kk_directed(q, kk_sign(fma(-q, b, a)) * kk_sign(b), MODE);                         \
+  }                                                                                           \
+  static inline double __drcp_##SUFFIX(double x) { return __ddiv_##SUFFIX(1.0, x); }          \
+  static inline double __dsqrt_##SUFFIX(double x) {                                          \
+    const double s = sqrt(x);                                                                 \
+    if (!std::isfinite(s) || x <= 0) return s;                                                \
+    return kk_directed(s, kk_sign(fma(-s, s, x)), MODE);                                      \
+  }
+KK_F_MODES(rn, KK_RN) KK_F_MODES(rz, KK_RZ) KK_F_MODES(rd, KK_RD) KK_F_MODES(ru, KK_RU)
+KK_D_MODES(rn, KK_RN) KK_D_MODES(rz, KK_RZ) KK_D_MODES(rd, KK_RD) KK_D_MODES(ru, KK_RU)
+#undef KK_F_MODES
+#undef KK_D_MODES
+static inline float __frsqrt_rn(float x) { return (float)(1.0L / sqrtl(x)); }
+static inline double __fma_rn(double a, double b, double c) { return fma(a, b, c); }
+
+// A float or double rounded to an integer type, saturating; NaN gives 0 (64-bit: the lowest
+// bit pattern).
+template <class I>
+static inline I kk_to_int(long double v, int mode) {
+  if (v != v) return sizeof(I) == 8 ? (I)0x8000000000000000ull : (I)0;
+  const long double r = mode == KK_RN ? nearbyintl(v) : mode == KK_RZ ? truncl(v)
+                        : mode == KK_RD ? floorl(v) : ceill(v);
+  if (r <= (long double)std::numeric_limits<I>::min()) return std::numeric_limits<I>::min();
+  if (r >= (long double)std::numeric_limits<I>::max()) return std::numeric_limits<I>::max();
+  return (I)r;
+}
+#define KK_TO_INT(F, FN, I, IN, SUFFIX, MODE) \
+  static inline I __##FN##2##IN##_##SUFFIX(F x) { return kk_to_int<I>(x, MODE); }
+#define KK_TO_F(I, IN, F, FN, SUFFIX, MODE) \
+  static inline F __##IN##2##FN##_##SUFFIX(I x) { return kk_round_to<F>((long double)x, MODE); }
+#define KK_CONVERSIONS(SUFFIX, MODE)                                                           \
+  KK_TO_INT(float, float, int, int, SUFFIX, MODE)                                              \
+  KK_TO_INT(float, float, unsigned, uint, SUFFIX, MODE)                                        \
+  KK_TO_INT(float, float, long long, ll, SUFFIX, MODE)                                         \
+  KK_TO_INT(float, float, unsigned long long, ull, SUFFIX, MODE)                               \
+  KK_TO_INT(double, double, int, int, SUFFIX, MODE)                                            \
+  KK_TO_INT(double, double, unsigned, uint, SUFFIX, MODE)                                      \
+  KK_TO_INT(double, double, long long, ll, SUFFIX, MODE)                                       \
+  KK_TO_INT(double, double, unsigned long long, ull, SUFFIX, MODE)                             \
+  KK_TO_F(int, int, float, float, SUFFIX, MODE)                                                \
+  KK_TO_F(unsigned, uint, float, float, SUFFIX, MODE)                                          \
+  KK_TO_F(long long, ll, float, float, SUFFIX, MODE)                                           \
+  KK_TO_F(unsigned long long, ull, float, float, SUFFIX, MODE)                                 \
+  KK_TO_F(long long, ll, double, double, SUFFIX, MODE)                                         \
+  KK_TO_F(unsigned long long, ull, double, double, SUFFIX, MODE)                               \
+  KK_TO_F(double, double, float, float, SUFFIX, MODE)
+KK_CONVERSIONS(rn, KK_RN) KK_CONVERSIONS(rz, KK_RZ) KK_CONVERSIONS(rd, KK_RD)
+KK_CONVERSIONS(ru, KK_RU)
+#undef KK_CONVERSIONS
+#undef KK_TO_F
+#undef KK_TO_INT
+// int and unsigned to double are exact: CUDA has them in rn only
+static inline double __int2double_rn(int x) { return (double)x; }
+static inline double __uint2double_rn(unsigned x) { return (double)x; }
