@@ -138,6 +138,7 @@ def inputs(size: int = 65536, seed: int = 0) -> tuple[np.ndarray, ...]:
     fa, fb, fc = (_floats(rng, size, np.float32) for _ in range(3))
     with np.errstate(invalid="ignore", over="ignore"):  # NaN, inf and huge inputs among them
         fb[size // 2 :] = -fa[size // 2 :] * np.float32(1 + 2**-20)  # near cancellations
+    fb[5:7] = [-1.0, 1.0]  # exact zero sums with fa's 1 and -1
     dd, de = (_floats(rng, size, np.float64) for _ in range(2))
     il = rng.integers(-(2**63), 2**63 - 1, size, dtype=np.int64)
     im = rng.integers(-(2**63), 2**63 - 1, size, dtype=np.int64)

@@ -43,6 +43,13 @@ static inline F kk_round_to(long double v, int mode, int sticky = 0) {
   return kk_sign((long double)other - (long double)r) == sticky ? other : r;  // a tie: the side
 }
 
+// x + y when that is exactly zero: two zeros of one sign keep it; otherwise +0 in every mode but
+// rd, -0 there (IEEE 754).
+template <class F, class G>
+static inline F kk_zero_sum(G x, G y, int mode) {
+  if (x == 0 && y == 0 && std::signbit(x) == std::signbit(y)) return std::signbit(x) ? -F(0) : F(0);
+  return mode == KK_RD ? -F(0) : F(0);
+}
 // float arithmetic: the exact result as a long double and the sign of what that lost.
 static inline long double kk_two_sum(long double a, long double b, int* sticky) {
   const long double s = a + b, t = s - a;
@@ -52,52 +59,58 @@ static inline long double kk_two_sum(long double a, long double b, int* sticky) 
 #define KK_F_MODES(SUFFIX, MODE)                                                         \
   static inline float __fadd_##SUFFIX(float a, float b) {                                     \
     int st; const long double s = kk_two_sum(a, b, &st);                                      \
+    if (s == 0 && st == 0) return kk_zero_sum<float, long double>(a, b, MODE);               \
     return kk_round_to<float>(s, MODE, st);                                                   \
   }                                                                                           \
-  static inline float __fsub_##SUFFIX(float a, float b) {                                     \
-    int st; const long double s = kk_two_sum(a, -(long double)b, &st);                        \
-    return kk_round_to<float>(s, MODE, st);                                                   \
-  }                                                                                           \
+  static inline float __fsub_##SUFFIX(float a, float b) { return __fadd_##SUFFIX(a, -b); }    \
   static inline float __fmul_##SUFFIX(float a, float b) {                                     \
     return kk_round_to<float>((long double)a * b, MODE); /* 48 bits: exact */                 \
   }                                                                                           \
   static inline float __fmaf_##SUFFIX(float a, float b, float c) {                            \
-    int st; const long double s = kk_two_sum((long double)a * b, c, &st);                     \
+    const long double p = (long double)a * b;                                                 \
+    int st; const long double s = kk_two_sum(p, c, &st);                                      \
+    if (s == 0 && st == 0)                                                                    \
+      return kk_zero_sum<float, long double>(p, c, MODE);                                     \
     return kk_round_to<float>(s, MODE, st);                                                   \
   }                                                                                           \
   static inline float __fdiv_##SUFFIX(float a, float b) {                                     \
     const long double q = (long double)a / b;                                                 \
-    if (!std::isfinite(q) || b == 0) return kk_round_to<float>(q, MODE);                      \
+    if (!std::isfinite(a) || !std::isfinite(b) || b == 0) return a / b;                      \
     return kk_round_to<float>(q, MODE, kk_sign(fmal(-q, b, a)) * kk_sign(b));                 \
   }                                                                                           \
   static inline float __frcp_##SUFFIX(float x) { return __fdiv_##SUFFIX(1.0f, x); }           \
   static inline float __fsqrt_##SUFFIX(float x) {                                             \
     const long double s = sqrtl(x);                                                           \
-    if (!std::isfinite(s) || x <= 0) return kk_round_to<float>(s, MODE);                      \
+    if (!std::isfinite(x) || x <= 0) return sqrtf(x);                                         \
     return kk_round_to<float>(s, MODE, kk_sign(fmal(-s, s, x)));                              \
   }
-// double arithmetic: the round-to-nearest result and the sign of its error (TwoSum, or an fma
-// remainder: exact except where a result is subnormal).
+// double arithmetic: the round-to-nearest result and the sign of its error, from TwoSum or a
+// remainder in long double (whose exponent range keeps the remainders of subnormal operands
+// and results exact). Non-finite operands give the plain result.
 #define KK_D_MODES(SUFFIX, MODE)                                                               \
   static inline double __dadd_##SUFFIX(double a, double b) {                                  \
     const double s = a + b, t = s - a;                                                        \
-    return kk_directed(s, kk_sign((a - (s - t)) + (b - t)), MODE);                            \
+    if (!std::isfinite(a) || !std::isfinite(b)) return s;                                     \
+    const int err = kk_sign((a - (s - t)) + (b - t));                                         \
+    if (s == 0 && err == 0) return kk_zero_sum<double, double>(a, b, MODE);                   \
+    return kk_directed(s, err, MODE);                                                         \
   }                                                                                           \
   static inline double __dsub_##SUFFIX(double a, double b) { return __dadd_##SUFFIX(a, -b); } \
   static inline double __dmul_##SUFFIX(double a, double b) {                                  \
     const double p = a * b;                                                                   \
-    return kk_directed(p, kk_sign(fma(a, b, -p)), MODE);                                      \
+    if (!std::isfinite(a) || !std::isfinite(b)) return p;                                     \
+    return kk_directed(p, kk_sign(fmal(a, b, -(long double)p)), MODE);                        \
   }                                                                                           \
   static inline double __ddiv_##SUFFIX(double a, double b) {                                  \
     const double q = a / b;                                                                   \
-    if (!std::isfinite(q) || b == 0) return kk_directed(q, 0, MODE);                          \
-    return kk_directed(q, kk_sign(fma(-q, b, a)) * kk_sign(b), MODE);                         \
+    if (!std::isfinite(a) || !std::isfinite(b) || b == 0) return q;                           \
+    return kk_directed(q, kk_sign(fmal(-(long double)q, b, a)) * kk_sign(b), MODE);           \
   }                                                                                           \
   static inline double __drcp_##SUFFIX(double x) { return __ddiv_##SUFFIX(1.0, x); }          \
   static inline double __dsqrt_##SUFFIX(double x) {                                          \
     const double s = sqrt(x);                                                                 \
-    if (!std::isfinite(s) || x <= 0) return s;                                                \
-    return kk_directed(s, kk_sign(fma(-s, s, x)), MODE);                                      \
+    if (!std::isfinite(x) || x <= 0) return s;                                                \
+    return kk_directed(s, kk_sign(fmal(-(long double)s, s, x)), MODE);                        \
   }
 KK_F_MODES(rn, KK_RN) KK_F_MODES(rz, KK_RZ) KK_F_MODES(rd, KK_RD) KK_F_MODES(ru, KK_RU)
 KK_D_MODES(rn, KK_RN) KK_D_MODES(rz, KK_RZ) KK_D_MODES(rd, KK_RD) KK_D_MODES(ru, KK_RU)
@@ -106,11 +119,13 @@ KK_D_MODES(rn, KK_RN) KK_D_MODES(rz, KK_RZ) KK_D_MODES(rd, KK_RD) KK_D_MODES(ru,
 static inline float __frsqrt_rn(float x) { return (float)(1.0L / sqrtl(x)); }
 static inline double __fma_rn(double a, double b, double c) { return fma(a, b, c); }
 
-// A float or double rounded to an integer type, saturating; NaN gives 0 (64-bit: the lowest
-// bit pattern).
-template <class I>
-static inline I kk_to_int(long double v, int mode) {
-  if (v != v) return sizeof(I) == 8 ? (I)0x8000000000000000ull : (I)0;
+// A float or double rounded to an integer type, saturating; NaN gives what the GPU's cvt does:
+// 0x8000000000000000 for 64-bit integers, 0x80000000 from a double, else 0.
+template <class I, class F>
+static inline I kk_to_int(F x, int mode) {
+  const long double v = x;
+  if (v != v) return sizeof(I) == 8 ? (I)0x8000000000000000ull
+                     : sizeof(F) == 8 ? (I)0x80000000u : (I)0;
   const long double r = mode == KK_RN ? nearbyintl(v) : mode == KK_RZ ? truncl(v)
                         : mode == KK_RD ? floorl(v) : ceill(v);
   if (r <= (long double)std::numeric_limits<I>::min()) return std::numeric_limits<I>::min();
