@@ -13,37 +13,15 @@ typedef unsigned long ulong;
 // From MLX's Metal utils, which mx.fast.metal_kernel puts in front of every kernel (as
 // elem_to_loc, which the backends' preludes define).
 template <class T, class U> KK_MF T ceildiv(T n, U d) { return (n + d - 1) / d; }
-// CUDA's __half and __nv_bfloat16 convert to float, int, short, ... and from them, so
-// `float * half_value` or `x < 0` matches both the built-in operator and cuda_fp16.h's
-// (half, half) one: ambiguous. Metal computes half op float in float; these overloads do that
-// (and half op int, half op double, in float or double), as the CPU backend's 16-bit types do.
-#if defined(KERNELKIT_CUDA)
-template <class U> struct kk_num { static constexpr bool value = false; };
-#define KK_NUM(U) template <> struct kk_num<U> { static constexpr bool value = true; };
-KK_NUM(bool) KK_NUM(char) KK_NUM(signed char) KK_NUM(unsigned char) KK_NUM(short)
-KK_NUM(unsigned short) KK_NUM(int) KK_NUM(unsigned) KK_NUM(long) KK_NUM(unsigned long)
-KK_NUM(long long) KK_NUM(unsigned long long) KK_NUM(float) KK_NUM(double)
-#undef KK_NUM
-template <bool B, class T = void> struct kk_num_if {};
-template <class T> struct kk_num_if<true, T> { using type = T; };
-#define KK_H16_MIXED(H, OP)                                                                 \
-  template <class U, class = typename kk_num_if<kk_num<U>::value>::type>                    \
-  KK_MF auto operator OP(const H& a, U b) { return float(a) OP b; }                         \
-  template <class U, class = typename kk_num_if<kk_num<U>::value>::type>                    \
-  KK_MF auto operator OP(U a, const H& b) { return a OP float(b); }
-#define KK_H16(H)                                                                           \
-  KK_H16_MIXED(H, +) KK_H16_MIXED(H, -) KK_H16_MIXED(H, *) KK_H16_MIXED(H, /)               \
-  KK_H16_MIXED(H, ==) KK_H16_MIXED(H, !=) KK_H16_MIXED(H, <) KK_H16_MIXED(H, >)             \
-  KK_H16_MIXED(H, <=) KK_H16_MIXED(H, >=)                                                   \
-  namespace metal { KK_MF H abs(const H& x) { return H(::fabsf(float(x))); } }
-#if defined(__CUDA_FP16_H__)
-KK_H16(__half)
+// half op float, half op int, ... in float (or double) come from the CUDA backend's
+// kernelkit_half.cuh, as the CPU backend's 16-bit types give them; metal::abs keeps the type.
+#if defined(KERNELKIT_CUDA) && defined(__CUDA_FP16_H__)
+namespace metal { KK_MF __half abs(const __half& x) { return __half(::fabsf(float(x))); } }
 #endif
-#if defined(__CUDA_BF16_H__)
-KK_H16(__nv_bfloat16)
-#endif
-#undef KK_H16
-#undef KK_H16_MIXED
+#if defined(KERNELKIT_CUDA) && defined(__CUDA_BF16_H__)
+namespace metal {
+KK_MF __nv_bfloat16 abs(const __nv_bfloat16& x) { return __nv_bfloat16(::fabsf(float(x))); }
+}
 #endif
 // `c ? a : b` with a 16-bit class and another arithmetic type: C++ finds both conversions and
 // stops; Metal promotes (half : float -> float, half : int -> half). The translator casts each

@@ -7,37 +7,37 @@
 // (float or double as the usual conversions give). Every expression they take was an error
 // before: no body that compiled changes meaning.
 template <class T>
-struct kk_num {
+struct kk_half_num {
   static constexpr bool value = false;
 };
-#define KK_NUM(T)                       \
+#define KK_HALF_NUM_TYPE(T)                       \
   template <>                           \
-  struct kk_num<T> {                    \
+  struct kk_half_num<T> {                    \
     static constexpr bool value = true; \
   };
-KK_NUM(bool) KK_NUM(char) KK_NUM(signed char) KK_NUM(unsigned char) KK_NUM(short)
-KK_NUM(unsigned short) KK_NUM(int) KK_NUM(unsigned) KK_NUM(long) KK_NUM(unsigned long)
-KK_NUM(long long) KK_NUM(unsigned long long) KK_NUM(float) KK_NUM(double)
-#undef KK_NUM
+KK_HALF_NUM_TYPE(bool) KK_HALF_NUM_TYPE(char) KK_HALF_NUM_TYPE(signed char) KK_HALF_NUM_TYPE(unsigned char) KK_HALF_NUM_TYPE(short)
+KK_HALF_NUM_TYPE(unsigned short) KK_HALF_NUM_TYPE(int) KK_HALF_NUM_TYPE(unsigned) KK_HALF_NUM_TYPE(long) KK_HALF_NUM_TYPE(unsigned long)
+KK_HALF_NUM_TYPE(long long) KK_HALF_NUM_TYPE(unsigned long long) KK_HALF_NUM_TYPE(float) KK_HALF_NUM_TYPE(double)
+#undef KK_HALF_NUM_TYPE
 template <bool B>
-struct kk_num_if {};
+struct kk_half_num_if {};
 template <>
-struct kk_num_if<true> {
+struct kk_half_num_if<true> {
   using type = int;
 };
 
 // half OP number and number OP half; number OP= half (half OP= number is cuda_fp16.h's own).
 #define KK_HALF_NUM_OP(H, F, OP)                                                         \
-  template <class U, typename kk_num_if<kk_num<U>::value>::type = 0>                     \
+  template <class U, typename kk_half_num_if<kk_half_num<U>::value>::type = 0>                     \
   __device__ __forceinline__ auto operator OP(const H& a, U b)->decltype(0.0f OP b) {    \
     return F(a) OP b;                                                                    \
   }                                                                                      \
-  template <class U, typename kk_num_if<kk_num<U>::value>::type = 0>                     \
+  template <class U, typename kk_half_num_if<kk_half_num<U>::value>::type = 0>                     \
   __device__ __forceinline__ auto operator OP(U a, const H& b)->decltype(a OP 0.0f) {    \
     return a OP F(b);                                                                    \
   }
 #define KK_NUM_HALF_ASSIGN(H, F, OP)                                                     \
-  template <class U, typename kk_num_if<kk_num<U>::value>::type = 0>                     \
+  template <class U, typename kk_half_num_if<kk_half_num<U>::value>::type = 0>                     \
   __device__ __forceinline__ U& operator OP(U& a, const H& b) {                          \
     return a OP F(b);                                                                    \
   }
@@ -55,19 +55,19 @@ struct kk_num_if<true> {
 #define KK_HALF_FUNCS(H, F, BITS)                                                          \
   __device__ __forceinline__ H max(const H& a, const H& b) { return __hmax(a, b); }        \
   __device__ __forceinline__ H min(const H& a, const H& b) { return __hmin(a, b); }        \
-  template <class U, typename kk_num_if<kk_num<U>::value>::type = 0>                       \
+  template <class U, typename kk_half_num_if<kk_half_num<U>::value>::type = 0>                       \
   __device__ __forceinline__ auto max(const H& a, U b)->decltype(max(0.0f, b)) {           \
     return max(F(a), b);                                                                   \
   }                                                                                        \
-  template <class U, typename kk_num_if<kk_num<U>::value>::type = 0>                       \
+  template <class U, typename kk_half_num_if<kk_half_num<U>::value>::type = 0>                       \
   __device__ __forceinline__ auto max(U a, const H& b)->decltype(max(a, 0.0f)) {           \
     return max(a, F(b));                                                                   \
   }                                                                                        \
-  template <class U, typename kk_num_if<kk_num<U>::value>::type = 0>                       \
+  template <class U, typename kk_half_num_if<kk_half_num<U>::value>::type = 0>                       \
   __device__ __forceinline__ auto min(const H& a, U b)->decltype(min(0.0f, b)) {           \
     return min(F(a), b);                                                                   \
   }                                                                                        \
-  template <class U, typename kk_num_if<kk_num<U>::value>::type = 0>                       \
+  template <class U, typename kk_half_num_if<kk_half_num<U>::value>::type = 0>                       \
   __device__ __forceinline__ auto min(U a, const H& b)->decltype(min(a, 0.0f)) {           \
     return min(a, F(b));                                                                   \
   }                                                                                        \
