@@ -89,6 +89,13 @@ def outputs() -> list[tuple[str, str, str]]:
         ("abs", "i", "abs(i)"),
         ("max_iu", "i", "max(i, u)"),
         ("min_ll", "i", "min(l, m)"),
+        ("max_ff", "f", "max(a, b)"),
+        ("min_ff", "f", "min(a, b)"),
+        ("max_dd", "d", "max(d, e)"),
+        ("min_dd", "d", "min(d, e)"),
+        ("max_fi", "f", "max(a, i)"),
+        ("min_if", "f", "min(i, b)"),
+        ("max_di", "d", "max(d, i)"),
     ]
     for w in ("2", "4"):
         out += [(f"__v{f}{w}", "i", f"__v{f}{w}(u)") for f in ("abs", "absss", "neg", "negss")]
@@ -139,6 +146,7 @@ def inputs(size: int = 65536, seed: int = 0) -> tuple[np.ndarray, ...]:
     with np.errstate(invalid="ignore", over="ignore"):  # NaN, inf and huge inputs among them
         fb[size // 2 :] = -fa[size // 2 :] * np.float32(1 + 2**-20)  # near cancellations
     fb[5:7] = [-1.0, 1.0]  # exact zero sums with fa's 1 and -1
+    fa[10:14], fb[10:14] = [0.0, -0.0, np.nan, 1.0], [-0.0, 0.0, 1.0, np.nan]  # max, min
     dd, de = (_floats(rng, size, np.float64) for _ in range(2))
     il = rng.integers(-(2**63), 2**63 - 1, size, dtype=np.int64)
     im = rng.integers(-(2**63), 2**63 - 1, size, dtype=np.int64)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import kernelkit
@@ -117,3 +118,32 @@ def test_infinity_and_nan_are_constants_not_divisions(cuda):
     art = cuda.compile(req)
     assert b"div_rn" not in art.binary and b"rcp_rn" not in art.binary
     assert "warning" not in art.log  # e.g. an unused-variable warning from the prelude
+
+
+# Bodies that name the standard library, C constants or mixed min/max without including a
+# header: the CPU backend's C++ prelude has them, so NVRTC must too (libcu++ through
+# include/std, the prelude's constants and overloads).
+STD_BODIES = {
+    "std_min_max": "y[0] = std::min(x[0], x[1]) + std::max<float>(x[0], 2.0f);",
+    "std_math": "y[0] = std::sqrt(x[0]) + std::exp(x[1]) + std::fma(x[0], x[1], 1.0f);",
+    "std_traits": "y[0] = std::is_same_v<float, decltype(x[0] + 1.0f)> ? (std::int64_t)1 : 0;",
+    "std_utility": "std::pair<float, int> p(x[0], 2); std::array<float, 2> a{x[0], x[1]};\n"
+    "float u = a[0], v = a[1]; std::swap(u, v); y[0] = p.first + u + std::clamp(v, 0.f, 1.f);",
+    "std_limits": "y[0] = x[0] < std::numeric_limits<float>::lowest() ? 1.0f : 0.0f;",
+    "huge_val": "y[0] = x[0] == HUGE_VALF || (double)x[0] == HUGE_VAL ? 1.0f : 0.0f;",
+    "mixed_min_max": "y[0] = max(x[0], 1) + min(2, x[1]) + max((double)x[0], 3);",
+    "assert": "assert(x[0] == x[0]); y[0] = x[0];",
+}
+
+
+@pytest.mark.parametrize("name", list(STD_BODIES))
+def test_what_the_cpu_prelude_gives_nvrtc_gives(cuda, name):
+    k = kernelkit.kernel(f"std_{name}", ["x"], ["y"], STD_BODIES[name])
+    x = np.array([0.5, 2.0], np.float32)
+    (cpu,) = k([x], output_shapes=[(1,)], output_dtypes=[np.float32], grid=(1, 1, 1),
+               threadgroup=(1, 1, 1), backend="cpu")  # fmt: skip
+    assert np.isfinite(cpu).all()
+    _, req = render_request(
+        k.spec, cuda, cuda.target_for_arch("sm_90"), [(A, F32)], [F32], (), False
+    )
+    assert cuda.compile(req).kind == "cubin"

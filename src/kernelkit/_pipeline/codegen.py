@@ -74,7 +74,9 @@ _NEEDS = {
         r"\b(__nv_bfloat162?|nv_bfloat162?|bfloat16|__float2bfloat16\w*|"
         r"__bfloat162float|\w*bf16\w*)\b"
     ),
-    # std::numeric_limits: the CPU backend's C++ library always has it; NVRTC gets <limits>
+    # std::min, std::numeric_limits, ...: the CPU backend's C++ prelude always has them; NVRTC
+    # gets the standard headers (libcu++) when a body names std:: (or numeric_limits alone)
+    "std": re.compile(r"\bstd\s*::"),
     "limits": re.compile(r"\bnumeric_limits\s*<"),
     # `cg::`, `cooperative_groups::`, `using namespace cooperative_groups;`, a namespace alias
     "cg": re.compile(r"\bcg\s*::|\bcooperative_groups\b"),

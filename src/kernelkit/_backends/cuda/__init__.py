@@ -151,6 +151,7 @@ class CUDABackend(Backend):
         parts = [nvrtc.includes_for(source.needs), _text("kernelkit_prelude.cuh")]
         if source.needs & {"fp16", "bf16"}:
             parts.append(_text("kernelkit_half.cuh"))  # half OP number, as the CPU backend
+        parts.append(nvrtc.std_includes(source.needs))
         if "metal" in source.needs:
             parts.append(_text("kernelkit_metal.cuh"))
         if "cg" in source.needs:

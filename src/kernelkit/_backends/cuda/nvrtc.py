@@ -16,8 +16,13 @@ _HEADERS = {  # need -> (headers to include, in order)
     "fp16": ("cuda_fp16.h",),
     "bf16": ("cuda_bf16.h",),
     "cg": ("cooperative_groups.h", "cooperative_groups/reduce.h"),
-    "limits": ("limits",),  # after the half types: libcu++ gives their numeric_limits then
-}
+    # the standard library as the CPU backend's C++ prelude gives it without an include (libcu++
+    # through include/std), after kernelkit's prelude: where a body's own #include would put it
+    "limits": ("limits",),
+    "std": ("cmath", "cstdint", "cstddef", "limits", "type_traits", "utility", "algorithm",
+            "array", "tuple", "functional"),
+}  # fmt: skip
+_STD_NEEDS = ("std", "limits")
 
 
 @functools.cache
@@ -189,11 +194,18 @@ def header_digests(needs: frozenset[str]) -> tuple[tuple[str, str], ...]:
 
 
 def includes_for(needs: frozenset[str]) -> str:
+    """The CUDA headers a kernel needs, ahead of kernelkit's prelude."""
     lines = []
-    for need in ("fp16", "bf16", "cg", "limits"):
+    for need in ("fp16", "bf16", "cg"):
         if need in needs:
             lines += [f"#include <{h}>" for h in _HEADERS[need]]
     return "\n".join(lines)
+
+
+def std_includes(needs: frozenset[str]) -> str:
+    """The standard headers a kernel names without including them, after the prelude."""
+    names = dict.fromkeys(h for need in _STD_NEEDS if need in needs for h in _HEADERS[need])
+    return "\n".join(f"#include <{h}>" for h in names)
 
 
 def _output(prog, what: str) -> bytearray:

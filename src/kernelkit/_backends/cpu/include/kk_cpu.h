@@ -152,6 +152,7 @@ static inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) {
 #include "kk_cpu_sched.h"
 #include "kk_cpu_sync.h"
 #include "kk_cpu_checked.h"
+#include <assert.h>  // compat/assert.h: assert() as a kernel fault, with or without an include
 
 // Inline assembly with an instruction in kernel code is PTX for the GPU: _source.py writes
 // KK_PTX_ASM for its `asm` keyword, so the compiler refuses it at its line, unless the

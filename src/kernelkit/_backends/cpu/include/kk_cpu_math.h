@@ -1,18 +1,20 @@
 // CUDA math and integer intrinsics, min/max, and the metal:: spellings, on the host libm.
 #pragma once
 
-// min/max on any mix of arithmetic types (and kernelkit's scalar wrappers), as CUDA's overloads.
-#define KK_MINMAX(name, cmp)                                                                 \
+// min/max on any mix of arithmetic types (and kernelkit's scalar wrappers), as CUDA's overloads:
+// in the common type; floating ones as fminf/fmaxf (a NaN gives the other operand).
+#define KK_MINMAX(name, cmp, FN)                                                             \
   template <class A, class B,                                                                 \
             class = std::enable_if_t<std::is_arithmetic<kk_value_t<A>>::value &&              \
                                      std::is_arithmetic<kk_value_t<B>>::value>>               \
   static inline std::common_type_t<kk_value_t<A>, kk_value_t<B>> name(const A& a, const B& b) { \
     using C = std::common_type_t<kk_value_t<A>, kk_value_t<B>>;                               \
     C x = (C)(kk_value_t<A>)a, y = (C)(kk_value_t<B>)b;                                       \
-    return (y cmp x) ? y : x;                                                                 \
+    if constexpr (std::is_floating_point<C>::value) return std::FN(x, y);                     \
+    else return (y cmp x) ? y : x;                                                            \
   }
-KK_MINMAX(min, <)
-KK_MINMAX(max, >)
+KK_MINMAX(min, <, fmin)
+KK_MINMAX(max, >, fmax)
 #undef KK_MINMAX
 static inline __half min(__half a, __half b) { return __hmin(a, b); }
 static inline __half max(__half a, __half b) { return __hmax(a, b); }

@@ -12,6 +12,15 @@ static inline int __syncthreads_count(int pred, const char* file = __builtin_FIL
                   blockIdx.z, threadIdx.x, threadIdx.y, threadIdx.z);
   throw kk_fault{};
 }
+// A failed assert() in a kernel: a fault naming it, as the GPU's device assert stops the launch
+// (the host's assert would abort the whole process).
+[[noreturn]] __attribute__((cold)) static void kk_assert_fault(const char* expr, const char* file,
+                                                                 unsigned line) {
+  kk_fault_record("assertion `%s' failed at %s:%u by block (%u,%u,%u) thread (%u,%u,%u)", expr,
+                  file, line, blockIdx.x, blockIdx.y, blockIdx.z, threadIdx.x, threadIdx.y,
+                  threadIdx.z);
+  throw kk_fault{};
+}
 static inline void __threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 static inline void __threadfence_block() { __atomic_signal_fence(__ATOMIC_SEQ_CST); }
 static inline void __threadfence_system() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }

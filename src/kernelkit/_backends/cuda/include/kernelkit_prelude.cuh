@@ -48,6 +48,22 @@ struct kk_float_limits {
 #ifndef NAN
 #define NAN kk_float_limits::nan
 #endif
+#ifndef HUGE_VALF  // the C library's names for them
+#define HUGE_VALF INFINITY
+#endif
+#ifndef HUGE_VAL
+#define HUGE_VAL ((double)INFINITY)
+#endif
+// min/max of a floating value and an int, which CUDA's overloads leave ambiguous, in the
+// floating type (fminf/fmaxf, as its own float overloads): as the CPU backend's.
+#define KK_MIXED_MINMAX(F, FMAX, FMIN)                                                       \
+  __device__ __forceinline__ F max(F a, int b) { return FMAX(a, (F)b); }                    \
+  __device__ __forceinline__ F max(int a, F b) { return FMAX((F)a, b); }                    \
+  __device__ __forceinline__ F min(F a, int b) { return FMIN(a, (F)b); }                    \
+  __device__ __forceinline__ F min(int a, F b) { return FMIN((F)a, b); }
+KK_MIXED_MINMAX(float, fmaxf, fminf)
+KK_MIXED_MINMAX(double, fmax, fmin)
+#undef KK_MIXED_MINMAX
 #ifndef M_PI
 #define M_E 2.7182818284590452354
 #define M_LOG2E 1.4426950408889634074
