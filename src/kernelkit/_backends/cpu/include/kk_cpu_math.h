@@ -1,20 +1,29 @@
 // CUDA math and integer intrinsics, min/max, and the metal:: spellings, on the host libm.
 #pragma once
 
+// The GPU's max.f32/min.f32 (CUDA's max and min of floating values): a NaN (quiet or
+// signalling) gives the other operand, two NaNs a NaN, and -0 is below +0.
+template <class C>
+static inline C kk_fminmax(C x, C y, bool want_max) {
+  if (x != x) return y;
+  if (y != y) return x;
+  if (x == y) return (std::signbit(x) == want_max) ? y : x;  // equal, or +0 and -0
+  return (x > y) == want_max ? x : y;
+}
 // min/max on any mix of arithmetic types (and kernelkit's scalar wrappers), as CUDA's overloads:
-// in the common type; floating ones as fminf/fmaxf (a NaN gives the other operand).
-#define KK_MINMAX(name, cmp, FN)                                                             \
+// in the common type; floating ones as the GPU's max.f32 / min.f32 (kk_fminmax).
+#define KK_MINMAX(name, cmp, WANT_MAX)                                                       \
   template <class A, class B,                                                                 \
             class = std::enable_if_t<std::is_arithmetic<kk_value_t<A>>::value &&              \
                                      std::is_arithmetic<kk_value_t<B>>::value>>               \
   static inline std::common_type_t<kk_value_t<A>, kk_value_t<B>> name(const A& a, const B& b) { \
     using C = std::common_type_t<kk_value_t<A>, kk_value_t<B>>;                               \
     C x = (C)(kk_value_t<A>)a, y = (C)(kk_value_t<B>)b;                                       \
-    if constexpr (std::is_floating_point<C>::value) return std::FN(x, y);                     \
+    if constexpr (std::is_floating_point<C>::value) return kk_fminmax(x, y, WANT_MAX);        \
     else return (y cmp x) ? y : x;                                                            \
   }
-KK_MINMAX(min, <, fmin)
-KK_MINMAX(max, >, fmax)
+KK_MINMAX(min, <, false)
+KK_MINMAX(max, >, true)
 #undef KK_MINMAX
 static inline __half min(__half a, __half b) { return __hmin(a, b); }
 static inline __half max(__half a, __half b) { return __hmax(a, b); }
