@@ -94,9 +94,9 @@ static inline I kk_h_to_int(float f, int mode) {
   KK_INT_TO_H(H, S, int, int, INF) KK_INT_TO_H(H, S, unsigned, uint, INF)                     \
   KK_INT_TO_H(H, S, short, short, INF) KK_INT_TO_H(H, S, unsigned short, ushort, INF)         \
   KK_INT_TO_H(H, S, long long, ll, INF) KK_INT_TO_H(H, S, unsigned long long, ull, INF)       \
-  KK_INT_TO_H_RN(H, S, int, int, INF) KK_INT_TO_H_RN(H, S, unsigned, uint, INF) KK_INT_TO_H_RN(H, S, short, short, INF)           \
-  KK_INT_TO_H_RN(H, S, unsigned short, ushort, INF) KK_INT_TO_H_RN(H, S, long long, ll, INF)  \
-  KK_INT_TO_H_RN(H, S, unsigned long long, ull, INF)
+  KK_INT_TO_H_RN(H, S, int, int, INF) KK_INT_TO_H_RN(H, S, unsigned, uint, INF)                \
+  KK_INT_TO_H_RN(H, S, short, short, INF) KK_INT_TO_H_RN(H, S, unsigned short, ushort, INF)   \
+  KK_INT_TO_H_RN(H, S, long long, ll, INF) KK_INT_TO_H_RN(H, S, unsigned long long, ull, INF)
 
 // Saturating forms clamp to [0, 1] (NaN to +0); relu forms clamp below at 0 (NaN gives the
 // canonical NaN); _rn forms are the plain operations (kernelkit never contracts them).

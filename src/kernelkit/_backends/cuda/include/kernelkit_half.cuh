@@ -10,14 +10,16 @@ template <class T>
 struct kk_half_num {
   static constexpr bool value = false;
 };
-#define KK_HALF_NUM_TYPE(T)                       \
-  template <>                           \
-  struct kk_half_num<T> {                    \
+#define KK_HALF_NUM_TYPE(T) \
+  template <>               \
+  struct kk_half_num<T> {   \
     static constexpr bool value = true; \
   };
-KK_HALF_NUM_TYPE(bool) KK_HALF_NUM_TYPE(char) KK_HALF_NUM_TYPE(signed char) KK_HALF_NUM_TYPE(unsigned char) KK_HALF_NUM_TYPE(short)
-KK_HALF_NUM_TYPE(unsigned short) KK_HALF_NUM_TYPE(int) KK_HALF_NUM_TYPE(unsigned) KK_HALF_NUM_TYPE(long) KK_HALF_NUM_TYPE(unsigned long)
-KK_HALF_NUM_TYPE(long long) KK_HALF_NUM_TYPE(unsigned long long) KK_HALF_NUM_TYPE(float) KK_HALF_NUM_TYPE(double)
+KK_HALF_NUM_TYPE(bool) KK_HALF_NUM_TYPE(char) KK_HALF_NUM_TYPE(signed char)
+KK_HALF_NUM_TYPE(unsigned char) KK_HALF_NUM_TYPE(short) KK_HALF_NUM_TYPE(unsigned short)
+KK_HALF_NUM_TYPE(int) KK_HALF_NUM_TYPE(unsigned) KK_HALF_NUM_TYPE(long)
+KK_HALF_NUM_TYPE(unsigned long) KK_HALF_NUM_TYPE(long long) KK_HALF_NUM_TYPE(unsigned long long)
+KK_HALF_NUM_TYPE(float) KK_HALF_NUM_TYPE(double)
 #undef KK_HALF_NUM_TYPE
 template <bool B>
 struct kk_half_num_if {};
@@ -49,32 +51,25 @@ struct kk_half_num_if<true> {
   KK_NUM_HALF_ASSIGN(H, F, *=) KK_NUM_HALF_ASSIGN(H, F, /=)
 
 // max/min of two halves (__hmax/__hmin: a NaN gives the other input) or of a half and a number
-// (in float), abs as float's, and the
-// classification functions, where the math library's float, double and integer overloads all
-// match a half: as the CPU backend gives them.
-#define KK_HALF_FUNCS(H, F, BITS)                                                          \
-  __device__ __forceinline__ H max(const H& a, const H& b) { return __hmax(a, b); }        \
-  __device__ __forceinline__ H min(const H& a, const H& b) { return __hmin(a, b); }        \
-  template <class U, typename kk_half_num_if<kk_half_num<U>::value>::type = 0>                       \
-  __device__ __forceinline__ auto max(const H& a, U b)->decltype(max(0.0f, b)) {           \
-    return max(F(a), b);                                                                   \
-  }                                                                                        \
-  template <class U, typename kk_half_num_if<kk_half_num<U>::value>::type = 0>                       \
-  __device__ __forceinline__ auto max(U a, const H& b)->decltype(max(a, 0.0f)) {           \
-    return max(a, F(b));                                                                   \
-  }                                                                                        \
-  template <class U, typename kk_half_num_if<kk_half_num<U>::value>::type = 0>                       \
-  __device__ __forceinline__ auto min(const H& a, U b)->decltype(min(0.0f, b)) {           \
-    return min(F(a), b);                                                                   \
-  }                                                                                        \
-  template <class U, typename kk_half_num_if<kk_half_num<U>::value>::type = 0>                       \
-  __device__ __forceinline__ auto min(U a, const H& b)->decltype(min(a, 0.0f)) {           \
-    return min(a, F(b));                                                                   \
-  }                                                                                        \
-  __device__ __forceinline__ float abs(const H& a) { return fabsf(F(a)); }                 \
-  __device__ __forceinline__ bool isnan(const H& a) { return __hisnan(a); }                \
-  __device__ __forceinline__ bool isinf(const H& a) { return __hisinf(a) != 0; }           \
-  __device__ __forceinline__ bool isfinite(const H& a) { return isfinite(F(a)); }          \
+// (in float), abs as float's, and the classification functions, where the math library's float,
+// double and integer overloads all match a half: as the CPU backend gives them.
+#define KK_HALF_NUM_MINMAX(H, F, NAME)                                                       \
+  template <class U, typename kk_half_num_if<kk_half_num<U>::value>::type = 0>               \
+  __device__ __forceinline__ auto NAME(const H& a, U b)->decltype(NAME(0.0f, b)) {          \
+    return NAME(F(a), b);                                                                   \
+  }                                                                                         \
+  template <class U, typename kk_half_num_if<kk_half_num<U>::value>::type = 0>               \
+  __device__ __forceinline__ auto NAME(U a, const H& b)->decltype(NAME(a, 0.0f)) {          \
+    return NAME(a, F(b));                                                                   \
+  }
+#define KK_HALF_FUNCS(H, F, BITS)                                                            \
+  __device__ __forceinline__ H max(const H& a, const H& b) { return __hmax(a, b); }         \
+  __device__ __forceinline__ H min(const H& a, const H& b) { return __hmin(a, b); }         \
+  KK_HALF_NUM_MINMAX(H, F, max) KK_HALF_NUM_MINMAX(H, F, min)                               \
+  __device__ __forceinline__ float abs(const H& a) { return fabsf(F(a)); }                  \
+  __device__ __forceinline__ bool isnan(const H& a) { return __hisnan(a); }                 \
+  __device__ __forceinline__ bool isinf(const H& a) { return __hisinf(a) != 0; }            \
+  __device__ __forceinline__ bool isfinite(const H& a) { return isfinite(F(a)); }           \
   __device__ __forceinline__ bool signbit(const H& a) { return (BITS(a) >> 15) != 0; }
 
 #ifdef __CUDA_FP16_H__
@@ -100,6 +95,7 @@ KK_HALF_BF16_OP(<=) KK_HALF_BF16_OP(>=)
 #undef KK_HALF_BF16_OP
 #endif
 #undef KK_HALF_FUNCS
+#undef KK_HALF_NUM_MINMAX
 #undef KK_HALF_NUM
 #undef KK_NUM_HALF_ASSIGN
 #undef KK_HALF_NUM_OP
