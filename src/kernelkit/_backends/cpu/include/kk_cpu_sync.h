@@ -156,25 +156,33 @@ static inline T kk_shfl_from(unsigned mask, T v, int src, const char* file, int 
   return r;
 }
 #define KK_SITE const char *file = __builtin_FILE(), int line = __builtin_LINE()
+// The lane a shuffle reads, as PTX's shfl.sync computes it for CUDA's __shfl*_sync: segment mask
+// 32 - width, the offset (or lane, or lane mask) taken mod 32, the segment's last lane the clamp
+// (its first for up); a source past it gives the caller's own lane. Through xor a lane may read
+// an earlier segment, as on the GPU (checked bit for bit, tests/backend/test_warp_intrinsics.py).
+enum { KK_SHFL_IDX, KK_SHFL_UP, KK_SHFL_DOWN, KK_SHFL_XOR };
+static inline int kk_shfl_lane(int mode, unsigned b, int width) {
+  const int lane = (int)kk_lane(), segmask = (32 - width) & 31, bv = (int)(b & 31u);
+  const int first = lane & segmask, last = first | (31 & ~segmask);
+  const int j = mode == KK_SHFL_IDX ? first | (bv & ~segmask)
+                : mode == KK_SHFL_UP ? lane - bv : mode == KK_SHFL_DOWN ? lane + bv : lane ^ bv;
+  return (mode == KK_SHFL_UP ? j >= first : j <= last) ? j : lane;
+}
 template <class T>
 static inline T __shfl_sync(unsigned mask, T v, int src, int width = 32, KK_SITE) {
-  const int lane = (int)kk_lane(), seg = lane & ~(width - 1);
-  return kk_shfl_from(mask, v, seg + (src & (width - 1)), file, line);
+  return kk_shfl_from(mask, v, kk_shfl_lane(KK_SHFL_IDX, (unsigned)src, width), file, line);
 }
 template <class T>
 static inline T __shfl_up_sync(unsigned mask, T v, unsigned d, int width = 32, KK_SITE) {
-  const int lane = (int)kk_lane(), seg = lane & ~(width - 1), s = lane - (int)d;
-  return kk_shfl_from(mask, v, s >= seg ? s : lane, file, line);
+  return kk_shfl_from(mask, v, kk_shfl_lane(KK_SHFL_UP, d, width), file, line);
 }
 template <class T>
 static inline T __shfl_down_sync(unsigned mask, T v, unsigned d, int width = 32, KK_SITE) {
-  const int lane = (int)kk_lane(), seg = lane & ~(width - 1), s = lane + (int)d;
-  return kk_shfl_from(mask, v, s < seg + width ? s : lane, file, line);
+  return kk_shfl_from(mask, v, kk_shfl_lane(KK_SHFL_DOWN, d, width), file, line);
 }
 template <class T>
 static inline T __shfl_xor_sync(unsigned mask, T v, int lane_mask, int width = 32, KK_SITE) {
-  const int lane = (int)kk_lane(), seg = lane & ~(width - 1), s = lane ^ lane_mask;
-  return kk_shfl_from(mask, v, s < seg + width ? s : lane, file, line);
+  return kk_shfl_from(mask, v, kk_shfl_lane(KK_SHFL_XOR, (unsigned)lane_mask, width), file, line);
 }
 #undef KK_SITE
 template <class T>
