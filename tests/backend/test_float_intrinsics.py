@@ -10,6 +10,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 from float_intrinsics import MODES, TO_INT, inputs, kernel, outputs
+from parity import results
 
 torch = pytest.importorskip("torch")
 SAMPLE = [*range(10), *range(1000, 1100), *range(40000, 40100)]  # specials, any, cancellations
@@ -17,12 +18,7 @@ SAMPLE = [*range(10), *range(1000, 1100), *range(40000, 40100)]  # specials, any
 
 def run(device: str) -> dict[str, np.ndarray]:
     arrays = [torch.from_numpy(x).to(device) for x in inputs()]
-    names = [n for n, _, _ in outputs()]
-    r = torch.full((len(names), arrays[0].numel()), -7, dtype=torch.int64, device=device)
-    kernel()(arrays, out=[r], grid=(arrays[0].numel(), 1, 1), threadgroup=(256, 1, 1),
-             backend="cuda" if device == "cuda" else "cpu")  # fmt: skip
-    got = r.cpu().numpy()
-    return {n: got[k] for k, n in enumerate(names)}
+    return results(kernel(), arrays, [n for n, _, _ in outputs()], device)
 
 
 @pytest.fixture(scope="module")

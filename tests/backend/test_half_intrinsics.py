@@ -12,6 +12,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 from half_intrinsics import FLOAT_BITS, INTS, MODES, inputs, kernel, outputs
+from parity import results
 
 torch = pytest.importorskip("torch")
 DTYPES = ("float16", "bfloat16")
@@ -34,18 +35,9 @@ def run(dtype: str, device: str) -> dict[str, np.ndarray]:
         as_int16 = dt not in (torch.float32, torch.int64)  # 16-bit patterns, viewed as dt
         return torch.from_numpy(arr.view(np.int16) if as_int16 else arr).view(dt).to(device)
 
+    arrays = [put(a, tdt), put(b, tdt), put(f, torch.float32), put(v, torch.int64)]
     names = [n for n, _ in outputs(dtype)]
-    r = torch.full((len(names), a.size), -7, dtype=torch.int64, device=device)  # poisoned
-    kernel(dtype)(
-        [put(a, tdt), put(b, tdt), put(f, torch.float32), put(v, torch.int64)],
-        out=[r],
-        grid=(a.size, 1, 1),
-        threadgroup=(256, 1, 1),
-        template=[("T", dtype)],
-        backend="cuda" if device == "cuda" else "cpu",
-    )
-    got = r.cpu().numpy()
-    return {n: got[k] for k, n in enumerate(names)}
+    return results(kernel(dtype), arrays, names, device, template=[("T", dtype)])
 
 
 @pytest.fixture(scope="module", params=DTYPES)

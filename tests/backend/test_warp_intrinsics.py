@@ -6,19 +6,15 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from parity import results
 from warp_intrinsics import WIDTHS, inputs, kernel, outputs
 
 torch = pytest.importorskip("torch")
 
 
 def run(device: str) -> dict[str, np.ndarray]:
-    v, s = (torch.from_numpy(x).to(device) for x in inputs())
-    names = [n for n, _ in outputs()]
-    r = torch.full((len(names), v.numel()), -7, dtype=torch.int64, device=device)  # poisoned
-    kernel()([v, s], out=[r], grid=(v.numel(), 1, 1), threadgroup=(128, 1, 1),
-             backend="cuda" if device == "cuda" else "cpu")  # fmt: skip
-    got = r.cpu().numpy()
-    return {n: got[k] for k, n in enumerate(names)}
+    arrays = [torch.from_numpy(x).to(device) for x in inputs()]
+    return results(kernel(), arrays, [n for n, _ in outputs()], device, threadgroup=128)
 
 
 @pytest.fixture(scope="module")
