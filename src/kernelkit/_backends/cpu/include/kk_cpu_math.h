@@ -64,11 +64,6 @@ static inline float normcdff(float x) { return 0.5f * erfcf(-x * 0.7071067811865
 static inline double normcdf(double x) { return 0.5 * erfc(-x * 0.70710678118654752); }
 
 // CUDA-only math functions (the C99 ones come from the host libm).
-static inline float sinpif(float x) { return sinf((float)M_PI * x); }
-static inline float cospif(float x) { return cosf((float)M_PI * x); }
-static inline void sincospif(float x, float* s, float* c) { sincosf((float)M_PI * x, s, c); }
-static inline double sinpi(double x) { return sin(M_PI * x); }
-static inline double cospi(double x) { return cos(M_PI * x); }
 static inline float rhypotf(float a, float b) { return 1.0f / hypotf(a, b); }
 static inline float norm3df(float a, float b, float c) { return sqrtf(a * a + b * b + c * c); }
 static inline float rnorm3df(float a, float b, float c) { return 1.0f / norm3df(a, b, c); }
@@ -84,6 +79,7 @@ static inline double rcbrt(double x) { return 1.0 / cbrt(x); }
 
 #include "kk_cpu_round.h"
 #include "kk_cpu_simd.h"
+#include "kk_cpu_special.h"
 
 template <class To, class From>
 static inline To kk_bitcast(From f) {
