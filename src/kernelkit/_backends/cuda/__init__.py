@@ -162,12 +162,14 @@ class CUDABackend(Backend):
         parts += _kernel_function(source)
         # Harmless PCH noise: 20283 "PCH creation disabled because #line directive encountered",
         # 629 "the command line options do not match those used when precompiled header file
-        # ... was created" (a header parsed for another arch, e.g. sm_90 next to sm_90a)
+        # ... was created" (a header parsed for another arch, e.g. sm_90 next to sm_90a), 630
+        # "the initial sequence of preprocessing directives is not compatible with those of
+        # precompiled header file ..." (another kernel's leading includes: NVRTC makes another)
         options = [
             f"--gpu-architecture={arch}",
             "--std=c++17",
             "-default-device",
-            "-diag-suppress=20283,629",
+            "-diag-suppress=20283,629,630",
             *nvrtc.version_macros(),
             *abi_options(),
         ]
