@@ -96,6 +96,7 @@ def outputs() -> list[tuple[str, str, str]]:
         ("max_fi", "f", "max(a, i)"),
         ("min_if", "f", "min(i, b)"),
         ("max_di", "d", "max(d, i)"),
+        ("__fns", "i", "__fns(u, (unsigned)i & 31u, (int)(v % 67u) - 33)"),
     ]
     for w in ("2", "4"):
         out += [(f"__v{f}{w}", "i", f"__v{f}{w}(u)") for f in ("abs", "absss", "neg", "negss")]

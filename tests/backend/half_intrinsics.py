@@ -54,6 +54,8 @@ def outputs(dtype: str) -> list[tuple[str, str]]:
         ("abs", "__float_as_int(abs(a))"),
         (f"__{s}2char_rz", f"__{s}2char_rz(a)"),
         (f"__{s}2uchar_rz", f"__{s}2uchar_rz(a)"),
+        ("__hcmadd.x", f"B(__hcmadd({h2}(a, b), {h2}(b, a), {h2}(a, b)).x)"),
+        ("__hcmadd.y", f"B(__hcmadd({h2}(a, b), {h2}(b, a), {h2}(a, b)).y)"),
     ]
     out += [(f"__{s}2{i}_{m}", f"(long long)__{s}2{i}_{m}(a)") for i in INTS for m in MODES]
     out += [(f"__float2{s}_{m}", f"B(__float2{s}_{m}(f))") for m in MODES]

@@ -177,3 +177,26 @@ def test_simd_lanes(cpu):
             np.testing.assert_array_equal(cpu[f"__v{name}{w}"] & 0xFFFFFFFF, want, err_msg=name + w)
         want = np.abs(ua - ub).sum(axis=1)
         np.testing.assert_array_equal(cpu[f"__vsadu{w}"], want)
+
+
+def _fns(mask: int, base: int, offset: int) -> int:
+    """PTX's fns, as its ISA's pseudocode states it."""
+    if offset == 0:
+        return base if mask >> base & 1 else 0xFFFFFFFF
+    count, inc, pos = abs(offset) - 1, 1 if offset > 0 else -1, base
+    while 0 <= pos < 32:
+        if mask >> pos & 1:
+            if count == 0:
+                return pos
+            count -= 1
+        pos += inc
+    return 0xFFFFFFFF
+
+
+def test_fns_finds_the_nth_set_bit(cpu):
+    _, _, _, _, _, il, im = inputs()
+    u, v = (il >> 32) & 0xFFFFFFFF, (im >> 32) & 0xFFFFFFFF
+    base, offset = il & 31, v % 67 - 33
+    want = [_fns(int(m), int(b), int(o)) for m, b, o in zip(u, base, offset)]
+    np.testing.assert_array_equal(cpu["__fns"] & 0xFFFFFFFF, want)
+    assert _fns(0xAAAAAAAA, 2, -1) == 1 and _fns(0xAAAAAAAA, 3, 1) == 3  # the ISA's examples

@@ -86,8 +86,8 @@ def _exact(dtype: str) -> tuple[list[Fraction], np.ndarray]:
     return [Fraction(float(x)) for x in vals], bits
 
 
-def _round_int(v: int, dtype: str, mode: str) -> float:
-    """Exact rounding of a Python int to the type's values (ties to even for rn)."""
+def _round_exact(v: int | Fraction, dtype: str, mode: str) -> float:
+    """Exact rounding of a Python int or fraction to the type's values (ties to even for rn)."""
     vals, bits = _exact(dtype)
     fv = Fraction(v)
     i = bisect.bisect_right(vals, fv) - 1  # vals[i] <= fv < vals[i + 1]
@@ -120,8 +120,32 @@ def test_integers_to_half_in_every_mode(cpu_results):
                 x = int(v[i].astype(wrap[name])) if name in wrap else int(v[i])
                 if name == "ull":
                     x %= 2**64
-                want = _round_int(x, dtype, mode)
+                want = _round_exact(x, dtype, mode)
                 assert got[i] == want, (name, mode, x, got[i], want)
+
+
+def test_hcmadd_is_four_roundings_of_fma(cpu_results):
+    # __hcmadd(a, b, c): re = fma(-a.y, b.y, fma(a.x, b.x, c.x)), im = fma(a.y, b.x,
+    # fma(a.x, b.y, c.y)), each fma rounded once (cuda_fp16.hpp); here a = (x, y), b = (y, x),
+    # c = (x, y) for the kernel's x = a and y = b
+    dtype, res = cpu_results
+    a, b, _, _ = inputs(dtype)
+    x, y = _values(dtype, a), _values(dtype, b)
+    re = _values(dtype, res["__hcmadd.x"].astype(np.uint16))
+    im = _values(dtype, res["__hcmadd.y"].astype(np.uint16))
+    rng = np.random.default_rng(3)
+    finite = np.flatnonzero(np.isfinite(x) & np.isfinite(y) & (np.abs(x) < 200) & (np.abs(y) < 200))
+    checked = 0
+    for i in rng.choice(finite, 1500, replace=False):
+        fx, fy = Fraction(float(x[i])), Fraction(float(y[i]))
+        r1, i1 = _round_exact(fx * fy + fx, dtype, "rn"), _round_exact(fx * fx + fy, dtype, "rn")
+        if not (np.isfinite(r1) and np.isfinite(i1)):
+            continue
+        want_re = _round_exact(Fraction(r1) - fy * fx, dtype, "rn")
+        want_im = _round_exact(Fraction(i1) + fy * fy, dtype, "rn")
+        assert (re[i], im[i]) == (want_re, want_im), (float(fx), float(fy), re[i], im[i])
+        checked += 1
+    assert checked > 1000
 
 
 def test_half_to_integers_in_every_mode(cpu_results):

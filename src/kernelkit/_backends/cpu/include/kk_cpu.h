@@ -147,6 +147,7 @@ static inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) {
   return uint4{x, y, z, w};
 }
 
+#include "kk_cpu_round.h"
 #include "kk_cpu_half.h"
 #include "kk_cpu_math.h"
 #include "kk_cpu_sched.h"

@@ -77,7 +77,6 @@ static inline double rcbrt(double x) { return 1.0 / cbrt(x); }
 
 
 
-#include "kk_cpu_round.h"
 #include "kk_cpu_simd.h"
 #include "kk_cpu_special.h"
 
@@ -107,6 +106,16 @@ static inline unsigned __brev(unsigned x) {
   x = ((x >> 2) & 0x33333333u) | ((x & 0x33333333u) << 2);
   x = ((x >> 4) & 0x0f0f0f0fu) | ((x & 0x0f0f0f0fu) << 4);
   return __builtin_bswap32(x);
+}
+// The position of mask's |offset|-th set bit from bit base, upward for offset > 0 and downward
+// for offset < 0 (offset 0: base itself if set); 0xffffffff where there is none (PTX's fns).
+static inline unsigned __fns(unsigned mask, unsigned base, int offset) {
+  if (offset == 0) return base < 32 && ((mask >> base) & 1u) ? base : 0xffffffffu;
+  int count = offset > 0 ? offset - 1 : -offset - 1;
+  const int inc = offset > 0 ? 1 : -1;
+  for (int pos = (int)base; pos >= 0 && pos < 32; pos += inc)
+    if (((mask >> pos) & 1u) && count-- == 0) return (unsigned)pos;
+  return 0xffffffffu;
 }
 static inline unsigned long long __brevll(unsigned long long x) {
   return ((unsigned long long)__brev((unsigned)x) << 32) | __brev((unsigned)(x >> 32));

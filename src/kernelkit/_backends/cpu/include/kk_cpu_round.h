@@ -4,7 +4,7 @@
 // saturate, NaN gives 0 (64-bit integers: 0x8000000000000000, as the GPU's cvt). No FP
 // environment is touched: each result is the round-to-nearest one moved one step where the
 // exact value (from a long double, TwoSum or an fma remainder) says so. Included by
-// kk_cpu_math.h.
+// kk_cpu.h before the half types (kk_cpu_half_more.h rounds to them with kk_round_to).
 #pragma once
 
 enum { KK_RN = 0, KK_RZ = 1, KK_RD = 2, KK_RU = 3 };
@@ -25,22 +25,61 @@ static inline F kk_directed(F r, int err, int mode) {
 }
 static inline int kk_sign(long double v) { return (v > 0) - (v < 0); }
 
-// v rounded to F (float or double) in `mode`; sticky (-1, 0, 1): the exact value is a little
-// below, at or above v (the bits a long double lost). Every value of F, and every midpoint
-// between two, is a long double, so the exact value and v fall on the same side of each except
-// where v is one: there the sticky sign decides.
+// The formats kk_round_to rounds to: float and double here, the halves in kk_cpu_half_more.h.
+// near(v): a value within one step of v (a C conversion: exact for float and double, twice
+// rounded for the halves); step(x, up): the next value up or down (zeros step to the smallest
+// subnormals, the largest finite values to infinity); value(x): x exactly; odd(x): x's lowest
+// bit; inf_at: where infinity counts for round-to-nearest (the next power of two above the
+// largest finite value, so that the overflow threshold is a tie there).
+template <class F>
+struct kk_format;
+template <>
+struct kk_format<float> {
+  static float near(long double v) { return (float)v; }
+  static float step(float x, bool up) { return std::nextafter(x, up ? INFINITY : -INFINITY); }
+  static long double value(float x) { return x; }
+  static bool odd(float x) { uint32_t u; memcpy(&u, &x, 4); return u & 1u; }
+  static constexpr long double inf_at = 0x1p128L;
+};
+template <>
+struct kk_format<double> {
+  static double near(long double v) { return (double)v; }
+  static double step(double x, bool up) { return std::nextafter(x, up ? INFINITY : -INFINITY); }
+  static long double value(double x) { return x; }
+  static bool odd(double x) { uint64_t u; memcpy(&u, &x, 8); return u & 1u; }
+  static constexpr long double inf_at = 0x1p1024L;
+};
+template <class F>
+static inline long double kk_exact(F x) {
+  const long double v = kk_format<F>::value(x), at = kk_format<F>::inf_at;
+  return std::isinf(v) ? (v > 0 ? at : -at) : v;
+}
+
+// v rounded to F in `mode`; sticky (-1, 0, 1): the exact value is a little below, at or above
+// v (the bits a long double lost: every value of F and every midpoint between two is a long
+// double, so the exact value and v fall on the same side of each except where v is one, and
+// there the sticky sign decides). near(v) and its neighbours bracket v; the mode picks.
 template <class F>
 static inline F kk_round_to(long double v, int mode, int sticky = 0) {
-  const F r = (F)v;  // to nearest
-  if (std::isnan(v) || std::isinf(v)) return r;
-  const F fin = std::isinf(r) ? std::nextafter(r, F(0)) : r;
-  const int err = (long double)fin == v ? sticky : kk_sign(v - (long double)fin);
-  if (mode != KK_RN) return kk_directed<F>(r, err, mode);
-  if (sticky == 0 || std::isinf(r)) return r;
-  const F other = v > (long double)r ? std::nextafter(r, (F)INFINITY)
-                                     : std::nextafter(r, -(F)INFINITY);
-  if (std::isinf(other) || v != ((long double)r + (long double)other) / 2) return r;
-  return kk_sign((long double)other - (long double)r) == sticky ? other : r;  // a tie: the side
+  using T = kk_format<F>;
+  F c = T::near(v);
+  if (std::isnan(v) || std::isinf(v)) return c;
+  if (std::isinf(T::value(c))) c = T::step(c, T::value(c) < 0);  // the largest finite value
+  const long double cv = kk_exact(c);
+  if (cv == v && sticky == 0) return c;
+  const bool above = cv > v || (cv == v && sticky < 0), below = cv < v || (cv == v && sticky > 0);
+  const F lo = above ? T::step(c, false) : c, hi = below ? T::step(c, true) : c;
+  switch (mode) {
+    case KK_RZ: return v > 0 || (v == 0 && sticky > 0) ? lo : hi;
+    case KK_RD: return lo;
+    case KK_RU: return hi;
+    default: {
+      const long double dlo = v - kk_exact(lo), dhi = kk_exact(hi) - v;
+      if (dlo != dhi) return dlo < dhi ? lo : hi;
+      if (sticky != 0) return sticky > 0 ? hi : lo;
+      return T::odd(lo) ? hi : lo;  // a tie: the even one
+    }
+  }
 }
 
 // x + y when that is exactly zero: two zeros of one sign keep it; otherwise +0 in every mode but
