@@ -19,6 +19,7 @@ import test_real_ports_apex
 import test_real_ports_caffe
 import test_real_ports_darknet
 import test_real_ports_ggml
+import test_real_ports_more
 import test_real_ports_pytorch
 import test_real_ports_vllm
 from real_ports import dtype_of
@@ -29,6 +30,7 @@ MODULES = (
     test_real_ports_caffe,
     test_real_ports_darknet,
     test_real_ports_ggml,
+    test_real_ports_more,
     test_real_ports_pytorch,
     test_real_ports_vllm,
 )

@@ -14,6 +14,32 @@ static inline int RowMajorTid(int x, int y, int z) {
   return (int)((z == 1 ? 0 : threadIdx.z * x * y) + (y == 1 ? 0 : threadIdx.y * x) + threadIdx.x);
 }
 
+// A key with its value (<cub/util_type.cuh>), and the functors that reduce such pairs to the
+// largest or smallest value, the smaller key on a tie (<cub/thread/thread_operators.cuh>).
+template <class K, class V>
+struct KeyValuePair {
+  using Key = K;
+  using Value = V;
+  K key;
+  V value;
+  KeyValuePair() = default;
+  KeyValuePair(K const& k, V const& v) : key(k), value(v) {}
+  bool operator==(const KeyValuePair& b) const { return value == b.value && key == b.key; }
+  bool operator!=(const KeyValuePair& b) const { return value != b.value || key != b.key; }
+};
+struct ArgMax {
+  template <class V, class K>
+  KeyValuePair<K, V> operator()(const KeyValuePair<K, V>& a, const KeyValuePair<K, V>& b) const {
+    return b.value > a.value || (a.value == b.value && b.key < a.key) ? b : a;
+  }
+};
+struct ArgMin {
+  template <class V, class K>
+  KeyValuePair<K, V> operator()(const KeyValuePair<K, V>& a, const KeyValuePair<K, V>& b) const {
+    return b.value < a.value || (a.value == b.value && b.key < a.key) ? b : a;
+  }
+};
+
 namespace kk_detail {
 
 struct plus {
