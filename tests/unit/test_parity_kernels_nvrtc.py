@@ -1,6 +1,7 @@
 """The bit-for-bit parity kernels (tests/backend/half_intrinsics.py, float_intrinsics.py,
-warp_intrinsics.py) compile under NVRTC for sm_90 without a GPU: every function the CPU
-backend's tests check against exact references is one the GPU has, spelled the same."""
+warp_intrinsics.py, fp8_conversions.py) compile under NVRTC for sm_90 without a GPU: every
+function the CPU backend's tests check against exact references is one the GPU has, spelled
+the same."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from kernelkit._pipeline.render import render_request
 pytest.importorskip("cuda.bindings.nvrtc", reason="cuda-bindings (NVRTC) is not installed")
 sys.path.insert(0, str(Path(__file__).parents[1] / "backend"))
 import float_intrinsics
+import fp8_conversions
 import half_intrinsics
 import warp_intrinsics
 
@@ -44,3 +46,7 @@ def test_float_intrinsics_compile_for_sm90(cuda):
 
 def test_warp_intrinsics_compile_for_sm90(cuda):
     _compile(cuda, warp_intrinsics.kernel(), ["int32", "int32"])
+
+
+def test_fp8_conversions_compile_for_sm90(cuda):
+    _compile(cuda, fp8_conversions.kernel(), ["float32", "float64", "int32"])

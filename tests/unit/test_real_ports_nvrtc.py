@@ -21,6 +21,7 @@ import test_real_ports_darknet
 import test_real_ports_ggml
 import test_real_ports_more
 import test_real_ports_pytorch
+import test_real_ports_third
 import test_real_ports_vllm
 from real_ports import dtype_of
 from test_cuda_compile import as_ptx
@@ -32,6 +33,7 @@ MODULES = (
     test_real_ports_ggml,
     test_real_ports_more,
     test_real_ports_pytorch,
+    test_real_ports_third,
     test_real_ports_vllm,
 )
 CASES = [

@@ -35,10 +35,18 @@ static inline unsigned short kk_f32_to_bf16(float f) {  // round to nearest even
 }
 static inline float kk_bf16_to_f32(unsigned short b) { return kk_bits_f32((unsigned)b << 16); }
 
-#define KK_HALF_TYPE(H, TO, FROM)                                                             \
+// The bits as cuda_fp16.h / cuda_bf16.h's raw structs, which the types convert to and from.
+struct __half_raw { unsigned short x; };
+struct __half2_raw { unsigned short x, y; };
+struct __nv_bfloat16_raw { unsigned short x; };
+struct __nv_bfloat162_raw { unsigned short x, y; };
+
+#define KK_HALF_TYPE(H, RAW, TO, FROM)                                                        \
   struct H {                                                                                  \
     unsigned short __x;                                                                       \
     H() = default;                                                                            \
+    H(const RAW& r) : __x(r.x) {}                                                             \
+    operator RAW() const { return {__x}; }                                                    \
     H(float f) : __x(TO(f)) {}                                                                \
     H(double f) : __x(TO((float)f)) {}                                                        \
     H(int i) : __x(TO((float)i)) {}                                                           \
@@ -78,8 +86,8 @@ static inline float kk_bf16_to_f32(unsigned short b) { return kk_bits_f32((unsig
   template <class U, class = std::enable_if_t<std::is_arithmetic<U>::value>>                  \
   static inline auto operator OP(U a, H b) { return a OP float(b); }
 
-KK_HALF_TYPE(__half, kk_f32_to_f16, kk_f16_to_f32)
-KK_HALF_TYPE(__nv_bfloat16, kk_f32_to_bf16, kk_bf16_to_f32)
+KK_HALF_TYPE(__half, __half_raw, kk_f32_to_f16, kk_f16_to_f32)
+KK_HALF_TYPE(__nv_bfloat16, __nv_bfloat16_raw, kk_f32_to_bf16, kk_bf16_to_f32)
 typedef __half half;
 typedef __nv_bfloat16 nv_bfloat16;
 typedef __nv_bfloat16 bfloat16_t;
@@ -150,10 +158,6 @@ KK_HALF2_TYPE(__nv_bfloat162, __nv_bfloat16)
 #undef KK_HALF2_TYPE
 typedef __half2 half2;
 typedef __nv_bfloat162 nv_bfloat162;
-struct __half_raw { unsigned short x; };
-struct __half2_raw { unsigned short x, y; };
-struct __nv_bfloat16_raw { unsigned short x; };
-struct __nv_bfloat162_raw { unsigned short x, y; };
 
 // __hmax / __hmin: a NaN input gives the other input, two NaNs the canonical NaN (0x7fff), and
 // +0 is above -0 (cuda_fp16.h's documented semantics; not float's fmax, which may return either

@@ -64,6 +64,31 @@ struct kk_float_limits {
 KK_MIXED_MINMAX(float, fmaxf, fminf)
 KK_MIXED_MINMAX(double, fmax, fmin)
 #undef KK_MIXED_MINMAX
+// min/max of two integers of different widths (an int with a long long, a short with an
+// unsigned long long: ggml's `min(split, n - i)`), which CUDA's overloads also leave ambiguous,
+// in their common type (the usual arithmetic conversions), as the CPU backend's. A call CUDA's
+// own overloads take exactly (two ints, an int with an unsigned) keeps them: a non-template
+// wins a tie.
+template <class T> struct kk_is_int { static constexpr bool value = false; };
+#define KK_IS_INT(T) \
+  template <> struct kk_is_int<T> { static constexpr bool value = true; };
+KK_IS_INT(char) KK_IS_INT(signed char) KK_IS_INT(unsigned char) KK_IS_INT(short)
+KK_IS_INT(unsigned short) KK_IS_INT(int) KK_IS_INT(unsigned) KK_IS_INT(long)
+KK_IS_INT(unsigned long) KK_IS_INT(long long) KK_IS_INT(unsigned long long)
+#undef KK_IS_INT
+template <bool B, class T> struct kk_int_pair {};
+template <class T> struct kk_int_pair<true, T> { typedef T type; };
+#define KK_INT_MINMAX(NAME, CMP)                                                              \
+  template <class A, class B>                                                                 \
+  __device__ __forceinline__ typename kk_int_pair<kk_is_int<A>::value && kk_is_int<B>::value, \
+                                                  decltype(A() + B())>::type                  \
+  NAME(A a, B b) {                                                                            \
+    typedef decltype(A() + B()) C;                                                            \
+    return ((C)b CMP (C)a) ? (C)b : (C)a;                                                     \
+  }
+KK_INT_MINMAX(min, <)
+KK_INT_MINMAX(max, >)
+#undef KK_INT_MINMAX
 #ifndef M_PI
 #define M_E 2.7182818284590452354
 #define M_LOG2E 1.4426950408889634074
