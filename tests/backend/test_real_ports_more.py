@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import real_kernels_headers as rk
 import real_ports
 from real_ports import Port, Ports, close, dtype_of
 
@@ -737,21 +738,7 @@ GATING_PORT = Port(
 # --- ggml ------------------------------------------------------------------------------------
 
 # ggml/src/ggml-cuda/common.cuh at 00108827d87949b538ad1821f81a6b111827fcda (what norm.cu uses)
-GGML_COMMON = """
-#include <cstdint>
-#include <cfloat>
-
-#define WARP_SIZE 32
-
-template<int width = WARP_SIZE>
-static __device__ __forceinline__ float warp_reduce_sum(float x) {
-#pragma unroll
-    for (int offset = width/2; offset > 0; offset >>= 1) {
-        x += __shfl_xor_sync(0xffffffff, x, offset, width);
-    }
-    return x;
-}
-"""
+GGML_COMMON = rk.GGML_COMMON  # common.cuh's WARP_SIZE and warp reductions (the same text)
 
 # group_norm_f32, ggml/src/ggml-cuda/norm.cu at 0129866abecd5d7f83839ff7c404370386db7709
 GROUP_NORM = """

@@ -61,6 +61,7 @@ import dataclasses
 
 import numpy as np
 import pytest
+import real_kernels_headers as rk
 import real_ports
 from real_ports import Port, Ports, close
 from test_real_ports_more import CUDA_COMPAT, RESHAPE_AND_CACHE_FLASH
@@ -137,25 +138,7 @@ static constexpr __device__ int ggml_cuda_get_max_cpy_bytes() {
 """
 
 # common.cuh: the float warp_reduce_sum and warp_reduce_max
-GGML_WARP = """
-template<int width = WARP_SIZE>
-static __device__ __forceinline__ float warp_reduce_sum(float x) {
-#pragma unroll
-    for (int offset = width/2; offset > 0; offset >>= 1) {
-        x += __shfl_xor_sync(0xffffffff, x, offset, width);
-    }
-    return x;
-}
-
-template<int width = WARP_SIZE>
-static __device__ __forceinline__ float warp_reduce_max(float x) {
-#pragma unroll
-    for (int offset = width/2; offset > 0; offset >>= 1) {
-        x = fmaxf(x, __shfl_xor_sync(0xffffffff, x, offset, width));
-    }
-    return x;
-}
-"""
+GGML_WARP = rk.GGML_COMMON  # common.cuh's warp_reduce_sum/max (the same text, with WARP_SIZE)
 
 # common.cuh: block_reduce and its policies
 GGML_BLOCK_REDUCE = """
