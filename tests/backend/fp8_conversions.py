@@ -57,6 +57,14 @@ def kernel() -> kernelkit.Kernel:
     )  # fmt: skip
 
 
+def values(man: int, bias: int) -> np.ndarray:
+    """The values of codes 0-127 of a format with ``man`` mantissa bits and exponent ``bias``
+    (codes past the largest finite one included: rounding overflows at their ties)."""
+    codes = np.arange(128)
+    e, m = codes >> man, codes & ((1 << man) - 1)
+    return np.where(e == 0, m * 2.0 ** (1 - bias - man), (m + 2**man) * 2.0 ** (e - bias - man))
+
+
 def inputs(seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Floats: every code's value of both formats, the midpoints between neighbours (ties),
     a little either side of them, the ranges' ends and past them, specials, random values
@@ -65,19 +73,21 @@ def inputs(seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     rng = np.random.default_rng(seed)
     vals = []
     for man, bias in ((3, 7), (2, 15)):
-        codes = np.arange(128)
-        e, m = codes >> man, codes & ((1 << man) - 1)
-        v = np.where(e == 0, m * 2.0 ** (1 - bias - man), (m + 2**man) * 2.0 ** (e - bias - man))
-        mid = (v[:-1] + v[1:]) / 2
-        vals += [v, mid, np.nextafter(mid, np.inf), np.nextafter(mid, -np.inf)]
+        v = values(man, bias)
+        mid = ((v[:-1] + v[1:]) / 2).astype(np.float32)  # exact: ties
+        up, down = np.nextafter(mid, np.float32(np.inf)), np.nextafter(mid, np.float32(-np.inf))
+        vals += [v.astype(np.float32), mid, up, down]
     ends = [464.0, 480.0, 500.0, 57344.0, 61440.0, 65536.0, 1e30, np.inf, 2.0**-10, 2.0**-17, 0.0]
-    base = np.concatenate([*vals, np.array(ends)])
+    base = np.concatenate([*vals, np.array(ends, np.float32)])
     rand = rng.uniform(-20, 18, 4096)
     f = np.concatenate([base, -base, np.sign(rng.uniform(-1, 1, 4096)) * 2.0**rand])
     f = np.concatenate([f, [np.nan]]).astype(np.float32)
     n = 1 << int(np.ceil(np.log2(f.size)))
     f = np.resize(f, n)
     d = f.astype(np.float64)
+    # doubles between floats: a tie's neighbours closer than any float (half of them)
+    near = np.arange(n) % 2 == 1
+    d[near] = d[near] * (1 + np.where(np.arange(n)[near] % 4 == 1, 2.0**-40, -(2.0**-40)))
     d[-4:] = [np.nan, -np.nan, np.float64("nan"), 1e300]
     bits = d.view(np.uint64)
     bits[-2] = 0x7FF4000000000001  # a signalling NaN with a payload

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from fp8_conversions import inputs, kernel, outputs
+from fp8_conversions import inputs, kernel, outputs, values
 from parity import results
 
 torch = pytest.importorskip("torch")
@@ -23,6 +23,25 @@ def run(device: str) -> dict[str, np.ndarray]:
 @pytest.fixture(scope="module")
 def cpu():
     return run("cpu")
+
+
+FORMAT = {"e4m3": (3, 7, 0x7F), "e5m2": (2, 15, 0x7C)}  # mantissa bits, bias, overflow code
+
+
+def _exact_codes(x: np.ndarray, k: str, sat: bool) -> np.ndarray:
+    """float64 values (not NaN) to codes by exact round to nearest even over the format's
+    values (written here, independent of the header): past the largest finite value, the
+    largest (sat) or the overflow code (e4m3's NaN 0x7f, e5m2's infinity 0x7c)."""
+    man, bias, top = FORMAT[k]
+    v = values(man, bias)[: top + 1]  # codes 0..top, top standing for the overflow
+    a = np.abs(x)
+    lo = np.clip(np.searchsorted(v, a, side="right") - 1, 0, top)
+    hi = np.minimum(lo + 1, top)
+    below, above = a - v[lo], v[hi] - a
+    code = np.where(below < above, lo, np.where(above < below, hi, np.where(lo % 2, hi, lo)))
+    code = np.where(a >= v[top], top, code)
+    code = np.where(code >= top, top - 1 if sat else top, code)
+    return np.where(np.signbit(x), 0x80, 0) | code
 
 
 def _torch_codes(x: np.ndarray, k: str) -> np.ndarray:
@@ -46,8 +65,13 @@ def test_float_to_fp8_rounds_to_nearest_even(cpu, k):
     np.testing.assert_array_equal(cpu[f"float_{k}_nosat"][finite], nosat)
     np.testing.assert_array_equal(cpu[f"float_{k}_sat"][finite], sat)
     np.testing.assert_array_equal(cpu[f"{k}_ctor"][finite], sat)  # the type saturates
-    same = finite & (d == f)  # the doubles that are these floats
-    np.testing.assert_array_equal(cpu[f"double_{k}_sat"][same], cpu[f"float_{k}_sat"][same])
+    np.testing.assert_array_equal(cpu[f"float_{k}_nosat"][finite], _exact_codes(x, k, False))
+    dfin = np.isfinite(d)  # doubles, half of them between floats
+    for s, sat_ in (("sat", True), ("nosat", False)):
+        want = _exact_codes(d[dfin], k, sat_)
+        np.testing.assert_array_equal(cpu[f"double_{k}_{s}"][dfin], want)
+    pair = _exact_codes(x, k, True) | (_exact_codes(-x.astype(np.float64), k, True) << 8)
+    np.testing.assert_array_equal(cpu[f"{k}_pair"][finite], pair)  # x in the low byte
     h = f.astype(np.float16)  # through a half: the half's value rounded once more
     hf = np.isfinite(h)
     codes = _torch_codes(h[hf].astype(np.float32), k)

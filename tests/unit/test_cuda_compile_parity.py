@@ -133,16 +133,42 @@ STD_BODIES = {
     "huge_val": "y[0] = x[0] == HUGE_VALF || (double)x[0] == HUGE_VAL ? 1.0f : 0.0f;",
     "mixed_min_max": "y[0] = max(x[0], 1) + min(2, x[1]) + max((double)x[0], 3);",
     "assert": "assert(x[0] == x[0]); y[0] = x[0];",
+    # integers of different widths: CUDA's overloads were ambiguous (ggml's min(int, int64_t))
+    "mixed_int_min_max": "const int i = (int)x[1]; const long long n = 5000000000LL;\n"
+    "y[0] = (float)(min(i, n) + max((short)i, 9ULL) + min((unsigned char)i, 3L));",
+    # a kernel's own two-argument template wins over both preludes' min
+    "own_min_template": "const int i = (int)x[1];\n"
+    "y[0] = (float)(min(i, 3000000000LL) + min((short)i, (short)1));",
+    # cuda_fp8.h's pairs through the half2 raw struct, and an unscoped enum to an fp8 type
+    "fp8_raw_pairs": "enum { kOne = 1 }; __nv_fp8_e4m3 a(kOne);\n"
+    "const __nv_fp8x2_storage_t s = (__nv_fp8x2_storage_t)0x3c38;\n"
+    "__half2 h = __half2(__nv_cvt_fp8x2_to_halfraw2(s, __NV_E4M3));\n"
+    "float2 f = __half22float2(__nv_cvt_fp8x2_to_halfraw2(s, __NV_E4M3));\n"
+    "y[0] = float(a) + f.x + f.y\n"
+    "     + (float)__nv_cvt_halfraw2_to_fp8x2(h, __NV_SATFINITE, __NV_E4M3);",
+}
+STD_HEADERS = {
+    "own_min_template": "template <class T, class U> __device__ T min(T a, U b) "
+    "{ return a < b ? a : (T)b; }",
+    "fp8_raw_pairs": "#include <cuda_fp8.h>",
+}
+STD_EXPECT = {
+    "mixed_int_min_max": 2 + 9 + 2,
+    "own_min_template": 2 + 1,
+    "fp8_raw_pairs": 1 + 2.5 + 0x3C38,
 }
 
 
 @pytest.mark.parametrize("name", list(STD_BODIES))
 def test_what_the_cpu_prelude_gives_nvrtc_gives(cuda, name):
-    k = kernelkit.kernel(f"std_{name}", ["x"], ["y"], STD_BODIES[name])
+    header = STD_HEADERS.get(name, "")
+    k = kernelkit.kernel(f"std_{name}", ["x"], ["y"], STD_BODIES[name], header=header)
     x = np.array([0.5, 2.0], np.float32)
     (cpu,) = k([x], output_shapes=[(1,)], output_dtypes=[np.float32], grid=(1, 1, 1),
                threadgroup=(1, 1, 1), backend="cpu")  # fmt: skip
     assert np.isfinite(cpu).all()
+    if name in STD_EXPECT:
+        assert cpu[0] == STD_EXPECT[name]
     _, req = render_request(
         k.spec, cuda, cuda.target_for_arch("sm_90"), [(A, F32)], [F32], (), False
     )

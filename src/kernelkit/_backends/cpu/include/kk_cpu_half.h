@@ -127,11 +127,13 @@ KK_HALF_LIMITS(__nv_bfloat16, 8, 2, 4, -125, -37, 128, 38, 0x0080u, 0x7f7fu, 0x3
 
 // The pairs, with cuda_fp16.h / cuda_bf16.h's constructor (two halves; floats convert) and
 // lane-wise operators (comparisons are true when both lanes compare true, as __hbeq2).
-#define KK_HALF2_TYPE(H2, H)                                                                  \
+#define KK_HALF2_TYPE(H2, H, RAW2)                                                            \
   struct alignas(4) H2 {                                                                      \
     H x, y;                                                                                   \
     H2() = default;                                                                           \
     constexpr H2(const H& a, const H& b) : x(a), y(b) {}                                      \
+    H2(const RAW2& r) { x.__x = r.x; y.__x = r.y; }                                           \
+    operator RAW2() const { return {x.__x, y.__x}; }                                          \
     H2& operator+=(const H2& o) { x += o.x; y += o.y; return *this; }                         \
     H2& operator-=(const H2& o) { x -= o.x; y -= o.y; return *this; }                         \
     H2& operator*=(const H2& o) { x *= o.x; y *= o.y; return *this; }                         \
@@ -153,8 +155,8 @@ KK_HALF_LIMITS(__nv_bfloat16, 8, 2, 4, -125, -37, 128, 38, 0x0080u, 0x7f7fu, 0x3
   static inline bool operator>(const H2& a, const H2& b) { return a.x > b.x && a.y > b.y; }    \
   static inline bool operator<=(const H2& a, const H2& b) { return a.x <= b.x && a.y <= b.y; } \
   static inline bool operator>=(const H2& a, const H2& b) { return a.x >= b.x && a.y >= b.y; }
-KK_HALF2_TYPE(__half2, __half)
-KK_HALF2_TYPE(__nv_bfloat162, __nv_bfloat16)
+KK_HALF2_TYPE(__half2, __half, __half2_raw)
+KK_HALF2_TYPE(__nv_bfloat162, __nv_bfloat16, __nv_bfloat162_raw)
 #undef KK_HALF2_TYPE
 typedef __half2 half2;
 typedef __nv_bfloat162 nv_bfloat162;

@@ -11,12 +11,15 @@ static inline C kk_fminmax(C x, C y, bool want_max) {
   return (x > y) == want_max ? x : y;
 }
 // min/max on any mix of arithmetic types (and kernelkit's scalar wrappers), as CUDA's overloads:
-// in the common type; floating ones as the GPU's max.f32 / min.f32 (kk_fminmax).
+// in the common type; floating ones as the GPU's max.f32 / min.f32 (kk_fminmax). The trailing
+// parameter pack makes these the less specialized: a kernel's own two-argument min/max template
+// wins over them, as over the CUDA prelude's integer ones.
 #define KK_MINMAX(name, cmp, WANT_MAX)                                                       \
-  template <class A, class B,                                                                 \
-            class = std::enable_if_t<std::is_arithmetic<kk_value_t<A>>::value &&              \
-                                     std::is_arithmetic<kk_value_t<B>>::value>>               \
-  static inline std::common_type_t<kk_value_t<A>, kk_value_t<B>> name(const A& a, const B& b) { \
+  template <class A, class B, class... None>                                                  \
+  static inline std::enable_if_t<std::is_arithmetic<kk_value_t<A>>::value &&                  \
+                                     std::is_arithmetic<kk_value_t<B>>::value,                \
+                                 std::common_type_t<kk_value_t<A>, kk_value_t<B>>>            \
+  name(const A& a, const B& b, None...) {                                                     \
     using C = std::common_type_t<kk_value_t<A>, kk_value_t<B>>;                               \
     C x = (C)(kk_value_t<A>)a, y = (C)(kk_value_t<B>)b;                                       \
     if constexpr (std::is_floating_point<C>::value) return kk_fminmax(x, y, WANT_MAX);        \

@@ -68,7 +68,8 @@ KK_MIXED_MINMAX(double, fmax, fmin)
 // unsigned long long: ggml's `min(split, n - i)`), which CUDA's overloads also leave ambiguous,
 // in their common type (the usual arithmetic conversions), as the CPU backend's. A call CUDA's
 // own overloads take exactly (two ints, an int with an unsigned) keeps them: a non-template
-// wins a tie.
+// wins a tie; and a kernel's own two-argument min/max template wins over these, whose trailing
+// parameter pack makes them the less specialized (C++17 partial ordering).
 template <class T> struct kk_is_int { static constexpr bool value = false; };
 #define KK_IS_INT(T) \
   template <> struct kk_is_int<T> { static constexpr bool value = true; };
@@ -79,10 +80,10 @@ KK_IS_INT(unsigned long) KK_IS_INT(long long) KK_IS_INT(unsigned long long)
 template <bool B, class T> struct kk_int_pair {};
 template <class T> struct kk_int_pair<true, T> { typedef T type; };
 #define KK_INT_MINMAX(NAME, CMP)                                                              \
-  template <class A, class B>                                                                 \
+  template <class A, class B, class... None>                                                  \
   __device__ __forceinline__ typename kk_int_pair<kk_is_int<A>::value && kk_is_int<B>::value, \
                                                   decltype(A() + B())>::type                  \
-  NAME(A a, B b) {                                                                            \
+  NAME(A a, B b, None...) {                                                                   \
     typedef decltype(A() + B()) C;                                                            \
     return ((C)b CMP (C)a) ? (C)b : (C)a;                                                     \
   }

@@ -8,6 +8,7 @@
 // __half rounding toward zero (NaN gives 0). Checked bit for bit against an H200 on every code
 // and on floats across and past both ranges (tests/backend/test_fp8.py).
 #pragma once
+#define __CUDA_FP8_TYPES_EXIST__
 
 typedef unsigned char __nv_fp8_storage_t;
 typedef unsigned short __nv_fp8x2_storage_t;
@@ -119,7 +120,10 @@ struct kk_fp8 {
   explicit kk_fp8(__half h) : __x(__nv_cvt_halfraw_to_fp8({h.__x}, __NV_SATFINITE, K)) {}
   explicit kk_fp8(__nv_bfloat16 h)
       : __x(__nv_cvt_bfloat16raw_to_fp8({h.__x}, __NV_SATFINITE, K)) {}
-  template <class I, class = std::enable_if_t<std::is_integral<I>::value>>
+  // integers, and unscoped enums (CUDA's int constructor takes them by promotion)
+  template <class I, class = std::enable_if_t<std::is_integral<I>::value ||
+                                              (std::is_enum<I>::value &&
+                                               std::is_convertible<I, int>::value)>>
   explicit kk_fp8(I v) : kk_fp8((float)v) {}
   explicit operator __half() const {
     __half h;
@@ -199,6 +203,10 @@ struct kk_fp8x4 {
       : __x((__nv_fp8x4_storage_t)__nv_cvt_float2_to_fp8x2(make_float2(f.z, f.w), __NV_SATFINITE,
                                                            K) << 16 |
             __nv_cvt_float2_to_fp8x2(make_float2(f.x, f.y), __NV_SATFINITE, K)) {}
+  explicit kk_fp8x4(double4 f)
+      : __x((__nv_fp8x4_storage_t)__nv_cvt_double2_to_fp8x2(make_double2(f.z, f.w),
+                                                            __NV_SATFINITE, K) << 16 |
+            __nv_cvt_double2_to_fp8x2(make_double2(f.x, f.y), __NV_SATFINITE, K)) {}
   explicit kk_fp8x4(__half2 lo, __half2 hi)
       : __x((__nv_fp8x4_storage_t)kk_fp8x2<K>(hi).__x << 16 | kk_fp8x2<K>(lo).__x) {}
   explicit kk_fp8x4(__nv_bfloat162 lo, __nv_bfloat162 hi)
