@@ -33,20 +33,20 @@ static inline int kk_sign(long double v) { return (v > 0) - (v < 0); }
 // largest finite value, so that the overflow threshold is a tie there).
 template <class F>
 struct kk_format;
+template <class F>
+struct kk_ieee_format {  // float and double: a C conversion rounds to nearest already
+  using Bits = std::conditional_t<sizeof(F) == 4, uint32_t, uint64_t>;
+  static F near(long double v) { return (F)v; }
+  static F step(F x, bool up) { return std::nextafter(x, up ? (F)INFINITY : -(F)INFINITY); }
+  static long double value(F x) { return x; }
+  static bool odd(F x) { Bits u; memcpy(&u, &x, sizeof u); return u & 1u; }
+};
 template <>
-struct kk_format<float> {
-  static float near(long double v) { return (float)v; }
-  static float step(float x, bool up) { return std::nextafter(x, up ? INFINITY : -INFINITY); }
-  static long double value(float x) { return x; }
-  static bool odd(float x) { uint32_t u; memcpy(&u, &x, 4); return u & 1u; }
+struct kk_format<float> : kk_ieee_format<float> {
   static constexpr long double inf_at = 0x1p128L;
 };
 template <>
-struct kk_format<double> {
-  static double near(long double v) { return (double)v; }
-  static double step(double x, bool up) { return std::nextafter(x, up ? INFINITY : -INFINITY); }
-  static long double value(double x) { return x; }
-  static bool odd(double x) { uint64_t u; memcpy(&u, &x, 8); return u & 1u; }
+struct kk_format<double> : kk_ieee_format<double> {
   static constexpr long double inf_at = 0x1p1024L;
 };
 template <class F>
