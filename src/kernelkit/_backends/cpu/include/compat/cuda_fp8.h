@@ -134,15 +134,10 @@ struct kk_fp8 {
   explicit operator double() const { return (double)float(*this); }
   explicit operator __nv_bfloat16() const { return __float2bfloat16_rz(float(*this)); }
   explicit operator bool() const { return (__x & 0x7fu) != 0u; }
-  // 8-bit integers: NaN gives 0, out of range saturates, else toward zero; wider ones: __half's
+  // 8-bit integers: NaN gives 0, out of range saturates, else toward zero (kk_to_int, as CUDA's
+  // header computes them from the float); wider ones through __half, as CUDA's
   template <class I>
-  I kk_small_int() const {
-    const bool nan = K == __NV_E4M3 ? (__x & 0x7fu) == 0x7fu : (__x & 0x7fu) > 0x7cu;
-    const float f = float(*this), hi = (float)std::numeric_limits<I>::max(),
-                lo = (float)std::numeric_limits<I>::min();
-    return nan ? I(0) : f > hi ? std::numeric_limits<I>::max()
-                      : f < lo ? std::numeric_limits<I>::min() : (I)f;
-  }
+  I kk_small_int() const { return kk_to_int<I>(float(*this), KK_RZ); }
   explicit operator unsigned char() const { return kk_small_int<unsigned char>(); }
   explicit operator signed char() const { return kk_small_int<signed char>(); }
   explicit operator char() const { return (char)kk_small_int<char>(); }
